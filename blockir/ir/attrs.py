@@ -1,0 +1,116 @@
+"""Attribute types and the normalisation of attribute values.
+
+In memory an attribute is a plain Python value plus its :class:`AttrType`:
+INT/LONG -> int, FLOAT/FLOAT64 -> float (a FLOAT is rounded to float32 when set,
+so it survives the wire format exactly), STRING -> str, BOOLEAN -> bool, the
+list types -> list of those, BLOCK -> block index (int), BLOCKS -> list of block
+indices.
+"""
+
+from __future__ import annotations
+
+import enum
+from typing import Any
+
+import numpy as np
+
+from blockir.errors import BlockirError
+
+INT32_MIN, INT32_MAX = -(2**31), 2**31 - 1
+INT64_MIN, INT64_MAX = -(2**63), 2**63 - 1
+
+
+class AttrType(enum.IntEnum):
+    """Proto ``AttrType`` values (Paddle's numbering)."""
+
+    INT = 0
+    FLOAT = 1
+    STRING = 2
+    INTS = 3
+    FLOATS = 4
+    STRINGS = 5
+    BOOLEAN = 6
+    BOOLEANS = 7
+    BLOCK = 8
+    LONG = 9
+    BLOCKS = 10
+    LONGS = 11
+    FLOAT64S = 12
+    FLOAT64 = 15
+
+
+LIST_TYPES = {
+    AttrType.INTS: AttrType.INT,
+    AttrType.FLOATS: AttrType.FLOAT,
+    AttrType.STRINGS: AttrType.STRING,
+    AttrType.BOOLEANS: AttrType.BOOLEAN,
+    AttrType.LONGS: AttrType.LONG,
+    AttrType.FLOAT64S: AttrType.FLOAT64,
+    AttrType.BLOCKS: AttrType.BLOCK,
+}
+
+
+def _scalar(value: Any, t: AttrType, name: str) -> Any:
+    if t is AttrType.BOOLEAN:
+        if isinstance(value, (bool, np.bool_)):
+            return bool(value)
+    elif t in (AttrType.INT, AttrType.LONG, AttrType.BLOCK):
+        if isinstance(value, (int, np.integer)) and not isinstance(value, (bool, np.bool_)):
+            lo, hi = (INT64_MIN, INT64_MAX) if t is AttrType.LONG else (INT32_MIN, INT32_MAX)
+            if not lo <= int(value) <= hi:
+                raise BlockirError(f"attribute {name!r}: {value} does not fit {t.name}")
+            if t is AttrType.BLOCK and value < 0:
+                raise BlockirError(f"attribute {name!r}: block index {value} is negative")
+            return int(value)
+        if t is AttrType.BLOCK and hasattr(value, "idx"):
+            return int(value.idx)
+    elif t in (AttrType.FLOAT, AttrType.FLOAT64):
+        if isinstance(value, (int, float, np.integer, np.floating)) and not isinstance(value, (bool, np.bool_)):
+            return float(np.float32(value)) if t is AttrType.FLOAT else float(value)
+    elif t is AttrType.STRING:
+        if isinstance(value, str):
+            return value
+    raise BlockirError(f"attribute {name!r}: {value!r} is not a valid {t.name}")
+
+
+def normalize(value: Any, t: AttrType, name: str = "?") -> Any:
+    """Return ``value`` converted to the in-memory form of type ``t``; raise if it does not fit."""
+    t = AttrType(t)
+    if t in LIST_TYPES:
+        if isinstance(value, (str, bytes)) or not hasattr(value, "__iter__"):
+            raise BlockirError(f"attribute {name!r}: {value!r} is not a list for {t.name}")
+        return [_scalar(v, LIST_TYPES[t], name) for v in value]
+    return _scalar(value, t, name)
+
+
+def infer_type(value: Any, name: str = "?") -> AttrType:
+    """The attribute type a Python value gets when no schema says otherwise."""
+
+    def scalar_type(v: Any) -> AttrType:
+        if isinstance(v, (bool, np.bool_)):
+            return AttrType.BOOLEAN
+        if isinstance(v, (int, np.integer)):
+            return AttrType.INT if INT32_MIN <= int(v) <= INT32_MAX else AttrType.LONG
+        if isinstance(v, np.float32):
+            return AttrType.FLOAT
+        if isinstance(v, (float, np.floating)):
+            return AttrType.FLOAT64 if isinstance(v, np.float64) else AttrType.FLOAT
+        if isinstance(v, str):
+            return AttrType.STRING
+        if hasattr(v, "idx") and hasattr(v, "ops"):
+            return AttrType.BLOCK
+        raise BlockirError(f"attribute {name!r}: cannot store a value of type {type(v).__name__}")
+
+    if isinstance(value, (list, tuple)):
+        if not value:
+            raise BlockirError(f"attribute {name!r}: the type of an empty list must be given")
+        kinds = {scalar_type(v) for v in value}
+        if kinds <= {AttrType.INT, AttrType.LONG}:
+            return AttrType.LONGS if AttrType.LONG in kinds else AttrType.INTS
+        if kinds <= {AttrType.FLOAT, AttrType.FLOAT64}:
+            return AttrType.FLOAT64S if AttrType.FLOAT64 in kinds else AttrType.FLOATS
+        if len(kinds) != 1:
+            raise BlockirError(f"attribute {name!r}: mixed list {value!r}")
+        single = kinds.pop()
+        return {v: k for k, v in LIST_TYPES.items()}[single]
+    return scalar_type(value)

@@ -1,0 +1,217 @@
+"""Conversion between the IR objects and the ProgramDesc protobuf; load and save."""
+
+from __future__ import annotations
+
+import os
+import tempfile
+from pathlib import Path
+from typing import Any
+
+from google.protobuf.message import DecodeError
+
+from blockir.errors import BlockirError, ProgramFormatError
+from blockir.ir.attrs import AttrType
+from blockir.ir.core import Block, Operator, Program, Variable
+from blockir.ir.dtypes import DTYPE_TO_PROTO, PROTO_TO_DTYPE, VarKind
+from blockir.proto import framework_pb2 as pb
+
+# AttrType -> the Attr field holding its value.
+ATTR_FIELD = {
+    AttrType.INT: "i", AttrType.FLOAT: "f", AttrType.STRING: "s", AttrType.INTS: "ints",
+    AttrType.FLOATS: "floats", AttrType.STRINGS: "strings", AttrType.BOOLEAN: "b",
+    AttrType.BOOLEANS: "bools", AttrType.BLOCK: "block_idx", AttrType.LONG: "l",
+    AttrType.BLOCKS: "blocks_idx", AttrType.LONGS: "longs", AttrType.FLOAT64S: "float64s",
+    AttrType.FLOAT64: "float64",
+}
+
+
+# -- objects -> proto ----------------------------------------------------------
+
+def _tensor_desc(desc: Any, var: Variable) -> None:
+    desc.data_type = DTYPE_TO_PROTO[var.dtype or "float32"]
+    desc.dims.extend(var.shape or ())
+
+
+def var_to_proto(var: Variable) -> pb.VarDesc:
+    d = pb.VarDesc(name=var.name)
+    d.type.type = int(var.kind)
+    if var.kind is VarKind.LOD_TENSOR:
+        _tensor_desc(d.type.lod_tensor.tensor, var)
+        d.type.lod_tensor.lod_level = var.lod_level
+    elif var.kind is VarKind.LOD_TENSOR_ARRAY:
+        _tensor_desc(d.type.tensor_array.tensor, var)
+        d.type.tensor_array.lod_level = var.lod_level
+    elif var.kind is VarKind.SELECTED_ROWS:
+        _tensor_desc(d.type.selected_rows, var)
+    elif var.kind in (VarKind.CHANNEL, VarKind.CHANNEL_LIST):
+        d.type.channel.data_type = DTYPE_TO_PROTO[var.dtype or "float32"]
+        d.type.channel.capacity = var.capacity
+    for flag in ("persistable", "need_check_feed", "is_parameter", "stop_gradient"):
+        if getattr(var, flag):
+            setattr(d, flag, True)
+    return d
+
+
+def op_to_proto(op: Operator) -> pb.OpDesc:
+    d = pb.OpDesc(type=op.type)
+    for slot, names in op.inputs.items():
+        d.inputs.add(parameter=slot, arguments=names)
+    for slot, names in op.outputs.items():
+        d.outputs.add(parameter=slot, arguments=names)
+    for name, value in op.attrs.items():
+        t = op.attr_types[name]
+        a = d.attrs.add(name=name, type=int(t))
+        field = ATTR_FIELD[t]
+        if isinstance(value, list):
+            getattr(a, field).extend(value)
+        else:
+            setattr(a, field, value)
+    if op.is_target:
+        d.is_target = True
+    return d
+
+
+def program_to_proto(program: Program) -> pb.ProgramDesc:
+    d = pb.ProgramDesc()
+    d.version.version = program.version
+    if program.random_seed:
+        d.random_seed = program.random_seed
+    if program.device:
+        d.device = program.device
+    for block in program.blocks:
+        b = d.blocks.add(idx=block.idx, parent_idx=block.parent_idx)
+        if block.forward_block_idx != -1:
+            b.forward_block_idx = block.forward_block_idx
+        if block.device:
+            b.device = block.device
+        b.vars.extend(var_to_proto(v) for v in block.vars.values())
+        b.ops.extend(op_to_proto(op) for op in block.ops)
+    return d
+
+
+# -- proto -> objects ----------------------------------------------------------
+
+def _dtype(code: int, where: str) -> str:
+    try:
+        return PROTO_TO_DTYPE[code]
+    except KeyError:
+        raise ProgramFormatError(f"{where}: data type {code} is not a tensor element type") from None
+
+
+def var_from_proto(d: pb.VarDesc, where: str) -> Variable:
+    try:
+        kind = VarKind(d.type.type)
+    except ValueError:
+        raise ProgramFormatError(f"{where}: variable {d.name!r} has unknown kind {d.type.type}") from None
+    fields: dict[str, Any] = {"dtype": None, "shape": None}
+    tensor = None
+    if kind is VarKind.LOD_TENSOR:
+        tensor, fields["lod_level"] = d.type.lod_tensor.tensor, d.type.lod_tensor.lod_level
+    elif kind is VarKind.LOD_TENSOR_ARRAY:
+        tensor, fields["lod_level"] = d.type.tensor_array.tensor, d.type.tensor_array.lod_level
+    elif kind is VarKind.SELECTED_ROWS:
+        tensor = d.type.selected_rows
+    elif kind in (VarKind.CHANNEL, VarKind.CHANNEL_LIST):
+        fields["dtype"] = _dtype(d.type.channel.data_type, where)
+        fields["capacity"] = d.type.channel.capacity
+    if tensor is not None:
+        fields["dtype"] = _dtype(tensor.data_type, f"{where}: variable {d.name!r}")
+        fields["shape"] = tuple(tensor.dims)
+    return Variable(d.name, kind, persistable=d.persistable, stop_gradient=d.stop_gradient,
+                    is_parameter=d.is_parameter, need_check_feed=d.need_check_feed, **fields)
+
+
+def _attr_value(a: Any, where: str) -> tuple[Any, AttrType]:
+    try:
+        t = AttrType(a.type)
+    except ValueError:
+        raise ProgramFormatError(f"{where}: attribute {a.name!r} has unsupported type {a.type}") from None
+    value = getattr(a, ATTR_FIELD[t])
+    return (list(value) if t.name.endswith("S") else value), t
+
+
+def program_from_proto(d: pb.ProgramDesc, source: str = "<proto>") -> Program:
+    program = Program()
+    program.blocks = []
+    for i, b in enumerate(d.blocks):
+        where = f"{source}: block {i}"
+        if b.idx != i:
+            raise ProgramFormatError(f"{where}: has idx {b.idx}, expected {i}")
+        if not -1 <= b.parent_idx < len(d.blocks) or b.parent_idx == i:
+            raise ProgramFormatError(f"{where}: invalid parent_idx {b.parent_idx}")
+        block = Block(program, i, b.parent_idx, b.forward_block_idx, b.device)
+        program.blocks.append(block)
+        for vd in b.vars:
+            if vd.name in block.vars:
+                raise ProgramFormatError(f"{where}: variable {vd.name!r} declared twice")
+            try:
+                block.add_var(var_from_proto(vd, where))
+            except ProgramFormatError:
+                raise
+            except BlockirError as e:
+                raise ProgramFormatError(f"{where}: {e}") from None
+        for j, od in enumerate(b.ops):
+            op = Operator(block, od.type or "?", is_target=od.is_target)
+            for var in od.inputs:
+                op.inputs[var.parameter] = list(var.arguments)
+            for var in od.outputs:
+                op.outputs[var.parameter] = list(var.arguments)
+            for a in od.attrs:
+                value, t = _attr_value(a, f"{where}, op {j} ({od.type})")
+                op.attrs[a.name], op.attr_types[a.name] = value, t
+            block.ops.append(op)
+    if not program.blocks:
+        raise ProgramFormatError(f"{source}: program has no blocks")
+    program.version = d.version.version
+    program.random_seed = d.random_seed
+    program.device = d.device
+    return program
+
+
+def program_from_bytes(data: bytes, source: str = "<bytes>") -> Program:
+    """Decode a binary ProgramDesc; any malformation is a :class:`ProgramFormatError`."""
+    if not data:
+        raise ProgramFormatError(f"{source}: file is empty")
+    desc = pb.ProgramDesc()
+    try:
+        desc.ParseFromString(data)
+    except (DecodeError, RuntimeError, ValueError) as e:
+        raise ProgramFormatError(f"{source}: not a ProgramDesc ({e})") from None
+    if not desc.IsInitialized():
+        missing = ", ".join(desc.FindInitializationErrors())
+        raise ProgramFormatError(f"{source}: not a ProgramDesc (missing required fields: {missing})")
+    return program_from_proto(desc, source)
+
+
+def load_program(path: str | os.PathLike[str]) -> Program:
+    """Read a binary ProgramDesc from ``path``."""
+    p = Path(path)
+    try:
+        data = p.read_bytes()
+    except FileNotFoundError:
+        raise ProgramFormatError(f"{p}: no such file") from None
+    except IsADirectoryError:
+        raise ProgramFormatError(f"{p}: is a directory") from None
+    except OSError as e:
+        raise ProgramFormatError(f"{p}: cannot read ({e.strerror})") from None
+    return program_from_bytes(data, str(p))
+
+
+def atomic_write(path: str | os.PathLike[str], data: bytes) -> None:
+    """Write ``data`` to ``path`` through a temporary file in the same directory and a rename."""
+    p = Path(path)
+    p.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{p.name}.", suffix=".tmp", dir=p.parent)
+    try:
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, p)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def save_program(program: Program, path: str | os.PathLike[str]) -> None:
+    atomic_write(path, program.serialize())

@@ -1,0 +1,222 @@
+"""Op schemas and the registry that holds them.
+
+A schema is declarative: input/output slots, typed attributes with defaults, a
+shape/dtype inference function, a gradient maker, a kernel and the device kinds
+the kernel supports. The IR consults the registry to type attributes, infer
+shapes and verify programs; ``blockir.ops`` fills it.
+
+Kernel calling convention (fixed once per op when a plan is compiled)::
+
+    kernel(ctx: KernelContext, *inputs) -> output | tuple[output, ...]
+
+``inputs`` follow the schema's input slots in order: one value per slot, a list
+for a duplicable slot, ``None`` for an absent optional slot. A kernel returns
+one value when the schema has one output slot, else a tuple in output-slot
+order (a list for a duplicable slot; any value for a slot ``ctx.wants`` says
+nobody reads). Inputs of slots declared with ``lod=True`` arrive as given
+(``LoDTensor`` included); all others arrive as plain arrays (the LoD dropped),
+and outputs named in ``share_lod`` get the LoD of the named input back.
+
+Gradient maker convention::
+
+    grad(g: GradContext) -> list[OpSpec]
+
+where ``g`` names the forward op's inputs/outputs and their gradient variables
+(``X@GRAD``); a gradient name is ``EMPTY_VAR`` when no gradient is needed for it.
+"""
+
+from __future__ import annotations
+
+import difflib
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, Callable
+
+from blockir.errors import OpNotFoundError, ShapeError
+from blockir.ir.attrs import AttrType
+
+if TYPE_CHECKING:
+    from blockir.ir.core import Block, Operator, Variable
+
+REQUIRED: Any = object()
+GRAD_SUFFIX = "@GRAD"
+EMPTY_VAR = "@EMPTY@"
+
+
+def grad_name(name: str) -> str:
+    return name + GRAD_SUFFIX
+
+
+@dataclass(frozen=True)
+class Slot:
+    name: str
+    duplicable: bool = False
+    optional: bool = False
+    lod: bool = False  # the kernel receives LoDTensor values of this slot as they are
+    no_grad: bool = False  # never differentiated through (ids, labels, indices)
+
+
+@dataclass(frozen=True)
+class AttrDef:
+    name: str
+    type: AttrType
+    default: Any = REQUIRED
+
+
+@dataclass(frozen=True)
+class OpSpec:
+    """An op to create: what gradient makers return."""
+
+    type: str
+    inputs: dict[str, list[str]]
+    outputs: dict[str, list[str]]
+    attrs: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass
+class KernelContext:
+    """What a kernel gets besides its inputs; built once per op when a plan is compiled."""
+
+    xp: Any  # the array module: numpy or cupy
+    attrs: dict[str, Any]  # every schema attribute, defaults filled in
+    wants: tuple[bool, ...]  # per output slot: does the op bind it?
+    op_text: str = ""
+
+
+@dataclass
+class OpSchema:
+    type: str
+    inputs: tuple[Slot, ...] = ()
+    outputs: tuple[Slot, ...] = ()
+    attrs: tuple[AttrDef, ...] = ()
+    infer: Callable[[InferContext], None] | None = None
+    grad: Callable[[GradContext], list[OpSpec]] | None = None
+    kernel: Callable[..., Any] | None = None
+    devices: frozenset[str] = frozenset({"cpu", "cuda"})
+    share_lod: tuple[tuple[str, str], ...] = ()  # (input slot, output slot)
+    side_effects: bool = False  # kept by pruning even when nothing reads its outputs
+    random: bool = False  # carries a ``seed`` attribute derived from the program seed
+    doc: str = ""
+
+    def attr_def(self, name: str) -> AttrDef | None:
+        for a in self.attrs:
+            if a.name == name:
+                return a
+        return None
+
+    def input_slot(self, name: str) -> Slot | None:
+        return next((s for s in self.inputs if s.name == name), None)
+
+    def output_slot(self, name: str) -> Slot | None:
+        return next((s for s in self.outputs if s.name == name), None)
+
+
+_REGISTRY: dict[str, OpSchema] = {}
+
+
+def register(schema: OpSchema) -> OpSchema:
+    if schema.type in _REGISTRY and _REGISTRY[schema.type] is not schema:
+        raise ValueError(f"op {schema.type!r} registered twice")
+    _REGISTRY[schema.type] = schema
+    return schema
+
+
+def lookup(op_type: str) -> OpSchema:
+    """The schema of ``op_type``; an error suggesting near names when there is none."""
+    try:
+        return _REGISTRY[op_type]
+    except KeyError:
+        close = difflib.get_close_matches(op_type, _REGISTRY, n=3)
+        hint = f" (did you mean {', '.join(close)}?)" if close else ""
+        raise OpNotFoundError(f"unknown op type {op_type!r}{hint}") from None
+
+
+def find(op_type: str) -> OpSchema | None:
+    return _REGISTRY.get(op_type)
+
+
+def registered() -> dict[str, OpSchema]:
+    return dict(_REGISTRY)
+
+
+class InferContext:
+    """Shape/dtype inference view of one op: read input variables, set output variables."""
+
+    def __init__(self, op: Operator, block: Block) -> None:
+        self.op = op
+        self.block = block
+
+    def inputs(self, slot: str) -> list[Variable]:
+        return [self.block.find_var_recursive(n) for n in self.op.inputs.get(slot, [])]
+
+    def input(self, slot: str) -> Variable | None:
+        names = self.op.inputs.get(slot, [])
+        return self.block.find_var_recursive(names[0]) if names else None
+
+    def has_input(self, slot: str) -> bool:
+        return bool(self.op.inputs.get(slot))
+
+    def outputs(self, slot: str) -> list[Variable]:
+        return [self.block.find_var_recursive(n) for n in self.op.outputs.get(slot, [])]
+
+    def has_output(self, slot: str) -> bool:
+        return bool(self.op.outputs.get(slot))
+
+    def attr(self, name: str) -> Any:
+        return self.op.attr(name)
+
+    def set_output(self, slot: str, shape: tuple[int, ...] | list[int], dtype: str,
+                   lod_level: int | None = None, index: int = 0) -> None:
+        names = self.op.outputs.get(slot, [])
+        if index >= len(names):
+            return
+        var = self.block.find_var_recursive(names[index])
+        var.shape = tuple(int(d) for d in shape)
+        var.dtype = dtype
+        if lod_level is not None:
+            var.lod_level = lod_level
+
+    def fail(self, message: str) -> None:
+        raise ShapeError(f"{self.op.type}: {message}\n  in: {self.op}")
+
+
+class GradContext:
+    """What a gradient maker sees of the forward op."""
+
+    def __init__(self, op: Operator, grad_of: Callable[[str], str]) -> None:
+        self.op = op
+        self._grad_of = grad_of  # forward var name -> its grad var name (or EMPTY_VAR)
+
+    @property
+    def attrs(self) -> dict[str, Any]:
+        return dict(self.op.attrs)
+
+    def input(self, slot: str) -> list[str]:
+        return list(self.op.inputs.get(slot, []))
+
+    def output(self, slot: str) -> list[str]:
+        return list(self.op.outputs.get(slot, []))
+
+    def input_grad(self, slot: str) -> list[str]:
+        return [self._grad_of(n) for n in self.op.inputs.get(slot, [])]
+
+    def output_grad(self, slot: str) -> list[str]:
+        return [self._grad_of(n) for n in self.op.outputs.get(slot, [])]
+
+
+class OpRole:
+    """Values of the ``op_role`` attribute (Paddle's numbering); a bit set."""
+
+    FORWARD = 0x0000
+    BACKWARD = 0x0001
+    OPTIMIZE = 0x0002
+    LR_SCHED = 0x0010
+    LOSS = 0x0100
+
+
+# Attributes any op may carry, whatever its schema (name -> type).
+COMMON_ATTRS: dict[str, AttrType] = {
+    "op_device": AttrType.STRING,  # placement: "cpu", "cpu:1", "cuda:0"
+    "op_role": AttrType.INT,  # OpRole bits
+    "op_role_var": AttrType.STRINGS,  # (param, grad) pairs an optimizer/backward op concerns
+    "op_namescope": AttrType.STRING,  # the DSL name_scope the op was built in
+}

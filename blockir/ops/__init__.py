@@ -1,0 +1,18 @@
+"""The op library: one schema per op type, with its kernel and gradient maker.
+
+Importing this package registers every schema listed below in the IR's registry
+(:mod:`blockir.ir.schema`). Each module keeps its schemas in a ``SCHEMAS`` tuple.
+"""
+
+from blockir.ir.schema import find, register
+from blockir.ops import io, math, nn, optimizer, random, sequence
+from blockir.ops.values import LoDTensor, SelectedRows
+
+MODULES = (math, nn, sequence, random, io, optimizer)
+
+for _module in MODULES:
+    for _schema in _module.SCHEMAS:
+        if find(_schema.type) is not _schema:
+            register(_schema)
+
+__all__ = ["LoDTensor", "SelectedRows", "MODULES"]

@@ -1,0 +1,3 @@
+"""PLACEHOLDER: being written."""
+
+SCHEMAS: tuple = ()

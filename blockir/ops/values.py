@@ -1,0 +1,100 @@
+"""Runtime value types besides dense arrays: LoDTensor and SelectedRows.
+
+Both are written against any array module: ``data``/``values`` may be numpy or
+cupy arrays; LoD offsets and row indices are always host ``list``/numpy int64.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from blockir.errors import BlockirError
+
+
+@dataclass
+class LoDTensor:
+    """A tensor plus level-of-detail offsets: variable-length sequences packed along axis 0.
+
+    ``lod`` is a list of levels; each level is a non-decreasing offset list
+    starting at 0. The last level's final offset equals ``data.shape[0]``; each
+    higher level's final offset equals the length of the level below it minus 1.
+    ``lod=[[0, 2, 5]]`` holds two sequences: rows 0..1 and rows 2..4.
+    """
+
+    data: Any
+    lod: list[list[int]]
+
+    def __post_init__(self) -> None:
+        self.lod = [[int(o) for o in level] for level in self.lod]
+        self.check()
+
+    def check(self) -> None:
+        rows = int(self.data.shape[0]) if getattr(self.data, "ndim", 0) else 0
+        for i, level in enumerate(self.lod):
+            if not level or level[0] != 0 or any(b < a for a, b in zip(level, level[1:])):
+                raise BlockirError(f"LoD level {i} must start at 0 and not decrease: {level}")
+            below = len(self.lod[i + 1]) - 1 if i + 1 < len(self.lod) else rows
+            if level[-1] != below:
+                raise BlockirError(f"LoD level {i} ends at {level[-1]}, expected {below}: {self.lod}")
+
+    @staticmethod
+    def from_lengths(data: Any, lengths: list[list[int]] | list[int]) -> LoDTensor:
+        """Build from sequence lengths (``[[2, 3]]`` or ``[2, 3]``) instead of offsets."""
+        levels = lengths if lengths and isinstance(lengths[0], (list, tuple)) else [lengths]
+        return LoDTensor(data, [[0, *np.cumsum(level, dtype=np.int64).tolist()] for level in levels])
+
+    def lengths(self, level: int = -1) -> list[int]:
+        off = self.lod[level]
+        return [b - a for a, b in zip(off, off[1:])]
+
+    @property
+    def shape(self) -> tuple[int, ...]:
+        return tuple(self.data.shape)
+
+    @property
+    def dtype(self) -> Any:
+        return self.data.dtype
+
+    def __array__(self, dtype: Any = None, copy: Any = None) -> np.ndarray:
+        a = np.asarray(self.data)
+        return a.astype(dtype) if dtype is not None else a
+
+
+@dataclass
+class SelectedRows:
+    """A sparse set of rows of a ``[height, ...]`` tensor: ``dense[rows[i]] += values[i]``.
+
+    ``rows`` may repeat (two lookups of the same id); consumers must accumulate,
+    never overwrite. :meth:`merged` sums duplicates.
+    """
+
+    rows: Any  # int64 array of row indices
+    values: Any  # array of shape [len(rows), ...]
+    height: int
+
+    @property
+    def shape(self) -> tuple[int, ...]:
+        return (self.height, *self.values.shape[1:])
+
+    @property
+    def dtype(self) -> Any:
+        return self.values.dtype
+
+    def merged(self, xp: Any = np) -> SelectedRows:
+        """The same rows with duplicates summed, rows sorted ascending."""
+        uniq, inverse = np.unique(np.asarray(self.rows), return_inverse=True)
+        out = xp.zeros((len(uniq), *self.values.shape[1:]), dtype=self.values.dtype)
+        xp.add.at(out, xp.asarray(inverse), self.values)
+        return SelectedRows(uniq, out, self.height)
+
+    def to_dense(self, xp: Any = np) -> Any:
+        out = xp.zeros(self.shape, dtype=self.values.dtype)
+        xp.add.at(out, xp.asarray(self.rows), self.values)
+        return out
+
+    def __array__(self, dtype: Any = None, copy: Any = None) -> np.ndarray:
+        a = np.asarray(self.to_dense())
+        return a.astype(dtype) if dtype is not None else a
