@@ -1,0 +1,80 @@
+"""Dead-code elimination for fetch targets (``prune``) and the helpers it shares.
+
+Liveness over a block, walking backwards from the targets: an op is kept when
+it writes a variable that is still needed (or has side effects, e.g. an
+optimizer update or a channel send, unless ``keep_side_effects`` is false); a
+kept op's writes stop being needed above it and its reads become needed. Feed
+variables are provided from outside, so their producers are never needed.
+Sub-blocks count as part of the op that owns them: their reads of outer
+variables are the op's reads, their writes the op's (non-killing) writes.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+from blockir.ir import Block, Operator, Program
+from blockir.ir.schema import find
+
+
+def block_reads_writes(block: Block) -> tuple[set[str], set[str]]:
+    """Outer variables a block (with its nested sub-blocks) reads and writes."""
+    reads: set[str] = set()
+    writes: set[str] = set()
+    for op in block.ops:
+        r, w = op_reads_writes(op)
+        reads |= r
+        writes |= w
+    local = set(block.vars)
+    return reads - local, writes - local
+
+
+def op_reads_writes(op: Operator) -> tuple[set[str], set[str]]:
+    """Variables an op reads and writes, its sub-blocks' outer accesses included."""
+    reads = set(op.input_names())
+    writes = set(op.output_names())
+    for sub in op.sub_blocks():
+        r, w = block_reads_writes(sub)
+        reads |= r
+        writes |= w
+    return reads, writes
+
+
+def has_side_effects(op: Operator) -> bool:
+    schema = find(op.type)
+    return schema is not None and schema.side_effects
+
+
+def remove_unused_vars(block: Block, keep: Iterable[str] = ()) -> bool:
+    """Drop the block's variables no op of it (or of its sub-blocks) refers to, except ``keep``."""
+    used = set(keep)
+    for op in block.ops:
+        r, w = op_reads_writes(op)
+        used |= r | w
+    unused = [name for name in block.vars if name not in used]
+    for name in unused:
+        block.remove_var(name)
+    return bool(unused)
+
+
+def prune(program: Program, targets: Iterable[str], feeds: Iterable[str] = (),
+          keep_side_effects: bool = True) -> bool:
+    """Cut the global block down to the ops the targets need; in place. Returns whether it changed."""
+    block = program.global_block()
+    targets, feeds = list(targets), set(feeds)
+    for name in targets:
+        block.find_var_recursive(name)  # an unknown target is an error naming it
+    needed = set(targets) - feeds
+    kept: list[Operator] = []
+    for op in reversed(block.ops):
+        reads, writes = op_reads_writes(op)
+        if writes & needed or (keep_side_effects and has_side_effects(op)):
+            kept.append(op)
+            needed -= set(op.output_names()) - reads
+            needed |= reads - feeds
+    kept.reverse()
+    changed = len(kept) != len(block.ops)
+    if changed:
+        for op in [op for op in block.ops if op not in kept]:
+            block.remove_op(op)
+    return remove_unused_vars(block, keep=[*targets, *feeds]) or changed
