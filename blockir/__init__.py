@@ -12,8 +12,12 @@ try:
 except PackageNotFoundError:  # running from a source tree that was not installed
     __version__ = "0.0.0"
 
-# The DSL helper adds: from blockir.dsl import ... (program_guard, data, layers, optimizer, ...)
-# The runtime helper adds: from blockir.runtime import ... (Executor, Scope, CPUPlace, io, ...)
+from blockir.dsl import (ParamAttr, append_backward, data, default_main_program, default_startup_program,
+                         device_guard, initializer, layers, name_scope, optimizer, program_guard, unique_name)
+from blockir.runtime import CPUPlace, Executor, Scope, global_scope, io, scope_guard
 
 __all__ = ["BlockirError", "LoDTensor", "Program", "SelectedRows", "__version__", "ir",
            "load_program", "ops"]
+__all__ += ["ParamAttr", "append_backward", "data", "default_main_program", "default_startup_program",
+            "device_guard", "initializer", "layers", "name_scope", "optimizer", "program_guard", "unique_name"]
+__all__ += ["CPUPlace", "Executor", "Scope", "global_scope", "io", "scope_guard"]

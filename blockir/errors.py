@@ -16,7 +16,14 @@ class ParseError(BlockirError):
 
 
 class VerifyError(BlockirError):
-    """A program violates an invariant; the message names the op in its text form."""
+    """A program violates an invariant; the message names the op in its text form.
+
+    ``problems`` lists the violations one by one (the message alone when not given).
+    """
+
+    def __init__(self, message: str, problems: list[str] | None = None) -> None:
+        super().__init__(message)
+        self.problems = list(problems) if problems is not None else [message]
 
 
 class ShapeError(BlockirError):

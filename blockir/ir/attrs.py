@@ -10,6 +10,7 @@ indices.
 from __future__ import annotations
 
 import enum
+import math
 from typing import Any
 
 import numpy as np
@@ -66,7 +67,17 @@ def _scalar(value: Any, t: AttrType, name: str) -> Any:
             return int(value.idx)
     elif t in (AttrType.FLOAT, AttrType.FLOAT64):
         if isinstance(value, (int, float, np.integer, np.floating)) and not isinstance(value, (bool, np.bool_)):
-            return float(np.float32(value)) if t is AttrType.FLOAT else float(value)
+            try:
+                double = float(value)
+            except OverflowError:  # a Python int beyond the double range
+                raise BlockirError(f"attribute {name!r}: {value!r} does not fit {t.name}") from None
+            if t is AttrType.FLOAT64:
+                return double
+            with np.errstate(over="ignore"):
+                single = float(np.float32(double))
+            if math.isinf(single) and math.isfinite(double):
+                raise BlockirError(f"attribute {name!r}: {value!r} does not fit FLOAT (float32); use FLOAT64")
+            return single
     elif t is AttrType.STRING:
         if isinstance(value, str):
             return value

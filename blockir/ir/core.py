@@ -167,16 +167,20 @@ class Operator:
     def output_names(self) -> list[str]:
         return [n for names in self.outputs.values() for n in names]
 
-    def sub_blocks(self) -> list[Block]:
-        """The blocks this op's BLOCK / BLOCKS attributes refer to."""
-        program = self.block.program
+    def sub_block_indices(self) -> list[int]:
+        """The block indices this op's BLOCK / BLOCKS attributes hold (not checked to exist)."""
         idx: list[int] = []
         for name, t in self.attr_types.items():
             if t is AttrType.BLOCK:
                 idx.append(self.attrs[name])
             elif t is AttrType.BLOCKS:
                 idx.extend(self.attrs[name])
-        return [program.block(i) for i in idx]
+        return idx
+
+    def sub_blocks(self) -> list[Block]:
+        """The blocks this op's BLOCK / BLOCKS attributes refer to."""
+        program = self.block.program
+        return [program.block(i) for i in self.sub_block_indices()]
 
     def __str__(self) -> str:
         from blockir.ir.text import format_op

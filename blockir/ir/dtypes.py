@@ -65,7 +65,7 @@ def to_dtype(dtype: object) -> str:
         return aliases[dtype]
     try:
         name = np.dtype(dtype).name  # type: ignore[call-overload]
-    except TypeError:
+    except (TypeError, ValueError, SyntaxError):  # numpy parses some strings as type expressions
         name = None
     if name not in DTYPE_TO_PROTO:
         raise BlockirError(f"unknown dtype {dtype!r}; expected one of {', '.join(DTYPES)}")

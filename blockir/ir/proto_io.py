@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import tempfile
 from pathlib import Path
-from typing import Any
+from typing import Any, BinaryIO, Iterator
 
 from google.protobuf.message import DecodeError
+from google.protobuf.unknown_fields import UnknownFieldSet
 
 from blockir.errors import BlockirError, ProgramFormatError
 from blockir.ir.attrs import AttrType
@@ -130,7 +132,19 @@ def _attr_value(a: Any, where: str) -> tuple[Any, AttrType]:
     return (list(value) if t.name.endswith("S") else value), t
 
 
+def _check_text(msg: Any, source: str) -> None:
+    """Refuse string fields that are not valid UTF-8 (proto2 decoding hands them over as bytes)."""
+    for field, value in msg.ListFields():
+        values = value if field.is_repeated else [value]
+        if field.type == field.TYPE_MESSAGE:
+            for m in values:
+                _check_text(m, source)
+        elif field.type == field.TYPE_STRING and any(isinstance(v, bytes) for v in values):
+            raise ProgramFormatError(f"{source}: not a ProgramDesc (field {field.full_name} is not valid UTF-8)")
+
+
 def program_from_proto(d: pb.ProgramDesc, source: str = "<proto>") -> Program:
+    _check_text(d, source)
     program = Program()
     program.blocks = []
     for i, b in enumerate(d.blocks):
@@ -175,8 +189,12 @@ def program_from_bytes(data: bytes, source: str = "<bytes>") -> Program:
     desc = pb.ProgramDesc()
     try:
         desc.ParseFromString(data)
-    except (DecodeError, RuntimeError, ValueError) as e:
-        raise ProgramFormatError(f"{source}: not a ProgramDesc ({e})") from None
+    except (DecodeError, RuntimeError, ValueError):
+        raise ProgramFormatError(f"{source}: not a ProgramDesc (corrupt or truncated protobuf data)") from None
+    if not desc.blocks:
+        # Another message type parses as a ProgramDesc made only of unknown fields.
+        what = "only fields a ProgramDesc does not have" if UnknownFieldSet(desc) else "no blocks"
+        raise ProgramFormatError(f"{source}: not a ProgramDesc (it has {what}; another kind of protobuf message?)")
     if not desc.IsInitialized():
         missing = ", ".join(desc.FindInitializationErrors())
         raise ProgramFormatError(f"{source}: not a ProgramDesc (missing required fields: {missing})")
@@ -197,20 +215,31 @@ def load_program(path: str | os.PathLike[str]) -> Program:
     return program_from_bytes(data, str(p))
 
 
-def atomic_write(path: str | os.PathLike[str], data: bytes) -> None:
-    """Write ``data`` to ``path`` through a temporary file in the same directory and a rename."""
+@contextlib.contextmanager
+def atomic_file(path: str | os.PathLike[str]) -> Iterator[BinaryIO]:
+    """A binary file to write that replaces ``path`` only when the ``with`` block succeeds.
+
+    It is a temporary file in the same directory, synced and renamed over
+    ``path`` at the end; on any error it is removed and ``path`` left as it was.
+    """
     p = Path(path)
     p.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=f".{p.name}.", suffix=".tmp", dir=p.parent)
     try:
         with os.fdopen(fd, "wb") as f:
-            f.write(data)
+            yield f
             f.flush()
             os.fsync(f.fileno())
         os.replace(tmp, p)
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise
+
+
+def atomic_write(path: str | os.PathLike[str], data: bytes) -> None:
+    """Write ``data`` to ``path`` through a temporary file in the same directory and a rename."""
+    with atomic_file(path) as f:
+        f.write(data)
 
 
 def save_program(program: Program, path: str | os.PathLike[str]) -> None:

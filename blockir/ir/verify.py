@@ -1,3 +1,207 @@
-"""Program verifier. PLACEHOLDER: being written."""
+"""The program verifier: what every well-formed program satisfies.
 
-def verify(program): return None
+:func:`verify` collects every problem and raises one :class:`VerifyError`
+listing them, each naming the block index, the op index and the op in its text
+form. The pass manager runs it after every pass in tests.
+
+Checks:
+
+* blocks are numbered in order, parent indices are valid and acyclic, block 0
+  is the root, ``forward_block_idx`` is -1 or an existing block;
+* every variable an op reads or writes is declared in its block or an ancestor
+  (``@EMPTY@``, the "no gradient" placeholder, excepted);
+* every variable an op reads is defined before: written by an earlier op of the
+  block, or of an ancestor block before the op owning the sub-block (any op of
+  the parent for a sub-block no op owns, plus the ops of the forward block of a
+  gradient block), or persistable, or fed (``need_check_feed`` or written by a
+  ``feed`` op of the block or an ancestor);
+* the op type is registered (unless ``allow_unknown_ops``), its slots are the
+  schema's, required input slots are given, non-duplicable slots hold at most
+  one variable, attribute types match the schema (or ``COMMON_ATTRS``),
+  required attributes are present and unknown attributes are errors;
+* BLOCK / BLOCKS attributes refer to existing blocks whose parent is the op's
+  block;
+* device strings (``op_device``, ``Block.device``, ``Program.device``) are
+  ``cpu``, ``cpu:N``, ``cuda`` or ``cuda:N``.
+"""
+
+from __future__ import annotations
+
+import re
+
+from blockir.errors import VerifyError
+from blockir.ir.attrs import AttrType
+from blockir.ir.core import Block, Operator, Program, Variable
+from blockir.ir.schema import COMMON_ATTRS, EMPTY_VAR, REQUIRED, OpSchema, find
+
+__all__ = ["is_valid_device", "verify"]
+
+_DEVICE = re.compile(r"(cpu|cuda)(:(0|[1-9][0-9]*))?")
+_DEVICE_FORMS = "cpu, cpu:N, cuda or cuda:N"
+
+
+def is_valid_device(device: str) -> bool:
+    """Whether ``device`` is ``cpu``, ``cpu:N``, ``cuda`` or ``cuda:N`` (N a non-negative integer)."""
+    return _DEVICE.fullmatch(device) is not None
+
+
+class _Verifier:
+    def __init__(self, program: Program, allow_unknown_ops: bool) -> None:
+        self.program = program
+        self.allow_unknown_ops = allow_unknown_ops
+        self.problems: list[str] = []
+        self.position = {id(b): i for i, b in enumerate(program.blocks)}
+        self.chains = [self._chain(b) for b in program.blocks]
+
+    # -- reporting ---------------------------------------------------------
+    def block_problem(self, block: Block, message: str) -> None:
+        self.problems.append(f"block {self.position[id(block)]}: {message}")
+
+    def op_problem(self, block: Block, index: int, op: Operator, message: str) -> None:
+        self.problems.append(f"block {self.position[id(block)]}, op {index}: {message}\n    in: {op}")
+
+    # -- blocks ------------------------------------------------------------
+    def _chain(self, block: Block) -> list[Block]:
+        """The block and its ancestors, stopping at an invalid parent or a cycle."""
+        chain = [block]
+        seen = {id(block)}
+        parent = block.parent_idx
+        while 0 <= parent < len(self.program.blocks) and id(self.program.blocks[parent]) not in seen:
+            b = self.program.blocks[parent]
+            chain.append(b)
+            seen.add(id(b))
+            parent = b.parent_idx
+        return chain
+
+    def check_blocks(self) -> None:
+        n = len(self.program.blocks)
+        if n == 0:
+            self.problems.append("program: has no blocks")
+        if self.program.device and not is_valid_device(self.program.device):
+            self.problems.append(f"program: device {self.program.device!r} is not well formed "
+                                 f"(expected {_DEVICE_FORMS})")
+        for i, block in enumerate(self.program.blocks):
+            if block.idx != i:
+                self.block_problem(block, f"has idx {block.idx} but is at position {i} of the program")
+            if i == 0 and block.parent_idx != -1:
+                self.block_problem(block, f"the global block must have parent -1, not {block.parent_idx}")
+            elif i > 0 and not 0 <= block.parent_idx < n:
+                self.block_problem(block, f"parent index {block.parent_idx} is not a block of the program")
+            elif i > 0:
+                last = self.chains[i][-1]
+                if 0 <= last.parent_idx < n:  # the chain stopped on a block already in it
+                    self.block_problem(block, f"its parents form a cycle through block {last.parent_idx}")
+            if not -1 <= block.forward_block_idx < n:
+                self.block_problem(block, f"forward_block_idx {block.forward_block_idx} is not a block "
+                                          "of the program")
+            if block.device and not is_valid_device(block.device):
+                self.block_problem(block, f"device {block.device!r} is not well formed (expected {_DEVICE_FORMS})")
+
+    # -- variables ---------------------------------------------------------
+    def lookup(self, block: Block, name: str) -> Variable | None:
+        for b in self.chains[self.position[id(block)]]:
+            if name in b.vars:
+                return b.vars[name]
+        return None
+
+    def check_ops(self) -> None:
+        blocks = self.program.blocks
+        fed = [{n for op in b.ops if op.type == "feed" for n in op.output_names()} for b in blocks]
+        entry: dict[int, set[str]] = {}  # sub-block -> what is defined where its owner op runs
+        done: dict[int, set[str]] = {}  # block -> what is defined after its last op
+        # Parents before children: a parent's chain is one shorter than its child's.
+        for i in sorted(range(len(blocks)), key=lambda i: (len(self.chains[i]), i)):
+            block = blocks[i]
+            defined = set(entry.get(i, done.get(block.parent_idx, set())))
+            if 0 <= block.forward_block_idx < len(blocks):
+                defined |= {n for op in blocks[block.forward_block_idx].ops for n in op.output_names()}
+            defined |= {n for b in self.chains[i] for n in fed[self.position[id(b)]]}
+            for index, op in enumerate(block.ops):
+                self.check_op(block, index, op, defined)
+                for sub in op.sub_block_indices():
+                    if 0 <= sub < len(blocks) and blocks[sub].parent_idx == i:
+                        entry.setdefault(sub, set(defined))
+                defined.update(op.output_names())
+            done[i] = defined
+
+    def check_op(self, block: Block, index: int, op: Operator, defined: set[str]) -> None:
+        for slot, names in op.inputs.items():
+            for name in names:
+                if name == EMPTY_VAR:
+                    continue
+                var = self.lookup(block, name)
+                if var is None:
+                    self.op_problem(block, index, op, f"input {name!r} (slot {slot}) is not declared in "
+                                                      "the block or its ancestors")
+                elif not (name in defined or var.persistable or var.need_check_feed):
+                    self.op_problem(block, index, op, f"input {name!r} (slot {slot}) is used before any "
+                                                      "op defines it (and it is not persistable or fed)")
+        for slot, names in op.outputs.items():
+            for name in names:
+                if name != EMPTY_VAR and self.lookup(block, name) is None:
+                    self.op_problem(block, index, op, f"output {name!r} (slot {slot}) is not declared in "
+                                                      "the block or its ancestors")
+        schema = find(op.type)
+        if schema is None:
+            if not self.allow_unknown_ops:
+                self.op_problem(block, index, op, f"op type {op.type!r} is not registered")
+        else:
+            self.check_slots(block, index, op, schema)
+        self.check_attrs(block, index, op, schema)
+
+    def check_slots(self, block: Block, index: int, op: Operator, schema: OpSchema) -> None:
+        for kind, given, declared in (("input", op.inputs, schema.inputs), ("output", op.outputs, schema.outputs)):
+            known = {s.name: s for s in declared}
+            for slot, names in given.items():
+                if slot not in known:
+                    expected = ", ".join(known) or "none"
+                    self.op_problem(block, index, op, f"{op.type} has no {kind} slot {slot!r} (its {kind} "
+                                                      f"slots: {expected})")
+                elif len(names) > 1 and not known[slot].duplicable:
+                    self.op_problem(block, index, op, f"{kind} slot {slot} holds {len(names)} variables but "
+                                                      "is not duplicable")
+        for required in schema.inputs:
+            if not required.optional and not op.inputs.get(required.name):
+                self.op_problem(block, index, op, f"required input slot {required.name} is missing")
+
+    def check_attrs(self, block: Block, index: int, op: Operator, schema: OpSchema | None) -> None:
+        for name, t in op.attr_types.items():
+            adef = schema.attr_def(name) if schema is not None else None
+            expected = adef.type if adef is not None else COMMON_ATTRS.get(name)
+            if expected is None and schema is not None:
+                self.op_problem(block, index, op, f"unknown attribute {name!r} for {op.type}")
+            elif expected is not None and t is not expected:
+                self.op_problem(block, index, op, f"attribute {name!r} is {t.name}, expected {expected.name}")
+            if t in (AttrType.BLOCK, AttrType.BLOCKS):
+                self.check_block_refs(block, index, op, name)
+        if schema is not None:
+            for adef in schema.attrs:
+                if adef.default is REQUIRED and adef.name not in op.attrs:
+                    self.op_problem(block, index, op, f"required attribute {adef.name!r} is missing")
+        device = op.attrs.get("op_device")
+        if isinstance(device, str) and device and not is_valid_device(device):
+            self.op_problem(block, index, op, f"op_device {device!r} is not well formed (expected {_DEVICE_FORMS})")
+
+    def check_block_refs(self, block: Block, index: int, op: Operator, name: str) -> None:
+        value = op.attrs[name]
+        for idx in value if isinstance(value, list) else [value]:
+            if not 0 <= idx < len(self.program.blocks):
+                self.op_problem(block, index, op, f"attribute {name!r} refers to block {idx}, which does not exist")
+            elif self.program.blocks[idx].parent_idx != self.position[id(block)]:
+                self.op_problem(block, index, op, f"attribute {name!r} refers to block {idx}, whose parent is "
+                                                  f"block {self.program.blocks[idx].parent_idx}, not this block")
+
+
+def verify(program: Program, *, allow_unknown_ops: bool = False) -> None:
+    """Check ``program``; raise :class:`VerifyError` listing every problem found.
+
+    The error's ``problems`` attribute holds the problems one by one.
+    """
+    v = _Verifier(program, allow_unknown_ops)
+    v.check_blocks()
+    if program.blocks:
+        v.check_ops()
+    if v.problems:
+        count = len(v.problems)
+        raise VerifyError(f"program is invalid ({count} problem{'s' if count > 1 else ''}):\n  "
+                          + "\n  ".join(v.problems), v.problems)

@@ -1,3 +1,119 @@
-"""PLACEHOLDER: being written."""
+"""Data movement ops: ``feed``, ``fetch`` and ``memcpy``.
 
-SCHEMAS: tuple = ()
+``feed`` takes column ``col`` of the feed list (a Python list held in a
+FEED_MINIBATCH variable) onto the kernel's device; ``fetch`` brings a value back
+to the host for position ``col`` of the fetch list; ``memcpy`` copies a value
+(dense, LoDTensor or SelectedRows) towards ``dst_device``. All three keep a
+value's kind: a LoDTensor stays a LoDTensor with its LoD.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Callable
+
+import numpy as np
+
+from blockir.ir.attrs import AttrType
+from blockir.ir.dtypes import VarKind
+from blockir.ir.schema import AttrDef, InferContext, KernelContext, OpSchema, Slot
+from blockir.ir.verify import is_valid_device
+from blockir.ops.common import kernel_error, to_host
+from blockir.ops.values import LoDTensor, SelectedRows
+
+
+def map_arrays(value: Any, fn: Callable[[Any], Any]) -> Any:
+    """Apply ``fn`` to the array(s) of a dense, LoDTensor or SelectedRows value; keep LoD, rows and height."""
+    if isinstance(value, LoDTensor):
+        return LoDTensor(fn(value.data), value.lod)
+    if isinstance(value, SelectedRows):
+        return SelectedRows(np.array(to_host(value.rows), dtype=np.int64), fn(value.values), value.height)
+    return fn(value)
+
+
+def _col(ctx: InferContext) -> None:
+    if ctx.attr("col") < 0:
+        ctx.fail(f"col {ctx.attr('col')} must not be negative")
+
+
+def _infer_feed(ctx: InferContext) -> None:
+    _col(ctx)
+    x = ctx.input("X")
+    if x.kind is not VarKind.FEED_MINIBATCH:
+        ctx.fail(f"X {x.name!r} must be a feed_minibatch variable, not {x.kind.text}")
+
+
+def _feed(ctx: KernelContext, feed_list: Any) -> Any:
+    """Column ``col`` of the feed list, on the kernel's device (numpy arrays are not copied)."""
+    col = ctx.attrs["col"]
+    if not 0 <= col < len(feed_list):
+        raise kernel_error(ctx, f"feed: column {col} is missing from the feed list, which holds "
+                                f"{len(feed_list)} value(s)")
+    return map_arrays(feed_list[col], ctx.xp.asarray)
+
+
+def _infer_fetch(ctx: InferContext) -> None:
+    _col(ctx)
+    for out in ctx.outputs("Out"):
+        if out.kind is not VarKind.FETCH_LIST:
+            ctx.fail(f"Out {out.name!r} must be a fetch_list variable, not {out.kind.text}")
+
+
+def _fetch(ctx: KernelContext, x: Any) -> Any:
+    """A host copy of X (never aliasing a buffer the program may update in place later)."""
+    return map_arrays(x, lambda a: a.copy() if isinstance(a, np.ndarray) else to_host(a))
+
+
+def _infer_memcpy(ctx: InferContext) -> None:
+    device = ctx.attr("dst_device")
+    if not is_valid_device(device):
+        ctx.fail(f"dst_device {device!r} is not a device (cpu, cpu:N, cuda, cuda:N)")
+    x = ctx.input("X")
+    for out in ctx.outputs("Out"):
+        out.kind = x.kind
+    if x.shape is not None:
+        ctx.set_output("Out", x.shape, x.dtype, lod_level=x.lod_level)
+
+
+def _memcpy(ctx: KernelContext, x: Any) -> Any:
+    """A real copy of X (data copied, LoD / rows kept). The runtime places the op so that ``ctx.xp``
+    allocates on ``dst_device``; between host devices the copy is ``xp.array(x, copy=True)``."""
+    return map_arrays(x, lambda a: ctx.xp.array(a, copy=True))
+
+
+_X = (Slot("X", lod=True, no_grad=True),)  # values arrive as they are: lists, LoDTensors, SelectedRows
+_OUT = (Slot("Out"),)
+_COL = (AttrDef("col", AttrType.INT, 0),)
+
+FEED = OpSchema(
+    "feed",
+    inputs=_X,
+    outputs=_OUT,
+    attrs=_COL,
+    infer=_infer_feed,
+    kernel=_feed,
+    doc="Out = X[col], X being the feed list.",
+)
+
+FETCH = OpSchema(
+    "fetch",
+    inputs=_X,
+    outputs=_OUT,
+    attrs=_COL,
+    infer=_infer_fetch,
+    kernel=_fetch,
+    side_effects=True,
+    doc="A host copy of X, stored by the executor at position col of the fetch list Out.",
+)
+
+MEMCPY = OpSchema(
+    "memcpy",
+    inputs=_X,
+    outputs=_OUT,
+    attrs=(AttrDef("dst_device", AttrType.STRING),),
+    infer=_infer_memcpy,
+    kernel=_memcpy,
+    share_lod=(("X", "Out"),),
+    doc="A copy of X on dst_device (dense, LoDTensor or SelectedRows).",
+)
+
+SCHEMAS: tuple[OpSchema, ...] = (FEED, FETCH, MEMCPY)

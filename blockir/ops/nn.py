@@ -1,3 +1,382 @@
-"""PLACEHOLDER: being written."""
+"""Neural-network ops: cross-entropy losses, top-k and accuracy, embedding lookup.
 
-SCHEMAS: tuple = ()
+Semantics follow PaddlePaddle Fluid 1.x (``cross_entropy``,
+``softmax_with_cross_entropy``, ``top_k``, ``accuracy``, ``lookup_table``).
+Kernels are written once against the array module ``ctx.xp``.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from blockir.ir.attrs import AttrType
+from blockir.ir.dtypes import FLOAT_DTYPES, VarKind
+from blockir.ir.schema import EMPTY_VAR, AttrDef, GradContext, InferContext, KernelContext, OpSchema, OpSpec, Slot
+from blockir.ops.common import compatible, fmt, grad_op, infer_like, kernel_error, normalize_axis, to_host
+from blockir.ops.values import SelectedRows, add_rows
+
+ID_DTYPES = ("int64", "int32")
+
+
+def _float_input(ctx: InferContext, slot: str) -> Any:
+    var = ctx.input(slot)
+    if var.dtype not in FLOAT_DTYPES:
+        ctx.fail(f"{slot} {fmt(var)} must be a floating-point tensor")
+    if not var.shape:
+        ctx.fail(f"{slot} {fmt(var)} must have at least one dimension")
+    return var
+
+
+def _check_label(ctx: InferContext, x: Any, label: Any, axis: int) -> None:
+    """Hard labels: integer, same shape as ``x`` but 1 on ``axis``; soft labels: ``x``'s dtype and shape."""
+    soft = ctx.attr("soft_label")
+    if len(label.shape) != len(x.shape):
+        ctx.fail(f"Label {fmt(label)} must have the rank of {fmt(x)}")
+    if soft:
+        if label.dtype != x.dtype:
+            ctx.fail(f"soft Label {fmt(label)} must have the dtype of {fmt(x)}")
+    elif label.dtype not in ID_DTYPES:
+        ctx.fail(f"Label {fmt(label)} must be int64 class indices (soft_label=False); use soft_label=True "
+                 "for a distribution over classes")
+    for i, (d, e) in enumerate(zip(x.shape, label.shape)):
+        want = d if soft or i != axis else 1
+        if not compatible(want, e):
+            ctx.fail(f"Label {fmt(label)} does not match {fmt(x)}: dim {i} must be {want}")
+
+
+def _label_mask(ctx: KernelContext, label: Any, classes: int) -> tuple[Any, Any]:
+    """(valid rows, labels with ignored rows set to 0) of hard labels; raise on labels out of range."""
+    xp = ctx.xp
+    ignore = ctx.attrs["ignore_index"]
+    valid = label != ignore
+    bad = valid & ((label < 0) | (label >= classes))
+    if bool(bad.any()):
+        value = int(label[bad].reshape(-1)[0])
+        raise kernel_error(ctx, f"label {value} is out of range [0, {classes}) (ignore_index={ignore})")
+    return valid, xp.where(valid, label, 0)
+
+
+def _one_hot(xp: Any, safe: Any, classes: int, axis: int, ndim: int) -> Any:
+    """Boolean mask, True where the class index along ``axis`` equals ``safe`` (which has size 1 there)."""
+    shape = [1] * ndim
+    shape[axis] = classes
+    return xp.arange(classes).reshape(shape) == safe
+
+
+# -- cross_entropy ---------------------------------------------------------------------------
+
+# Fluid declares ignore_index an int for cross_entropy and an int64 for softmax_with_cross_entropy.
+_CE_ATTRS = (AttrDef("soft_label", AttrType.BOOLEAN, False), AttrDef("ignore_index", AttrType.INT, -100))
+
+
+def _infer_cross_entropy(ctx: InferContext) -> None:
+    x = _float_input(ctx, "X")
+    label = ctx.input("Label")
+    _check_label(ctx, x, label, len(x.shape) - 1)
+    ctx.set_output("Y", (*x.shape[:-1], 1), x.dtype, lod_level=x.lod_level)
+
+
+def _cross_entropy(ctx: KernelContext, x: Any, label: Any) -> Any:
+    """Y = -log(X[label]) per row (0 for ``ignore_index``); soft labels: -sum(label * log(X))."""
+    xp = ctx.xp
+    if ctx.attrs["soft_label"]:
+        return -(label * xp.log(x)).sum(axis=-1, keepdims=True)
+    valid, safe = _label_mask(ctx, label, x.shape[-1])
+    picked = xp.where(valid, xp.take_along_axis(x, safe, axis=-1), 1)
+    return -xp.log(picked)
+
+
+def _cross_entropy_grad_kernel(ctx: KernelContext, x: Any, label: Any, dy: Any) -> Any:
+    xp = ctx.xp
+    if ctx.attrs["soft_label"]:
+        return -dy * label / x
+    valid, safe = _label_mask(ctx, label, x.shape[-1])
+    picked = xp.take_along_axis(x, safe, axis=-1)
+    coef = xp.where(valid, -dy / xp.where(valid, picked, 1), 0)
+    return xp.where(_one_hot(xp, safe, x.shape[-1], x.ndim - 1, x.ndim), coef, 0).astype(x.dtype, copy=False)
+
+
+CROSS_ENTROPY_GRAD = OpSchema(
+    "cross_entropy_grad",
+    inputs=(Slot("X"), Slot("Label", no_grad=True), Slot("Y@GRAD")),
+    outputs=(Slot("X@GRAD"),),
+    attrs=_CE_ATTRS,
+    infer=lambda ctx: infer_like(ctx, "X", "X@GRAD"),
+    kernel=_cross_entropy_grad_kernel,
+    doc="Gradient of cross_entropy: -dY / X[label] at the label, 0 elsewhere (soft: -dY * Label / X).",
+)
+
+CROSS_ENTROPY = OpSchema(
+    "cross_entropy",
+    inputs=(Slot("X"), Slot("Label", no_grad=True)),
+    outputs=(Slot("Y"),),
+    attrs=_CE_ATTRS,
+    infer=_infer_cross_entropy,
+    grad=lambda g: grad_op(g, CROSS_ENTROPY_GRAD, ("X", "Label", "Y@GRAD"), ("X",)),
+    kernel=_cross_entropy,
+    doc="Cross-entropy of probabilities X [N, D] with int64 labels [N, 1] (or soft labels [N, D]): Y [N, 1].",
+)
+
+
+# -- softmax_with_cross_entropy -------------------------------------------------------------------
+
+_SWCE_ATTRS = (AttrDef("soft_label", AttrType.BOOLEAN, False), AttrDef("ignore_index", AttrType.LONG, -100),
+               AttrDef("axis", AttrType.INT, -1))
+
+
+def _infer_softmax_with_cross_entropy(ctx: InferContext) -> None:
+    logits = _float_input(ctx, "Logits")
+    axis = normalize_axis(ctx, ctx.attr("axis"), len(logits.shape))
+    _check_label(ctx, logits, ctx.input("Label"), axis)
+    loss_shape = list(logits.shape)
+    loss_shape[axis] = 1
+    ctx.set_output("Softmax", logits.shape, logits.dtype, lod_level=logits.lod_level)
+    ctx.set_output("Loss", loss_shape, logits.dtype, lod_level=logits.lod_level)
+
+
+def _softmax_with_cross_entropy(ctx: KernelContext, logits: Any, label: Any) -> tuple[Any, Any]:
+    """Softmax and cross-entropy in one numerically stable pass (log-sum-exp with the max subtracted)."""
+    xp = ctx.xp
+    axis = ctx.attrs["axis"] % logits.ndim
+    shifted = logits - logits.max(axis=axis, keepdims=True)
+    if ctx.attrs["soft_label"]:
+        # -sum(label * (shifted - lse)) = lse * sum(label) - sum(label * shifted)
+        weighted = (label * shifted).sum(axis=axis, keepdims=True)
+        total = label.sum(axis=axis, keepdims=True)
+    else:
+        valid, safe = _label_mask(ctx, label, logits.shape[axis])
+        weighted = xp.take_along_axis(shifted, safe, axis=axis)
+    exp = xp.exp(shifted, out=shifted)
+    denom = exp.sum(axis=axis, keepdims=True)
+    lse = xp.log(denom)
+    exp /= denom
+    if ctx.attrs["soft_label"]:
+        loss = lse * total - weighted
+    else:
+        loss = xp.where(valid, lse - weighted, 0).astype(logits.dtype, copy=False)
+    return exp, loss
+
+
+def _softmax_with_cross_entropy_grad_kernel(ctx: KernelContext, label: Any, softmax: Any, dloss: Any,
+                                            dsoftmax: Any) -> Any:
+    """dLogits from dLoss, (Softmax - onehot(Label)) * dLoss (soft: (Softmax - Label) * dLoss; 0 for
+    ignored rows), plus, when the Softmax output is used too, Softmax * (dSoftmax - sum(dSoftmax * Softmax))."""
+    xp = ctx.xp
+    axis = ctx.attrs["axis"] % softmax.ndim
+    out = None
+    if dloss is not None:
+        if ctx.attrs["soft_label"]:
+            out = softmax - label
+        else:
+            valid, safe = _label_mask(ctx, label, softmax.shape[axis])
+            out = softmax - _one_hot(xp, safe, softmax.shape[axis], axis, softmax.ndim)
+            dloss = xp.where(valid, dloss, 0)
+        out *= dloss
+    if dsoftmax is not None:
+        through = dsoftmax * softmax
+        through -= softmax * through.sum(axis=axis, keepdims=True)
+        out = through if out is None else xp.add(out, through, out=out)
+    return xp.zeros_like(softmax) if out is None else out
+
+
+SOFTMAX_WITH_CROSS_ENTROPY_GRAD = OpSchema(
+    "softmax_with_cross_entropy_grad",
+    inputs=(Slot("Label", no_grad=True), Slot("Softmax"), Slot("Loss@GRAD", optional=True),
+            Slot("Softmax@GRAD", optional=True)),
+    outputs=(Slot("Logits@GRAD"),),
+    attrs=_SWCE_ATTRS,
+    infer=lambda ctx: infer_like(ctx, "Softmax", "Logits@GRAD"),
+    kernel=_softmax_with_cross_entropy_grad_kernel,
+    doc="Gradient of softmax_with_cross_entropy with respect to Logits.",
+)
+
+def _grad_softmax_with_cross_entropy(g: GradContext) -> list[OpSpec]:
+    """The gradient op reads the gradient of each output that has one (usually only Loss)."""
+    reads = [f"{slot}@GRAD" for slot in ("Loss", "Softmax") if any(n != EMPTY_VAR for n in g.output_grad(slot))]
+    return grad_op(g, SOFTMAX_WITH_CROSS_ENTROPY_GRAD, ("Label", "Softmax", *reads), ("Logits",))
+
+
+SOFTMAX_WITH_CROSS_ENTROPY = OpSchema(
+    "softmax_with_cross_entropy",
+    inputs=(Slot("Logits"), Slot("Label", no_grad=True)),
+    outputs=(Slot("Softmax"), Slot("Loss")),
+    attrs=_SWCE_ATTRS,
+    infer=_infer_softmax_with_cross_entropy,
+    grad=_grad_softmax_with_cross_entropy,
+    kernel=_softmax_with_cross_entropy,
+    doc="softmax(Logits) along axis and the cross-entropy Loss against Label, computed stably.",
+)
+
+
+# -- top_k and accuracy -----------------------------------------------------------------------------
+
+
+def _infer_top_k(ctx: InferContext) -> None:
+    x = ctx.input("X")
+    k = ctx.attr("k")
+    if not x.shape:
+        ctx.fail(f"X {fmt(x)} must have at least one dimension")
+    if k < 1:
+        ctx.fail(f"k must be at least 1, got {k}")
+    if x.shape[-1] >= 0 and k > x.shape[-1]:
+        ctx.fail(f"k={k} exceeds the last dimension of X {fmt(x)}")
+    shape = (*x.shape[:-1], k)
+    ctx.set_output("Out", shape, x.dtype, lod_level=x.lod_level)
+    ctx.set_output("Indices", shape, "int64", lod_level=x.lod_level)
+
+
+def _top_k(ctx: KernelContext, x: Any) -> tuple[Any, Any]:
+    """The k largest values along the last axis, in descending order, and their int64 indices.
+
+    Equal values keep their order (the lower index first): a stable sort of the negated keys.
+    """
+    xp = ctx.xp
+    k = ctx.attrs["k"]
+    if k > x.shape[-1]:
+        raise kernel_error(ctx, f"k={k} exceeds the last dimension of X {list(x.shape)}")
+    key = -x.astype("int64") if x.dtype.kind in "bu" else -x
+    indices = xp.argsort(key, axis=-1, kind="stable")[..., :k]
+    return xp.take_along_axis(x, indices, axis=-1), indices.astype("int64", copy=False)
+
+
+TOP_K = OpSchema(
+    "top_k",
+    inputs=(Slot("X"),),
+    outputs=(Slot("Out"), Slot("Indices", no_grad=True)),
+    attrs=(AttrDef("k", AttrType.INT, 1),),
+    infer=_infer_top_k,
+    kernel=_top_k,
+    doc="The k largest entries of X's last axis (Out) and their positions (Indices, int64).",
+)
+
+
+def _infer_accuracy(ctx: InferContext) -> None:
+    indices, label = ctx.input("Indices"), ctx.input("Label")
+    if indices.dtype not in ID_DTYPES or len(indices.shape) != 2:
+        ctx.fail(f"Indices {fmt(indices)} must be an int64 [N, k] tensor (the output of top_k)")
+    if label.dtype not in ID_DTYPES:
+        ctx.fail(f"Label {fmt(label)} must be int64 class indices")
+    if len(label.shape) != 2 or not compatible(label.shape[1], 1) or not compatible(label.shape[0],
+                                                                                      indices.shape[0]):
+        ctx.fail(f"Label {fmt(label)} must have shape [N, 1] for Indices {fmt(indices)}")
+    ctx.set_output("Accuracy", (1,), "float32")
+    ctx.set_output("Correct", (1,), "int64")
+    ctx.set_output("Total", (1,), "int64")
+
+
+def _accuracy(ctx: KernelContext, out: Any, indices: Any, label: Any) -> tuple[Any, Any, Any]:
+    """The fraction of rows whose label is among their top-k ``Indices`` (0 for an empty batch)."""
+    xp = ctx.xp
+    rows = indices.shape[0]
+    if label.size != rows:
+        raise kernel_error(ctx, f"Label {list(label.shape)} must have one entry per row of Indices "
+                                f"{list(indices.shape)}")
+    hits = (indices == label.reshape(rows, 1)).any(axis=1)
+    correct = hits.sum(dtype="int64").reshape(1)
+    accuracy = correct.astype("float32") / max(rows, 1)
+    return accuracy, correct, xp.full((1,), rows, dtype="int64")
+
+
+ACCURACY = OpSchema(
+    "accuracy",
+    inputs=(Slot("Out", no_grad=True), Slot("Indices", no_grad=True), Slot("Label", no_grad=True)),
+    outputs=(Slot("Accuracy"), Slot("Correct"), Slot("Total")),
+    infer=_infer_accuracy,
+    kernel=_accuracy,
+    doc="Top-k accuracy: Accuracy (float32 [1]) = Correct / Total (int64 [1] each).",
+)
+
+# -- lookup_table --------------------------------------------------------------------------------
+
+_LOOKUP_ATTRS = (AttrDef("is_sparse", AttrType.BOOLEAN, False), AttrDef("padding_idx", AttrType.LONG, -1))
+
+
+def _infer_lookup_table(ctx: InferContext) -> None:
+    w, ids = ctx.input("W"), ctx.input("Ids")
+    if w.dtype not in FLOAT_DTYPES or len(w.shape) != 2:
+        ctx.fail(f"W {fmt(w)} must be a floating-point [vocab, dim] table")
+    if ids.dtype not in ID_DTYPES:
+        ctx.fail(f"Ids {fmt(ids)} must be int64 or int32")
+    if not ids.shape or not compatible(ids.shape[-1], 1):
+        ctx.fail(f"Ids {fmt(ids)} must have a last dimension of 1, e.g. [N, 1]")
+    padding = ctx.attr("padding_idx")
+    if padding != -1 and (padding < 0 or 0 <= w.shape[0] <= padding):
+        ctx.fail(f"padding_idx {padding} is out of range for table W {fmt(w)} (-1: no padding)")
+    ctx.set_output("Out", (*ids.shape[:-1], w.shape[1]), w.dtype, lod_level=ids.lod_level)
+
+
+def _flat_ids(ctx: KernelContext, ids: Any, height: int) -> Any:
+    """Ids flattened to one dimension, checked against the table height."""
+    flat = ids.reshape(-1)
+    if flat.size:
+        low, high = int(flat.min()), int(flat.max())
+        if low < 0 or high >= height:
+            raise kernel_error(ctx, f"id {low if low < 0 else high} is out of range for a table of height "
+                                    f"{height} (valid ids: 0..{height - 1})")
+    return flat
+
+
+def _lookup_table(ctx: KernelContext, w: Any, ids: Any) -> Any:
+    """Out[i] = W[Ids[i]]; rows whose id is ``padding_idx`` are zero."""
+    flat = _flat_ids(ctx, ids, w.shape[0])
+    out = ctx.xp.take(w, flat, axis=0)
+    padding = ctx.attrs["padding_idx"]
+    if padding != -1:
+        out[flat == padding] = 0
+    return out.reshape(*ids.shape[:-1], w.shape[1])
+
+
+def _lookup_table_grad_kernel(ctx: KernelContext, w: Any, ids: Any, dout: Any) -> Any:
+    """W@GRAD: dense (rows of dOut added at their ids) or, with ``is_sparse``, a SelectedRows.
+
+    The SelectedRows keeps repeated ids as separate rows (consumers accumulate);
+    rows of ``padding_idx`` are left out, as they get no gradient.
+    """
+    xp = ctx.xp
+    flat = _flat_ids(ctx, ids, w.shape[0])
+    values = dout.reshape(flat.shape[0], w.shape[1])
+    padding = ctx.attrs["padding_idx"]
+    if padding != -1:
+        keep = flat != padding
+        flat, values = flat[keep], values[keep]
+    if ctx.attrs["is_sparse"]:
+        return SelectedRows(to_host(flat).astype("int64", copy=False), values, int(w.shape[0]))
+    grad = xp.zeros(w.shape, dtype=dout.dtype)
+    add_rows(grad, flat, values, xp)
+    return grad
+
+
+def _infer_lookup_table_grad(ctx: InferContext) -> None:
+    infer_like(ctx, "W", "W@GRAD")
+    if ctx.attr("is_sparse"):
+        for var in ctx.outputs("W@GRAD"):
+            var.kind = VarKind.SELECTED_ROWS
+
+
+LOOKUP_TABLE_GRAD = OpSchema(
+    "lookup_table_grad",
+    inputs=(Slot("W"), Slot("Ids", no_grad=True), Slot("Out@GRAD")),
+    outputs=(Slot("W@GRAD"),),
+    attrs=_LOOKUP_ATTRS,
+    infer=_infer_lookup_table_grad,
+    kernel=_lookup_table_grad_kernel,
+    doc="Gradient of lookup_table: dense [V, D], or SelectedRows(rows=Ids, values=dOut) with is_sparse.",
+)
+
+LOOKUP_TABLE = OpSchema(
+    "lookup_table",
+    inputs=(Slot("W"), Slot("Ids", no_grad=True)),
+    outputs=(Slot("Out"),),
+    attrs=_LOOKUP_ATTRS,
+    infer=_infer_lookup_table,
+    grad=lambda g: grad_op(g, LOOKUP_TABLE_GRAD, ("W", "Ids", "Out@GRAD"), ("W",)),
+    kernel=_lookup_table,
+    share_lod=(("Ids", "Out"),),
+    doc="Embedding lookup: rows of W [V, D] for int64 Ids [N, 1] -> Out [N, D].",
+)
+
+
+SCHEMAS: tuple[OpSchema, ...] = (
+    CROSS_ENTROPY, CROSS_ENTROPY_GRAD, SOFTMAX_WITH_CROSS_ENTROPY, SOFTMAX_WITH_CROSS_ENTROPY_GRAD,
+    TOP_K, ACCURACY, LOOKUP_TABLE, LOOKUP_TABLE_GRAD,
+)

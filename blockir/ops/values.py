@@ -63,6 +63,21 @@ class LoDTensor:
         return a.astype(dtype) if dtype is not None else a
 
 
+def add_rows(out: Any, rows: Any, values: Any, xp: Any = np) -> None:
+    """``out[rows[i]] += values[i]`` for every ``i``, in place; repeated rows accumulate.
+
+    On a C-contiguous ``out`` this scatters over the flattened array, which
+    numpy's ``add.at`` does several times faster than row by row.
+    """
+    rows = xp.asarray(rows)
+    if not out.flags.c_contiguous or out.ndim < 2:
+        xp.add.at(out, rows, values)
+        return
+    width = out.size // out.shape[0] if out.shape[0] else 0
+    flat = (rows.reshape(-1, 1) * width + xp.arange(width)).reshape(-1)
+    xp.add.at(out.reshape(-1), flat, values.reshape(-1))
+
+
 @dataclass
 class SelectedRows:
     """A sparse set of rows of a ``[height, ...]`` tensor: ``dense[rows[i]] += values[i]``.
@@ -87,12 +102,12 @@ class SelectedRows:
         """The same rows with duplicates summed, rows sorted ascending."""
         uniq, inverse = np.unique(np.asarray(self.rows), return_inverse=True)
         out = xp.zeros((len(uniq), *self.values.shape[1:]), dtype=self.values.dtype)
-        xp.add.at(out, xp.asarray(inverse), self.values)
+        add_rows(out, inverse, self.values, xp)
         return SelectedRows(uniq, out, self.height)
 
     def to_dense(self, xp: Any = np) -> Any:
         out = xp.zeros(self.shape, dtype=self.values.dtype)
-        xp.add.at(out, xp.asarray(self.rows), self.values)
+        add_rows(out, self.rows, self.values, xp)
         return out
 
     def __array__(self, dtype: Any = None, copy: Any = None) -> np.ndarray:

@@ -1,0 +1,205 @@
+"""Executor benchmark: blockir against hand-written numpy (and PyTorch eager when installed).
+
+    python benchmarks/bench_executor.py [--ref ../shared/bench/mlp_numpy.py] [--repeats 15]
+
+Measures, in one process, alternating the contenders and taking medians:
+
+1. one training step of the MLP 784-256-256-10 (relu, relu, softmax, cross-entropy, mean loss, plain
+   SGD) at batch 64 and 256: the blockir executor running the program the DSL builds, against the
+   reference numpy step (``make_step`` of ``mlp_numpy.py``, used as it is), starting from the same
+   weights (the first losses are checked to agree);
+2. dispatch overhead per op: a chain of 1,000 ``scale`` ops on a [1] array, run by the executor,
+   minus the same 1,000 kernel calls made directly;
+3. the same MLP step in PyTorch eager on the CPU, if ``torch`` is importable;
+4. the peak memory (tracemalloc) of one training step, blockir against the reference.
+
+Goals: <= 1.10x numpy at batch 64, <= 3 us of dispatch per op, <= 1.2x numpy's peak memory.
+On machines that set OPENBLAS_CORETYPE / OPENBLAS_L2_SIZE, unset both for the benchmark command.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib.util
+import statistics
+import sys
+import time
+import tracemalloc
+from pathlib import Path
+from typing import Any, Callable
+
+import numpy as np
+
+import blockir as bir
+from blockir.ir.schema import lookup
+
+REPO = Path(__file__).resolve().parent.parent
+DEFAULT_REF = REPO.parent / "shared" / "bench" / "mlp_numpy.py"
+GOAL_STEP, GOAL_DISPATCH_US, GOAL_MEMORY = 1.10, 3.0, 1.2
+
+
+def load_reference(path: Path) -> Any:
+    spec = importlib.util.spec_from_file_location("mlp_numpy", path)
+    if spec is None or spec.loader is None or not path.is_file():
+        sys.exit(f"bench_executor: no reference step at {path} (give --ref)")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def blockir_step(ref: Any, batch: int, lr: float = 0.01) -> tuple[Callable[[], Any], Callable[[], Any]]:
+    """(the blockir step, the reference step), same data and initial weights."""
+    ref_step, data = ref.make_step(batch=batch, lr=lr)
+    main, startup = bir.Program(), bir.Program()
+    with bir.unique_name.guard(), bir.program_guard(main, startup):
+        x = bir.data("x", shape=[-1, ref.SIZES[0]], dtype="float32")
+        y = bir.data("y", shape=[-1, 1], dtype="int64")
+        h = x
+        for size in ref.SIZES[1:-1]:
+            h = bir.layers.fc(h, size=size, act="relu")
+        pred = bir.layers.fc(h, size=ref.SIZES[-1], act="softmax")
+        loss = bir.layers.mean(bir.layers.cross_entropy(pred, y))
+        bir.optimizer.SGD(learning_rate=lr).minimize(loss)
+    exe, scope = bir.Executor("cpu"), bir.Scope()
+    exe.run(startup, scope=scope)
+    params = main.all_parameters()  # w0, b0, w1, b1, w2, b2: the reference's order
+    if [tuple(p.shape) for p in params] != [w.shape for w in data["params"]]:
+        sys.exit(f"bench_executor: parameters {[p.shape for p in params]} do not match the reference's")
+    for p, w in zip(params, data["params"]):
+        scope.set(p.name, w.copy())
+    feed = {"x": data["x"], "y": data["y"]}
+
+    def step() -> Any:
+        return exe.run(main, feed=feed, fetch_list=[loss], scope=scope)[0]
+
+    return step, ref_step
+
+
+def torch_step(ref: Any, batch: int, lr: float = 0.01) -> Callable[[], Any] | None:
+    try:
+        import torch
+    except ImportError:
+        return None
+    _, data = ref.make_step(batch=batch, lr=lr)
+    x, y = torch.from_numpy(data["x"]), torch.from_numpy(data["y"][:, 0])
+    params = [torch.tensor(w, requires_grad=True) for w in data["params"]]
+
+    def step() -> Any:
+        h = x
+        for i in range(0, len(params) - 2, 2):
+            h = torch.relu(h @ params[i] + params[i + 1])
+        logits = h @ params[-2] + params[-1]
+        loss = torch.nn.functional.cross_entropy(logits, y)
+        for p in params:
+            p.grad = None
+        loss.backward()
+        with torch.no_grad():
+            for p in params:
+                p -= lr * p.grad
+        return loss.item()
+
+    return step
+
+
+def per_call(fn: Callable[[], Any], n: int) -> float:
+    t0 = time.perf_counter()
+    for _ in range(n):
+        fn()
+    return (time.perf_counter() - t0) / n
+
+
+def alternate(contenders: dict[str, Callable[[], Any]], n: int, repeats: int) -> dict[str, float]:
+    """Median seconds per call of each contender, timed in turns."""
+    times: dict[str, list[float]] = {name: [] for name in contenders}
+    for fn in contenders.values():
+        per_call(fn, max(1, n // 4))  # warm-up
+    for _ in range(repeats):
+        for name, fn in contenders.items():
+            times[name].append(per_call(fn, n))
+    return {name: statistics.median(t) for name, t in times.items()}
+
+
+def peak_memory(fn: Callable[[], Any]) -> int:
+    """Peak bytes traced during one call, above what was allocated before it."""
+    fn()
+    tracemalloc.start()
+    try:
+        tracemalloc.reset_peak()
+        base = tracemalloc.get_traced_memory()[0]
+        fn()
+        return tracemalloc.get_traced_memory()[1] - base
+    finally:
+        tracemalloc.stop()
+
+
+def dispatch_overhead(n_ops: int, repeats: int) -> tuple[float, float]:
+    """(executor us/op, direct kernel us/op) for a chain of ``n_ops`` scale ops on a [1] array."""
+    program = bir.Program()
+    block = program.global_block()
+    block.create_var("t0", shape=(1,), dtype="float32")
+    for i in range(n_ops):
+        block.create_var(f"t{i + 1}", shape=(1,), dtype="float32")
+        block.append_op("scale", {"X": f"t{i}"}, {"Out": f"t{i + 1}"}, {"scale": 1.0, "bias": 0.5})
+    exe, scope, x = bir.Executor("cpu"), bir.Scope(), np.zeros(1, dtype="float32")
+    plan = exe.plan(program, ["t0"], [f"t{n_ops}"])
+    kernel, contexts = lookup("scale").kernel, [step.ctx for step in plan.steps]
+
+    def direct() -> Any:
+        v = x
+        for ctx in contexts:
+            v = kernel(ctx, v)
+        return v
+
+    def run() -> Any:
+        return exe.run(program, feed={"t0": x}, fetch_list=[f"t{n_ops}"], scope=scope)[0]
+
+    np.testing.assert_allclose(run(), direct())
+    t = alternate({"executor": run, "direct": direct}, 20, repeats)
+    return t["executor"] / n_ops * 1e6, t["direct"] / n_ops * 1e6
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--ref", type=Path, default=DEFAULT_REF, help="the reference mlp_numpy.py")
+    parser.add_argument("--repeats", type=int, default=15, help="timed rounds per contender (medians)")
+    parser.add_argument("--steps", type=int, default=20, help="training steps per timed round")
+    args = parser.parse_args()
+    ref = load_reference(args.ref)
+    rows: list[tuple[str, str, str]] = []
+
+    print(f"numpy {np.__version__}, reference {args.ref}")
+    for batch in (64, 256):
+        bir_fn, ref_fn = blockir_step(ref, batch)
+        first_bir, first_ref = float(np.asarray(bir_fn()).reshape(-1)[0]), float(ref_fn())
+        if not np.isclose(first_bir, first_ref, rtol=1e-4):
+            sys.exit(f"bench_executor: first losses differ: blockir {first_bir}, numpy {first_ref}")
+        contenders = {"numpy": ref_fn, "blockir": bir_fn}
+        torch_fn = torch_step(ref, batch)
+        if torch_fn is not None:
+            contenders["torch"] = torch_fn
+        t = alternate(contenders, args.steps, args.repeats)
+        for name, seconds in t.items():
+            ratio = seconds / t["numpy"]
+            goal = f"goal <= {GOAL_STEP:.2f}x" if name == "blockir" and batch == 64 else ""
+            rows.append((f"MLP step, batch {batch}: {name}", f"{seconds * 1e3:8.3f} ms",
+                         f"{ratio:5.2f}x numpy  {goal}"))
+        if torch_fn is None and batch == 64:
+            rows.append(("MLP step: torch", "not installed", ""))
+
+    exe_us, direct_us = dispatch_overhead(1000, args.repeats)
+    rows.append(("dispatch overhead per op (1,000 scale ops)", f"{exe_us - direct_us:8.3f} us",
+                 f"goal <= {GOAL_DISPATCH_US:.1f} us (run {exe_us:.2f} us/op, kernel alone {direct_us:.2f})"))
+
+    bir_fn, ref_fn = blockir_step(ref, 64)
+    bir_peak, ref_peak = peak_memory(bir_fn), peak_memory(ref_fn)
+    rows.append(("peak traced memory, step at batch 64: numpy", f"{ref_peak / 1024:8.1f} KiB", ""))
+    rows.append(("peak traced memory, step at batch 64: blockir", f"{bir_peak / 1024:8.1f} KiB",
+                 f"{bir_peak / ref_peak:5.2f}x numpy  goal <= {GOAL_MEMORY:.1f}x"))
+
+    width = max(len(r[0]) for r in rows)
+    for label, value, note in rows:
+        print(f"{label:<{width}}  {value:>14}  {note}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,405 @@
+"""Helpers shared by the op modules: errors, dtype codes, shape inference, broadcasting, families.
+
+Three families keep most ops to a few lines (DESIGN.md, "Ops"):
+
+- :func:`unary_family`: ``Out = f(X)`` of the same shape and dtype, with a
+  gradient op ``T_grad`` reading ``X`` or ``Out`` and ``Out@GRAD``;
+- :func:`binary_family`: ``Out = f(X, Y)`` with Paddle's ``axis`` broadcasting,
+  with a gradient op reducing each input's gradient back to its shape;
+- :func:`reduce_family`: ``reduce_*`` over ``dim`` / ``keep_dim`` / ``reduce_all``.
+
+Broadcasting follows Fluid's elementwise ops: with ``axis >= 0`` Y's dims match
+X's dims starting at ``axis`` (trailing 1s of Y are ignored, and a dim of Y may
+be 1), and the output has X's shape; ``axis=-1`` means numpy broadcasting of
+both sides. :func:`unbroadcast` sums a gradient back to an input's shape.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import numpy as np
+
+from blockir.errors import BlockirError
+from blockir.ir.attrs import AttrType
+from blockir.ir.dtypes import PROTO_TO_DTYPE
+from blockir.ir.schema import (EMPTY_VAR, AttrDef, GradContext, InferContext, KernelContext, OpSchema, OpSpec,
+                               Slot)
+
+FLOATS = frozenset({"float16", "float32", "float64"})
+NUMBERS = FLOATS | {"int32", "int64"}
+ALL_DTYPES = NUMBERS | {"bool"}
+
+Kernel = Callable[..., Any]
+
+# -- errors and values ------------------------------------------------------------------------
+
+
+def kernel_error(ctx: KernelContext, message: str) -> BlockirError:
+    """A runtime error of a kernel, naming the op in its text form."""
+    return BlockirError(f"{message}\n  in: {ctx.op_text}" if ctx.op_text else message)
+
+
+def to_host(a: Any) -> np.ndarray:
+    """``a`` as a host numpy array (a cupy array is copied back with ``.get()``; numpy is not copied)."""
+    return a.get() if hasattr(a, "get") else np.asarray(a)
+
+
+def fill(xp: Any, value: Any, shape: Sequence[int], dtype: Any) -> Any:
+    """A new writable array of ``shape`` holding ``value`` broadcast (``value`` may be an array)."""
+    out = xp.empty(tuple(shape), dtype=dtype)
+    out[...] = value
+    return out
+
+
+# -- dtypes --------------------------------------------------------------------------------------
+
+
+def dtype_attr(ctx: InferContext, name: str) -> str:
+    """The numpy dtype name of the proto ``VarType.Type`` code in attribute ``name``; fail if unknown."""
+    code = ctx.attr(name)
+    dtype = PROTO_TO_DTYPE.get(code)
+    if dtype is None:
+        ctx.fail(f"attribute {name}={code} is not a dtype code (BOOL=0, INT32=2, INT64=3, FP32=5, FP64=6)")
+    return dtype  # type: ignore[return-value]
+
+
+def np_dtype(code: int) -> np.dtype:
+    """The numpy dtype of a proto ``VarType.Type`` code (in kernels: inference has checked the code)."""
+    return np.dtype(PROTO_TO_DTYPE[code])
+
+
+# -- inference helpers -------------------------------------------------------------------------------
+
+
+def fmt(var: Any) -> str:
+    """``'x' (float32 [-1, 4])``: a variable for error messages."""
+    return f"{var.name!r} ({var.dtype} {list(var.shape or ())})"
+
+
+def compatible(a: int, b: int) -> bool:
+    """Whether two dims can be equal (-1 is unknown)."""
+    return a < 0 or b < 0 or a == b
+
+
+def numel(shape: Sequence[int]) -> int:
+    """The number of elements of ``shape``, -1 when a dim is unknown."""
+    n = 1
+    for d in shape:
+        if d < 0:
+            return -1
+        n *= d
+    return n
+
+
+def check_dtype(ctx: InferContext, slot: str, allowed: frozenset[str]) -> Any:
+    """The (first) variable of input ``slot``; fail when there is none or its dtype is not in ``allowed``."""
+    var = ctx.input(slot)
+    if var is None:
+        ctx.fail(f"input {slot} is missing")
+    if var.dtype not in allowed:
+        ctx.fail(f"{slot} {fmt(var)} has dtype {var.dtype}; expected one of {', '.join(sorted(allowed))}")
+    return var
+
+
+def same_dtype(ctx: InferContext, first: Any, second: Any) -> None:
+    """Fail unless two variables have the same dtype (no op converts implicitly)."""
+    if first.dtype != second.dtype:
+        ctx.fail(f"{fmt(first)} and {fmt(second)} have different dtypes; cast one of them first")
+
+
+def merge_shapes(ctx: InferContext, slot: str, dtypes: frozenset[str], axis: int | None = None,
+                 ) -> tuple[Any, list[int]]:
+    """The first variable of duplicable input ``slot`` and the shape its variables share (known dims
+    win over -1); fail unless all have the first one's dtype and rank, and compatible dims except on ``axis``."""
+    first = check_dtype(ctx, slot, dtypes)
+    xs = ctx.inputs(slot)
+    shape = list(first.shape)
+    for var in xs[1:]:
+        same_dtype(ctx, first, var)
+        if len(var.shape) != len(shape) or not all(compatible(a, b) for i, (a, b) in enumerate(zip(shape, var.shape))
+                                                   if i != axis):
+            ctx.fail(f"{slot} {fmt(var)} does not match {fmt(first)}"
+                     + (f" outside axis {axis}" if axis is not None else ""))
+        shape = [b if a < 0 else a for a, b in zip(shape, var.shape)]
+    return first, shape
+
+
+def normalize_axis(ctx: InferContext, axis: int, rank: int, what: str = "axis") -> int:
+    """``axis`` in ``[0, rank)``; negative counts from the end; fail when out of range."""
+    if not -rank <= axis < rank:
+        ctx.fail(f"{what} {axis} is out of range for rank {rank}")
+    return axis % rank
+
+
+def infer_like(ctx: InferContext, src: str, dst: str, index: int = 0) -> None:
+    """Give output ``dst`` (entry ``index``) the shape, dtype and LoD level of input ``src`` (gradients)."""
+    names = ctx.op.inputs.get(src, [])
+    if index < len(names):
+        var = ctx.block.find_var_recursive(names[index])
+        if var.shape is not None:
+            ctx.set_output(dst, var.shape, var.dtype, lod_level=var.lod_level, index=index)
+
+
+def infer_grads(*slots: str) -> Callable[[InferContext], None]:
+    """An ``infer`` giving each ``S@GRAD`` output (every entry) the shape and dtype of input ``S``."""
+
+    def infer(ctx: InferContext) -> None:
+        for slot in slots:
+            for i in range(len(ctx.op.outputs.get(slot + "@GRAD", []))):
+                infer_like(ctx, slot, slot + "@GRAD", i)
+    return infer
+
+
+# -- gradient makers --------------------------------------------------------------------------------
+
+
+def forward_attrs(g: GradContext, schema: OpSchema) -> dict[str, Any]:
+    """The forward op's values of ``schema``'s attributes, for its gradient op."""
+    return {a.name: g.op.attr(a.name) for a in schema.attrs}
+
+
+def grad_outputs(g: GradContext, *slots: str) -> dict[str, list[str]]:
+    """``{"X@GRAD": [...]}`` for the input slots among ``slots`` that need a gradient (others left out)."""
+    out = {}
+    for slot in slots:
+        names = g.input_grad(slot)
+        if any(n != EMPTY_VAR for n in names):
+            out[slot + "@GRAD"] = names
+    return out
+
+
+def grad_op(g: GradContext, schema: OpSchema, inputs: Sequence[str], of: Sequence[str]) -> list[OpSpec]:
+    """One gradient op ``schema``: reads forward slots ``inputs`` (``"Out@GRAD"`` names an output's
+    gradient), writes the gradients of forward inputs ``of``; none when no gradient is needed."""
+    outputs = grad_outputs(g, *of)
+    if not outputs:
+        return []
+    slots = {}
+    for slot in inputs:
+        if slot.endswith("@GRAD"):
+            slots[slot] = g.output_grad(slot[: -len("@GRAD")])
+        else:
+            slots[slot] = g.input(slot) if g.op.inputs.get(slot) else g.output(slot)
+    return [OpSpec(schema.type, slots, outputs, forward_attrs(g, schema))]
+
+
+# -- broadcasting ------------------------------------------------------------------------------------
+
+
+def trim_ones(shape: Sequence[int]) -> tuple[int, ...]:
+    """``shape`` without its trailing 1s (Paddle ignores them when matching Y against X)."""
+    end = len(shape)
+    while end and shape[end - 1] == 1:
+        end -= 1
+    return tuple(shape[:end])
+
+
+def y_view_shape(x_rank: int, y_shape: Sequence[int], axis: int) -> tuple[int, ...] | None:
+    """The shape Y takes for numpy broadcasting against X under Paddle's ``axis`` (``axis >= 0``),
+    or None when Y needs no reshape; numpy's leading 1s are implied."""
+    if axis + len(y_shape) == x_rank:  # Y already lines up with X's trailing dims (a bias)
+        return None
+    core = trim_ones(y_shape)
+    trailing = x_rank - axis - len(core)
+    if trailing == 0 and len(core) == len(y_shape):
+        return None
+    return (*core, *([1] * trailing))
+
+
+def broadcast_dims(a: Sequence[int], b: Sequence[int]) -> tuple[int, ...] | None:
+    """numpy broadcasting of two shapes with -1 for unknown dims; None when they cannot broadcast."""
+    out = []
+    for i in range(1, max(len(a), len(b)) + 1):
+        p = a[-i] if i <= len(a) else 1
+        q = b[-i] if i <= len(b) else 1
+        if p == 1 or q == 1:
+            out.append(q if p == 1 else p)
+        elif p < 0 or q < 0:
+            out.append(max(p, q))
+        elif p != q:
+            return None
+        else:
+            out.append(p)
+    return tuple(reversed(out))
+
+
+def broadcast_shapes(ctx: InferContext, x: Any, y: Any, axis: int) -> tuple[int, ...]:
+    """The output shape of an elementwise op on variables ``x`` and ``y`` (see the module docstring)."""
+    xs, ys = tuple(x.shape), tuple(y.shape)
+    if axis == -1:
+        out = broadcast_dims(xs, ys)
+        if out is None:
+            ctx.fail(f"X {fmt(x)} and Y {fmt(y)} do not broadcast")
+        return out  # type: ignore[return-value]
+    core = trim_ones(ys)
+    if not 0 <= axis <= len(xs) - len(core):
+        ctx.fail(f"axis={axis} does not place Y {fmt(y)} within X {fmt(x)} (need 0 <= axis <= "
+                 f"{len(xs) - len(core)}, or -1 for numpy broadcasting)")
+    for i, d in enumerate(core):
+        if d != 1 and not compatible(d, xs[axis + i]):
+            ctx.fail(f"Y {fmt(y)} does not match X {fmt(x)} at axis={axis}: Y dim {i} is {d}, "
+                     f"X dim {axis + i} is {xs[axis + i]}")
+    return xs
+
+
+def unbroadcast(xp: Any, grad: Any, shape: Sequence[int]) -> Any:
+    """``grad`` (of a broadcast result) summed over the broadcast dims back to ``shape``."""
+    shape = tuple(shape)
+    if grad.shape == shape:
+        return grad
+    lead = grad.ndim - len(shape)
+    if grad.shape[lead:] == shape:  # the common case: only leading dims were added (a bias)
+        return grad.sum(axis=0) if lead == 1 else grad.sum(axis=tuple(range(lead)))
+    axes = (*range(lead), *(lead + i for i, d in enumerate(shape) if d == 1 and grad.shape[lead + i] != 1))
+    return grad.sum(axis=axes).reshape(shape) if axes else grad.reshape(shape)
+
+
+def y_view(y: Any, x_rank: int, axis: int) -> Any:
+    """Y reshaped for numpy broadcasting against an X of rank ``x_rank`` under Paddle's ``axis``."""
+    if axis < 0 or axis + y.ndim == x_rank:
+        return y
+    view = y_view_shape(x_rank, y.shape, axis)
+    return y if view is None else y.reshape(view)
+
+
+# -- families ---------------------------------------------------------------------------------------------
+
+
+def unary_family(op_type: str, kernel: Kernel, grad_kernel: Kernel | None = None, grad_input: str = "Out",
+                 dtypes: frozenset[str] = FLOATS, attrs: tuple[AttrDef, ...] = (),
+                 check: Callable[[InferContext, Any], None] | None = None,
+                 grad: Callable[[GradContext], list[OpSpec]] | None = None,
+                 doc: str = "") -> tuple[OpSchema, ...]:
+    """``Out = kernel(ctx, X)``, same shape and dtype as X, sharing X's LoD.
+
+    ``check(ctx, x)`` validates attributes against X at inference. With
+    ``grad_kernel`` a gradient op ``<op_type>_grad`` is made too, reading
+    ``grad_input`` (``"X"`` or ``"Out"``) and ``Out@GRAD`` and writing ``X@GRAD``;
+    ``grad`` is a gradient maker reusing other ops instead.
+    """
+
+    def infer(ctx: InferContext) -> None:
+        x = check_dtype(ctx, "X", dtypes)
+        if check is not None:
+            check(ctx, x)
+        ctx.set_output("Out", x.shape, x.dtype, lod_level=x.lod_level)
+
+    def forward(maker: Callable[[GradContext], list[OpSpec]] | None) -> OpSchema:
+        return OpSchema(op_type, inputs=(Slot("X"),), outputs=(Slot("Out"),), attrs=attrs, infer=infer,
+                        grad=maker, kernel=kernel, share_lod=(("X", "Out"),), doc=doc)
+
+    if grad_kernel is None:
+        return (forward(grad),)
+    backward = OpSchema(f"{op_type}_grad", inputs=(Slot(grad_input), Slot("Out@GRAD")),
+                        outputs=(Slot("X@GRAD"),), attrs=attrs,
+                        infer=lambda ctx: infer_like(ctx, grad_input, "X@GRAD"), kernel=grad_kernel,
+                        share_lod=((grad_input, "X@GRAD"),), doc=f"Gradient of {op_type}.")
+    return forward(lambda g: grad_op(g, backward, (grad_input, "Out@GRAD"), ("X",))), backward
+
+
+_AXIS = (AttrDef("axis", AttrType.INT, -1),)
+
+
+class Broadcast:
+    """What an elementwise gradient kernel needs: Y's broadcast view and the reductions back."""
+
+    __slots__ = ("xp", "x_shape", "y_shape", "y_view_shape")
+
+    def __init__(self, ctx: KernelContext, x: Any, y: Any) -> None:
+        axis = ctx.attrs["axis"]
+        view = y_view_shape(x.ndim, y.shape, axis) if axis >= 0 else None
+        self.xp, self.x_shape, self.y_shape = ctx.xp, x.shape, y.shape
+        self.y_view_shape = y.shape if view is None else view
+
+    def y(self, y: Any) -> Any:
+        """Y shaped for broadcasting against X."""
+        return y if self.y_view_shape == self.y_shape else y.reshape(self.y_view_shape)
+
+    def dx(self, grad: Any) -> Any:
+        """A gradient of the output's shape summed back to X's shape."""
+        return unbroadcast(self.xp, grad, self.x_shape)
+
+    def dy(self, grad: Any) -> Any:
+        """A gradient of the output's shape summed back to Y's shape."""
+        out = unbroadcast(self.xp, grad, self.y_view_shape)
+        return out if self.y_view_shape == self.y_shape else out.reshape(self.y_shape)
+
+
+def binary_family(op_type: str, kernel: Kernel, grad_kernel: Kernel, grad_inputs: tuple[str, ...],
+                  dtypes: frozenset[str] = NUMBERS, doc: str = "") -> tuple[OpSchema, OpSchema]:
+    """``Out = kernel(ctx, X, Y)`` with Paddle's ``axis`` broadcasting, and its gradient op.
+
+    The gradient op reads ``grad_inputs`` (forward slots, e.g. ``("X", "Y", "Out@GRAD")``)
+    and writes ``X@GRAD`` and ``Y@GRAD``; its kernel returns ``(dX, dY)``,
+    either None when ``ctx.wants`` says nobody reads it.
+    """
+
+    def infer(ctx: InferContext) -> None:
+        x, y = check_dtype(ctx, "X", dtypes), check_dtype(ctx, "Y", dtypes)
+        same_dtype(ctx, x, y)
+        ctx.set_output("Out", broadcast_shapes(ctx, x, y, ctx.attr("axis")), x.dtype, lod_level=x.lod_level)
+
+    backward = OpSchema(f"{op_type}_grad", inputs=tuple(Slot(s) for s in grad_inputs),
+                        outputs=(Slot("X@GRAD"), Slot("Y@GRAD")), attrs=_AXIS, infer=infer_grads("X", "Y"),
+                        kernel=grad_kernel, share_lod=(("X", "X@GRAD"),), doc=f"Gradient of {op_type}.")
+    forward = OpSchema(op_type, inputs=(Slot("X"), Slot("Y")), outputs=(Slot("Out"),), attrs=_AXIS, infer=infer,
+                       grad=lambda g: grad_op(g, backward, grad_inputs, ("X", "Y")), kernel=kernel,
+                       share_lod=(("X", "Out"),), doc=doc)
+    return forward, backward
+
+
+REDUCE_ATTRS = (AttrDef("dim", AttrType.INTS, [0]), AttrDef("keep_dim", AttrType.BOOLEAN, False),
+                AttrDef("reduce_all", AttrType.BOOLEAN, False))
+
+
+def reduce_axes(dims: Sequence[int], rank: int, reduce_all: bool) -> tuple[int, ...]:
+    """The sorted distinct axes a reduce op reduces (negative dims count from the end)."""
+    if reduce_all or rank == 0:
+        return tuple(range(rank))
+    return tuple(sorted({d % rank for d in dims}))
+
+
+def reduced_shape(shape: Sequence[int], axes: Sequence[int], keep_dim: bool) -> tuple[int, ...]:
+    """The shape after reducing ``axes``; Fluid gives ``[1]`` when every dim goes."""
+    if keep_dim:
+        return tuple(1 if i in axes else d for i, d in enumerate(shape))
+    return tuple(d for i, d in enumerate(shape) if i not in axes) or (1,)
+
+
+def reduce_family(op_type: str, kernel: Kernel, grad_kernel: Kernel, dtypes: frozenset[str],
+                  doc: str = "") -> tuple[OpSchema, OpSchema]:
+    """``Out = kernel(ctx, X, axes)`` over the attributes ``dim``, ``keep_dim``, ``reduce_all``; its
+    gradient kernel is ``grad_kernel(ctx, X, dOut, axes)``."""
+
+    def axes_of(ctx: KernelContext, x: Any) -> tuple[int, ...]:
+        return reduce_axes(ctx.attrs["dim"], x.ndim, ctx.attrs["reduce_all"])
+
+    def infer(ctx: InferContext) -> None:
+        x = check_dtype(ctx, "X", dtypes)
+        dims = ctx.attr("dim")
+        if not dims and not ctx.attr("reduce_all"):
+            ctx.fail("dim is empty; list the dims to reduce or set reduce_all")
+        for d in dims:
+            normalize_axis(ctx, d, max(len(x.shape), 1), "dim")
+        axes = reduce_axes(dims, len(x.shape), ctx.attr("reduce_all"))
+        ctx.set_output("Out", reduced_shape(x.shape, axes, ctx.attr("keep_dim")), x.dtype)
+
+    backward = OpSchema(f"{op_type}_grad", inputs=(Slot("X"), Slot("Out@GRAD")), outputs=(Slot("X@GRAD"),),
+                        attrs=REDUCE_ATTRS, infer=infer_grads("X"),
+                        kernel=lambda ctx, x, dout: grad_kernel(ctx, x, dout, axes_of(ctx, x)),
+                        doc=f"Gradient of {op_type}: dOut broadcast back over the reduced dims.")
+    forward = OpSchema(op_type, inputs=(Slot("X"),), outputs=(Slot("Out"),), attrs=REDUCE_ATTRS, infer=infer,
+                       grad=lambda g: grad_op(g, backward, ("X", "Out@GRAD"), ("X",)),
+                       kernel=lambda ctx, x: kernel(ctx, x, axes_of(ctx, x)), doc=doc)
+    return forward, backward
+
+
+def expand_reduced(xp: Any, dout: Any, shape: Sequence[int], axes: Sequence[int], scale: float = 1.0) -> Any:
+    """A new array of ``shape``: ``dout`` (reduced over ``axes``) times ``scale`` broadcast back."""
+    kept = tuple(1 if i in axes else d for i, d in enumerate(shape))
+    value = dout.reshape(kept)
+    if scale != 1.0:
+        value = value * scale
+    return fill(xp, value, shape, dout.dtype)

@@ -1,0 +1,77 @@
+"""Places: where values live and kernels run.
+
+A place is a device kind and an index, written as a device string (``cpu``,
+``cpu:1``, ``cuda:0``) like the ``op_device`` attribute. It owns the array
+module its kernels compute with (``xp``). This runtime runs on the host CPU
+(``cpu`` = ``cpu:0``); the virtual CPU devices and CUDA devices of the design
+are well-formed places that an executor refuses with a clear error until they
+have a runtime.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from blockir.errors import BlockirError
+from blockir.ir.verify import is_valid_device
+
+__all__ = ["CPUPlace", "Place", "as_place"]
+
+
+class Place:
+    """A device: ``kind`` (``"cpu"`` or ``"cuda"``) and ``index``. Equal places compare and hash equal."""
+
+    __slots__ = ("kind", "index")
+
+    def __init__(self, kind: str, index: int = 0) -> None:
+        self.kind = kind
+        self.index = index
+
+    @property
+    def xp(self) -> Any:
+        """The array module kernels on this place compute with."""
+        if self.kind != "cpu":
+            raise BlockirError(f"no array module for device {self}: only the host CPU is supported so far")
+        return np
+
+    def matches(self, device: str) -> bool:
+        """Whether the device string ``device`` (an ``op_device`` value) names this place."""
+        kind, _, index = device.partition(":")
+        return kind == self.kind and int(index or 0) == self.index
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, Place) and (self.kind, self.index) == (other.kind, other.index)
+
+    def __hash__(self) -> int:
+        return hash((self.kind, self.index))
+
+    def __str__(self) -> str:
+        return self.kind if self.kind == "cpu" and self.index == 0 else f"{self.kind}:{self.index}"
+
+    def __repr__(self) -> str:
+        return f"Place({str(self)!r})"
+
+
+class CPUPlace(Place):
+    """The host CPU (``cpu``, ``cpu:0``), Fluid's ``CPUPlace()``."""
+
+    __slots__ = ()
+
+    def __init__(self) -> None:
+        super().__init__("cpu", 0)
+
+
+def as_place(spec: str | Place) -> Place:
+    """The place ``spec`` names; an error for malformed strings and devices this runtime cannot run on."""
+    if isinstance(spec, Place):
+        place = spec
+    elif isinstance(spec, str) and is_valid_device(spec):
+        kind, _, index = spec.partition(":")
+        place = CPUPlace() if kind == "cpu" and int(index or 0) == 0 else Place(kind, int(index or 0))
+    else:
+        raise BlockirError(f"not a device: {spec!r} (expected cpu, cpu:N, cuda or cuda:N, or a Place)")
+    if place != CPUPlace():
+        raise BlockirError(f"device {place} is not supported by this runtime yet: only the host CPU ('cpu')")
+    return place

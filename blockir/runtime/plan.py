@@ -1,0 +1,474 @@
+"""Compiling a block into a plan, and running a plan.
+
+:func:`compile_plan` does everything a run would otherwise do per op, once:
+it looks up each op's schema and kernel, builds its :class:`KernelContext`
+(attributes with defaults filled in, which outputs anybody reads), numbers the
+variables into slots, decides where LoD is dropped before a kernel and put
+back after it, and computes where each value is used last so that it is freed
+right after. :meth:`Plan.run` then checks the feeds, fills a list of values
+indexed by slot and walks the steps, each a prepared ``gather`` / ``kernel`` /
+``scatter`` with the slots to free after it.
+
+``feed`` and ``fetch`` ops (as ``save_inference_model`` writes them) are not
+steps: their outputs are the feed targets and their inputs the default fetch
+targets of the plan.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from operator import itemgetter
+from typing import Any, Callable, Mapping, NamedTuple, Sequence
+
+import numpy as np
+
+from blockir.errors import BlockirError, ExecutionError, OpNotFoundError
+from blockir.ir.core import Block, Operator, Program, Variable
+from blockir.ir.dtypes import VarKind
+from blockir.ir.schema import EMPTY_VAR, REQUIRED, KernelContext, OpSchema, Slot, lookup
+from blockir.ops.io import map_arrays
+from blockir.ops.values import LoDTensor, SelectedRows
+from blockir.runtime.place import Place
+from blockir.runtime.scope import Scope
+
+__all__ = ["FeedSpec", "Plan", "Step", "compile_plan", "describe_value", "shape_matches"]
+
+FEED_OP, FETCH_OP = "feed", "fetch"
+Gather = Callable[[list], Sequence[Any]]
+Scatter = Callable[[list, Any], None]
+
+
+def describe_value(value: Any) -> str:
+    """``float32[64, 784]`` for arrays, with the kind for LoD tensors and selected rows."""
+    if value is None:
+        return "None"
+    if isinstance(value, LoDTensor):
+        return f"lod_tensor<{value.dtype}>{list(value.shape)} lod_levels={len(value.lod)}"
+    if isinstance(value, SelectedRows):
+        return f"selected_rows<{value.dtype}>{list(value.shape)} rows={len(value.rows)}"
+    if isinstance(value, list):
+        return "[" + ", ".join(map(describe_value, value)) + "]"
+    dtype, shape = getattr(value, "dtype", None), getattr(value, "shape", None)
+    return f"{dtype}{list(shape)}" if shape is not None else type(value).__name__
+
+
+def shape_matches(declared: tuple[int, ...], shape: tuple[int, ...]) -> bool:
+    """Whether ``shape`` fits the declared shape: same rank, equal dims where declared >= 0 (-1: any size)."""
+    return len(shape) == len(declared) and all(d < 0 or d == s for d, s in zip(declared, shape))
+
+
+def _declared(var: Variable) -> str:
+    shape = "?" if var.shape is None else list(var.shape)
+    return f"{var.dtype}{shape}"
+
+
+# -- feeds -------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class FeedSpec:
+    """A fed variable: where it goes and what it must look like."""
+
+    slot: int
+    name: str
+    kind: VarKind
+    dtype: np.dtype | None
+    shape: tuple[int, ...] | None
+    lod_level: int
+
+    @staticmethod
+    def of(slot: int, var: Variable) -> FeedSpec:
+        if var.kind not in (VarKind.LOD_TENSOR, VarKind.SELECTED_ROWS):
+            raise BlockirError(f"feed {var.name!r}: a {var.kind.text} variable cannot be fed")
+        return FeedSpec(slot, var.name, var.kind, np.dtype(var.dtype) if var.dtype else None, var.shape,
+                        var.lod_level)
+
+    def check(self, value: Any) -> Any:
+        """The value to put in the slot; an error naming the variable when ``value`` does not fit it."""
+        if self.kind is VarKind.SELECTED_ROWS:
+            if not isinstance(value, SelectedRows):
+                raise BlockirError(f"feed {self.name!r}: expected SelectedRows, got {describe_value(value)}")
+            self._check_array(value.values, (len(value.rows), *(self.shape or ())[1:]), value)
+            return value
+        if isinstance(value, LoDTensor):
+            if len(value.lod) != self.lod_level:
+                raise BlockirError(f"feed {self.name!r}: expected lod_level {self.lod_level}, got a LoDTensor "
+                                   f"with {len(value.lod)} LoD level(s)")
+            self._check_array(value.data, self.shape, value)
+            return value if self.lod_level else value.data
+        if self.lod_level:
+            raise BlockirError(f"feed {self.name!r}: expected a LoDTensor with {self.lod_level} LoD level(s), "
+                               f"got {describe_value(value)}")
+        if not isinstance(value, np.ndarray):
+            if isinstance(value, SelectedRows):
+                raise BlockirError(f"feed {self.name!r}: expected a dense tensor, got {describe_value(value)}")
+            try:
+                value = np.asarray(value, dtype=self.dtype)
+            except (TypeError, ValueError) as e:
+                raise BlockirError(f"feed {self.name!r}: cannot convert {type(value).__name__} to "
+                                   f"{self.dtype} ({e})") from None
+        self._check_array(value, self.shape, value)
+        return value
+
+    def _check_array(self, array: Any, shape: tuple[int, ...] | None, given: Any) -> None:
+        if self.dtype is not None and array.dtype != self.dtype:
+            raise self._mismatch("dtype", given)
+        if shape is not None and not shape_matches(shape, array.shape):
+            raise self._mismatch("shape", given)
+
+    def _mismatch(self, what: str, given: Any) -> BlockirError:
+        shape = "?" if self.shape is None else list(self.shape)
+        return BlockirError(f"feed {self.name!r}: wrong {what}: expected {self.dtype}{shape} "
+                            f"(-1 = any size), got {describe_value(given)}")
+
+
+# -- steps -------------------------------------------------------------------------
+
+class Step(NamedTuple):
+    """One op of the plan: ``scatter(values, kernel(ctx, *gather(values)))``, then free ``free``."""
+
+    kernel: Callable[..., Any]
+    ctx: KernelContext
+    gather: Gather
+    scatter: Scatter
+    free: tuple[int, ...]
+    inputs: tuple[tuple[str, str, int], ...]  # (slot name, variable name, value slot), for error messages
+
+
+def _no_args(values: list) -> tuple:
+    return ()
+
+
+def _one_arg(i: int) -> Gather:
+    def gather(values: list) -> tuple:
+        return (values[i],)
+    return gather
+
+
+def _data(value: Any) -> Any:
+    """A LoDTensor's data, or the value itself."""
+    return value.data if isinstance(value, LoDTensor) else value
+
+
+def _getter(slots: list[int | None], slot: Slot, unwrap: set[int]) -> Callable[[list], Any]:
+    """Reads the argument of one input slot: a value, a list (duplicable slot) or None (absent)."""
+    def one(i: int | None) -> Callable[[list], Any]:
+        if i is None:
+            return lambda values: None
+        return (lambda values: _data(values[i])) if i in unwrap else itemgetter(i)
+
+    if slot.duplicable:
+        getters = [one(i) for i in slots]
+        return lambda values: [g(values) for g in getters]
+    return one(slots[0] if slots else None)
+
+
+def _make_gather(args: list[tuple[Slot, list[int | None]]], unwrap: set[int]) -> Gather:
+    simple = [s[0] for slot, s in args if not slot.duplicable and len(s) == 1 and s[0] is not None
+              and s[0] not in unwrap]
+    if len(simple) == len(args):
+        if not simple:
+            return _no_args
+        return _one_arg(simple[0]) if len(simple) == 1 else itemgetter(*simple)
+    getters = [_getter(s, slot, unwrap) for slot, s in args]
+    return lambda values: [g(values) for g in getters]
+
+
+def _share_lod(out: Any, src: Any) -> Any:
+    """``out`` with the LoD of ``src`` when ``src`` is a LoDTensor and ``out`` a plain array."""
+    if not isinstance(src, LoDTensor) or not src.lod or isinstance(out, LoDTensor):
+        return out
+    rows = src.lod[-1][-1]
+    if out.shape[0] != rows:
+        raise BlockirError(f"cannot share LoD {src.lod} with an output of {out.shape[0]} rows")
+    tensor = object.__new__(LoDTensor)  # the LoD is that of a checked tensor: no need to check it again
+    tensor.data, tensor.lod = out, src.lod
+    return tensor
+
+
+def _store(slots: list[int | None], duplicable: bool, lod_from: int | None) -> Callable[[list, Any], None]:
+    """Stores one output slot's result in its value slots (None entries are unbound)."""
+    if not duplicable:
+        i = slots[0]
+        if lod_from is None:
+            return lambda values, r: values.__setitem__(i, r)
+        return lambda values, r: values.__setitem__(i, _share_lod(r, values[lod_from]))
+
+    def store(values: list, results: Any) -> None:
+        if len(results) != len(slots):
+            raise BlockirError(f"kernel returned {len(results)} values for a slot binding {len(slots)} variables")
+        for i, r in zip(slots, results):
+            if i is not None:
+                values[i] = r if lod_from is None else _share_lod(r, values[lod_from])
+    return store
+
+
+def _make_scatter(outs: list[tuple[Slot, list[int | None], bool, int | None]]) -> Scatter:
+    """``outs``: per output slot of the schema, (slot, value slots, wanted, LoD source slot)."""
+    stores = [(k, _store(slots, slot.duplicable, lod_from)) for k, (slot, slots, wanted, lod_from)
+              in enumerate(outs) if wanted]
+    if not stores:
+        return lambda values, result: None
+    if len(outs) == 1:
+        return stores[0][1]
+    if len(stores) == 1:
+        k, store = stores[0]
+        return lambda values, result: store(values, result[k])
+
+    def scatter(values: list, result: Any) -> None:
+        for k, store in stores:
+            store(values, result[k])
+    return scatter
+
+
+# -- compiling -------------------------------------------------------------------------
+
+@dataclass
+class _OpInfo:
+    op: Operator
+    schema: OpSchema
+    text: str
+    inputs: list[tuple[Slot, list[str]]]
+    outputs: list[tuple[Slot, list[str]]]
+
+
+def _bound(names: list[str]) -> list[str]:
+    return [n for n in names if n != EMPTY_VAR]
+
+
+def _check_slots(op: Operator, schema: OpSchema, text: str) -> None:
+    for kind, given, slots in (("input", op.inputs, schema.inputs), ("output", op.outputs, schema.outputs)):
+        known = {s.name for s in slots}
+        for name, args in given.items():
+            if name not in known:
+                raise BlockirError(f"op {op.type!r} has no {kind} slot {name!r} (it has "
+                                   f"{', '.join(sorted(known)) or 'none'}): {text}")
+        for s in slots:
+            args = given.get(s.name, [])
+            if not _bound(args) and not s.optional and kind == "input":
+                raise BlockirError(f"op {op.type!r} needs input {s.name!r}: {text}")
+            if len(args) > 1 and not s.duplicable:
+                raise BlockirError(f"op {op.type!r}: {kind} slot {s.name!r} takes one variable, "
+                                   f"got {len(args)}: {text}")
+
+
+def _op_info(op: Operator, block: Block, place: Place) -> _OpInfo:
+    text = str(op)
+    try:
+        schema = lookup(op.type)
+    except OpNotFoundError as e:
+        raise OpNotFoundError(f"cannot run op: {e}: {text}") from None
+    if schema.kernel is None or place.kind not in schema.devices:
+        raise BlockirError(f"op type {op.type!r} has no kernel for {place.kind}: {text}")
+    device = op.device or block.device or block.program.device or str(place)
+    if not place.matches(device):
+        raise BlockirError(f"op is placed on {device}, but this executor runs on {place}: {text}")
+    _check_slots(op, schema, text)
+    for name in (*op.input_names(), *op.output_names()):
+        if name != EMPTY_VAR and not _has_var(block, name):
+            raise BlockirError(f"op uses variable {name!r}, which the block does not declare: {text}")
+    return _OpInfo(op, schema, text, [(s, op.inputs.get(s.name, [])) for s in schema.inputs],
+                   [(s, op.outputs.get(s.name, [])) for s in schema.outputs])
+
+
+def _has_var(block: Block, name: str) -> bool:
+    try:
+        block.find_var_recursive(name)
+    except BlockirError:
+        return False
+    return True
+
+
+def _lod_sources(info: _OpInfo, output_slot: str) -> list[str]:
+    """The input variables whose LoD the schema shares to ``output_slot``."""
+    inputs = {s.name: names for s, names in info.inputs}
+    return [n for inp, out in info.schema.share_lod if out == output_slot for n in _bound(inputs.get(inp, []))]
+
+
+def _kernel_attrs(info: _OpInfo) -> dict[str, Any]:
+    attrs = {}
+    for adef in info.schema.attrs:
+        value = info.op.attrs.get(adef.name, adef.default)
+        if value is REQUIRED:
+            raise BlockirError(f"op {info.op.type!r} needs attribute {adef.name!r}: {info.text}")
+        attrs[adef.name] = value
+    return attrs
+
+
+class _Slots(dict):
+    """Variable name -> value slot, numbering names on first sight."""
+
+    def __missing__(self, name: str) -> int:
+        self[name] = len(self)
+        return self[name]
+
+
+def _feed_fetch_ops(block: Block) -> tuple[list[Operator], list[str], list[str]]:
+    """The compute ops, the feed-op targets and the fetch-op targets (each in ``col`` order)."""
+    ops, feeds, fetches = [], {}, {}
+    for op in block.ops:
+        if op.type == FEED_OP:
+            feeds[op.attrs.get("col", 0)] = op.output("Out")[0]
+        elif op.type == FETCH_OP:
+            fetches[op.attrs.get("col", 0)] = op.input("X")[0]
+        else:
+            ops.append(op)
+    return ops, [feeds[c] for c in sorted(feeds)], [fetches[c] for c in sorted(fetches)]
+
+
+def _program_var(block: Block, name: str, what: str) -> Variable:
+    if not isinstance(name, str) or name not in block.vars:
+        raise BlockirError(f"{what} {name!r} is not a variable of the program")
+    return block.vars[name]
+
+
+def compile_plan(program: Program, feed_names: frozenset[str], fetch_names: tuple[str, ...] | None,
+                 place: Place) -> Plan:
+    """Compile the global block of ``program`` for these feeds and fetches (None: the fetch ops' targets)."""
+    block = program.global_block()
+    ops, feed_targets, fetch_targets = _feed_fetch_ops(block)
+    missing = [n for n in feed_targets if n not in feed_names]
+    if missing:
+        raise BlockirError(f"missing feed {', '.join(map(repr, missing))}: the program's feed ops take "
+                           f"{', '.join(feed_targets)}")
+    fetch_names = tuple(fetch_targets) if fetch_names is None else fetch_names
+    slots = _Slots()
+    feeds = tuple(FeedSpec.of(slots[n], _program_var(block, n, "feed")) for n in sorted(feed_names, key=str))
+    fetch_vars = [_program_var(block, n, "fetch") for n in fetch_names]
+    infos = [_op_info(op, block, place) for op in ops]
+
+    # Forward: which values come from outside, which may hold a LoDTensor.
+    defined = set(feed_names)
+    external: dict[str, str] = {}  # name -> text of its first reader
+    may_lod = {f.name for f in feeds if f.lod_level}
+    for info in infos:
+        for _, names in info.inputs:
+            for n in _bound(names):
+                if n not in defined and n not in external:
+                    external[n] = info.text
+                    if block.find_var_recursive(n).lod_level:
+                        may_lod.add(n)
+        for slot, names in info.outputs:
+            if slot.lod or any(n in may_lod for n in _lod_sources(info, slot.name)):
+                may_lod.update(_bound(names))
+            defined.update(_bound(names))
+    for var in fetch_vars:
+        if var.name not in defined:
+            external.setdefault(var.name, f"fetch {var.name!r}")
+    for name, reader in external.items():
+        var = block.find_var_recursive(name)
+        if var.need_check_feed or name in feed_targets:
+            raise BlockirError(f"missing feed {name!r} (declared {_declared(var)}), read by: {reader}")
+
+    # Backward: liveness, giving which outputs anybody reads and what dies after each op.
+    persistable_out = {n for info in infos for _, names in info.outputs for n in _bound(names)
+                       if block.find_var_recursive(n).persistable}
+    live = {slots[n] for n in (*fetch_names, *persistable_out)}  # live after the op at hand
+    frees: list[tuple[int, ...]] = []
+    wants: list[tuple[bool, ...]] = []
+    for info in reversed(infos):
+        outs = [[slots[n] for n in _bound(names)] for _, names in info.outputs]
+        written = {i for o in outs for i in o}
+        read = {slots[n] for _, names in info.inputs for n in _bound(names)}
+        wants.append(tuple(any(i in live for i in o) for o in outs))
+        frees.append(tuple(sorted((read | written) - live)))
+        live = (live - written) | read
+    frees.reverse()
+    wants.reverse()
+
+    steps = tuple(_make_step(info, slots, may_lod, want, free, place) for info, want, free in
+                  zip(infos, wants, frees))
+    scope_inputs = tuple((slots[n], n, block.find_var_recursive(n).persistable, reader)
+                         for n, reader in external.items())
+    return Plan(num_slots=len(slots), steps=steps, feeds=feeds, scope_inputs=scope_inputs,
+                fetches=tuple((slots[v.name], v.name, v.persistable) for v in fetch_vars),
+                writebacks=tuple((slots[n], n) for n in sorted(persistable_out)))
+
+
+def _make_step(info: _OpInfo, slots: _Slots, may_lod: set[str], wants: tuple[bool, ...],
+               free: tuple[int, ...], place: Place) -> Step:
+    def numbered(names: list[str]) -> list[int | None]:
+        return [None if n == EMPTY_VAR else slots[n] for n in names]
+
+    unwrap = {slots[n] for slot, names in info.inputs if not slot.lod for n in _bound(names) if n in may_lod}
+    gather = _make_gather([(slot, numbered(names)) for slot, names in info.inputs], unwrap)
+    lod_src = {}
+    for slot, _ in info.outputs:
+        src = [n for n in _lod_sources(info, slot.name) if n in may_lod]
+        if src:
+            lod_src[slot.name] = slots[src[0]]
+    scatter = _make_scatter([(slot, numbered(names), want, lod_src.get(slot.name))
+                             for (slot, names), want in zip(info.outputs, wants)])
+    ctx = KernelContext(xp=place.xp, attrs=_kernel_attrs(info), wants=wants, op_text=info.text)
+    inputs = tuple((s.name, n, slots[n]) for s, names in info.inputs for n in _bound(names))
+    return Step(info.schema.kernel, ctx, gather, scatter, free, inputs)  # type: ignore[arg-type]
+
+
+# -- running ---------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class Plan:
+    """A compiled block: run it with :meth:`run`. Holds no reference to the program."""
+
+    num_slots: int
+    steps: tuple[Step, ...]
+    feeds: tuple[FeedSpec, ...]
+    scope_inputs: tuple[tuple[int, str, bool, str], ...]  # (slot, name, persistable, first reader)
+    fetches: tuple[tuple[int, str, bool], ...]  # (slot, name, persistable)
+    writebacks: tuple[tuple[int, str], ...]  # persistable outputs: (slot, name)
+
+    def run(self, feed: Mapping[str, Any], scope: Scope, return_numpy: bool = True) -> list[Any]:
+        """Run once: feeds checked, scope values read, steps walked, persistables written back."""
+        values: list[Any] = [None] * self.num_slots
+        for spec in self.feeds:
+            values[spec.slot] = spec.check(feed[spec.name])
+        for slot, name, persistable, reader in self.scope_inputs:
+            holder = scope.find_var(name)
+            if holder is None or holder.value is None:
+                raise _missing_value(name, persistable, reader)
+            values[slot] = holder.value
+        ctx = None
+        try:
+            for kernel, ctx, gather, scatter, free, _ in self.steps:
+                scatter(values, kernel(ctx, *gather(values)))
+                for i in free:
+                    values[i] = None
+        except Exception as e:
+            step = next(s for s in self.steps if s.ctx is ctx)
+            raise _kernel_error(step, values, e) from e
+        for slot, name in self.writebacks:
+            scope.set(name, values[slot])
+        return [_fetched(values[slot], name, persistable, return_numpy) for slot, name, persistable in self.fetches]
+
+
+def _missing_value(name: str, persistable: bool, reader: str) -> BlockirError:
+    if persistable:
+        return BlockirError(f"persistable variable {name!r} has no value in the scope (run the startup "
+                            f"program first, or load it); read by: {reader}")
+    return BlockirError(f"variable {name!r} is neither fed, computed before use, nor in the scope; "
+                        f"read by: {reader}")
+
+
+def _kernel_error(step: Step, values: list, error: Exception) -> ExecutionError:
+    if isinstance(error, ExecutionError):
+        return error
+    inputs = ", ".join(f"{slot}={name}: {describe_value(values[i])}" for slot, name, i in step.inputs)
+    return ExecutionError(f"{type(error).__name__}: {error}\n  in op: {step.ctx.op_text}\n"
+                          f"  inputs: {inputs or 'none'}")
+
+
+def _copy(array: Any) -> Any:
+    return array.copy()
+
+
+def _fetched(value: Any, name: str, persistable: bool, return_numpy: bool) -> Any:
+    if value is None:
+        raise BlockirError(f"fetch {name!r}: the run produced no value for it")
+    if persistable or (isinstance(value, np.ndarray) and value.base is not None):
+        value = map_arrays(value, _copy)  # the scope keeps the variable (or what it views) and updates it in place
+    if not return_numpy:
+        return value
+    if isinstance(value, LoDTensor):
+        return np.asarray(value.data)
+    if isinstance(value, SelectedRows):
+        return value.to_dense()
+    return np.asarray(value)

@@ -1,0 +1,143 @@
+"""Scopes: the named values a program runs against.
+
+A :class:`Scope` maps variable names to :class:`ScopeVariable` holders and may
+have a parent; look-ups (:meth:`Scope.find_var`) search the parents, creation
+(:meth:`Scope.var`) happens in the scope asked. The root scope holds the
+persistable variables (parameters, optimizer state) that outlive a run;
+temporaries of a run live in the executor's slot frame, which plays the part
+of Fluid's per-run local scope, and are dropped with it.
+
+Values are numpy arrays, :class:`~blockir.ops.values.LoDTensor` or
+:class:`~blockir.ops.values.SelectedRows`.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from typing import Any, Iterator
+
+from blockir.errors import BlockirError
+
+__all__ = ["Scope", "ScopeVariable", "global_scope", "scope_guard"]
+
+
+class ScopeVariable:
+    """A named holder of one value (``None`` until set), Fluid's scope variable."""
+
+    __slots__ = ("name", "value")
+
+    def __init__(self, name: str, value: Any = None) -> None:
+        self.name = name
+        self.value = value
+
+    def is_initialized(self) -> bool:
+        return self.value is not None
+
+    def get_tensor(self) -> Any:
+        """The value held; an error naming the variable when it holds none."""
+        if self.value is None:
+            raise BlockirError(f"scope variable {self.name!r} holds no value")
+        return self.value
+
+    def set(self, value: Any) -> None:
+        self.value = value
+
+    def __repr__(self) -> str:
+        shape = getattr(self.value, "shape", None)
+        return f"ScopeVariable({self.name!r}, {'empty' if self.value is None else f'shape={shape}'})"
+
+
+class Scope:
+    """Named values, with an optional parent scope searched by :meth:`find_var`."""
+
+    def __init__(self, parent: Scope | None = None) -> None:
+        self.parent = parent
+        self._vars: dict[str, ScopeVariable] = {}
+        self._kids: list[Scope] = []
+
+    def var(self, name: str) -> ScopeVariable:
+        """The variable ``name`` of this scope, created empty if this scope has none (it may shadow a parent's)."""
+        holder = self._vars.get(name)
+        if holder is None:
+            if not isinstance(name, str) or not name:
+                raise BlockirError(f"scope variable name must be a non-empty string, got {name!r}")
+            holder = self._vars[name] = ScopeVariable(name)
+        return holder
+
+    def find_var(self, name: str) -> ScopeVariable | None:
+        """The variable ``name`` of this scope or the nearest ancestor that has it, else None."""
+        scope: Scope | None = self
+        while scope is not None:
+            holder = scope._vars.get(name)
+            if holder is not None:
+                return holder
+            scope = scope.parent
+        return None
+
+    def get(self, name: str) -> Any:
+        """The value of ``name`` (searching parents); an error naming it when absent or empty."""
+        holder = self.find_var(name)
+        if holder is None:
+            raise BlockirError(f"variable {name!r} is not in the scope")
+        return holder.get_tensor()
+
+    def set(self, name: str, value: Any) -> None:
+        """Set ``name`` where it lives (this scope or the nearest ancestor having it), else create it here.
+
+        ``scope.var(name).set(value)`` shadows an ancestor's variable instead.
+        """
+        (self.find_var(name) or self.var(name)).value = value
+
+    def erase(self, names: list[str] | tuple[str, ...]) -> None:
+        """Remove the variables ``names`` from this scope (not its parents); absent names are ignored."""
+        for name in names:
+            self._vars.pop(name, None)
+
+    def names(self) -> list[str]:
+        """The names of this scope's own variables (not its parents'), in creation order."""
+        return list(self._vars)
+
+    def __contains__(self, name: object) -> bool:
+        return isinstance(name, str) and self.find_var(name) is not None
+
+    # -- children ----------------------------------------------------------------
+    def new_scope(self) -> Scope:
+        """A new child scope, kept until :meth:`drop_kids`."""
+        kid = Scope(self)
+        self._kids.append(kid)
+        return kid
+
+    @property
+    def kids(self) -> tuple[Scope, ...]:
+        return tuple(self._kids)
+
+    def drop_kids(self) -> None:
+        """Forget every child scope (and so the values only they hold)."""
+        for kid in self._kids:
+            kid.drop_kids()
+            kid._vars.clear()
+        self._kids.clear()
+
+    def __repr__(self) -> str:
+        return f"Scope({len(self._vars)} vars, {len(self._kids)} kids)"
+
+
+_global_scope = Scope()
+
+
+def global_scope() -> Scope:
+    """The scope executors and ``bir.io`` use when none is given (switched by :func:`scope_guard`)."""
+    return _global_scope
+
+
+@contextlib.contextmanager
+def scope_guard(scope: Scope) -> Iterator[Scope]:
+    """Make ``scope`` the global scope inside the ``with`` block."""
+    global _global_scope
+    if not isinstance(scope, Scope):
+        raise BlockirError(f"scope_guard needs a Scope, got {type(scope).__name__}")
+    previous, _global_scope = _global_scope, scope
+    try:
+        yield scope
+    finally:
+        _global_scope = previous

@@ -1,0 +1,237 @@
+"""Test cases of the neural-network ops (blockir.ops.nn and blockir.ops.sequence), as data.
+
+Every expected value is computed here in plain numpy, independently of the
+kernels (loops over rows and sequences where that is the clearest statement).
+The ops that are not computations are covered by behaviour tests, listed in
+``BEHAVIOUR_TESTED``.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from blockir.ops.values import LoDTensor
+from tests.ops.harness import Case
+
+RNG = np.random.default_rng(20240601)
+
+
+def _probs(shape: tuple[int, ...], dtype: str = "float64") -> np.ndarray:
+    """Rows of probabilities bounded away from 0 (so -log and 1/x stay tame in finite differences)."""
+    p = RNG.uniform(0.2, 1.0, size=shape)
+    return (p / p.sum(axis=-1, keepdims=True)).astype(dtype)
+
+
+def _labels(rows: tuple[int, ...], classes: int, dtype: str = "int64") -> np.ndarray:
+    return RNG.integers(0, classes, size=(*rows, 1)).astype(dtype)
+
+
+# -- cross_entropy -----------------------------------------------------------------------------
+
+
+def ref_cross_entropy(x: np.ndarray, label: np.ndarray, soft_label: bool = False,
+                      ignore_index: int = -100) -> np.ndarray:
+    flat_x = x.reshape(-1, x.shape[-1])
+    if soft_label:
+        y = np.array([-np.sum(l * np.log(p)) for p, l in zip(flat_x, label.reshape(flat_x.shape))])
+    else:
+        y = np.array([0.0 if l == ignore_index else -np.log(p[l]) for p, l in zip(flat_x, label.reshape(-1))])
+    return y.reshape(*x.shape[:-1], 1).astype(x.dtype)
+
+
+def _ce_case(x: np.ndarray, label: np.ndarray, name: str, grad: tuple[str, ...] = ("X",), **attrs) -> Case:
+    return Case({"X": x, "Label": label}, attrs, {"Y": ref_cross_entropy(x, label, **attrs)}, grad=grad,
+                name=name)
+
+
+_ignored = _labels((6,), 5)
+_ignored[[1, 4]] = 3  # ignore_index=3: rows 1 and 4 give 0 and no gradient
+_soft = _probs((4, 6))
+
+CROSS_ENTROPY = [
+    _ce_case(_probs((8, 5), "float32"), _labels((8,), 5), "hard_float32", grad=()),
+    _ce_case(_probs((8, 5)), _labels((8,), 5), "hard_float64"),
+    _ce_case(_probs((2, 3, 4)), _labels((2, 3), 4, "int32"), "rank3_int32_labels"),
+    _ce_case(_probs((6, 5)), _ignored, "ignore_index", ignore_index=3),
+    _ce_case(_probs((4, 6)), _soft, "soft_label", soft_label=True),
+    _ce_case(_probs((1, 1)), np.zeros((1, 1), np.int64), "one_class"),
+]
+
+# -- softmax_with_cross_entropy -------------------------------------------------------------------
+
+
+def ref_softmax_with_cross_entropy(logits: np.ndarray, label: np.ndarray, soft_label: bool = False,
+                                   ignore_index: int = -100, axis: int = -1) -> dict[str, np.ndarray]:
+    moved = np.moveaxis(logits.astype(np.float64), axis, -1)
+    rows = moved.reshape(-1, moved.shape[-1])
+    softmax, loss = np.empty_like(rows), np.empty(len(rows))
+    labels = np.moveaxis(label, axis, -1).reshape(len(rows), -1)
+    for i, (z, lab) in enumerate(zip(rows, labels)):
+        top = z.max()
+        log_norm = top + np.log(np.sum(np.exp(z - top)))
+        softmax[i] = np.exp(z - log_norm)
+        if soft_label:
+            loss[i] = -np.sum(lab * (z - log_norm))
+        else:
+            loss[i] = 0.0 if lab[0] == ignore_index else log_norm - z[lab[0]]
+    softmax_out = np.moveaxis(softmax.reshape(moved.shape), -1, axis).astype(logits.dtype)
+    loss_out = np.moveaxis(loss.reshape(*moved.shape[:-1], 1), -1, axis).astype(logits.dtype)
+    return {"Softmax": softmax_out, "Loss": loss_out}
+
+
+def _swce_case(logits: np.ndarray, label: np.ndarray, name: str, grad: tuple[str, ...] = ("Logits",),
+               rtol: float = 1e-6, **attrs) -> Case:
+    return Case({"Logits": logits, "Label": label}, attrs, ref_softmax_with_cross_entropy(logits, label, **attrs),
+                grad=grad, rtol=rtol, atol=1e-6, name=name)
+
+
+_swce_ignored = _labels((5,), 4)
+_swce_ignored[2] = -100
+
+SOFTMAX_WITH_CROSS_ENTROPY = [
+    _swce_case(RNG.normal(size=(8, 10)).astype("float32"), _labels((8,), 10), "float32", grad=(), rtol=1e-5),
+    _swce_case(RNG.normal(size=(8, 10)), _labels((8,), 10), "float64"),
+    _swce_case(np.array([[1000.0, 0.0, -1000.0], [-800.0, -790.0, -805.0]]), np.array([[2], [0]]),
+               "huge_logits_stay_finite", grad=()),
+    _swce_case(RNG.normal(size=(5, 4)), _swce_ignored, "ignore_index"),
+    _swce_case(RNG.normal(size=(4, 6)), _probs((4, 6)), "soft_label", soft_label=True),
+    _swce_case(RNG.normal(size=(3, 5, 2)), RNG.integers(0, 5, size=(3, 1, 2)), "axis_1", axis=1),
+    _swce_case(RNG.normal(size=(2, 3, 4)), _labels((2, 3), 4), "rank3_last_axis"),
+]
+
+# -- top_k and accuracy -------------------------------------------------------------------------------
+
+
+def ref_top_k(x: np.ndarray, k: int) -> dict[str, np.ndarray]:
+    rows = x.reshape(-1, x.shape[-1])
+    idx = np.array([sorted(range(len(r)), key=lambda j: (-r[j], j))[:k] for r in rows], dtype=np.int64)
+    values = np.array([r[i] for r, i in zip(rows, idx)], dtype=x.dtype)
+    return {"Out": values.reshape(*x.shape[:-1], k), "Indices": idx.reshape(*x.shape[:-1], k)}
+
+
+def _top_k_case(x: np.ndarray, k: int, name: str) -> Case:
+    return Case({"X": x}, {"k": k}, ref_top_k(x, k), name=name)
+
+
+TOP_K = [
+    _top_k_case(RNG.normal(size=(6, 9)).astype("float32"), 3, "float32"),
+    _top_k_case(np.array([[1.0, 3.0, 3.0, 2.0, 3.0], [0.0, 0.0, 0.0, 0.0, 0.0]]), 3, "ties_lower_index_first"),
+    _top_k_case(RNG.integers(-5, 5, size=(4, 7)).astype("int64"), 2, "int64"),
+    _top_k_case(RNG.integers(-5, 5, size=(2, 3, 6)).astype("int32"), 6, "rank3_k_equals_width"),
+    _top_k_case(RNG.normal(size=(5, 4)), 1, "k_1"),
+]
+
+
+def ref_accuracy(indices: np.ndarray, label: np.ndarray) -> dict[str, np.ndarray]:
+    correct = sum(int(l in row) for row, l in zip(indices.tolist(), label.reshape(-1).tolist()))
+    total = len(indices)
+    return {"Accuracy": np.array([correct / total if total else 0.0], np.float32),
+            "Correct": np.array([correct], np.int64), "Total": np.array([total], np.int64)}
+
+
+def _accuracy_case(scores: np.ndarray, label: np.ndarray, k: int, name: str) -> Case:
+    top = ref_top_k(scores, k)
+    return Case({"Out": top["Out"], "Indices": top["Indices"], "Label": label}, {},
+                ref_accuracy(top["Indices"], label), name=name)
+
+
+_scores = RNG.normal(size=(10, 5)).astype("float32")
+ACCURACY = [
+    _accuracy_case(_scores, _labels((10,), 5), 1, "top1"),
+    _accuracy_case(_scores, _labels((10,), 5), 3, "top3"),
+    _accuracy_case(_scores, np.argmax(_scores, axis=1)[:, None].astype(np.int64), 1, "all_correct"),
+    _accuracy_case(np.zeros((0, 5), np.float32), np.zeros((0, 1), np.int64), 2, "empty_batch"),
+]
+
+# -- lookup_table -----------------------------------------------------------------------------------------
+
+
+def ref_lookup_table(w: np.ndarray, ids: np.ndarray, padding_idx: int = -1, **_: object) -> np.ndarray:
+    rows = [np.zeros(w.shape[1], w.dtype) if i == padding_idx else w[i] for i in ids.reshape(-1)]
+    return np.array(rows, dtype=w.dtype).reshape(*ids.shape[:-1], w.shape[1])
+
+
+def _lookup_case(w: np.ndarray, ids: np.ndarray, name: str, ids_lod: list[int] | None = None, **attrs) -> Case:
+    """A lookup case; with ``ids_lod`` the Ids are a LoDTensor, whose LoD the output shares."""
+    out = ref_lookup_table(w, ids, **attrs)
+    return Case({"W": w, "Ids": ids}, attrs, {"Out": out if ids_lod is None else LoDTensor(out, [ids_lod])},
+                grad=("W",) if w.dtype == np.float64 else (), lod={} if ids_lod is None else {"Ids": [ids_lod]},
+                name=name)
+
+
+_repeated_ids = np.array([[3], [0], [3], [7], [3], [2]], np.int64)
+LOOKUP_TABLE = [
+    _lookup_case(RNG.normal(size=(10, 4)).astype("float32"), _repeated_ids, "float32"),
+    _lookup_case(RNG.normal(size=(10, 4)), _repeated_ids, "float64_repeated_ids"),
+    _lookup_case(RNG.normal(size=(10, 4)), _repeated_ids, "padding_idx", padding_idx=3),
+    _lookup_case(RNG.normal(size=(10, 4)), _repeated_ids, "sparse_gradient", is_sparse=True),
+    _lookup_case(RNG.normal(size=(8, 3)), RNG.integers(0, 8, size=(2, 4, 1)).astype(np.int32), "rank3_int32_ids"),
+    _lookup_case(RNG.normal(size=(10, 4)), _repeated_ids, "lod_ids_share_their_lod", ids_lod=[0, 2, 6]),
+]
+
+# -- sequence_pool ----------------------------------------------------------------------------------------
+
+
+def ref_sequence_pool(x: np.ndarray, offsets: list[int], pooltype: str = "AVERAGE",
+                      pad_value: float = 0.0, **_: object) -> dict[str, np.ndarray]:
+    out, index = [], []
+    for start, end in zip(offsets, offsets[1:]):
+        seq = x[start:end]
+        if end == start:
+            out.append(np.full(x.shape[1:], pad_value))
+            index.append(np.full(x.shape[1:], -1))
+            continue
+        index.append(start + np.argmax(seq, axis=0))
+        out.append({"SUM": seq.sum(0), "AVERAGE": seq.mean(0), "SQRT": seq.sum(0) / np.sqrt(len(seq)),
+                    "MAX": seq.max(0), "LAST": seq[-1], "FIRST": seq[0]}[pooltype])
+    expected = {"Out": np.array(out, dtype=x.dtype).reshape(len(out), *x.shape[1:])}
+    if pooltype == "MAX":
+        expected["MaxIndex"] = np.array(index, dtype=np.int32).reshape(len(out), *x.shape[1:])
+    return expected
+
+
+_OFFSETS = [0, 2, 2, 5, 6]  # lengths 2, 0 (empty), 3, 1
+_seq_x = RNG.normal(size=(6, 3))
+
+
+def _pool_case(pooltype: str, x: np.ndarray = _seq_x, offsets: list[int] = _OFFSETS, name: str = "",
+               outer: list[int] | None = None, **attrs) -> Case:
+    """A case pooling the sequences ``offsets`` of ``x``; with ``outer``, X has a second (outer) LoD level,
+    which the output keeps."""
+    expected = ref_sequence_pool(x, offsets, pooltype, **attrs)
+    lod = [offsets] if outer is None else [outer, offsets]
+    if outer is not None:
+        expected = {k: LoDTensor(v, [outer]) if k == "Out" else v for k, v in expected.items()}
+    return Case({"X": x}, {"pooltype": pooltype, **attrs}, expected,
+                grad=("X",) if x.dtype == np.float64 else (), lod={"X": lod}, name=name or pooltype.lower())
+
+
+SEQUENCE_POOL = [
+    *(_pool_case(p) for p in ("SUM", "AVERAGE", "SQRT", "MAX", "LAST", "FIRST")),
+    _pool_case("MAX", pad_value=-7.5, name="max_pad_value"),
+    _pool_case("AVERAGE", x=_seq_x.astype("float32"), name="average_float32"),
+    _pool_case("SUM", x=RNG.normal(size=(5, 2, 2)), offsets=[0, 1, 5], name="sum_rank3"),
+    _pool_case("MAX", x=RNG.normal(size=(7, 4)), offsets=[0, 7], name="max_one_sequence"),
+    _pool_case("AVERAGE", outer=[0, 1, 4], name="two_lod_levels"),  # the outer level groups them 1 + 3
+]
+
+CASES: dict[str, list[Case]] = {
+    "cross_entropy": CROSS_ENTROPY,
+    "softmax_with_cross_entropy": SOFTMAX_WITH_CROSS_ENTROPY,
+    "top_k": TOP_K,
+    "accuracy": ACCURACY,
+    "lookup_table": LOOKUP_TABLE,
+    "sequence_pool": SEQUENCE_POOL,
+}
+
+BEHAVIOUR_TESTED: dict[str, str] = {
+    "feed": "tests/ops/test_io_ops.py",
+    "fetch": "tests/ops/test_io_ops.py",
+    "memcpy": "tests/ops/test_io_ops.py",
+    "uniform_random": "tests/ops/test_random_ops.py",
+    "gaussian_random": "tests/ops/test_random_ops.py",
+    "sgd": "tests/ops/test_optimizer_ops.py",
+    "momentum": "tests/ops/test_optimizer_ops.py",
+    "adagrad": "tests/ops/test_optimizer_ops.py",
+    "adam": "tests/ops/test_optimizer_ops.py",
+}
