@@ -10,7 +10,10 @@ from __future__ import annotations
 import argparse
 import os
 import sys
-from typing import Callable, Sequence
+from pathlib import Path
+from typing import Any, Callable, Sequence
+
+import numpy as np
 
 import blockir
 from blockir.errors import BlockirError, VerifyError
@@ -40,6 +43,134 @@ def _add_show(commands: argparse._SubParsersAction) -> None:
     p.set_defaults(func=_show)
 
 
+def _name_value(item: str, option: str) -> tuple[str, str]:
+    name, sep, value = item.partition("=")
+    if not sep or not name or not value:
+        raise BlockirError(f"{option} {item!r}: expected NAME=VALUE")
+    return name, value
+
+
+def _read_npy(path: str, name: str) -> np.ndarray:
+    """A ``.npy`` file's array, read without pickle; any problem is one error naming the file."""
+    try:
+        with open(path, "rb") as f:
+            if f.read(6) != b"\x93NUMPY":
+                raise BlockirError(f"--feed {name}={path}: not a .npy file")
+            f.seek(0)
+            return np.load(f, allow_pickle=False)
+    except OSError as e:
+        raise BlockirError(f"--feed {name}={path}: {e.strerror or e}") from None
+    except ValueError as e:  # truncated data, object arrays (which would need pickle)
+        raise BlockirError(f"--feed {name}={path}: cannot read the array: {e}") from None
+
+
+def _feeds(args: argparse.Namespace) -> dict[str, Any]:
+    feeds: dict[str, Any] = {}
+    for item in args.feed:
+        name, path = _name_value(item, "--feed")
+        if name in feeds:
+            raise BlockirError(f"--feed {name} is given twice")
+        feeds[name] = _read_npy(path, name)
+    levels: dict[str, list[list[int]]] = {}
+    for item in args.lod:
+        name, offsets = _name_value(item, "--lod")
+        if name not in feeds:
+            raise BlockirError(f"--lod {item!r}: {name!r} is not fed (give --feed {name}=FILE.npy)")
+        try:
+            levels.setdefault(name, []).append([int(o) for o in offsets.split(",")])
+        except ValueError:
+            raise BlockirError(f"--lod {item!r}: offsets must be integers separated by commas") from None
+    for name, lod in levels.items():
+        feeds[name] = blockir.LoDTensor(feeds[name], lod)
+    return feeds
+
+
+def _params_dir(args: argparse.Namespace) -> Path | None:
+    if args.params is not None:
+        return Path(args.params)
+    beside = Path(args.program).parent / blockir.io.PARAMS_DIR
+    return beside if beside.is_dir() else None
+
+
+def _preview(value: np.ndarray) -> str:
+    with np.printoptions(threshold=20, edgeitems=3, precision=5, suppress=True, linewidth=100):
+        return np.array2string(np.asarray(value))
+
+
+def _run(args: argparse.Namespace) -> int:
+    program = load_program(args.program)
+    exe, scope = blockir.Executor("cpu"), blockir.Scope()
+    stored = [v for v in program.list_vars() if blockir.io.is_persistable(v)]
+    params = _params_dir(args)
+    if stored and params is None:
+        raise BlockirError(f"{args.program}: the program reads {len(stored)} persistable variables "
+                           f"({', '.join(v.name for v in stored[:3])}{', ...' if len(stored) > 3 else ''}) "
+                           f"and there is no params/ directory beside it; give --params DIR")
+    if stored:
+        directory, filename = (params.parent, params.name) if params.is_file() else (params, None)
+        blockir.io.load_vars(exe, directory, program, predicate=blockir.io.is_persistable, filename=filename,
+                             scope=scope)
+    fetch = args.fetch or None
+    if fetch is None and not any(op.type == "fetch" for op in program.global_block().ops):
+        raise BlockirError(f"{args.program}: the program has no fetch ops; name what to fetch with --fetch NAME")
+    values = exe.run(program, feed=_feeds(args), fetch_list=fetch, scope=scope)
+    names = fetch or [op.input("X")[0] for op in sorted(
+        (op for op in program.global_block().ops if op.type == "fetch"), key=lambda op: op.attrs.get("col", 0))]
+    arrays = {name: np.asarray(value) for name, value in zip(names, values)}
+    if args.out is not None:
+        from blockir.ir.proto_io import atomic_file
+
+        with atomic_file(args.out) as f:
+            np.savez(f, **arrays)
+        print(f"wrote {', '.join(arrays)} to {args.out}")
+        return 0
+    for name, value in arrays.items():
+        print(f"{name}: {value.dtype}{list(value.shape)}")
+        print(_preview(value))
+    return 0
+
+
+def _add_run(commands: argparse._SubParsersAction) -> None:
+    p = commands.add_parser("run", help="run a program on fed .npy arrays and print or save what it fetches",
+                            description="Run a binary ProgramDesc on the CPU. Persistable variables are loaded "
+                                        "from --params (default: the params/ directory beside the program, as "
+                                        "written by save_inference_model). Without --fetch, the program's fetch "
+                                        "ops name what to fetch.")
+    p.add_argument("program", metavar="PROGRAM.pb", help="the program file")
+    p.add_argument("--params", metavar="DIR", default=None,
+                   help="directory of saved variables (one file each), or a bundle file of them")
+    p.add_argument("--feed", metavar="NAME=FILE.npy", action="append", default=[],
+                   help="feed variable NAME with the array in FILE.npy (repeat for several)")
+    p.add_argument("--lod", metavar="NAME=0,2,5", action="append", default=[],
+                   help="LoD offsets of a fed sequence variable, one option per level, outermost first")
+    p.add_argument("--fetch", metavar="NAME", action="append", default=[], help="variable to fetch (repeatable)")
+    p.add_argument("--out", metavar="FILE.npz", default=None,
+                   help="write the fetched arrays to this .npz file instead of printing them")
+    p.set_defaults(func=_run)
+
+
+def _demo(args: argparse.Namespace) -> int:
+    from blockir import demo  # imported on use: the other commands do not need it
+
+    if args.workdir is not None:
+        return demo.run(args.workdir, epochs=args.epochs)
+    import tempfile
+
+    with tempfile.TemporaryDirectory(prefix="blockir-demo-") as workdir:
+        return demo.run(workdir, epochs=args.epochs)
+
+
+def _add_demo(commands: argparse._SubParsersAction) -> None:
+    p = commands.add_parser("demo", help="train a model, save it and serve it with `blockir run` (CPU)",
+                            description="Build an MLP with the DSL, train it on generated data, save it with "
+                                        "save_inference_model and serve it with `blockir run`; exit 0 when the "
+                                        "served predictions match the Python session's.")
+    p.add_argument("--workdir", metavar="DIR", default=None,
+                   help="where the model and arrays go (default: a temporary directory, removed afterwards)")
+    p.add_argument("--epochs", type=int, default=40, help="training epochs (default 40)")
+    p.set_defaults(func=_demo)
+
+
 def build_parser() -> argparse.ArgumentParser:
     """The argument parser of the ``blockir`` command, one subparser per command."""
     parser = argparse.ArgumentParser(
@@ -47,6 +178,8 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--version", action="version", version=f"blockir {blockir.__version__}")
     commands = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
     _add_show(commands)
+    _add_run(commands)
+    _add_demo(commands)
     return parser
 
 
