@@ -219,4 +219,6 @@ COMMON_ATTRS: dict[str, AttrType] = {
     "op_role": AttrType.INT,  # OpRole bits
     "op_role_var": AttrType.STRINGS,  # (param, grad) pairs an optimizer/backward op concerns
     "op_namescope": AttrType.STRING,  # the DSL name_scope the op was built in
+    "op_pass": AttrType.STRING,  # lineage: the pass that created the op
+    "op_origin": AttrType.STRINGS,  # lineage: the ops it was made from, as origin_key() strings
 }

@@ -1,0 +1,59 @@
+"""What every pass is: a frozen dataclass whose fields are its options, registered by name.
+
+A pass subclasses :class:`Pass`, sets the class variables ``name`` (its name in
+pipeline strings, e.g. ``insert-copies``) and ``summary`` (one line for
+``blockir passes``), declares its options as dataclass fields with defaults
+(``bool``, ``int``, ``float``, ``str`` or ``tuple[str, ...]``), and implements
+:meth:`Pass.run`, which transforms the program in place and returns whether it
+changed it. :func:`register_pass` adds the class to the registry the pipeline
+parser reads. Ops a pass creates carry their lineage (:func:`mark_created`).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import ClassVar, TypeVar
+
+from blockir.errors import BlockirError
+from blockir.ir import Operator, Program
+
+
+@dataclass(frozen=True)
+class Pass:
+    """Base of all passes; see the module docstring."""
+
+    name: ClassVar[str] = ""
+    summary: ClassVar[str] = ""
+
+    def run(self, program: Program) -> bool:  # pragma: no cover - abstract
+        """Transform ``program`` in place; return whether anything changed."""
+        raise NotImplementedError
+
+
+P = TypeVar("P", bound=type[Pass])
+_PASSES: dict[str, type[Pass]] = {}
+
+
+def register_pass(cls: P) -> P:
+    """Class decorator: make ``cls`` available to pipelines under ``cls.name``."""
+    if not cls.name or cls.name in _PASSES:
+        raise BlockirError(f"pass {cls.__name__} needs a unique name, got {cls.name!r}")
+    _PASSES[cls.name] = cls
+    return cls
+
+
+def registered_passes() -> dict[str, type[Pass]]:
+    """Every registered pass by name, in registration order."""
+    return dict(_PASSES)
+
+
+def origin_key(op: Operator) -> str:
+    """A name for an op that survives save/load: ``type:out1,out2`` (or its inputs if it writes nothing)."""
+    return f"{op.type}:{','.join(op.output_names() or op.input_names())}"
+
+
+def mark_created(op: Operator, pass_name: str, origins: list[Operator]) -> Operator:
+    """Record on ``op`` that pass ``pass_name`` created it from ``origins`` (attributes ``op_pass``, ``op_origin``)."""
+    op.set_attr("op_pass", pass_name)
+    op.set_attr("op_origin", [origin_key(o) for o in origins])
+    return op
