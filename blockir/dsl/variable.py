@@ -55,18 +55,18 @@ class Variable(core.Variable):
 class Parameter(Variable):
     """A trainable (or frozen) persistable variable of the global block, with its optimizer facts.
 
-    ``trainable``, ``optimize_attr`` (``{"learning_rate": factor}``) and
-    ``device`` (the device it is pinned to, or None) come from its ``ParamAttr``;
-    they live in Python, as in Fluid, and are not serialised.
+    ``trainable`` and ``optimize_attr`` (``{"learning_rate": factor}``) come from
+    its ``ParamAttr``; they live in Python, as in Fluid, and are not serialised.
+    ``ParamAttr(device=...)`` pins the parameter: it becomes the variable's
+    ``device`` (``""`` when not pinned), which is saved with the program.
     """
 
     def __init__(self, name: str, shape: tuple[int, ...], dtype: str, *, trainable: bool = True,
                  learning_rate: float = 1.0, device: str | None = None) -> None:
         super().__init__(name, dtype=dtype, shape=shape, persistable=True, is_parameter=True,
-                         stop_gradient=not trainable)
+                         stop_gradient=not trainable, device=device or "")
         self.trainable = trainable
         self.optimize_attr = {"learning_rate": float(learning_rate)}
-        self.device = device
 
 
 # (scale, bias) of ``x op c`` and of ``c op x`` for a scalar c; None: build a tensor op instead.

@@ -30,15 +30,18 @@ class Variable:
     ``shape`` uses -1 for an unknown dimension (the batch); ``dtype`` is a numpy
     name. Kinds without a tensor description (feed/fetch lists, readers, ...)
     have ``dtype`` and ``shape`` None. Channels have ``dtype`` and ``capacity``.
+    ``device`` is where the value lives (``""``: not decided; the ``place`` pass
+    decides it, and keeps a persistable's or a fed variable's device, e.g. one
+    pinned by ``ParamAttr(device=...)``).
     """
 
     _FIELDS = ("name", "kind", "dtype", "shape", "lod_level", "persistable", "stop_gradient",
-               "is_parameter", "need_check_feed", "capacity")
+               "is_parameter", "need_check_feed", "capacity", "device")
 
     def __init__(self, name: str, kind: VarKind = VarKind.LOD_TENSOR, dtype: Any = "float32",
                  shape: Iterable[int] | None = (), lod_level: int = 0, persistable: bool = False,
                  stop_gradient: bool = False, is_parameter: bool = False,
-                 need_check_feed: bool = False, capacity: int = 0) -> None:
+                 need_check_feed: bool = False, capacity: int = 0, device: str = "") -> None:
         if not isinstance(name, str) or not name:
             raise BlockirError(f"variable name must be a non-empty string, got {name!r}")
         self.block: Block | None = None
@@ -53,6 +56,7 @@ class Variable:
         self.is_parameter = bool(is_parameter)
         self.need_check_feed = bool(need_check_feed)
         self.capacity = int(capacity)
+        self.device = str(device)
 
     def __setattr__(self, key: str, value: Any) -> None:
         object.__setattr__(self, key, value)

@@ -51,6 +51,8 @@ def var_to_proto(var: Variable) -> pb.VarDesc:
     for flag in ("persistable", "need_check_feed", "is_parameter", "stop_gradient"):
         if getattr(var, flag):
             setattr(d, flag, True)
+    if var.device:
+        d.device = var.device
     return d
 
 
@@ -120,7 +122,7 @@ def var_from_proto(d: pb.VarDesc, where: str) -> Variable:
         fields["dtype"] = _dtype(tensor.data_type, f"{where}: variable {d.name!r}")
         fields["shape"] = tuple(tensor.dims)
     return Variable(d.name, kind, persistable=d.persistable, stop_gradient=d.stop_gradient,
-                    is_parameter=d.is_parameter, need_check_feed=d.need_check_feed, **fields)
+                    is_parameter=d.is_parameter, need_check_feed=d.need_check_feed, device=d.device, **fields)
 
 
 def _attr_value(a: Any, where: str) -> tuple[Any, AttrType]:

@@ -17,8 +17,8 @@ op schema (it parses ops whose type is not registered)::
     }
 
 Variables: ``var %NAME : KIND<DTYPE>[DIMS]`` (dtype and dims printed when set)
-then ``lod_level=N`` and ``capacity=N`` when non-zero and the flags
-``persistable parameter stop_gradient need_check_feed``.
+then ``lod_level=N`` and ``capacity=N`` when non-zero, ``device=D`` when set, and
+the flags ``persistable parameter stop_gradient need_check_feed``.
 
 Ops: ``%v = type(...)`` when the only output slot is ``Out`` holding exactly one
 variable, else ``(Slot=..., ...) = type(...)``, or no ``=`` without outputs. A
@@ -173,7 +173,7 @@ def format_op(op: Operator) -> str:
 
 
 def format_var(var: Variable) -> str:
-    """``var %name : kind<dtype>[dims] lod_level=N capacity=N flags``."""
+    """``var %name : kind<dtype>[dims] lod_level=N capacity=N device=D flags``."""
     text = f"var {_ref(var.name)} : {var.kind.text}"
     if var.dtype is not None:
         text += f"<{var.dtype}>"
@@ -183,6 +183,8 @@ def format_var(var: Variable) -> str:
         text += f" lod_level={var.lod_level}"
     if var.capacity:
         text += f" capacity={var.capacity}"
+    if var.device:
+        text += f" device={_name(var.device)}"
     for word, field in _VAR_FLAGS:
         if getattr(var, field):
             text += " " + word
@@ -515,11 +517,13 @@ class _Parser:
         if self.line.startswith("[", self.pos):
             self.pos += 1
             var.shape = tuple(self.sequence("]", lambda: self.integer("a dimension")))
-        spec: dict[str, Callable[[], Any] | None] = {"lod_level": self.int32, "capacity": self.integer}
+        spec: dict[str, Callable[[], Any] | None] = {"lod_level": self.int32, "capacity": self.integer,
+                                                     "device": self.device_name}
         spec.update((word, None) for word, _ in _VAR_FLAGS)
         opts = self.options(spec)
         var.lod_level = opts.get("lod_level", 0)
         var.capacity = opts.get("capacity", 0)
+        var.device = opts.get("device", "")
         for word, field in _VAR_FLAGS:
             setattr(var, field, opts.get(word, False))
         if name in block.vars:

@@ -21,8 +21,8 @@ Checks:
   required attributes are present and unknown attributes are errors;
 * BLOCK / BLOCKS attributes refer to existing blocks whose parent is the op's
   block;
-* device strings (``op_device``, ``Block.device``, ``Program.device``) are
-  ``cpu``, ``cpu:N``, ``cuda`` or ``cuda:N``.
+* device strings (``op_device``, ``Block.device``, ``Program.device``,
+  ``Variable.device``) are ``cpu``, ``cpu:N``, ``cuda`` or ``cuda:N``.
 """
 
 from __future__ import annotations
@@ -34,7 +34,7 @@ from blockir.ir.attrs import AttrType
 from blockir.ir.core import Block, Operator, Program, Variable
 from blockir.ir.schema import COMMON_ATTRS, EMPTY_VAR, REQUIRED, OpSchema, find
 
-__all__ = ["is_valid_device", "verify"]
+__all__ = ["canonical_device", "is_valid_device", "verify"]
 
 _DEVICE = re.compile(r"(cpu|cuda)(:(0|[1-9][0-9]*))?")
 _DEVICE_FORMS = "cpu, cpu:N, cuda or cuda:N"
@@ -43,6 +43,15 @@ _DEVICE_FORMS = "cpu, cpu:N, cuda or cuda:N"
 def is_valid_device(device: str) -> bool:
     """Whether ``device`` is ``cpu``, ``cpu:N``, ``cuda`` or ``cuda:N`` (N a non-negative integer)."""
     return _DEVICE.fullmatch(device) is not None
+
+
+def canonical_device(device: str) -> str:
+    """The one spelling of a well-formed device: ``cpu`` for ``cpu``/``cpu:0`` (the host), ``cpu:N``,
+    ``cuda:N`` (``cuda`` is ``cuda:0``). Two devices are the same device when their spellings are."""
+    kind, _, index = device.partition(":")
+    if kind == "cpu":
+        return device if index not in ("", "0") else "cpu"
+    return f"{kind}:{index or 0}"
 
 
 class _Verifier:
@@ -96,6 +105,10 @@ class _Verifier:
                                           "of the program")
             if block.device and not is_valid_device(block.device):
                 self.block_problem(block, f"device {block.device!r} is not well formed (expected {_DEVICE_FORMS})")
+            for var in block.vars.values():
+                if var.device and not is_valid_device(var.device):
+                    self.block_problem(block, f"variable {var.name!r} has device {var.device!r}, which is not "
+                                              f"well formed (expected {_DEVICE_FORMS})")
 
     # -- variables ---------------------------------------------------------
     def lookup(self, block: Block, name: str) -> Variable | None:

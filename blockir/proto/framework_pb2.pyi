@@ -211,20 +211,22 @@ class VarType(_message.Message):
     def __init__(self, type: _Optional[_Union[VarType.Type, str]] = ..., selected_rows: _Optional[_Union[VarType.TensorDesc, _Mapping]] = ..., lod_tensor: _Optional[_Union[VarType.LoDTensorDesc, _Mapping]] = ..., tensor_array: _Optional[_Union[VarType.LoDTensorArrayDesc, _Mapping]] = ..., reader: _Optional[_Union[VarType.ReaderDesc, _Mapping]] = ..., tuple: _Optional[_Union[VarType.Tuple, _Mapping]] = ..., channel: _Optional[_Union[VarType.ChannelDesc, _Mapping]] = ...) -> None: ...
 
 class VarDesc(_message.Message):
-    __slots__ = ("name", "type", "persistable", "need_check_feed", "is_parameter", "stop_gradient")
+    __slots__ = ("name", "type", "persistable", "need_check_feed", "is_parameter", "stop_gradient", "device")
     NAME_FIELD_NUMBER: _ClassVar[int]
     TYPE_FIELD_NUMBER: _ClassVar[int]
     PERSISTABLE_FIELD_NUMBER: _ClassVar[int]
     NEED_CHECK_FEED_FIELD_NUMBER: _ClassVar[int]
     IS_PARAMETER_FIELD_NUMBER: _ClassVar[int]
     STOP_GRADIENT_FIELD_NUMBER: _ClassVar[int]
+    DEVICE_FIELD_NUMBER: _ClassVar[int]
     name: str
     type: VarType
     persistable: bool
     need_check_feed: bool
     is_parameter: bool
     stop_gradient: bool
-    def __init__(self, name: _Optional[str] = ..., type: _Optional[_Union[VarType, _Mapping]] = ..., persistable: _Optional[bool] = ..., need_check_feed: _Optional[bool] = ..., is_parameter: _Optional[bool] = ..., stop_gradient: _Optional[bool] = ...) -> None: ...
+    device: str
+    def __init__(self, name: _Optional[str] = ..., type: _Optional[_Union[VarType, _Mapping]] = ..., persistable: _Optional[bool] = ..., need_check_feed: _Optional[bool] = ..., is_parameter: _Optional[bool] = ..., stop_gradient: _Optional[bool] = ..., device: _Optional[str] = ...) -> None: ...
 
 class BlockDesc(_message.Message):
     __slots__ = ("idx", "parent_idx", "vars", "ops", "forward_block_idx", "device")

@@ -96,6 +96,7 @@ def variables(draw: st.DrawFn, block: Block, name: str, channels: bool = True,
         "stop_gradient": draw(st.booleans()),
         "is_parameter": draw(st.booleans()),
         "need_check_feed": draw(st.booleans()),
+        "device": draw(_BLOCK_DEVICES),
     }
     if kind in (VarKind.LOD_TENSOR, VarKind.LOD_TENSOR_ARRAY):
         fields["lod_level"] = draw(st.integers(0, 3))

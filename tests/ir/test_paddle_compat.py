@@ -44,7 +44,7 @@ def without_additions(desc: pb.ProgramDesc) -> pb.ProgramDesc:
     for block in d.blocks:
         block.ClearField("device")
         for var in block.vars:
-            for field in ("need_check_feed", "is_parameter", "stop_gradient"):
+            for field in ("need_check_feed", "is_parameter", "stop_gradient", "device"):
                 var.ClearField(field)
     return d
 

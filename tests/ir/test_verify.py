@@ -213,6 +213,7 @@ def test_block_structure_checks() -> None:
     p.block(3).parent_idx = 11
     p.block(4).forward_block_idx = 5
     p.block(4).device = "gpu:-1"
+    p.block(4).create_var("v", device="cuda:x")
     p.device = "cuda:01"
     found = problems(p)
     assert found == [
@@ -222,6 +223,7 @@ def test_block_structure_checks() -> None:
         "block 3: parent index 11 is not a block of the program",
         "block 4: forward_block_idx 5 is not a block of the program",
         "block 4: device 'gpu:-1' is not well formed (expected cpu, cpu:N, cuda or cuda:N)",
+        "block 4: variable 'v' has device 'cuda:x', which is not well formed (expected cpu, cpu:N, cuda or cuda:N)",
     ]
 
 
