@@ -43,10 +43,11 @@ def build(hidden: int = 128, lr: float = 3e-3, seed: int = 1):
     return main, startup, test, pred, loss
 
 
-def train(epochs: int = 30, batch: int = 32, model_dir: str | None = None, verbose: bool = True) -> float:
-    """Train and return the test accuracy; save an inference model to ``model_dir`` if given."""
+def main(epochs: int = 30, batch: int = 32, model_dir: str | None = None, verbose: bool = True) -> dict[str, float]:
+    """Train; return the test ``accuracy`` and the training ``seconds``. Save an inference model to
+    ``model_dir`` if given."""
     x_train, y_train, x_test, y_test = load_digits()
-    main, startup, test, pred, loss = build()
+    main_prog, startup, test, pred, loss = build()
     exe = bir.Executor("cpu")
     scope = bir.Scope()
     exe.run(startup, scope=scope)
@@ -57,21 +58,22 @@ def train(epochs: int = 30, batch: int = 32, model_dir: str | None = None, verbo
         losses = []
         for i in range(0, len(order), batch):
             idx = order[i:i + batch]
-            loss_v, = exe.run(main, feed={"x": x_train[idx], "label": y_train[idx]}, fetch_list=[loss],
+            loss_v, = exe.run(main_prog, feed={"x": x_train[idx], "label": y_train[idx]}, fetch_list=[loss],
                               scope=scope)
             losses.append(float(loss_v[0]))
         if verbose and (epoch % 5 == 4 or epoch == epochs - 1):
             print(f"epoch {epoch + 1:3d}  loss {np.mean(losses):.4f}  ({time.perf_counter() - t0:.1f}s)")
+    seconds = time.perf_counter() - t0
     probs, = exe.run(test, feed={"x": x_test, "label": y_test}, fetch_list=[pred], scope=scope)
     accuracy = float((np.argmax(probs, axis=1) == y_test[:, 0]).mean())
     if verbose:
         print(f"test accuracy {accuracy:.4f}")
     if model_dir:
         with bir.scope_guard(scope):
-            bir.io.save_inference_model(model_dir, ["x"], [pred], exe, main_program=main)
+            bir.io.save_inference_model(model_dir, ["x"], [pred], exe, main_program=main_prog)
         if verbose:
             print(f"saved inference model to {model_dir}/")
-    return accuracy
+    return {"accuracy": accuracy, "seconds": seconds}
 
 
 if __name__ == "__main__":
@@ -79,4 +81,4 @@ if __name__ == "__main__":
     parser.add_argument("--epochs", type=int, default=30)
     parser.add_argument("--model-dir", default=None)
     args = parser.parse_args()
-    train(args.epochs, model_dir=args.model_dir)
+    main(args.epochs, model_dir=args.model_dir)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-import blockir.ops  # noqa: F401  (registers the schemas)
+import blockir as bir
 from blockir.errors import BlockirError, ShapeError
 from blockir.ir.core import Program
 from blockir.ir.dtypes import VarKind
@@ -235,3 +235,64 @@ def test_inference_accepts_in_place_updates_and_sparse_gradients():
 def test_inference_rejects_bad_updates(op_type, inputs, outputs, attrs, message):
     with pytest.raises(ShapeError, match=message):
         _block().append_op(op_type, inputs, outputs, attrs)
+
+
+# -- end to end: an embedding trained with sparse gradients equals one trained with dense ones --------
+# Paddle's semantics: a SelectedRows gradient means "zero for the rows not listed", so every update
+# equals the dense update of the densified gradient; Momentum and (non-lazy, the default) Adam still
+# move rows absent from the batch through the moments earlier batches left. Only Adam's lazy_mode
+# departs from that: it leaves such rows alone.
+
+FIRST = [[2, 3, 2], [3]]  # id 2 twice in a document
+LATER = [[4, 1, 4], [0, 4]]  # id 4 three times in a batch; ids 2 and 3 absent; id 5 is never used
+
+
+def _train_embedding(is_sparse: bool, optimizer, batches: list[list[list[int]]]) -> np.ndarray:
+    """The embedding table of a bag-of-words model after one update per batch of documents."""
+    main, startup = bir.Program(), bir.Program()
+    main.random_seed = startup.random_seed = 5
+    with bir.unique_name.guard(), bir.program_guard(main, startup):
+        ids = bir.data("ids", shape=[-1, 1], dtype="int64", lod_level=1)
+        label = bir.data("label", shape=[-1, 1], dtype="int64")
+        emb = bir.layers.embedding(ids, size=[V, D], is_sparse=is_sparse, param_attr="emb", dtype="float64")
+        pred = bir.layers.fc(bir.layers.sequence_pool(emb, "sum"), size=2, act="softmax")
+        optimizer.minimize(bir.layers.mean(bir.layers.cross_entropy(pred, label)))
+    grad_kind = main.global_block().var("emb@GRAD").kind
+    assert grad_kind is (VarKind.SELECTED_ROWS if is_sparse else VarKind.LOD_TENSOR)
+    exe, scope = bir.Executor("cpu"), bir.Scope()
+    exe.run(startup, scope=scope)
+    for docs in batches:
+        words = bir.LoDTensor.from_lengths(np.array(sum(docs, [])).reshape(-1, 1), [len(d) for d in docs])
+        exe.run(main, feed={"ids": words, "label": np.array([[0], [1]])}, scope=scope)
+    return scope.get("emb")
+
+
+OPTIMIZERS = {
+    "sgd": lambda: bir.optimizer.SGD(learning_rate=0.1),
+    "momentum": lambda: bir.optimizer.Momentum(learning_rate=0.1, momentum=0.9),
+    "adagrad": lambda: bir.optimizer.Adagrad(learning_rate=0.1),
+    "adam": lambda: bir.optimizer.Adam(learning_rate=0.1),
+}
+MOVES_ABSENT_ROWS = {"sgd": False, "momentum": True, "adagrad": False, "adam": True}
+
+
+@pytest.mark.parametrize("name", OPTIMIZERS)
+def test_training_with_a_sparse_embedding_equals_training_with_a_dense_one(name):
+    batches = [FIRST, LATER, LATER]
+    sparse = _train_embedding(True, OPTIMIZERS[name](), batches)
+    np.testing.assert_allclose(sparse, _train_embedding(False, OPTIMIZERS[name](), batches), rtol=1e-12, atol=1e-14)
+    initial = _train_embedding(True, OPTIMIZERS[name](), [])
+    after_first = _train_embedding(True, OPTIMIZERS[name](), [FIRST])
+    assert not np.allclose(sparse[[0, 1, 4]], after_first[[0, 1, 4]])
+    assert np.array_equal(sparse[[2, 3]], after_first[[2, 3]]) is not MOVES_ABSENT_ROWS[name]
+    np.testing.assert_array_equal(sparse[5], initial[5])  # no gradient ever: no moment to carry
+
+
+def test_lazy_adam_leaves_rows_absent_from_the_batch_alone():
+    lazy = _train_embedding(True, bir.optimizer.Adam(learning_rate=0.1, lazy_mode=True), [FIRST, LATER])
+    dense = _train_embedding(False, bir.optimizer.Adam(learning_rate=0.1), [FIRST, LATER])
+    after_first = _train_embedding(True, bir.optimizer.Adam(learning_rate=0.1, lazy_mode=True), [FIRST])
+    np.testing.assert_array_equal(lazy[[2, 3]], after_first[[2, 3]])
+    assert not np.allclose(dense[[2, 3]], after_first[[2, 3]])
+    # the rows present see the same gradients and moments in both modes
+    np.testing.assert_allclose(lazy[[0, 1, 4]], dense[[0, 1, 4]], rtol=1e-12, atol=1e-14)
