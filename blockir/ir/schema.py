@@ -92,6 +92,7 @@ class OpSchema:
     grad: Callable[[GradContext], list[OpSpec]] | None = None
     kernel: Callable[..., Any] | None = None
     devices: frozenset[str] = frozenset({"cpu", "cuda"})
+    host: bool = False  # always runs on the host (feed/fetch, data reading, save/load), wherever it is put
     share_lod: tuple[tuple[str, str], ...] = ()  # (input slot, output slot)
     side_effects: bool = False  # kept by pruning even when nothing reads its outputs
     random: bool = False  # carries a ``seed`` attribute derived from the program seed

@@ -74,10 +74,15 @@ def _infer_memcpy(ctx: InferContext) -> None:
         ctx.set_output("Out", x.shape, x.dtype, lod_level=x.lod_level)
 
 
+def copy_value(value: Any, xp: Any) -> Any:
+    """A copy of a dense, LoDTensor or SelectedRows value in new buffers of array module ``xp`` (LoD, rows kept)."""
+    return map_arrays(value, lambda a: xp.array(a, copy=True))
+
+
 def _memcpy(ctx: KernelContext, x: Any) -> Any:
-    """A real copy of X (data copied, LoD / rows kept). The runtime places the op so that ``ctx.xp``
-    allocates on ``dst_device``; between host devices the copy is ``xp.array(x, copy=True)``."""
-    return map_arrays(x, lambda a: ctx.xp.array(a, copy=True))
+    """A real copy of X, never sharing its buffers. The op runs on ``dst_device``, so ``ctx.xp``
+    allocates there; between the host and virtual CPU devices it is a numpy copy."""
+    return copy_value(x, ctx.xp)
 
 
 _X = (Slot("X", lod=True, no_grad=True),)  # values arrive as they are: lists, LoDTensors, SelectedRows
@@ -89,6 +94,7 @@ FEED = OpSchema(
     inputs=_X,
     outputs=_OUT,
     attrs=_COL,
+    host=True,
     infer=_infer_feed,
     kernel=_feed,
     doc="Out = X[col], X being the feed list.",
@@ -99,6 +105,7 @@ FETCH = OpSchema(
     inputs=_X,
     outputs=_OUT,
     attrs=_COL,
+    host=True,
     infer=_infer_fetch,
     kernel=_fetch,
     side_effects=True,

@@ -2,15 +2,20 @@
 
 from __future__ import annotations
 
-from typing import Any, Iterable, Mapping
+from typing import Any, Iterable, Mapping, TypeVar
 
 from blockir.errors import BlockirError
 from blockir.ir.core import Program
+from blockir.passes.copies import InsertCopies
+from blockir.passes.place import Place as PlacePass
+from blockir.runtime.device import HOST, checked_device
 from blockir.runtime.place import Place, as_place
 from blockir.runtime.plan import Plan, compile_plan
 from blockir.runtime.scope import Scope, global_scope
 
 __all__ = ["Executor"]
+
+T = TypeVar("T")
 
 
 def _name(target: Any) -> str:
@@ -21,13 +26,36 @@ def _name(target: Any) -> str:
     return name
 
 
-class Executor:
-    """Runs programs on one place (``"cpu"`` or ``CPUPlace()``), Fluid's ``Executor``.
+def _remember(cache: dict[Any, T], key: tuple, value: T, limit: int) -> T:
+    """Store ``value`` under ``key`` = ``(id(program), program.mutation, ...)`` in a cache of at most ``limit``."""
+    # Entries of earlier states of this program can never be used again (mutation counters only grow).
+    for old in [k for k in cache if k[0] == key[0] and k[1] != key[1]]:
+        del cache[old]
+    while len(cache) >= limit:
+        del cache[next(iter(cache))]
+    cache[key] = value
+    return value
 
-    Each program block is compiled into a :class:`~blockir.runtime.plan.Plan`
-    once per (program, program state, feed names, fetch names) and the plan is
-    cached; a program changed through the IR API is recompiled on its next
-    run. The cache keeps the plans of at most ``max_plans`` program states.
+
+def _off_host(program: Program) -> bool:
+    """Whether any op, block, variable or the program itself names a device other than the host."""
+    devices = {program.device, *(b.device for b in program.blocks), *(op.device for op in program.ops()),
+               *(v.device for v in program.list_vars())}
+    return any(checked_device(d, "a device of the program") != HOST for d in devices if d)
+
+
+class Executor:
+    """Runs programs, Fluid's ``Executor``; ``place`` (``"cpu"``, ``"cpu:2"``, ``CPUPlace()``) is where ops
+    that the program places nowhere run.
+
+    A program with anything off the host (an op, block, variable or program
+    device, or an executor place other than ``cpu``) runs as the default
+    pipeline, ``place{default=PLACE},insert-copies``, transforms a clone of it;
+    the program itself is never changed. Each program block is compiled into a
+    :class:`~blockir.runtime.plan.Plan` once per (program, program state, feed
+    names, fetch names) and the plan is cached; a program changed through the
+    IR API is transformed and compiled again on its next run. The cache keeps
+    the plans of at most ``max_plans`` program states.
     """
 
     def __init__(self, place: str | Place = "cpu", max_plans: int = 64) -> None:
@@ -36,6 +64,7 @@ class Executor:
         self.place: Place = as_place(place)
         self.max_plans = max_plans
         self._plans: dict[tuple[int, int, frozenset[str], tuple[str, ...] | None], Plan] = {}
+        self._placements: dict[tuple[int, int], Program] = {}  # (id, mutation) -> the program as it runs
 
     def plan(self, program: Program, feed_names: Iterable[str] = (),
              fetch_list: Iterable[Any] | None = None) -> Plan:
@@ -47,14 +76,22 @@ class Executor:
         key = (id(program), program.mutation, feed_names, fetch)
         plan = self._plans.get(key)
         if plan is None:
-            plan = compile_plan(program, feed_names, fetch, self.place)
-            # Plans of earlier states of this program can never be used again (mutation counters only grow).
-            for old in [k for k in self._plans if k[0] == key[0] and k[1] != key[1]]:
-                del self._plans[old]
-            while len(self._plans) >= self.max_plans:
-                del self._plans[next(iter(self._plans))]
-            self._plans[key] = plan
+            plan = _remember(self._plans, key, compile_plan(self._placed(program), feed_names, fetch, self.place),
+                             self.max_plans)
         return plan
+
+    def _placed(self, program: Program) -> Program:
+        """``program`` itself when it all runs on the host, else its clone through the default pipeline (cached)."""
+        if str(self.place) == HOST and not _off_host(program):
+            return program
+        key = (id(program), program.mutation)
+        placed = self._placements.get(key)
+        if placed is None:
+            placed = program.clone()
+            PlacePass(default=str(self.place)).run(placed)
+            InsertCopies().run(placed)
+            _remember(self._placements, key, placed, self.max_plans)
+        return placed
 
     def run(self, program: Program | None = None, feed: Mapping[str, Any] | None = None,
             fetch_list: Iterable[Any] | None = None, scope: Scope | None = None,

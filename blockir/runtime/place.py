@@ -3,9 +3,9 @@
 A place is a device kind and an index, written as a device string (``cpu``,
 ``cpu:1``, ``cuda:0``) like the ``op_device`` attribute. It owns the array
 module its kernels compute with (``xp``). This runtime runs on the host CPU
-(``cpu`` = ``cpu:0``); the virtual CPU devices and CUDA devices of the design
-are well-formed places that an executor refuses with a clear error until they
-have a runtime.
+(``cpu`` = ``cpu:0``) and on virtual CPU devices (``cpu:N``, see
+:mod:`blockir.runtime.device`); CUDA devices are well-formed places that an
+executor refuses with a clear error until they have a runtime.
 """
 
 from __future__ import annotations
@@ -33,7 +33,7 @@ class Place:
     def xp(self) -> Any:
         """The array module kernels on this place compute with."""
         if self.kind != "cpu":
-            raise BlockirError(f"no array module for device {self}: only the host CPU is supported so far")
+            raise BlockirError(f"no array module for device {self}: only CPU devices are supported so far")
         return np
 
     def matches(self, device: str) -> bool:
@@ -72,6 +72,7 @@ def as_place(spec: str | Place) -> Place:
         place = CPUPlace() if kind == "cpu" and int(index or 0) == 0 else Place(kind, int(index or 0))
     else:
         raise BlockirError(f"not a device: {spec!r} (expected cpu, cpu:N, cuda or cuda:N, or a Place)")
-    if place != CPUPlace():
-        raise BlockirError(f"device {place} is not supported by this runtime yet: only the host CPU ('cpu')")
+    if place.kind != "cpu":
+        raise BlockirError(f"device {place} is not supported by this runtime yet: only the host CPU ('cpu') "
+                           "and virtual CPU devices ('cpu:N')")
     return place

@@ -12,6 +12,16 @@ indexed by slot and walks the steps, each a prepared ``gather`` / ``kernel`` /
 ``feed`` and ``fetch`` ops (as ``save_inference_model`` writes them) are not
 steps: their outputs are the feed targets and their inputs the default fetch
 targets of the plan.
+
+Devices: each op runs on its ``op_device`` (else its block's, its program's,
+or the executor's place) and its kernel computes with that device's array
+module. Feeds arrive on the host and scope values where the variable lives
+(``Variable.device``, else the host); an op's outputs are on its device. The
+compiler checks that every op but ``memcpy`` reads only values on its own
+device. At run time a scope value found on another device than the plan
+expects is moved there (copied, and re-tagged in the scope); persistables are
+written back tagged with the device they are on, and fetched values come back
+to the host (copied).
 """
 
 from __future__ import annotations
@@ -28,12 +38,13 @@ from blockir.ir.dtypes import VarKind
 from blockir.ir.schema import EMPTY_VAR, REQUIRED, KernelContext, OpSchema, Slot, lookup
 from blockir.ops.io import map_arrays
 from blockir.ops.values import LoDTensor, SelectedRows
+from blockir.runtime.device import HOST, array_module, checked_device, device_kind, transfer
 from blockir.runtime.place import Place
 from blockir.runtime.scope import Scope
 
 __all__ = ["FeedSpec", "Plan", "Step", "compile_plan", "describe_value", "shape_matches"]
 
-FEED_OP, FETCH_OP = "feed", "fetch"
+FEED_OP, FETCH_OP, COPY_OP = "feed", "fetch", "memcpy"
 Gather = Callable[[list], Sequence[Any]]
 Scatter = Callable[[list, Any], None]
 
@@ -227,6 +238,7 @@ class _OpInfo:
     op: Operator
     schema: OpSchema
     text: str
+    device: str
     inputs: list[tuple[Slot, list[str]]]
     outputs: list[tuple[Slot, list[str]]]
 
@@ -257,16 +269,16 @@ def _op_info(op: Operator, block: Block, place: Place) -> _OpInfo:
         schema = lookup(op.type)
     except OpNotFoundError as e:
         raise OpNotFoundError(f"cannot run op: {e}: {text}") from None
-    if schema.kernel is None or place.kind not in schema.devices:
-        raise BlockirError(f"op type {op.type!r} has no kernel for {place.kind}: {text}")
-    device = op.device or block.device or block.program.device or str(place)
-    if not place.matches(device):
-        raise BlockirError(f"op is placed on {device}, but this executor runs on {place}: {text}")
+    device = checked_device(op.device or block.device or block.program.device or str(place), text)
+    if schema.kernel is None or device_kind(device) not in schema.devices:
+        raise BlockirError(f"op type {op.type!r} has no kernel for {device_kind(device)}: {text}")
+    if op.type == COPY_OP and checked_device(op.attr("dst_device"), text) != device:
+        raise BlockirError(f"memcpy must run on its dst_device, not on {device}: {text}")
     _check_slots(op, schema, text)
     for name in (*op.input_names(), *op.output_names()):
         if name != EMPTY_VAR and not _has_var(block, name):
             raise BlockirError(f"op uses variable {name!r}, which the block does not declare: {text}")
-    return _OpInfo(op, schema, text, [(s, op.inputs.get(s.name, [])) for s in schema.inputs],
+    return _OpInfo(op, schema, text, device, [(s, op.inputs.get(s.name, [])) for s in schema.inputs],
                    [(s, op.outputs.get(s.name, [])) for s in schema.outputs])
 
 
@@ -358,6 +370,7 @@ def compile_plan(program: Program, feed_names: frozenset[str], fetch_names: tupl
         var = block.find_var_recursive(name)
         if var.need_check_feed or name in feed_targets:
             raise BlockirError(f"missing feed {name!r} (declared {_declared(var)}), read by: {reader}")
+    located = _locate(block, infos, feed_names, external)
 
     # Backward: liveness, giving which outputs anybody reads and what dies after each op.
     persistable_out = {n for info in infos for _, names in info.outputs for n in _bound(names)
@@ -375,17 +388,43 @@ def compile_plan(program: Program, feed_names: frozenset[str], fetch_names: tupl
     frees.reverse()
     wants.reverse()
 
-    steps = tuple(_make_step(info, slots, may_lod, want, free, place) for info, want, free in
+    steps = tuple(_make_step(info, slots, may_lod, want, free) for info, want, free in
                   zip(infos, wants, frees))
-    scope_inputs = tuple((slots[n], n, block.find_var_recursive(n).persistable, reader)
+    scope_inputs = tuple((slots[n], n, block.find_var_recursive(n).persistable, reader, _home(block, n))
                          for n, reader in external.items())
     return Plan(num_slots=len(slots), steps=steps, feeds=feeds, scope_inputs=scope_inputs,
-                fetches=tuple((slots[v.name], v.name, v.persistable) for v in fetch_vars),
-                writebacks=tuple((slots[n], n) for n in sorted(persistable_out)))
+                fetches=tuple((slots[v.name], v.name, v.persistable, located[v.name]) for v in fetch_vars),
+                writebacks=tuple((slots[n], n, located[n]) for n in sorted(persistable_out)))
+
+
+def _home(block: Block, name: str) -> str:
+    """Where a value from outside the plan is: the variable's device, else the host."""
+    device = block.find_var_recursive(name).device
+    return checked_device(device, f"variable {name!r}") if device else HOST
+
+
+def _locate(block: Block, infos: list[_OpInfo], feed_names: frozenset[str], external: dict[str, str]) -> dict[str, str]:
+    """The device of every value after the plan ran; an error naming the op that reads a value from another device.
+
+    Feeds are on the host, values from the scope where their variable lives, an op's outputs on its device;
+    only ``memcpy`` reads across devices.
+    """
+    located = dict.fromkeys(feed_names, HOST)
+    located.update((n, _home(block, n)) for n in external)
+    for info in infos:
+        if info.op.type != COPY_OP:
+            for _, names in info.inputs:
+                for n in _bound(names):
+                    if located[n] != info.device:
+                        raise BlockirError(f"op runs on {info.device} but reads {n!r}, which is on {located[n]} "
+                                           f"(insert a memcpy: the insert-copies pass does): {info.text}")
+        for _, names in info.outputs:
+            located.update(dict.fromkeys(_bound(names), info.device))
+    return located
 
 
 def _make_step(info: _OpInfo, slots: _Slots, may_lod: set[str], wants: tuple[bool, ...],
-               free: tuple[int, ...], place: Place) -> Step:
+               free: tuple[int, ...]) -> Step:
     def numbered(names: list[str]) -> list[int | None]:
         return [None if n == EMPTY_VAR else slots[n] for n in names]
 
@@ -398,7 +437,7 @@ def _make_step(info: _OpInfo, slots: _Slots, may_lod: set[str], wants: tuple[boo
             lod_src[slot.name] = slots[src[0]]
     scatter = _make_scatter([(slot, numbered(names), want, lod_src.get(slot.name))
                              for (slot, names), want in zip(info.outputs, wants)])
-    ctx = KernelContext(xp=place.xp, attrs=_kernel_attrs(info), wants=wants, op_text=info.text)
+    ctx = KernelContext(xp=array_module(info.device), attrs=_kernel_attrs(info), wants=wants, op_text=info.text)
     inputs = tuple((s.name, n, slots[n]) for s, names in info.inputs for n in _bound(names))
     return Step(info.schema.kernel, ctx, gather, scatter, free, inputs)  # type: ignore[arg-type]
 
@@ -412,19 +451,21 @@ class Plan:
     num_slots: int
     steps: tuple[Step, ...]
     feeds: tuple[FeedSpec, ...]
-    scope_inputs: tuple[tuple[int, str, bool, str], ...]  # (slot, name, persistable, first reader)
-    fetches: tuple[tuple[int, str, bool], ...]  # (slot, name, persistable)
-    writebacks: tuple[tuple[int, str], ...]  # persistable outputs: (slot, name)
+    scope_inputs: tuple[tuple[int, str, bool, str, str], ...]  # (slot, name, persistable, first reader, device)
+    fetches: tuple[tuple[int, str, bool, str], ...]  # (slot, name, persistable, device)
+    writebacks: tuple[tuple[int, str, str], ...]  # persistable outputs: (slot, name, device)
 
     def run(self, feed: Mapping[str, Any], scope: Scope, return_numpy: bool = True) -> list[Any]:
         """Run once: feeds checked, scope values read, steps walked, persistables written back."""
         values: list[Any] = [None] * self.num_slots
         for spec in self.feeds:
             values[spec.slot] = spec.check(feed[spec.name])
-        for slot, name, persistable, reader in self.scope_inputs:
+        for slot, name, persistable, reader, device in self.scope_inputs:
             holder = scope.find_var(name)
             if holder is None or holder.value is None:
                 raise _missing_value(name, persistable, reader)
+            if holder.device != device:  # e.g. loaded onto the host, needed on cpu:1: move it
+                holder.set(transfer(holder.value, device), device)
             values[slot] = holder.value
         ctx = None
         try:
@@ -435,9 +476,10 @@ class Plan:
         except Exception as e:
             step = next(s for s in self.steps if s.ctx is ctx)
             raise _kernel_error(step, values, e) from e
-        for slot, name in self.writebacks:
-            scope.set(name, values[slot])
-        return [_fetched(values[slot], name, persistable, return_numpy) for slot, name, persistable in self.fetches]
+        for slot, name, device in self.writebacks:
+            scope.set(name, values[slot], device)
+        return [_fetched(values[slot], name, persistable, device, return_numpy)
+                for slot, name, persistable, device in self.fetches]
 
 
 def _missing_value(name: str, persistable: bool, reader: str) -> BlockirError:
@@ -460,10 +502,12 @@ def _copy(array: Any) -> Any:
     return array.copy()
 
 
-def _fetched(value: Any, name: str, persistable: bool, return_numpy: bool) -> Any:
+def _fetched(value: Any, name: str, persistable: bool, device: str, return_numpy: bool) -> Any:
     if value is None:
         raise BlockirError(f"fetch {name!r}: the run produced no value for it")
-    if persistable or (isinstance(value, np.ndarray) and value.base is not None):
+    if device != HOST:
+        value = transfer(value, HOST)
+    elif persistable or (isinstance(value, np.ndarray) and value.base is not None):
         value = map_arrays(value, _copy)  # the scope keeps the variable (or what it views) and updates it in place
     if not return_numpy:
         return value

@@ -8,7 +8,12 @@ temporaries of a run live in the executor's slot frame, which plays the part
 of Fluid's per-run local scope, and are dropped with it.
 
 Values are numpy arrays, :class:`~blockir.ops.values.LoDTensor` or
-:class:`~blockir.ops.values.SelectedRows`.
+:class:`~blockir.ops.values.SelectedRows`, each tagged with the device it lives
+on (:attr:`ScopeVariable.device`; the host, ``cpu``, unless a run wrote it on a
+virtual device). A scope holds one value per name, on one device: a plan that
+needs a persistable on another device moves it there (a copy, re-tagged), so a
+parameter updated on ``cpu:1`` stays there between runs, and values set or
+loaded on the host reach the device that uses them on the next run.
 """
 
 from __future__ import annotations
@@ -17,18 +22,20 @@ import contextlib
 from typing import Any, Iterator
 
 from blockir.errors import BlockirError
+from blockir.runtime.device import HOST
 
 __all__ = ["Scope", "ScopeVariable", "global_scope", "scope_guard"]
 
 
 class ScopeVariable:
-    """A named holder of one value (``None`` until set), Fluid's scope variable."""
+    """A named holder of one value (``None`` until set) on ``device``, Fluid's scope variable."""
 
-    __slots__ = ("name", "value")
+    __slots__ = ("name", "value", "device")
 
-    def __init__(self, name: str, value: Any = None) -> None:
+    def __init__(self, name: str, value: Any = None, device: str = HOST) -> None:
         self.name = name
         self.value = value
+        self.device = device
 
     def is_initialized(self) -> bool:
         return self.value is not None
@@ -39,12 +46,15 @@ class ScopeVariable:
             raise BlockirError(f"scope variable {self.name!r} holds no value")
         return self.value
 
-    def set(self, value: Any) -> None:
+    def set(self, value: Any, device: str = HOST) -> None:
+        """Hold ``value``, which lives on ``device`` (a canonical device string)."""
         self.value = value
+        self.device = device
 
     def __repr__(self) -> str:
         shape = getattr(self.value, "shape", None)
-        return f"ScopeVariable({self.name!r}, {'empty' if self.value is None else f'shape={shape}'})"
+        where = "" if self.device == HOST else f", device={self.device!r}"
+        return f"ScopeVariable({self.name!r}, {'empty' if self.value is None else f'shape={shape}'}{where})"
 
 
 class Scope:
@@ -81,12 +91,13 @@ class Scope:
             raise BlockirError(f"variable {name!r} is not in the scope")
         return holder.get_tensor()
 
-    def set(self, name: str, value: Any) -> None:
+    def set(self, name: str, value: Any, device: str = HOST) -> None:
         """Set ``name`` where it lives (this scope or the nearest ancestor having it), else create it here.
 
-        ``scope.var(name).set(value)`` shadows an ancestor's variable instead.
+        ``value`` is on ``device`` (default: the host). ``scope.var(name).set(value)`` shadows an
+        ancestor's variable instead.
         """
-        (self.find_var(name) or self.var(name)).value = value
+        (self.find_var(name) or self.var(name)).set(value, device)
 
     def erase(self, names: list[str] | tuple[str, ...]) -> None:
         """Remove the variables ``names`` from this scope (not its parents); absent names are ignored."""

@@ -249,7 +249,7 @@ def test_unknown_op_type_fails_at_compile_time(exe):
 @pytest.mark.parametrize("op_type, attrs, message", [
     ("rt_no_kernel", {}, "op type 'rt_no_kernel' has no kernel for cpu"),
     ("rt_need_attr", {}, "op 'rt_need_attr' needs attribute 'factor'"),
-    ("rt_scale", {"op_device": "cuda:0"}, "placed on cuda:0, but this executor runs on cpu"),
+    ("rt_scale", {"op_device": "cuda:0"}, "device cuda:0 is not supported by this runtime yet"),
 ])
 def test_compile_errors_name_the_op(exe, op_type, attrs, message):
     program = bir.Program()

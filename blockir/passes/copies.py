@@ -1,0 +1,178 @@
+"""``insert-copies``: make every op read only values on its own device, with ``memcpy`` ops.
+
+Each block is walked in program order, keeping where the current value of each
+variable is (its writer's device; a variable read before any write is where it
+lives, ``Variable.device``, the host when unset) and which copies of that value
+exist on other devices. An op (other than ``memcpy``) reading a variable whose
+value is elsewhere reads ``NAME@DEVICE`` instead, written by one ``memcpy``
+inserted before the first such reader on that device and reused by every later
+one until the variable is written again. Feeds come in on the host and so are
+copied to their readers' devices; fetch ops run on the host and so get their
+targets copied back.
+
+A persistable variable must end every write on its own device, where the scope
+keeps it between runs: an op writing one from another device writes
+``NAME@DEVICE`` and a ``memcpy`` right after it carries the value home (so a
+parameter updated on one device and read on another is copied again, in the
+block, every iteration: readers always see the update). A sub-block starts
+from where the values are when the op owning it runs (at the end of its parent
+block when no op owns it) and treats the variables of the blocks around it the
+same way: it reads copies of them and carries what it writes to them back.
+
+``memcpy`` ops run on their ``dst_device`` and are the only ops reading across
+devices; the copies made by an earlier run are found again, so running the pass
+twice changes nothing. Each ``memcpy`` records its lineage (``op_pass``,
+``op_origin``: the op that wrote the value, if any, and the first reader) and
+the ``op_role`` of that reader. Ops without ``op_device`` count as ``place``
+would place them.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import ClassVar
+
+from blockir.errors import BlockirError
+from blockir.ir import Block, Operator, Program, VarKind
+from blockir.ir.schema import EMPTY_VAR
+from blockir.passes.base import Pass, mark_created, register_pass
+from blockir.passes.place import HOST, Placement, checked_device, find_var
+from blockir.passes.prune import block_reads_writes, op_reads_writes
+
+__all__ = ["COPY_OP", "InsertCopies", "copy_name"]
+
+COPY_OP = "memcpy"
+_COPYABLE = (VarKind.LOD_TENSOR, VarKind.SELECTED_ROWS)
+
+
+def copy_name(name: str, device: str) -> str:
+    """The variable holding the copy of ``name`` on ``device``: ``NAME@DEVICE``."""
+    return f"{name}@{device}"
+
+
+class _Walk:
+    """One block's walk: where values are, which copies exist, and the ops inserted."""
+
+    def __init__(self, block: Block, placement: Placement, where: dict[str, str], pinned: set[str]) -> None:
+        self.block = block
+        self.placement = placement
+        self.where = where  # variable -> device of its current value
+        self.pinned = pinned  # variables whose value must stay on where[name]
+        self.copies: dict[str, dict[str, str]] = {}  # variable -> device -> name of a current copy there
+        self.writer: dict[str, Operator] = {}  # variable -> op that wrote its current value
+        self.changed = False
+
+    def device(self, op: Operator) -> str:
+        if op.type == COPY_OP:
+            return checked_device(op.attr("dst_device"), op)
+        return checked_device(op.device, op) if op.device else self.placement.op_device(op)
+
+    def location(self, name: str) -> str:
+        if name not in self.where:
+            var = self.block.find_var_recursive(name)
+            self.where[name] = checked_device(var.device, f"variable {name!r}") if var.device else HOST
+        return self.where[name]
+
+    def run(self) -> bool:
+        index = 0
+        while index < len(self.block.ops):
+            op = self.block.ops[index]
+            device = self.device(op)
+            if op.type != COPY_OP:
+                for name in dict.fromkeys(op.input_names()):
+                    if name != EMPTY_VAR and self.location(name) != device:
+                        count = len(self.block.ops)
+                        op.rename_input(name, self.copy_to(name, device, op, index))
+                        index += len(self.block.ops) - count
+            for sub in op.sub_blocks():
+                self.walk_sub_block(sub)
+            index += 1 + self.record_writes(op, device, index)
+        program = self.block.program
+        owned = {i for op in program.ops() for i in op.sub_block_indices()}
+        for sub in program.blocks:  # sub-blocks no op owns see the block as it ends
+            if sub.parent_idx == self.block.idx and sub.idx not in owned and sub is not self.block:
+                self.walk_sub_block(sub)
+        return self.changed
+
+    def copy_to(self, name: str, device: str, reader: Operator, index: int) -> str:
+        """The copy of ``name`` on ``device`` for ``reader`` (at ``index``), made there if there is none."""
+        copies = self.copies.setdefault(name, {})
+        if device not in copies:
+            writer = self.writer.get(name)
+            copies[device] = self.insert_copy(index, name, copy_name(name, device), device, reader,
+                                              [writer, reader] if writer is not None else [reader])
+        return copies[device]
+
+    def declare(self, src: str, dst: str, device: str, op: Operator) -> None:
+        """Declare ``dst``, a copy of variable ``src`` on ``device`` (needed by ``op``), unless it exists."""
+        var = self.block.find_var_recursive(src)
+        if var.kind not in _COPYABLE:
+            raise BlockirError(f"insert-copies: {src!r} is a {var.kind.text} variable on {self.location(src)}, "
+                               f"which cannot be copied to {device}: {op}")
+        if find_var(self.block, dst) is None:
+            self.block.create_var(dst, kind=var.kind, dtype=var.dtype, shape=var.shape, lod_level=var.lod_level,
+                                  stop_gradient=var.stop_gradient, device=device)
+
+    def insert_copy(self, index: int, src: str, dst: str, device: str, cause: Operator,
+                    origins: list[Operator]) -> str:
+        """Insert ``dst = memcpy(src)`` onto ``device`` at ``index``, with the lineage ``origins``."""
+        self.declare(src, dst, device, cause)
+        attrs = {"dst_device": device}
+        if "op_role" in cause.attrs:
+            attrs["op_role"] = cause.attrs["op_role"]
+        op = self.block.insert_op(index, COPY_OP, {"X": [src]}, {"Out": [dst]}, attrs)
+        mark_created(op, InsertCopies.name, origins)
+        op.set_attr("op_device", device)  # last, as the text form prints it
+        self.record_write(dst, device, op)
+        self.changed = True
+        return dst
+
+    def record_writes(self, op: Operator, device: str, index: int) -> int:
+        """Note what ``op`` (at ``index``) wrote; returns how many ops it inserted after it."""
+        inserted = 0
+        for name in dict.fromkeys(op.output_names()):
+            if name == EMPTY_VAR:
+                continue
+            self.copies.pop(name, None)
+            home = self.location(name) if name in self.pinned else device
+            if home == device:
+                self.record_write(name, device, op)
+                continue
+            local = copy_name(name, device)  # written here, then carried home
+            self.declare(name, local, device, op)
+            op.rename_output(name, local)
+            self.record_write(local, device, op)
+            inserted += 1
+            self.insert_copy(index + inserted, local, name, home, op, [op])
+            self.copies[name] = {device: local}
+        for name in op_reads_writes(op)[1] - set(op.output_names()):  # written inside its sub-blocks
+            self.copies.pop(name, None)
+        return inserted
+
+    def record_write(self, name: str, device: str, op: Operator) -> None:
+        self.where[name] = device
+        self.writer[name] = op
+
+    def walk_sub_block(self, sub: Block) -> None:
+        reads, writes = block_reads_writes(sub)
+        outer = {name: self.location(name) for name in (reads | writes) - {EMPTY_VAR}}
+        walk = _Walk(sub, self.placement, outer, set(outer) | _persistables(sub))
+        self.changed = walk.run() or self.changed
+
+
+def _persistables(block: Block) -> set[str]:
+    return {name for name, var in block.vars.items() if var.persistable}
+
+
+@register_pass
+@dataclass(frozen=True)
+class InsertCopies(Pass):
+    """Insert the ``memcpy`` ops between devices (module docstring)."""
+
+    name: ClassVar[str] = "insert-copies"
+    summary: ClassVar[str] = "insert one memcpy per value and device wherever an op reads a value from another device"
+
+    def run(self, program: Program) -> bool:
+        block = program.global_block()
+        return _Walk(block, Placement(program), {}, _persistables(block)).run()
+
