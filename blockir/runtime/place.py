@@ -36,11 +36,6 @@ class Place:
             raise BlockirError(f"no array module for device {self}: only CPU devices are supported so far")
         return np
 
-    def matches(self, device: str) -> bool:
-        """Whether the device string ``device`` (an ``op_device`` value) names this place."""
-        kind, _, index = device.partition(":")
-        return kind == self.kind and int(index or 0) == self.index
-
     def __eq__(self, other: object) -> bool:
         return isinstance(other, Place) and (self.kind, self.index) == (other.kind, other.index)
 
