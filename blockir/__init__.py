@@ -2,7 +2,7 @@
 
 from importlib.metadata import PackageNotFoundError, version as _version
 
-from blockir import ir, ops
+from blockir import ir, ops, passes
 from blockir.errors import BlockirError
 from blockir.ir import Program, load_program
 from blockir.ops.values import LoDTensor, SelectedRows
@@ -17,7 +17,7 @@ from blockir.dsl import (ParamAttr, append_backward, data, default_main_program,
 from blockir.runtime import CPUPlace, Executor, Scope, global_scope, io, scope_guard
 
 __all__ = ["BlockirError", "LoDTensor", "Program", "SelectedRows", "__version__", "ir",
-           "load_program", "ops"]
+           "load_program", "ops", "passes"]
 __all__ += ["ParamAttr", "append_backward", "data", "default_main_program", "default_startup_program",
             "device_guard", "initializer", "layers", "name_scope", "optimizer", "program_guard", "unique_name"]
 __all__ += ["CPUPlace", "Executor", "Scope", "global_scope", "io", "scope_guard"]

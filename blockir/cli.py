@@ -171,6 +171,59 @@ def _add_demo(commands: argparse._SubParsersAction) -> None:
     p.set_defaults(func=_demo)
 
 
+def _opt(args: argparse.Namespace) -> int:
+    program = load_program(args.program)
+    try:
+        result, _ = blockir.passes.run(program, args.pipeline, print_after_all=args.print_after_all,
+                                       print_after_change=args.print_after_change, dump_dir=args.dump_dir,
+                                       timing=args.timing, verify=args.verify)
+    except VerifyError as e:  # the input is invalid (a pass's invalid output is a PassError)
+        raise VerifyError(f"{args.program}: {e}", e.problems) from None
+    if args.output is None:
+        print(result)
+        return 0
+    result.save(args.output)
+    print(f"wrote {args.output}")
+    return 0
+
+
+def _add_opt(commands: argparse._SubParsersAction) -> None:
+    p = commands.add_parser("opt", help="run a pipeline of compiler passes over a program",
+                            description="Apply a pass pipeline to a binary ProgramDesc and write the result. "
+                                        "Pipelines use MLIR's syntax: passes separated by commas, options in "
+                                        "braces separated by spaces, list values by commas, e.g. "
+                                        "'prune{targets=loss,acc keep_side_effects=false},deps'. "
+                                        "`blockir passes` lists the passes and their options.")
+    p.add_argument("program", metavar="PROGRAM.pb", help="the program file")
+    p.add_argument("-p", "--pipeline", required=True, metavar="PIPELINE", help="the passes to run")
+    p.add_argument("-o", "--output", metavar="OUT.pb", default=None,
+                   help="where to write the result (default: print its text form)")
+    printing = p.add_mutually_exclusive_group()
+    printing.add_argument("--print-after-all", action="store_true", help="print the program after every pass")
+    printing.add_argument("--print-after-change", action="store_true",
+                          help="print the program after every pass that changed it")
+    p.add_argument("--dump-dir", metavar="DIR", default=None,
+                   help="write the input and the program after each pass (after each changing pass with "
+                        "--print-after-change) to DIR/NN-PASS.txt and .pb, and the pass report to DIR/report.txt, "
+                        "instead of printing them")
+    p.add_argument("--timing", action="store_true", help="print how long each pass took")
+    p.add_argument("--no-verify", dest="verify", action="store_false",
+                   help="do not verify the input and the program after each pass")
+    p.set_defaults(func=_opt)
+
+
+def _passes(args: argparse.Namespace) -> int:
+    print(blockir.passes.describe_passes())
+    return 0
+
+
+def _add_passes(commands: argparse._SubParsersAction) -> None:
+    p = commands.add_parser("passes", help="list the compiler passes with their options",
+                            description="List every registered pass: its name, a one-line summary and its "
+                                        "options with their types and defaults.")
+    p.set_defaults(func=_passes)
+
+
 def build_parser() -> argparse.ArgumentParser:
     """The argument parser of the ``blockir`` command, one subparser per command."""
     parser = argparse.ArgumentParser(
@@ -180,6 +233,8 @@ def build_parser() -> argparse.ArgumentParser:
     _add_show(commands)
     _add_run(commands)
     _add_demo(commands)
+    _add_opt(commands)
+    _add_passes(commands)
     return parser
 
 

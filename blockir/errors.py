@@ -36,3 +36,30 @@ class OpNotFoundError(BlockirError):
 
 class ExecutionError(BlockirError):
     """A kernel failed while running a program; the message names the op and its inputs."""
+
+
+class PipelineError(BlockirError):
+    """A pass pipeline string is malformed or names an unknown pass or option.
+
+    The message quotes the pipeline and gives the column of the problem;
+    ``pipeline`` and ``position`` (0-based) hold them.
+    """
+
+    def __init__(self, message: str, pipeline: str, position: int) -> None:
+        super().__init__(message)
+        self.pipeline = pipeline
+        self.position = position
+
+
+class PassError(BlockirError):
+    """A pass raised, or produced a program the verifier rejects.
+
+    The message names the pass, the passes before it and the reproducer: the
+    program the pass received, saved as a ``.pb`` file that ``blockir opt`` reruns.
+    """
+
+    def __init__(self, message: str, pass_name: str, before: list[str], reproducer: str) -> None:
+        super().__init__(message)
+        self.pass_name = pass_name
+        self.before = before
+        self.reproducer = reproducer

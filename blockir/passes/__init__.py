@@ -1,6 +1,18 @@
-"""Program transformations. The pass manager (pipelines, instruments) comes with the compiler issue."""
+"""Compiler passes and the pass manager that runs pipelines of them.
 
-from blockir.passes.inference import inference
-from blockir.passes.prune import prune
+``run(program, "prune{targets=loss},deps")`` returns the transformed clone and a
+report; ``registered_passes()`` lists the passes by name. The plain functions
+``prune`` and ``inference`` transform a program in place.
+"""
 
-__all__ = ["inference", "prune"]
+from blockir.passes.base import Pass, register_pass, registered_passes
+from blockir.passes.manager import (Instrument, PassRecord, PassReport, describe_passes, format_pass,
+                                    format_pipeline, note, parse_pipeline, pass_options, record_detail, run)
+from blockir.passes.deps import Deps, dependency_graph
+from blockir.passes.inference import Inference, inference
+from blockir.passes.prune import Prune, prune
+
+__all__ = ["Deps", "Inference", "Instrument", "Pass", "PassRecord", "PassReport", "Prune",
+           "dependency_graph", "describe_passes", "format_pass", "format_pipeline", "inference", "note",
+           "parse_pipeline", "pass_options", "prune", "record_detail", "register_pass",
+           "registered_passes", "run"]

@@ -4,12 +4,17 @@ Drops backward, optimizer and learning-rate-schedule ops (by their ``op_role``
 attribute, or a ``*_grad`` type for programs that carry no roles), sets
 ``is_test`` on every op whose schema has that attribute, and removes the
 variables nothing refers to any more (gradients, optimizer state).
+:class:`Inference` is the same as a pass.
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+from typing import ClassVar
+
 from blockir.ir import Operator, Program
 from blockir.ir.schema import OpRole, find
+from blockir.passes.base import Pass, register_pass
 from blockir.passes.prune import remove_unused_vars
 
 _TRAINING_ROLES = OpRole.BACKWARD | OpRole.OPTIMIZE | OpRole.LR_SCHED
@@ -33,3 +38,15 @@ def inference(program: Program) -> bool:
                 op.set_attr("is_test", True)
                 changed = True
     return remove_unused_vars(program.global_block()) or changed
+
+
+@register_pass
+@dataclass(frozen=True)
+class Inference(Pass):
+    """:func:`inference` as a pass."""
+
+    name: ClassVar[str] = "inference"
+    summary: ClassVar[str] = "drop backward and optimizer ops, set is_test, remove the variables left unused"
+
+    def run(self, program: Program) -> bool:
+        return inference(program)
