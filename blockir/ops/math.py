@@ -2,8 +2,10 @@
 
 Names, slots and attributes follow PaddlePaddle Fluid 1.x (docs/ops.md). Every
 kernel is written once against ``ctx.xp`` (numpy or cupy) and keeps its input
-dtype (float32 in, float32 out). Kernels never write into their inputs; they
-may write into arrays they have just allocated (``out=``, in-place operators).
+dtype (float32 in, float32 out). Kernels never write into their inputs, except
+those the executor offers through a keyword-only ``reuse`` parameter (one flag
+per input slot; see :mod:`blockir.runtime.plan`); they may write into arrays
+they have just allocated (``out=``, in-place operators).
 Gradient kernels compute only the outputs ``ctx.wants`` asks for and return
 None for the others.
 """
@@ -11,6 +13,7 @@ None for the others.
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
@@ -47,6 +50,11 @@ def _matrix(a: Any, n: int) -> Any:
     return a if a.ndim == 2 and n == 1 else a.reshape(math.prod(a.shape[:n]), math.prod(a.shape[n:]))
 
 
+def _shaped(a: Any, shape: tuple[int, ...]) -> Any:
+    """``a`` reshaped to ``shape``, itself when it has that shape (not a view: a later kernel may reuse it)."""
+    return a if a.shape == shape else a.reshape(shape)
+
+
 def _mul(ctx: KernelContext, x: Any, y: Any) -> Any:
     """Out = flatten(X) @ flatten(Y), reshaped to X's leading dims + Y's trailing dims."""
     xn, yn = ctx.attrs["x_num_col_dims"], ctx.attrs["y_num_col_dims"]
@@ -58,8 +66,8 @@ def _mul_grad(ctx: KernelContext, x: Any, y: Any, dout: Any) -> tuple[Any, Any]:
     xn, yn = ctx.attrs["x_num_col_dims"], ctx.attrs["y_num_col_dims"]
     x2, y2 = _matrix(x, xn), _matrix(y, yn)
     d2 = dout.reshape(x2.shape[0], y2.shape[1])
-    dx = (d2 @ y2.T).reshape(x.shape) if ctx.wants[0] else None
-    dy = (x2.T @ d2).reshape(y.shape) if ctx.wants[1] else None
+    dx = _shaped(d2 @ y2.T, x.shape) if ctx.wants[0] else None
+    dy = _shaped(x2.T @ d2, y.shape) if ctx.wants[1] else None
     return dx, dy
 
 
@@ -146,16 +154,27 @@ MATMUL = OpSchema(
 # -- elementwise arithmetic ---------------------------------------------------------------------
 
 
-def _add(ctx: KernelContext, x: Any, y: Any) -> Any:
-    return ctx.xp.add(x, y_view(y, x.ndim, ctx.attrs["axis"]))
+def _x_buffer(x: Any, yv: Any, reuse: Sequence[bool]) -> Any:
+    """X as the output buffer of ``X op Y``: when the executor offers it and the result has X's shape
+    and dtype (Y broadcasts into X); else None (a new array)."""
+    if not (reuse and reuse[0]) or yv.dtype != x.dtype or yv.ndim > x.ndim:
+        return None
+    return x if all(d == 1 or d == e for d, e in zip(yv.shape[::-1], x.shape[::-1])) else None
 
 
-def _sub(ctx: KernelContext, x: Any, y: Any) -> Any:
-    return ctx.xp.subtract(x, y_view(y, x.ndim, ctx.attrs["axis"]))
+def _add(ctx: KernelContext, x: Any, y: Any, *, reuse: Sequence[bool] = ()) -> Any:
+    yv = y_view(y, x.ndim, ctx.attrs["axis"])
+    return ctx.xp.add(x, yv, out=_x_buffer(x, yv, reuse))
 
 
-def _emul(ctx: KernelContext, x: Any, y: Any) -> Any:
-    return ctx.xp.multiply(x, y_view(y, x.ndim, ctx.attrs["axis"]))
+def _sub(ctx: KernelContext, x: Any, y: Any, *, reuse: Sequence[bool] = ()) -> Any:
+    yv = y_view(y, x.ndim, ctx.attrs["axis"])
+    return ctx.xp.subtract(x, yv, out=_x_buffer(x, yv, reuse))
+
+
+def _emul(ctx: KernelContext, x: Any, y: Any, *, reuse: Sequence[bool] = ()) -> Any:
+    yv = y_view(y, x.ndim, ctx.attrs["axis"])
+    return ctx.xp.multiply(x, yv, out=_x_buffer(x, yv, reuse))
 
 
 def _div(ctx: KernelContext, x: Any, y: Any) -> Any:
@@ -212,12 +231,12 @@ ELEMENTWISE_DIV, ELEMENTWISE_DIV_GRAD = binary_family("elementwise_div", _div, _
 # -- activations -------------------------------------------------------------------------------------
 
 
-def _relu(ctx: KernelContext, x: Any) -> Any:
-    return ctx.xp.maximum(x, 0)
+def _relu(ctx: KernelContext, x: Any, *, reuse: Sequence[bool] = ()) -> Any:
+    return ctx.xp.maximum(x, 0, out=x if reuse and reuse[0] else None)
 
 
-def _relu_grad(ctx: KernelContext, out: Any, dout: Any) -> Any:
-    return dout * (out > 0)
+def _relu_grad(ctx: KernelContext, out: Any, dout: Any, *, reuse: Sequence[bool] = ()) -> Any:
+    return ctx.xp.multiply(dout, out > 0, out=dout if reuse and reuse[1] else None)
 
 
 def _sigmoid(ctx: KernelContext, x: Any) -> Any:
@@ -272,18 +291,19 @@ def _check_softmax(ctx: InferContext, x: Any) -> None:
     normalize_axis(ctx, ctx.attr("axis"), len(x.shape))
 
 
-def _softmax(ctx: KernelContext, x: Any) -> Any:
+def _softmax(ctx: KernelContext, x: Any, *, reuse: Sequence[bool] = ()) -> Any:
     """exp(X - max) / sum(exp(X - max)) along ``axis``."""
-    axis = ctx.attrs["axis"]
-    e = x - x.max(axis=axis, keepdims=True)
-    ctx.xp.exp(e, out=e)
+    xp, axis = ctx.xp, ctx.attrs["axis"]
+    e = xp.subtract(x, x.max(axis=axis, keepdims=True), out=x if reuse and reuse[0] else None)
+    xp.exp(e, out=e)
     e /= e.sum(axis=axis, keepdims=True)
     return e
 
 
-def _softmax_grad(ctx: KernelContext, out: Any, dout: Any) -> Any:
+def _softmax_grad(ctx: KernelContext, out: Any, dout: Any, *, reuse: Sequence[bool] = ()) -> Any:
     """dX = Out * (dOut - sum(dOut * Out, axis))."""
-    dx = dout - (dout * out).sum(axis=ctx.attrs["axis"], keepdims=True)
+    total = (dout * out).sum(axis=ctx.attrs["axis"], keepdims=True)
+    dx = ctx.xp.subtract(dout, total, out=dout if reuse and reuse[1] else None)
     dx *= out
     return dx
 
@@ -378,7 +398,7 @@ def _infer_mean(ctx: InferContext) -> None:
 
 def _mean(ctx: KernelContext, x: Any) -> Any:
     """Sum, then divide in place (cheaper than ``xp.mean``); float16 accumulates in float32."""
-    out = x.sum(dtype="float32" if x.dtype == "float16" else None, keepdims=True).reshape(1)
+    out = x.reshape(-1).sum(dtype=np.float32 if x.dtype == np.float16 else None, keepdims=True)  # [1], no view
     out /= max(x.size, 1)
     return out.astype(x.dtype, copy=False)
 
@@ -561,7 +581,9 @@ def _infer_fill_constant(ctx: InferContext) -> None:
 
 def _fill_constant(ctx: KernelContext) -> Any:
     attrs = ctx.attrs
-    return ctx.xp.full(tuple(attrs["shape"]), attrs["value"], dtype=np_dtype(attrs["dtype"]))
+    out = ctx.xp.empty(tuple(attrs["shape"]), dtype=np_dtype(attrs["dtype"]))
+    out.fill(attrs["value"])
+    return out
 
 
 FILL_CONSTANT = OpSchema(

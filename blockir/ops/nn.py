@@ -76,24 +76,52 @@ def _infer_cross_entropy(ctx: InferContext) -> None:
     ctx.set_output("Y", (*x.shape[:-1], 1), x.dtype, lod_level=x.lod_level)
 
 
+def _row_labels(ctx: KernelContext, x: Any, label: Any) -> tuple[Any, Any, Any]:
+    """(X as [rows, classes], hard labels flattened to one per row with ignored rows set to 0, the mask of
+    rows that count or None when all do); raise on labels out of range or not one per row."""
+    classes = x.shape[-1]
+    rows = x.reshape(-1, classes)
+    flat = label.reshape(-1)
+    if flat.shape[0] != rows.shape[0]:
+        raise kernel_error(ctx, f"Label {list(label.shape)} must hold one label per row of X {list(x.shape)}")
+    if flat.size:  # the common case costs two reductions: every label in range, none ignored
+        low, high, ignore = int(flat.min()), int(flat.max()), ctx.attrs["ignore_index"]
+        if 0 <= low and high < classes and not low <= ignore <= high:
+            return rows, flat, None
+    valid, safe = _label_mask(ctx, flat, classes)
+    return rows, safe, valid
+
+
 def _cross_entropy(ctx: KernelContext, x: Any, label: Any) -> Any:
     """Y = -log(X[label]) per row (0 for ``ignore_index``); soft labels: -sum(label * log(X))."""
     xp = ctx.xp
     if ctx.attrs["soft_label"]:
         return -(label * xp.log(x)).sum(axis=-1, keepdims=True)
-    valid, safe = _label_mask(ctx, label, x.shape[-1])
-    picked = xp.where(valid, xp.take_along_axis(x, safe, axis=-1), 1)
-    return -xp.log(picked)
+    rows, flat, valid = _row_labels(ctx, x, label)
+    picked = rows[xp.arange(flat.shape[0]), flat]  # a new array: fancy indexing copies
+    if valid is not None:
+        picked = xp.where(valid, picked, 1)
+    xp.log(picked, out=picked)
+    xp.negative(picked, out=picked)
+    return picked.reshape(*x.shape[:-1], 1)
 
 
 def _cross_entropy_grad_kernel(ctx: KernelContext, x: Any, label: Any, dy: Any) -> Any:
     xp = ctx.xp
     if ctx.attrs["soft_label"]:
         return -dy * label / x
-    valid, safe = _label_mask(ctx, label, x.shape[-1])
-    picked = xp.take_along_axis(x, safe, axis=-1)
-    coef = xp.where(valid, -dy / xp.where(valid, picked, 1), 0)
-    return xp.where(_one_hot(xp, safe, x.shape[-1], x.ndim - 1, x.ndim), coef, 0).astype(x.dtype, copy=False)
+    rows, flat, valid = _row_labels(ctx, x, label)
+    at = (xp.arange(flat.shape[0]), flat)
+    picked = rows[at]
+    if valid is not None:
+        picked = xp.where(valid, picked, 1)
+    coef = xp.divide(dy.reshape(-1), picked, out=picked)  # dy is [rows, 1] like Y
+    xp.negative(coef, out=coef)
+    if valid is not None:
+        coef = xp.where(valid, coef, 0)
+    dx = xp.zeros(x.shape, dtype=x.dtype)
+    dx.reshape(rows.shape)[at] = coef  # a view: dx is C-contiguous
+    return dx
 
 
 CROSS_ENTROPY_GRAD = OpSchema(

@@ -16,6 +16,7 @@ purpose: it updates only the rows present in the gradient.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 from blockir.ir.attrs import AttrType
@@ -68,7 +69,7 @@ def _gradient(ctx: KernelContext, param: Any, grad: Any) -> Any:
         if len(rows) and (int(rows.min()) < 0 or int(rows.max()) >= grad.height):
             raise kernel_error(ctx, f"sparse Grad rows must lie in [0, {grad.height}), got "
                                     f"{int(rows.min())}..{int(rows.max())}")
-    elif tuple(grad.shape) != tuple(param.shape):
+    elif grad.shape != param.shape:
         raise kernel_error(ctx, f"Grad of shape {list(grad.shape)} does not match Param {list(param.shape)}")
     return grad
 
@@ -79,15 +80,16 @@ def _dense(ctx: KernelContext, param: Any, grad: Any) -> Any:
     return grad.to_dense(ctx.xp) if isinstance(grad, SelectedRows) else grad
 
 
-def _sgd(ctx: KernelContext, param: Any, grad: Any, lr: Any) -> Any:
-    """Param -= lr * Grad, in place (a SelectedRows subtracts at its rows, repeats accumulating)."""
+def _sgd(ctx: KernelContext, param: Any, grad: Any, lr: Any, *, reuse: Sequence[bool] = ()) -> Any:
+    """Param -= lr * Grad, in place (a SelectedRows subtracts at its rows, repeats accumulating); a dense
+    Grad the executor offers for reuse holds lr * Grad on the way."""
     xp = ctx.xp
     lr = lr.reshape(())
     grad = _gradient(ctx, param, grad)
     if isinstance(grad, SelectedRows):
         add_rows(param, grad.rows, -lr * grad.values, xp)
     else:
-        param -= lr * grad
+        param -= xp.multiply(grad, lr, out=grad if reuse and reuse[1] else None)
     return param
 
 

@@ -9,6 +9,15 @@ right after. :meth:`Plan.run` then checks the feeds, fills a list of values
 indexed by slot and walks the steps, each a prepared ``gather`` / ``kernel`` /
 ``scatter`` with the slots to free after it.
 
+Reusing dead buffers: a kernel with a keyword-only parameter ``reuse`` may
+write into its inputs that nothing needs after it. The compiler lists, per
+step, the inputs that die there and were made earlier in the same run (never
+a feed, a scope value or a fetch target); at run time their slots are cleared
+before the kernel runs and each is offered (``reuse[k]`` True for the kernel's
+``k``-th input slot) only when the argument list holds the only reference to
+an array owning its memory, so that an array also bound to a live variable,
+viewed by one, or held by a LoDTensor is never overwritten.
+
 ``feed`` and ``fetch`` ops (as ``save_inference_model`` writes them) are not
 steps: their outputs are the feed targets and their inputs the default fetch
 targets of the plan.
@@ -26,6 +35,8 @@ to the host (copied).
 
 from __future__ import annotations
 
+import inspect
+import sys
 from dataclasses import dataclass
 from operator import itemgetter
 from typing import Any, Callable, Mapping, NamedTuple, Sequence
@@ -142,6 +153,7 @@ class Step(NamedTuple):
     gather: Gather
     scatter: Scatter
     free: tuple[int, ...]
+    reuse: tuple[tuple[int, int], ...]  # inputs the kernel may overwrite: (argument position, value slot)
     inputs: tuple[tuple[str, str, int], ...]  # (slot name, variable name, value slot), for error messages
 
 
@@ -388,8 +400,14 @@ def compile_plan(program: Program, feed_names: frozenset[str], fetch_names: tupl
     frees.reverse()
     wants.reverse()
 
-    steps = tuple(_make_step(info, slots, may_lod, want, free) for info, want, free in
-                  zip(infos, wants, frees))
+    made: set[int] = set()  # slots some earlier step wrote
+    reuses = []
+    for info, free in zip(infos, frees):
+        reuses.append(_reuse_candidates(info, slots, may_lod, made, free))
+        made.update(slots[n] for _, names in info.outputs for n in _bound(names))
+
+    steps = tuple(_make_step(info, slots, may_lod, want, free, reuse) for info, want, free, reuse in
+                  zip(infos, wants, frees, reuses))
     scope_inputs = tuple((slots[n], n, block.find_var_recursive(n).persistable, reader, _home(block, n))
                          for n, reader in external.items())
     return Plan(num_slots=len(slots), steps=steps, feeds=feeds, scope_inputs=scope_inputs,
@@ -423,8 +441,22 @@ def _locate(block: Block, infos: list[_OpInfo], feed_names: frozenset[str], exte
     return located
 
 
+def _reuse_candidates(info: _OpInfo, slots: _Slots, may_lod: set[str], made: set[int],
+                      free: tuple[int, ...]) -> tuple[tuple[int, int], ...]:
+    """(argument position, slot) of the inputs this op's kernel may overwrite: values made earlier in the run
+    that die here, read once by the op and not written by it, never LoD-carrying; none unless the kernel
+    takes ``reuse``."""
+    if "reuse" not in inspect.signature(info.schema.kernel).parameters:
+        return ()
+    read = [n for _, names in info.inputs for n in _bound(names)]
+    written = {n for _, names in info.outputs for n in names}
+    return tuple((k, slots[names[0]]) for k, (slot, names) in enumerate(info.inputs)
+                 if not slot.duplicable and _bound(names) and read.count(names[0]) == 1 and names[0] not in written
+                 and names[0] not in may_lod and slots[names[0]] in made and slots[names[0]] in free)
+
+
 def _make_step(info: _OpInfo, slots: _Slots, may_lod: set[str], wants: tuple[bool, ...],
-               free: tuple[int, ...]) -> Step:
+               free: tuple[int, ...], reuse: tuple[tuple[int, int], ...]) -> Step:
     def numbered(names: list[str]) -> list[int | None]:
         return [None if n == EMPTY_VAR else slots[n] for n in names]
 
@@ -439,7 +471,7 @@ def _make_step(info: _OpInfo, slots: _Slots, may_lod: set[str], wants: tuple[boo
                              for (slot, names), want in zip(info.outputs, wants)])
     ctx = KernelContext(xp=array_module(info.device), attrs=_kernel_attrs(info), wants=wants, op_text=info.text)
     inputs = tuple((s.name, n, slots[n]) for s, names in info.inputs for n in _bound(names))
-    return Step(info.schema.kernel, ctx, gather, scatter, free, inputs)  # type: ignore[arg-type]
+    return Step(info.schema.kernel, ctx, gather, scatter, free, reuse, inputs)  # type: ignore[arg-type]
 
 
 # -- running ---------------------------------------------------------------------------
@@ -467,19 +499,37 @@ class Plan:
             if holder.device != device:  # e.g. loaded onto the host, needed on cpu:1: move it
                 holder.set(transfer(holder.value, device), device)
             values[slot] = holder.value
-        ctx = None
+        ctx = args = None
         try:
-            for kernel, ctx, gather, scatter, free, _ in self.steps:
-                scatter(values, kernel(ctx, *gather(values)))
+            for kernel, ctx, gather, scatter, free, reuse, _ in self.steps:
+                args = gather(values)
+                if reuse:
+                    for _, i in reuse:
+                        values[i] = None
+                    flags = _reusable(args, reuse)  # before the call builds its own tuple of the arguments
+                    scatter(values, kernel(ctx, *args, reuse=flags))
+                else:
+                    scatter(values, kernel(ctx, *args))
                 for i in free:
                     values[i] = None
         except Exception as e:
             step = next(s for s in self.steps if s.ctx is ctx)
+            for k, i in step.reuse:  # for the message: the inputs cleared before the kernel ran
+                values[i] = args[k]
             raise _kernel_error(step, values, e) from e
         for slot, name, device in self.writebacks:
             scope.set(name, values[slot], device)
         return [_fetched(values[slot], name, persistable, device, return_numpy)
                 for slot, name, persistable, device in self.fetches]
+
+
+def _reusable(args: Sequence[Any], candidates: tuple[tuple[int, int], ...]) -> list[bool]:
+    """Per argument, whether the kernel may overwrite it: a candidate whose only reference is ``args``'s
+    (``getrefcount`` counts that one and its own argument) and which owns its memory (``base`` is None)."""
+    reuse = [False] * len(args)
+    for k, _ in candidates:
+        reuse[k] = sys.getrefcount(args[k]) == 2 and getattr(args[k], "base", False) is None
+    return reuse
 
 
 def _missing_value(name: str, persistable: bool, reader: str) -> BlockirError:
