@@ -11,7 +11,8 @@ medians; a ratio is the median over rounds of the two times taken back to back i
    weights (the first losses are checked to agree);
 2. dispatch overhead per op: a chain of 1,000 ``scale`` ops on a [1] array, run by the executor,
    minus the same 1,000 kernel calls made directly;
-3. the same MLP step in PyTorch eager on the CPU, if ``torch`` is importable;
+3. the same MLP step in PyTorch eager on the CPU, if ``torch`` is importable, timed against numpy in
+   rounds of its own;
 4. the peak memory (tracemalloc) of one training step at batch 64 and 256, blockir against the reference.
 
 Goals: <= 1.10x numpy at batch 64, <= 3 us of dispatch per op, <= 1.2x numpy's peak memory.
@@ -37,6 +38,7 @@ from blockir.ir.schema import lookup
 REPO = Path(__file__).resolve().parent.parent
 DEFAULT_REF = REPO.parent / "shared" / "bench" / "mlp_numpy.py"
 GOAL_STEP, GOAL_DISPATCH_US, GOAL_MEMORY = 1.10, 3.0, 1.2
+TORCH_SETTLE = 0.3  # seconds
 
 
 def load_reference(path: Path) -> Any:
@@ -114,16 +116,18 @@ class Timings(NamedTuple):
     ratio: dict[str, float]  # median over rounds of (contender / first contender), timed back to back
 
 
-def alternate(contenders: dict[str, Callable[[], Any]], n: int, repeats: int) -> Timings:
+def alternate(contenders: dict[str, Callable[[], Any]], n: int, repeats: int, settle: float = 0.0) -> Timings:
     """Time the contenders in turns: ``repeats`` rounds of ``n`` calls each, the order reversed every other
     round; each round's ratios to the first contender are taken within the round, so that a slow spell of
-    the machine (a shared host) weighs on both sides of a ratio."""
+    the machine (a shared host) weighs on both sides of a ratio. ``settle``: seconds of sleep before each
+    turn, for the worker threads of the previous contender's thread pool to stop spinning."""
     times: dict[str, list[float]] = {name: [] for name in contenders}
     for fn in contenders.values():
         per_call(fn, max(1, n // 4))  # warm-up
     for r in range(repeats):
         order = list(contenders.items())
         for name, fn in order if r % 2 == 0 else reversed(order):
+            time.sleep(settle)
             times[name].append(per_call(fn, n))
     base = next(iter(times.values()))
     return Timings({name: statistics.median(t) for name, t in times.items()},
@@ -185,18 +189,22 @@ def main() -> None:
         first_bir, first_ref = float(np.asarray(bir_fn()).reshape(-1)[0]), float(ref_fn())
         if not np.isclose(first_bir, first_ref, rtol=1e-4):
             sys.exit(f"bench_executor: first losses differ: blockir {first_bir}, numpy {first_ref}")
-        contenders = {"numpy": ref_fn, "blockir": bir_fn}
-        torch_fn = torch_step(ref, batch)
-        if torch_fn is not None:
-            contenders["torch"] = torch_fn
-        t = alternate(contenders, args.steps, args.repeats)
+        t = alternate({"numpy": ref_fn, "blockir": bir_fn}, args.steps, args.repeats)
         step_ratio[batch] = t.ratio["blockir"]
-        for name, seconds in t.seconds.items():
-            goal = f"goal <= {GOAL_STEP:.2f}x" if name == "blockir" and batch == 64 else ""
-            rows.append((f"MLP step, batch {batch}: {name}", f"{seconds * 1e3:8.3f} ms",
-                         f"{t.ratio[name]:5.2f}x numpy  {goal}"))
-        if torch_fn is None and batch == 64:
-            rows.append(("MLP step: torch", "not installed", ""))
+        goal = f"goal <= {GOAL_STEP:.2f}x" if batch == 64 else ""
+        rows.append((f"MLP step, batch {batch}: numpy", f"{t.seconds['numpy'] * 1e3:8.3f} ms", ""))
+        rows.append((f"MLP step, batch {batch}: blockir", f"{t.seconds['blockir'] * 1e3:8.3f} ms",
+                     f"{t.ratio['blockir']:5.2f}x numpy  {goal}"))
+        # Timed against numpy in rounds of its own, with a pause before each turn: the idle worker threads
+        # of torch's (OpenMP) and numpy's (OpenBLAS) thread pools spin for a while after their last task,
+        # taking the cores from the other library's threads.
+        torch_fn = torch_step(ref, batch)
+        if torch_fn is None:
+            rows.append((f"MLP step, batch {batch}: torch", "not installed", ""))
+            continue
+        t = alternate({"numpy": ref_fn, "torch": torch_fn}, args.steps, args.repeats, settle=TORCH_SETTLE)
+        rows.append((f"MLP step, batch {batch}: torch", f"{t.seconds['torch'] * 1e3:8.3f} ms",
+                     f"{t.ratio['torch']:5.2f}x numpy (numpy {t.seconds['numpy'] * 1e3:.3f} ms in these rounds)"))
 
     exe_us, direct_us = dispatch_overhead(1000, args.repeats)
     dispatch_us = exe_us - direct_us

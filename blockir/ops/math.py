@@ -239,9 +239,9 @@ def _relu_grad(ctx: KernelContext, out: Any, dout: Any, *, reuse: Sequence[bool]
     return ctx.xp.multiply(dout, out > 0, out=dout if reuse and reuse[1] else None)
 
 
-def _sigmoid(ctx: KernelContext, x: Any) -> Any:
+def _sigmoid(ctx: KernelContext, x: Any, *, reuse: Sequence[bool] = ()) -> Any:
     """1 / (1 + exp(-x)) computed as 0.5 * tanh(x / 2) + 0.5, which cannot overflow."""
-    t = x * 0.5
+    t = ctx.xp.multiply(x, 0.5, out=x if reuse and reuse[0] else None)
     ctx.xp.tanh(t, out=t)
     t *= 0.5
     t += 0.5
@@ -255,8 +255,8 @@ def _sigmoid_grad(ctx: KernelContext, out: Any, dout: Any) -> Any:
     return t
 
 
-def _tanh(ctx: KernelContext, x: Any) -> Any:
-    return ctx.xp.tanh(x)
+def _tanh(ctx: KernelContext, x: Any, *, reuse: Sequence[bool] = ()) -> Any:
+    return ctx.xp.tanh(x, out=x if reuse and reuse[0] else None)
 
 
 def _tanh_grad(ctx: KernelContext, out: Any, dout: Any) -> Any:

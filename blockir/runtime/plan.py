@@ -441,12 +441,19 @@ def _locate(block: Block, infos: list[_OpInfo], feed_names: frozenset[str], exte
     return located
 
 
+def _takes_reuse(kernel: Callable[..., Any]) -> bool:
+    try:
+        return "reuse" in inspect.signature(kernel).parameters
+    except (TypeError, ValueError):  # a callable without a signature (some builtins)
+        return False
+
+
 def _reuse_candidates(info: _OpInfo, slots: _Slots, may_lod: set[str], made: set[int],
                       free: tuple[int, ...]) -> tuple[tuple[int, int], ...]:
     """(argument position, slot) of the inputs this op's kernel may overwrite: values made earlier in the run
     that die here, read once by the op and not written by it, never LoD-carrying; none unless the kernel
     takes ``reuse``."""
-    if "reuse" not in inspect.signature(info.schema.kernel).parameters:
+    if not _takes_reuse(info.schema.kernel):
         return ()
     read = [n for _, names in info.inputs for n in _bound(names)]
     written = {n for _, names in info.outputs for n in names}
@@ -523,12 +530,21 @@ class Plan:
                 for slot, name, persistable, device in self.fetches]
 
 
+def _references(args: Sequence[Any], k: int) -> int:
+    return sys.getrefcount(args[k])
+
+
+# What ``_references`` reads for an element that nothing but its sequence references (2 on CPython 3.11:
+# the sequence's reference and the argument's), measured rather than assumed.
+_ALONE = _references((object(),), 0)
+
+
 def _reusable(args: Sequence[Any], candidates: tuple[tuple[int, int], ...]) -> list[bool]:
-    """Per argument, whether the kernel may overwrite it: a candidate whose only reference is ``args``'s
-    (``getrefcount`` counts that one and its own argument) and which owns its memory (``base`` is None)."""
+    """Per argument, whether the kernel may overwrite it: a candidate that nothing but ``args`` references
+    and that owns its memory (``base`` is None: not a view)."""
     reuse = [False] * len(args)
     for k, _ in candidates:
-        reuse[k] = sys.getrefcount(args[k]) == 2 and getattr(args[k], "base", False) is None
+        reuse[k] = _references(args, k) == _ALONE and getattr(args[k], "base", False) is None
     return reuse
 
 

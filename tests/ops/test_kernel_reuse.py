@@ -61,7 +61,7 @@ def _params() -> list:
 
 def test_the_reusing_kernels_are_the_expected_ones() -> None:
     assert REUSING == ["elementwise_add", "elementwise_mul", "elementwise_sub", "relu", "relu_grad", "sgd",
-                       "softmax", "softmax_grad"]
+                       "sigmoid", "softmax", "softmax_grad", "tanh"]
 
 
 @pytest.mark.parametrize(("op_type", "case"), _params())
@@ -88,7 +88,7 @@ def test_the_offer_is_taken() -> None:
     rng = np.random.default_rng(0)
     x, y, b = rng.normal(size=(4, 3)), rng.normal(size=(4, 3)), rng.normal(size=3)
     for op_type, args, k, attrs in (
-            ("relu", (x,), 0, {}), ("softmax", (x,), 0, {"axis": -1}),
+            ("relu", (x,), 0, {}), ("sigmoid", (x,), 0, {}), ("tanh", (x,), 0, {}), ("softmax", (x,), 0, {"axis": -1}),
             ("elementwise_add", (x, b), 0, {"axis": -1}), ("elementwise_sub", (x, b), 0, {"axis": 1}),
             ("elementwise_mul", (x, y), 0, {"axis": -1}),
             ("relu_grad", (np.maximum(x, 0), y), 1, {}), ("softmax_grad", (np.abs(x), y), 1, {"axis": -1})):
