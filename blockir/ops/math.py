@@ -55,15 +55,23 @@ def _shaped(a: Any, shape: tuple[int, ...]) -> Any:
     return a if a.shape == shape else a.reshape(shape)
 
 
+def _plain(x: Any, y: Any, xn: int, yn: int) -> bool:
+    """Whether X and Y are matrices already (fc's case): nothing to flatten or reshape back."""
+    return x.ndim == 2 and y.ndim == 2 and xn == 1 and yn == 1
+
+
 def _mul(ctx: KernelContext, x: Any, y: Any) -> Any:
     """Out = flatten(X) @ flatten(Y), reshaped to X's leading dims + Y's trailing dims."""
     xn, yn = ctx.attrs["x_num_col_dims"], ctx.attrs["y_num_col_dims"]
-    out = _matrix(x, xn) @ _matrix(y, yn)
-    return out if x.ndim == 2 and y.ndim == 2 else out.reshape(*x.shape[:xn], *y.shape[yn:])
+    if _plain(x, y, xn, yn):
+        return x @ y
+    return (_matrix(x, xn) @ _matrix(y, yn)).reshape(*x.shape[:xn], *y.shape[yn:])
 
 
 def _mul_grad(ctx: KernelContext, x: Any, y: Any, dout: Any) -> tuple[Any, Any]:
     xn, yn = ctx.attrs["x_num_col_dims"], ctx.attrs["y_num_col_dims"]
+    if _plain(x, y, xn, yn):
+        return dout @ y.T if ctx.wants[0] else None, x.T @ dout if ctx.wants[1] else None
     x2, y2 = _matrix(x, xn), _matrix(y, yn)
     d2 = dout.reshape(x2.shape[0], y2.shape[1])
     dx = _shaped(d2 @ y2.T, x.shape) if ctx.wants[0] else None
@@ -189,6 +197,10 @@ def _div(ctx: KernelContext, x: Any, y: Any) -> Any:
 
 
 def _add_grad(ctx: KernelContext, x: Any, y: Any, dout: Any) -> tuple[Any, Any]:
+    lead = x.ndim - y.ndim
+    if 0 <= lead and dout.shape == x.shape and y.shape == x.shape[lead:] and ctx.attrs["axis"] in (-1, lead):
+        # Y lines up with X's trailing dims (fc's bias): dX is dOut, dY dOut summed over the leading dims
+        return dout if ctx.wants[0] else None, dout.sum(axis=tuple(range(lead))) if ctx.wants[1] else None
     b = Broadcast(ctx, x, y)
     return b.dx(dout) if ctx.wants[0] else None, b.dy(dout) if ctx.wants[1] else None
 
