@@ -19,7 +19,7 @@ def model(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, np.ndarray, n
     work = tmp_path_factory.mktemp("model")
     main_p, startup = bir.Program(), bir.Program()
     main_p.random_seed = startup.random_seed = 3
-    with bir.program_guard(main_p, startup):
+    with bir.unique_name.guard(), bir.program_guard(main_p, startup):
         x = bir.data("x", shape=[-1, 5], dtype="float32")
         label = bir.data("label", shape=[-1, 1], dtype="int64")
         h = bir.layers.fc(x, size=8, act="tanh")

@@ -264,7 +264,7 @@ def _device_of(analysis: _Analysis, forward: str) -> str:
     producer = analysis.producer.get(forward)
     if producer is not None:
         return producer.device
-    return getattr(analysis.block.find_var_recursive(forward), "device", None) or ""
+    return analysis.block.find_var_recursive(forward).device or ""
 
 
 def _record_role_vars(pending: list[_Pending], grads: dict[str, str]) -> None:

@@ -135,7 +135,7 @@ class Optimizer:
 
 def _update_device(block: Block, param: core.Variable) -> str | None:
     """The parameter's pinned device, else the device of the op that computes its gradient (None: unknown)."""
-    pinned = getattr(param, "device", None)
+    pinned = param.device
     if pinned:
         return pinned
     for op in reversed(block.ops):
