@@ -113,3 +113,17 @@ class SelectedRows:
     def __array__(self, dtype: Any = None, copy: Any = None) -> np.ndarray:
         a = np.asarray(self.to_dense())
         return a.astype(dtype) if dtype is not None else a
+
+
+def describe_value(value: Any) -> str:
+    """``float32[64, 784]`` for arrays, with the kind for LoD tensors and selected rows."""
+    if value is None:
+        return "None"
+    if isinstance(value, LoDTensor):
+        return f"lod_tensor<{value.dtype}>{list(value.shape)} lod_levels={len(value.lod)}"
+    if isinstance(value, SelectedRows):
+        return f"selected_rows<{value.dtype}>{list(value.shape)} rows={len(value.rows)}"
+    if isinstance(value, list):
+        return "[" + ", ".join(map(describe_value, value)) + "]"
+    dtype, shape = getattr(value, "dtype", None), getattr(value, "shape", None)
+    return f"{dtype}{list(shape)}" if shape is not None else type(value).__name__

@@ -2,16 +2,21 @@
 
 from __future__ import annotations
 
+import os
+import weakref
 from typing import Any, Iterable, Mapping, TypeVar
 
 from blockir.errors import BlockirError
 from blockir.ir.core import Program
 from blockir.passes.copies import InsertCopies
 from blockir.passes.place import Place as PlacePass
-from blockir.runtime.device import HOST, checked_device
+from blockir.passes.streams import Streams
+from blockir.runtime.device import HOST, checked_device, get_device
 from blockir.runtime.place import Place, as_place
-from blockir.runtime.plan import Plan, compile_plan
+from blockir.runtime.plan import SCHEDULERS, Plan, compile_plan
+from blockir.runtime.scheduler import WorkerPool
 from blockir.runtime.scope import Scope, global_scope
+from blockir.runtime.trace import Tracer
 
 __all__ = ["Executor"]
 
@@ -45,24 +50,45 @@ def _off_host(program: Program) -> bool:
 
 
 class Executor:
-    """Runs programs, Fluid's ``Executor``; ``place`` (``"cpu"``, ``"cpu:2"``, ``CPUPlace()``) is where ops
-    that the program places nowhere run.
+    """Runs programs, Fluid's ``Executor``; ``place`` (``"cpu"``, ``"cpu:2"``, ``"cuda:0"``, ``CPUPlace()``)
+    is where ops that the program places nowhere run.
 
     A program with anything off the host (an op, block, variable or program
     device, or an executor place other than ``cpu``) runs as the default
-    pipeline, ``place{default=PLACE},insert-copies``, transforms a clone of it;
-    the program itself is never changed. Each program block is compiled into a
-    :class:`~blockir.runtime.plan.Plan` once per (program, program state, feed
-    names, fetch names) and the plan is cached; a program changed through the
-    IR API is transformed and compiled again on its next run. The cache keeps
-    the plans of at most ``max_plans`` program states.
+    pipeline, ``place{default=PLACE},insert-copies,streams``, transforms a
+    clone of it; the program itself is never changed. Each program block is
+    compiled into a :class:`~blockir.runtime.plan.Plan` once per (program,
+    program state, feed names, fetch names) and the plan is cached; a program
+    changed through the IR API is transformed and compiled again on its next
+    run. The cache keeps the plans of at most ``max_plans`` program states.
+
+    ``scheduler="dataflow"`` (the default) runs the ops of a block that spans
+    several streams as a dataflow: the host stream on the calling thread, other
+    CPU streams on worker threads (at most ``num_threads``; None: one per
+    stream), CUDA streams by asynchronous launches, each op starting once what
+    it depends on is done (:mod:`blockir.runtime.scheduler`); a block on one
+    stream runs in program order either way. ``scheduler="sequential"`` runs
+    every block in program order on the calling thread; the results are the
+    same. The workers are threads of this executor, idle between runs; they end
+    with :meth:`close` (or the ``with`` block, or when the executor is
+    collected).
     """
 
-    def __init__(self, place: str | Place = "cpu", max_plans: int = 64) -> None:
+    def __init__(self, place: str | Place = "cpu", max_plans: int = 64, scheduler: str = "dataflow",
+                 num_threads: int | None = None) -> None:
         if not isinstance(max_plans, int) or max_plans < 1:
             raise BlockirError(f"max_plans must be a positive int, got {max_plans!r}")
+        if scheduler not in SCHEDULERS:
+            raise BlockirError(f"scheduler must be one of {', '.join(SCHEDULERS)}, got {scheduler!r}")
+        if num_threads is not None and (not isinstance(num_threads, int) or num_threads < 1):
+            raise BlockirError(f"num_threads must be a positive int or None, got {num_threads!r}")
         self.place: Place = as_place(place)
+        get_device(str(self.place), "the executor's place")  # an error now when this machine lacks it
         self.max_plans = max_plans
+        self.scheduler = scheduler
+        self.num_threads = num_threads
+        self._pool = WorkerPool()
+        self._finalizer = weakref.finalize(self, self._pool.close)
         self._plans: dict[tuple[int, int, frozenset[str], tuple[str, ...] | None], Plan] = {}
         self._placements: dict[tuple[int, int], Program] = {}  # (id, mutation) -> the program as it runs
 
@@ -76,8 +102,8 @@ class Executor:
         key = (id(program), program.mutation, feed_names, fetch)
         plan = self._plans.get(key)
         if plan is None:
-            plan = _remember(self._plans, key, compile_plan(self._placed(program), feed_names, fetch, self.place),
-                             self.max_plans)
+            plan = _remember(self._plans, key, compile_plan(self._placed(program), feed_names, fetch, self.place,
+                                                            self.scheduler, self.num_threads), self.max_plans)
         return plan
 
     def _placed(self, program: Program) -> Program:
@@ -90,12 +116,13 @@ class Executor:
             placed = program.clone()
             PlacePass(default=str(self.place)).run(placed)
             InsertCopies().run(placed)
+            Streams().run(placed)
             _remember(self._placements, key, placed, self.max_plans)
         return placed
 
     def run(self, program: Program | None = None, feed: Mapping[str, Any] | None = None,
             fetch_list: Iterable[Any] | None = None, scope: Scope | None = None,
-            return_numpy: bool = True) -> list[Any]:
+            return_numpy: bool = True, trace: str | os.PathLike[str] | None = None) -> list[Any]:
         """Run ``program``'s global block once and return the fetched values, in ``fetch_list`` order.
 
         ``program`` defaults to the DSL's default main program. ``feed`` maps
@@ -108,8 +135,11 @@ class Executor:
         use and never reach the scope. With ``return_numpy`` fetched LoD
         tensors come back as their data arrays and selected rows as dense
         arrays; otherwise as they are. A failing kernel raises
-        :class:`~blockir.errors.ExecutionError` naming the op and its inputs.
-        The program itself is never modified.
+        :class:`~blockir.errors.ExecutionError` naming the op and its inputs,
+        once all other work of the run has stopped. ``trace`` names a file to
+        write a Chrome trace-event JSON of the run to (one event per op, on its
+        device and stream: :mod:`blockir.runtime.trace`), for Perfetto. The
+        program itself is never modified.
         """
         if program is None:
             from blockir.dsl.framework import default_main_program  # at call time: the runtime works without it
@@ -123,8 +153,24 @@ class Executor:
             raise BlockirError(f"feed must be a dict of variable name -> value, got {type(feed).__name__}")
         fetch = None if fetch_list is None else tuple(_name(f) for f in fetch_list)
         plan = self._plan(program, frozenset(feed), fetch)
-        return plan.run(feed, global_scope() if scope is None else scope, return_numpy)
+        if not self._finalizer.alive:
+            raise BlockirError("this executor is closed")
+        tracer = None if trace is None else Tracer(plan.steps, plan.copies_from)
+        fetched = plan.run(feed, global_scope() if scope is None else scope, return_numpy, self._pool, tracer)
+        if tracer is not None:
+            tracer.write(trace)
+        return fetched
+
+    def close(self) -> None:
+        """End the worker threads; the executor cannot run programs afterwards. Closing twice is a no-op."""
+        self._finalizer()
+
+    def __enter__(self) -> Executor:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
 
     def __repr__(self) -> str:
-        return f"Executor({str(self.place)!r})"
+        return f"Executor({str(self.place)!r}, scheduler={self.scheduler!r})"
 

@@ -3,16 +3,15 @@
 A place is a device kind and an index, written as a device string (``cpu``,
 ``cpu:1``, ``cuda:0``) like the ``op_device`` attribute. It owns the array
 module its kernels compute with (``xp``). This runtime runs on the host CPU
-(``cpu`` = ``cpu:0``) and on virtual CPU devices (``cpu:N``, see
-:mod:`blockir.runtime.device`); CUDA devices are well-formed places that an
-executor refuses with a clear error until they have a runtime.
+(``cpu`` = ``cpu:0``), on virtual CPU devices (``cpu:N``) and on CUDA devices
+(``cuda:N``) when the machine has them (see :mod:`blockir.runtime.device`).
+Any well-formed device string is a place; whether the machine has it is checked
+when a program is compiled for it.
 """
 
 from __future__ import annotations
 
 from typing import Any
-
-import numpy as np
 
 from blockir.errors import BlockirError
 from blockir.ir.verify import is_valid_device
@@ -31,10 +30,10 @@ class Place:
 
     @property
     def xp(self) -> Any:
-        """The array module kernels on this place compute with."""
-        if self.kind != "cpu":
-            raise BlockirError(f"no array module for device {self}: only CPU devices are supported so far")
-        return np
+        """The array module kernels on this place compute with; an error when this machine lacks the device."""
+        from blockir.runtime.device import get_device  # the device layer imports this module
+
+        return get_device(str(self), f"place {self}").xp
 
     def __eq__(self, other: object) -> bool:
         return isinstance(other, Place) and (self.kind, self.index) == (other.kind, other.index)
@@ -59,7 +58,7 @@ class CPUPlace(Place):
 
 
 def as_place(spec: str | Place) -> Place:
-    """The place ``spec`` names; an error for malformed strings and devices this runtime cannot run on."""
+    """The place ``spec`` names; an error for malformed strings."""
     if isinstance(spec, Place):
         place = spec
     elif isinstance(spec, str) and is_valid_device(spec):
@@ -67,7 +66,4 @@ def as_place(spec: str | Place) -> Place:
         place = CPUPlace() if kind == "cpu" and int(index or 0) == 0 else Place(kind, int(index or 0))
     else:
         raise BlockirError(f"not a device: {spec!r} (expected cpu, cpu:N, cuda or cuda:N, or a Place)")
-    if place.kind != "cpu":
-        raise BlockirError(f"device {place} is not supported by this runtime yet: only the host CPU ('cpu') "
-                           "and virtual CPU devices ('cpu:N')")
     return place

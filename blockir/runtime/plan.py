@@ -36,42 +36,30 @@ to the host (copied).
 from __future__ import annotations
 
 import inspect
-import sys
 from dataclasses import dataclass
 from operator import itemgetter
-from typing import Any, Callable, Mapping, NamedTuple, Sequence
+from typing import Any, Callable, Mapping, Sequence
 
+import networkx as nx
 import numpy as np
 
-from blockir.errors import BlockirError, ExecutionError, OpNotFoundError
+from blockir.errors import BlockirError, OpNotFoundError
 from blockir.ir.core import Block, Operator, Program, Variable
 from blockir.ir.dtypes import VarKind
 from blockir.ir.schema import EMPTY_VAR, REQUIRED, KernelContext, OpSchema, Slot, lookup
 from blockir.ops.io import map_arrays
-from blockir.ops.values import LoDTensor, SelectedRows
-from blockir.runtime.device import HOST, array_module, checked_device, device_kind, transfer
+from blockir.ops.values import LoDTensor, SelectedRows, describe_value
+from blockir.passes.deps import dependency_graph
+from blockir.passes.streams import op_stream
+from blockir.runtime.device import HOST, array_module, checked_device, device_kind, get_device, transfer
 from blockir.runtime.place import Place
+from blockir.runtime.scheduler import Gather, Scatter, Schedule, Step, WorkerPool, compile_schedule, execute, run_steps
 from blockir.runtime.scope import Scope
 
-__all__ = ["FeedSpec", "Plan", "Step", "compile_plan", "describe_value", "shape_matches"]
+__all__ = ["SCHEDULERS", "FeedSpec", "Plan", "Step", "compile_plan", "describe_value", "shape_matches"]
 
 FEED_OP, FETCH_OP, COPY_OP = "feed", "fetch", "memcpy"
-Gather = Callable[[list], Sequence[Any]]
-Scatter = Callable[[list, Any], None]
-
-
-def describe_value(value: Any) -> str:
-    """``float32[64, 784]`` for arrays, with the kind for LoD tensors and selected rows."""
-    if value is None:
-        return "None"
-    if isinstance(value, LoDTensor):
-        return f"lod_tensor<{value.dtype}>{list(value.shape)} lod_levels={len(value.lod)}"
-    if isinstance(value, SelectedRows):
-        return f"selected_rows<{value.dtype}>{list(value.shape)} rows={len(value.rows)}"
-    if isinstance(value, list):
-        return "[" + ", ".join(map(describe_value, value)) + "]"
-    dtype, shape = getattr(value, "dtype", None), getattr(value, "shape", None)
-    return f"{dtype}{list(shape)}" if shape is not None else type(value).__name__
+SCHEDULERS = ("sequential", "dataflow")
 
 
 def shape_matches(declared: tuple[int, ...], shape: tuple[int, ...]) -> bool:
@@ -144,18 +132,6 @@ class FeedSpec:
 
 
 # -- steps -------------------------------------------------------------------------
-
-class Step(NamedTuple):
-    """One op of the plan: ``scatter(values, kernel(ctx, *gather(values)))``, then free ``free``."""
-
-    kernel: Callable[..., Any]
-    ctx: KernelContext
-    gather: Gather
-    scatter: Scatter
-    free: tuple[int, ...]
-    reuse: tuple[tuple[int, int], ...]  # inputs the kernel may overwrite: (argument position, value slot)
-    inputs: tuple[tuple[str, str, int], ...]  # (slot name, variable name, value slot), for error messages
-
 
 def _no_args(values: list) -> tuple:
     return ()
@@ -251,6 +227,7 @@ class _OpInfo:
     schema: OpSchema
     text: str
     device: str
+    stream: str
     inputs: list[tuple[Slot, list[str]]]
     outputs: list[tuple[Slot, list[str]]]
 
@@ -282,6 +259,9 @@ def _op_info(op: Operator, block: Block, place: Place) -> _OpInfo:
     except OpNotFoundError as e:
         raise OpNotFoundError(f"cannot run op: {e}: {text}") from None
     device = checked_device(op.device or block.device or block.program.device or str(place), text)
+    stream = op_stream(op, device)
+    get_device(device, text)  # before anything runs: an error naming the devices this machine has
+    get_device(stream.rpartition("/")[0], text)
     if schema.kernel is None or device_kind(device) not in schema.devices:
         raise BlockirError(f"op type {op.type!r} has no kernel for {device_kind(device)}: {text}")
     if op.type == COPY_OP and checked_device(op.attr("dst_device"), text) != device:
@@ -290,7 +270,7 @@ def _op_info(op: Operator, block: Block, place: Place) -> _OpInfo:
     for name in (*op.input_names(), *op.output_names()):
         if name != EMPTY_VAR and not _has_var(block, name):
             raise BlockirError(f"op uses variable {name!r}, which the block does not declare: {text}")
-    return _OpInfo(op, schema, text, device, [(s, op.inputs.get(s.name, [])) for s in schema.inputs],
+    return _OpInfo(op, schema, text, device, stream, [(s, op.inputs.get(s.name, [])) for s in schema.inputs],
                    [(s, op.outputs.get(s.name, [])) for s in schema.outputs])
 
 
@@ -346,8 +326,12 @@ def _program_var(block: Block, name: str, what: str) -> Variable:
 
 
 def compile_plan(program: Program, feed_names: frozenset[str], fetch_names: tuple[str, ...] | None,
-                 place: Place) -> Plan:
-    """Compile the global block of ``program`` for these feeds and fetches (None: the fetch ops' targets)."""
+                 place: Place, scheduler: str = "sequential", num_threads: int | None = None) -> Plan:
+    """Compile the global block of ``program`` for these feeds and fetches (None: the fetch ops' targets),
+    to run in program order (``scheduler="sequential"``) or as a dataflow over streams and threads
+    (``"dataflow"``, at most ``num_threads`` worker threads; None: one per CPU stream off the host)."""
+    if scheduler not in SCHEDULERS:
+        raise BlockirError(f"scheduler must be one of {', '.join(SCHEDULERS)}, got {scheduler!r}")
     block = program.global_block()
     ops, feed_targets, fetch_targets = _feed_fetch_ops(block)
     missing = [n for n in feed_targets if n not in feed_names]
@@ -408,11 +392,46 @@ def compile_plan(program: Program, feed_names: frozenset[str], fetch_names: tupl
 
     steps = tuple(_make_step(info, slots, may_lod, want, free, reuse) for info, want, free, reuse in
                   zip(infos, wants, frees, reuses))
+    schedule = None
+    if scheduler == "dataflow" and any(s.stream != steps[0].stream for s in steps):
+        schedule = _schedule(block, ops, infos, steps, slots, num_threads)
     scope_inputs = tuple((slots[n], n, block.find_var_recursive(n).persistable, reader, _home(block, n))
                          for n, reader in external.items())
     return Plan(num_slots=len(slots), steps=steps, feeds=feeds, scope_inputs=scope_inputs,
                 fetches=tuple((slots[v.name], v.name, v.persistable, located[v.name]) for v in fetch_vars),
-                writebacks=tuple((slots[n], n, located[n]) for n in sorted(persistable_out)))
+                writebacks=tuple((slots[n], n, located[n]) for n in sorted(persistable_out)), schedule=schedule,
+                copies_from=_copies_from(infos, slots))
+
+
+def _schedule(block: Block, ops: list[Operator], infos: list[_OpInfo], steps: tuple[Step, ...], slots: _Slots,
+              num_threads: int | None) -> Schedule:
+    """The dataflow schedule of the steps (``ops``: the block's ops that are steps, in order)."""
+    index = {id(op): k for k, op in enumerate(ops)}
+    graph = nx.DiGraph()
+    graph.add_nodes_from(range(len(ops)))
+    for i, j in dependency_graph(block).edges:  # feed and fetch ops are not steps: the run starts and ends there
+        a, b = index.get(id(block.ops[i])), index.get(id(block.ops[j]))
+        if a is not None and b is not None:
+            graph.add_edge(a, b)
+    return compile_schedule(steps, graph, _reads(infos, slots), _writes(infos, slots), num_threads)
+
+
+def _reads(infos: list[_OpInfo], slots: _Slots) -> list[set[int]]:
+    return [{slots[n] for _, names in info.inputs for n in _bound(names)} for info in infos]
+
+
+def _writes(infos: list[_OpInfo], slots: _Slots) -> list[set[int]]:
+    return [{slots[n] for _, names in info.outputs for n in _bound(names)} for info in infos]
+
+
+def _copies_from(infos: list[_OpInfo], slots: _Slots) -> tuple[int | None, ...]:
+    """Per step: for a memcpy, the step that wrote the value it copies (None: from outside the plan)."""
+    last_writer: dict[int, int] = {}
+    result: list[int | None] = []
+    for j, (read, written) in enumerate(zip(_reads(infos, slots), _writes(infos, slots))):
+        result.append(last_writer.get(min(read, default=-1)) if infos[j].op.type == COPY_OP else None)
+        last_writer.update(dict.fromkeys(written, j))
+    return tuple(result)
 
 
 def _home(block: Block, name: str) -> str:
@@ -478,7 +497,8 @@ def _make_step(info: _OpInfo, slots: _Slots, may_lod: set[str], wants: tuple[boo
                              for (slot, names), want in zip(info.outputs, wants)])
     ctx = KernelContext(xp=array_module(info.device), attrs=_kernel_attrs(info), wants=wants, op_text=info.text)
     inputs = tuple((s.name, n, slots[n]) for s, names in info.inputs for n in _bound(names))
-    return Step(info.schema.kernel, ctx, gather, scatter, free, reuse, inputs)  # type: ignore[arg-type]
+    return Step(info.schema.kernel, ctx, gather, scatter, free, reuse, inputs,  # type: ignore[arg-type]
+                info.stream, info.op.id)
 
 
 # -- running ---------------------------------------------------------------------------
@@ -493,9 +513,14 @@ class Plan:
     scope_inputs: tuple[tuple[int, str, bool, str, str], ...]  # (slot, name, persistable, first reader, device)
     fetches: tuple[tuple[int, str, bool, str], ...]  # (slot, name, persistable, device)
     writebacks: tuple[tuple[int, str, str], ...]  # persistable outputs: (slot, name, device)
+    schedule: Schedule | None = None  # dataflow over several streams; None: program order on the calling thread
+    copies_from: tuple[int | None, ...] = ()  # per step: for a memcpy, the step that wrote what it copies
 
-    def run(self, feed: Mapping[str, Any], scope: Scope, return_numpy: bool = True) -> list[Any]:
-        """Run once: feeds checked, scope values read, steps walked, persistables written back."""
+    def run(self, feed: Mapping[str, Any], scope: Scope, return_numpy: bool = True,
+            pool: WorkerPool | None = None, tracer: Any = None) -> list[Any]:
+        """Run once: feeds checked, scope values read, steps run (by the schedule, on ``pool``'s workers,
+        when the plan has one and a pool is given), persistables written back. ``tracer``: see
+        :class:`blockir.runtime.trace.Tracer`."""
         values: list[Any] = [None] * self.num_slots
         for spec in self.feeds:
             values[spec.slot] = spec.check(feed[spec.name])
@@ -506,46 +531,14 @@ class Plan:
             if holder.device != device:  # e.g. loaded onto the host, needed on cpu:1: move it
                 holder.set(transfer(holder.value, device), device)
             values[slot] = holder.value
-        ctx = args = None
-        try:
-            for kernel, ctx, gather, scatter, free, reuse, _ in self.steps:
-                args = gather(values)
-                if reuse:
-                    for _, i in reuse:
-                        values[i] = None
-                    flags = _reusable(args, reuse)  # before the call builds its own tuple of the arguments
-                    scatter(values, kernel(ctx, *args, reuse=flags))
-                else:
-                    scatter(values, kernel(ctx, *args))
-                for i in free:
-                    values[i] = None
-        except Exception as e:
-            step = next(s for s in self.steps if s.ctx is ctx)
-            for k, i in step.reuse:  # for the message: the inputs cleared before the kernel ran
-                values[i] = args[k]
-            raise _kernel_error(step, values, e) from e
+        if self.schedule is None or pool is None:
+            run_steps(self.steps, values, tracer)
+        else:
+            execute(self.schedule, self.steps, values, pool, tracer)
         for slot, name, device in self.writebacks:
             scope.set(name, values[slot], device)
         return [_fetched(values[slot], name, persistable, device, return_numpy)
                 for slot, name, persistable, device in self.fetches]
-
-
-def _references(args: Sequence[Any], k: int) -> int:
-    return sys.getrefcount(args[k])
-
-
-# What ``_references`` reads for an element that nothing but its sequence references (2 on CPython 3.11:
-# the sequence's reference and the argument's), measured rather than assumed.
-_ALONE = _references((object(),), 0)
-
-
-def _reusable(args: Sequence[Any], candidates: tuple[tuple[int, int], ...]) -> list[bool]:
-    """Per argument, whether the kernel may overwrite it: a candidate that nothing but ``args`` references
-    and that owns its memory (``base`` is None: not a view)."""
-    reuse = [False] * len(args)
-    for k, _ in candidates:
-        reuse[k] = _references(args, k) == _ALONE and getattr(args[k], "base", False) is None
-    return reuse
 
 
 def _missing_value(name: str, persistable: bool, reader: str) -> BlockirError:
@@ -554,14 +547,6 @@ def _missing_value(name: str, persistable: bool, reader: str) -> BlockirError:
                             f"program first, or load it); read by: {reader}")
     return BlockirError(f"variable {name!r} is neither fed, computed before use, nor in the scope; "
                         f"read by: {reader}")
-
-
-def _kernel_error(step: Step, values: list, error: Exception) -> ExecutionError:
-    if isinstance(error, ExecutionError):
-        return error
-    inputs = ", ".join(f"{slot}={name}: {describe_value(values[i])}" for slot, name, i in step.inputs)
-    return ExecutionError(f"{type(error).__name__}: {error}\n  in op: {step.ctx.op_text}\n"
-                          f"  inputs: {inputs or 'none'}")
 
 
 def _copy(array: Any) -> Any:

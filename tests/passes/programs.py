@@ -48,15 +48,18 @@ class RandomProgram:
     params: dict[str, np.ndarray]
     targets: list[str]
 
-    def run(self, program: Program | None = None) -> tuple[list[np.ndarray], dict[str, np.ndarray]]:
-        """The fetched targets and the final parameters of running ``program`` (default: this one)."""
+    def run(self, program: Program | None = None, executor: bir.Executor | None = None,
+            trace: str | None = None) -> tuple[list[np.ndarray], dict[str, np.ndarray]]:
+        """The fetched targets and the final parameters of running ``program`` (default: this one) with
+        ``executor`` (default: a new one on the host), writing a trace when asked."""
         scope = bir.Scope()
         for name, value in self.params.items():
             scope.set(name, value.copy())
         scope.set("lr", LEARNING_RATE.copy())
         with np.errstate(all="ignore"):  # long chains may overflow; the same way in every order
-            fetched = bir.Executor("cpu").run(self.program if program is None else program, feed=self.feeds,
-                                              fetch_list=self.targets, scope=scope)
+            exe = bir.Executor("cpu") if executor is None else executor
+            fetched = exe.run(self.program if program is None else program, feed=self.feeds,
+                              fetch_list=self.targets, scope=scope, trace=trace)
         return fetched, {name: np.asarray(scope.get(name)) for name in self.params}
 
 

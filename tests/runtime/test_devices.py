@@ -61,7 +61,7 @@ def test_mlp_trained_on_two_devices_matches_one_device_exactly(exe):
 def test_an_executor_on_a_virtual_device_runs_everything_there(exe):
     main, startup, loss = mlp(None)
     on_cpu2 = bir.Executor("cpu:2")
-    assert str(on_cpu2) == "Executor('cpu:2')"
+    assert str(on_cpu2) == "Executor('cpu:2', scheduler='dataflow')"
     losses, scope = train(main, startup, loss, on_cpu2, steps=2)
     np.testing.assert_array_equal(losses, train(main, startup, loss, exe, steps=2)[0])
     assert {scope.var(n).device for n in scope.names()} == {"cpu:2"}

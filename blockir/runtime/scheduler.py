@@ -1,0 +1,359 @@
+"""Running a plan's steps: in program order on the calling thread, or as a dataflow over streams and threads.
+
+A step is one op of a compiled plan (:mod:`blockir.runtime.plan`), bound to a
+stream (``DEVICE/compute<k>`` or ``DEVICE/copy``, set by the ``streams`` pass:
+:mod:`blockir.passes.streams`). :func:`compile_schedule` turns the steps and
+their dependency graph (:func:`blockir.passes.deps.dependency_graph`) into
+*lanes*, the op sequences of the threads that run them:
+
+- lane 0 is the calling thread. It runs the host stream (``cpu/compute0``)
+  and launches the work of asynchronous (CUDA) streams, which returns at once;
+- every other CPU stream gets a worker lane (``num_threads`` caps how many: with
+  fewer workers than streams, streams share a worker round-robin);
+- a lane runs its steps in program order, so a chain of ops on one stream never
+  hops threads, and since every lane follows one global order no set of waits
+  can deadlock.
+
+Each step waits only for what it depends on across streams: the minimal waits of
+:func:`blockir.passes.streams.stream_waits`, less those its lane's order already
+implies. A wait on a step of another lane blocks on that step's gate (a
+:class:`~blockir.runtime.device.HostEvent` set when it is done, or, for a CUDA
+step, launched); a wait on a CUDA step is then an event wait on the waiting
+step's stream (``wait_event``: a device-side wait for CUDA, a host wait for
+CPU).
+
+Values are freed as early as is safe: a value dies at its last use in program
+order only if every other use of it is known done by then (vector clocks over
+lanes and asynchronous streams); and on an asynchronous stream only if all its
+uses are on that stream. Otherwise it lives to the end of the run.
+
+A kernel that raises stops the run: the error is recorded, every gate is set
+so that no lane stays blocked, every lane stops at its next step, the calling
+thread waits for the workers and the devices, and the error is raised naming
+the op. Workers are persistent threads of a :class:`WorkerPool` (one per
+executor), idle between runs.
+"""
+
+from __future__ import annotations
+
+import queue
+import sys
+import threading
+import time
+from dataclasses import dataclass
+from typing import Any, Callable, NamedTuple, Sequence
+
+import networkx as nx
+
+from blockir.errors import ExecutionError
+from blockir.ir.schema import KernelContext
+from blockir.ops.values import describe_value
+from blockir.passes.streams import stream_waits
+from blockir.runtime.device import HOST, HostEvent, Stream, get_device
+
+__all__ = ["HOST_STREAM", "Schedule", "Step", "WorkerPool", "compile_schedule", "execute", "run_steps"]
+
+HOST_STREAM = f"{HOST}/compute0"
+Gather = Callable[[list], Sequence[Any]]
+Scatter = Callable[[list, Any], None]
+
+
+class Step(NamedTuple):
+    """One op of the plan: ``scatter(values, kernel(ctx, *gather(values)))``, then free ``free``."""
+
+    kernel: Callable[..., Any]
+    ctx: KernelContext
+    gather: Gather
+    scatter: Scatter
+    free: tuple[int, ...]
+    reuse: tuple[tuple[int, int], ...]  # inputs the kernel may overwrite: (argument position, value slot)
+    inputs: tuple[tuple[str, str, int], ...]  # (slot name, variable name, value slot), for error messages
+    stream: str  # DEVICE/compute<k> or DEVICE/copy
+    op_id: int
+
+
+# -- reusing dead buffers ---------------------------------------------------------------
+
+def _references(args: Sequence[Any], k: int) -> int:
+    return sys.getrefcount(args[k])
+
+
+# What ``_references`` reads for an element that nothing but its sequence references (2 on CPython 3.11:
+# the sequence's reference and the argument's), measured rather than assumed.
+_ALONE = _references((object(),), 0)
+
+
+def _reusable(args: Sequence[Any], candidates: tuple[tuple[int, int], ...]) -> list[bool]:
+    """Per argument, whether the kernel may overwrite it: a candidate that nothing but ``args`` references
+    and that owns its memory (``base`` is None: not a view)."""
+    reuse = [False] * len(args)
+    for k, _ in candidates:
+        reuse[k] = _references(args, k) == _ALONE and getattr(args[k], "base", False) is None
+    return reuse
+
+
+def kernel_error(step: Step, values: list, args: Any, error: Exception) -> ExecutionError:
+    """``error`` raised by ``step``'s kernel as an ExecutionError naming the op and its inputs."""
+    if isinstance(error, ExecutionError):
+        return error
+    for k, i in step.reuse:  # for the message: the inputs cleared before the kernel ran
+        if args is not None and values[i] is None:
+            values[i] = args[k]
+    inputs = ", ".join(f"{slot}={name}: {describe_value(values[i])}" for slot, name, i in step.inputs)
+    return ExecutionError(f"{type(error).__name__}: {error}\n  in op: {step.ctx.op_text}\n"
+                          f"  inputs: {inputs or 'none'}")
+
+
+def run_steps(steps: tuple[Step, ...], values: list, tracer: Any = None) -> None:
+    """Run every step in program order on the calling thread (the sequential scheduler)."""
+    step = args = None
+    thread = threading.current_thread().name
+    try:
+        for j, step in enumerate(steps):
+            kernel, ctx, gather, scatter, free, reuse = step[:6]
+            if tracer is not None:
+                start = time.perf_counter_ns()
+            args = gather(values)
+            if reuse:
+                for _, i in reuse:
+                    values[i] = None
+                flags = _reusable(args, reuse)  # before the call builds its own tuple of the arguments
+                scatter(values, kernel(ctx, *args, reuse=flags))
+            else:
+                scatter(values, kernel(ctx, *args))
+            for i in free:
+                values[i] = None
+            if tracer is not None:
+                tracer.op(j, step.stream, thread, start, time.perf_counter_ns())
+    except Exception as e:
+        raise kernel_error(step, values, args, e) from e
+
+
+# -- compiling a schedule ------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class Schedule:
+    """The steps of a plan arranged in lanes, with their cross-stream waits (see the module docstring)."""
+
+    streams: tuple[Stream, ...]  # per step
+    lanes: tuple[tuple[int, ...], ...]  # step indices per lane, program order; lane 0: the calling thread
+    lane_of: tuple[int, ...]  # per step
+    waits: tuple[tuple[int, ...], ...]  # per step: the steps on other streams it waits for
+    gated: tuple[bool, ...]  # per step: whether a step on another lane waits for it
+    recorded: tuple[bool, ...]  # per step: an asynchronous step some other stream waits for (records an event)
+    free: tuple[tuple[int, ...], ...]  # per step: the slots freed after it
+    reuse: tuple[tuple[tuple[int, int], ...], ...]  # per step: the dead inputs its kernel may overwrite
+
+    @property
+    def workers(self) -> int:
+        return len(self.lanes) - 1
+
+    def async_streams(self) -> list[Stream]:
+        return list({str(s): s for s in self.streams if s.is_async}.values())
+
+
+def compile_schedule(steps: tuple[Step, ...], graph: nx.DiGraph, reads: Sequence[set[int]],
+                     writes: Sequence[set[int]], num_threads: int | None) -> Schedule:
+    """The schedule of ``steps``; ``graph`` is their dependency graph over step indices, ``reads`` /
+    ``writes`` the value slots of each step."""
+    n = len(steps)
+    streams = tuple(get_device(s.stream.rpartition("/")[0], s.ctx.op_text).stream(s.stream.rpartition("/")[2])
+                    for s in steps)
+    lane_of = _lanes(steps, streams, num_threads)
+    lanes = tuple(tuple(j for j in range(n) if lane_of[j] == lane) for lane in range(max(lane_of, default=0) + 1))
+    raw = stream_waits(None, [s.stream for s in steps], graph)
+    waits = []
+    for j in range(n):
+        # A synchronous step on the same lane ran before: the lane's order implies the wait.
+        waits.append(tuple(i for i in raw.get(j, ()) if streams[i].is_async or lane_of[i] != lane_of[j]))
+    gated = [False] * n
+    recorded = [False] * n
+    for j, ws in enumerate(waits):
+        for i in ws:
+            gated[i] = gated[i] or lane_of[i] != lane_of[j]
+            recorded[i] = recorded[i] or streams[i].is_async
+    free, reuse = _frees(steps, streams, lane_of, waits, reads, writes)
+    return Schedule(streams, lanes, tuple(lane_of), tuple(waits), tuple(gated), tuple(recorded), free, reuse)
+
+
+def _lanes(steps: tuple[Step, ...], streams: tuple[Stream, ...], num_threads: int | None) -> list[int]:
+    """Per step, its lane: 0 for the host stream and asynchronous streams, workers 1..k for other CPU streams."""
+    worker_streams = list(dict.fromkeys(s.stream for s, st in zip(steps, streams)
+                                        if s.stream != HOST_STREAM and not st.is_async))
+    k = len(worker_streams) if num_threads is None else min(num_threads, len(worker_streams))
+    lane = {name: 1 + i % k for i, name in enumerate(worker_streams)}
+    return [lane.get(s.stream, 0) for s in steps]
+
+
+def _frees(steps: tuple[Step, ...], streams: tuple[Stream, ...], lane_of: list[int],
+           waits: list[tuple[int, ...]], reads: Sequence[set[int]], writes: Sequence[set[int]]
+           ) -> tuple[tuple[tuple[int, ...], ...], tuple[tuple[tuple[int, int], ...], ...]]:
+    """Per step, the slots of its sequential ``free`` that are safe to free there, and its reuse offers among them."""
+    # Units of ordering: a lane's synchronous steps, or one asynchronous stream (launched from lane 0).
+    unit = [str(streams[j]) if streams[j].is_async else lane_of[j] for j in range(len(steps))]
+    position: list[int] = []
+    clocks: list[dict[Any, int]] = []  # per step: unit -> last position known done before the step starts
+    last_in_unit: dict[Any, int] = {}
+    last_sync_on_lane0: int | None = None
+    for j in range(len(steps)):
+        clock: dict[Any, int] = {}
+        before = [last_in_unit.get(unit[j])]
+        if streams[j].is_async:
+            before.append(last_sync_on_lane0)  # launched after the calling thread ran its earlier steps
+        for i in (*[b for b in before if b is not None], *waits[j]):
+            for u, p in clocks[i].items():
+                clock[u] = max(clock.get(u, -1), p)
+            clock[unit[i]] = max(clock.get(unit[i], -1), position[i])
+        position.append(position[last_in_unit[unit[j]]] + 1 if unit[j] in last_in_unit else 0)
+        clocks.append(clock)
+        last_in_unit[unit[j]] = j
+        if lane_of[j] == 0 and not streams[j].is_async:
+            last_sync_on_lane0 = j
+    users: dict[int, list[int]] = {}
+    for j in range(len(steps)):
+        for s in reads[j] | writes[j]:
+            users.setdefault(s, []).append(j)
+
+    def safe(j: int, s: int) -> bool:
+        others = [u for u in users.get(s, ()) if u != j]
+        if streams[j].is_async:
+            return all(unit[u] == unit[j] for u in others)
+        return all(position[u] <= clocks[j].get(unit[u], -1) or (unit[u] == unit[j] and u < j) for u in others)
+
+    free = tuple(tuple(s for s in step.free if safe(j, s)) for j, step in enumerate(steps))
+    reuse = tuple(tuple((k, s) for k, s in step.reuse if s in free[j]) for j, step in enumerate(steps))
+    return free, reuse
+
+
+# -- running a schedule ------------------------------------------------------------------
+
+class _Run:
+    """One run's shared state: the values, gates and events, the tracer, and the first error."""
+
+    __slots__ = ("values", "gates", "events", "tracer", "error", "lock")
+
+    def __init__(self, schedule: Schedule, values: list, tracer: Any) -> None:
+        self.values = values
+        self.gates = [HostEvent() if g else None for g in schedule.gated]
+        self.events: list[Any] = [None] * len(schedule.gated)
+        self.tracer = tracer
+        self.error: BaseException | None = None
+        self.lock = threading.Lock()
+
+    def fail(self, error: BaseException) -> None:
+        with self.lock:
+            if self.error is None:
+                self.error = error
+        for gate in self.gates:  # nobody stays blocked on a step that will never run
+            if gate is not None:
+                gate.set()
+
+
+def _run_lane(schedule: Schedule, steps: tuple[Step, ...], lane: int, run: _Run) -> None:
+    """Run one lane's steps in order; any error is recorded in ``run`` (never raised)."""
+    values, tracer = run.values, run.tracer
+    thread = threading.current_thread().name
+    j = args = None
+    try:
+        for j in schedule.lanes[lane]:
+            stream = schedule.streams[j]
+            for i in schedule.waits[j]:
+                if schedule.lane_of[i] != lane:
+                    run.gates[i].synchronize()
+                if run.error is not None:
+                    return
+                if schedule.streams[i].is_async:
+                    stream.wait_event(run.events[i])
+            if run.error is not None:
+                return
+            kernel, ctx, gather, scatter = steps[j][:4]
+            start = time.perf_counter_ns() if tracer is not None else 0
+            args = gather(values)
+            reuse = schedule.reuse[j]
+            if reuse:
+                for _, i in reuse:
+                    values[i] = None
+                flags = _reusable(args, reuse)
+                result = stream.launch(kernel, ctx, *args, reuse=flags)  # type: ignore[call-arg]
+            else:
+                result = stream.launch(kernel, ctx, *args)
+            scatter(values, result)
+            for i in schedule.free[j]:
+                values[i] = None
+            if schedule.recorded[j]:
+                run.events[j] = stream.record_event()
+            if tracer is not None:
+                tracer.op(j, str(stream), thread, start, time.perf_counter_ns())
+            if schedule.gated[j]:
+                run.gates[j].set()
+    except Exception as e:
+        run.fail(kernel_error(steps[j], values, args, e))  # type: ignore[index]
+    except BaseException as e:  # KeyboardInterrupt, SystemExit: stop everybody, then re-raise as it is
+        run.fail(e)
+
+
+class WorkerPool:
+    """Persistent worker threads, one job queue each; :meth:`close` ends them."""
+
+    def __init__(self) -> None:
+        self._queues: list[queue.SimpleQueue] = []
+        self._threads: list[threading.Thread] = []
+        self._lock = threading.Lock()
+
+    def submit(self, worker: int, job: Callable[[], None]) -> HostEvent:
+        """Run ``job`` on worker ``worker`` (started if need be); the event is set when it returns."""
+        with self._lock:
+            while len(self._queues) <= worker:
+                q: queue.SimpleQueue = queue.SimpleQueue()
+                thread = threading.Thread(target=_work, args=(q,), name=f"blockir-worker-{len(self._queues)}",
+                                          daemon=True)
+                thread.start()
+                self._queues.append(q)
+                self._threads.append(thread)
+        done = HostEvent()
+        self._queues[worker].put((job, done))
+        return done
+
+    def close(self) -> None:
+        """End the workers (after the jobs they hold) and wait for them."""
+        with self._lock:
+            queues, threads = self._queues, self._threads
+            self._queues, self._threads = [], []
+        for q in queues:
+            q.put(None)
+        for thread in threads:
+            if thread is not threading.current_thread():
+                thread.join()
+
+    def __len__(self) -> int:
+        return len(self._threads)
+
+
+def _work(jobs: queue.SimpleQueue) -> None:
+    while (item := jobs.get()) is not None:
+        job, done = item
+        try:
+            job()
+        finally:
+            done.set()
+
+
+def execute(schedule: Schedule, steps: tuple[Step, ...], values: list, pool: WorkerPool,
+            tracer: Any = None) -> None:
+    """Run the schedule: workers take lanes 1.., the calling thread lane 0; return when all is done,
+    raising the first error."""
+    run = _Run(schedule, values, tracer)
+    done = [pool.submit(lane - 1, lambda lane=lane: _run_lane(schedule, steps, lane, run))
+            for lane in range(1, len(schedule.lanes))]
+    try:
+        _run_lane(schedule, steps, 0, run)
+    finally:
+        for event in done:
+            event.synchronize()
+        for stream in schedule.async_streams():
+            try:
+                stream.synchronize()
+            except Exception as e:  # an asynchronous kernel failure surfaces here
+                run.fail(ExecutionError(f"{type(e).__name__} on stream {stream}: {e}"))
+    if run.error is not None:
+        raise run.error
