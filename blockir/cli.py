@@ -18,6 +18,7 @@ import numpy as np
 import blockir
 from blockir.errors import BlockirError, VerifyError
 from blockir.ir import load_program, verify
+from blockir.runtime.plan import SCHEDULERS
 
 Command = Callable[[argparse.Namespace], int]
 
@@ -99,7 +100,8 @@ def _preview(value: np.ndarray) -> str:
 
 def _run(args: argparse.Namespace) -> int:
     program = load_program(args.program)
-    exe, scope = blockir.Executor("cpu"), blockir.Scope()
+    exe = blockir.Executor(args.place, scheduler=args.scheduler, num_threads=args.threads)
+    scope = blockir.Scope()
     stored = [v for v in program.list_vars() if blockir.io.is_persistable(v)]
     params = _params_dir(args)
     if stored and params is None:
@@ -113,7 +115,10 @@ def _run(args: argparse.Namespace) -> int:
     fetch = args.fetch or None
     if fetch is None and not any(op.type == "fetch" for op in program.global_block().ops):
         raise BlockirError(f"{args.program}: the program has no fetch ops; name what to fetch with --fetch NAME")
-    values = exe.run(program, feed=_feeds(args), fetch_list=fetch, scope=scope)
+    with exe:
+        values = exe.run(program, feed=_feeds(args), fetch_list=fetch, scope=scope, trace=args.trace)
+    if args.trace is not None:
+        print(f"wrote the trace to {args.trace} (open it in https://ui.perfetto.dev)", file=sys.stderr)
     names = fetch or [op.input("X")[0] for op in sorted(
         (op for op in program.global_block().ops if op.type == "fetch"), key=lambda op: op.attrs.get("col", 0))]
     arrays = {name: np.asarray(value) for name, value in zip(names, values)}
@@ -132,7 +137,8 @@ def _run(args: argparse.Namespace) -> int:
 
 def _add_run(commands: argparse._SubParsersAction) -> None:
     p = commands.add_parser("run", help="run a program on fed .npy arrays and print or save what it fetches",
-                            description="Run a binary ProgramDesc on the CPU. Persistable variables are loaded "
+                            description="Run a binary ProgramDesc (by default on the host CPU, ops placed on "
+                                        "other devices there). Persistable variables are loaded "
                                         "from --params (default: the params/ directory beside the program, as "
                                         "written by save_inference_model). Without --fetch, the program's fetch "
                                         "ops name what to fetch.")
@@ -146,7 +152,25 @@ def _add_run(commands: argparse._SubParsersAction) -> None:
     p.add_argument("--fetch", metavar="NAME", action="append", default=[], help="variable to fetch (repeatable)")
     p.add_argument("--out", metavar="FILE.npz", default=None,
                    help="write the fetched arrays to this .npz file instead of printing them")
+    p.add_argument("--place", metavar="DEVICE", default="cpu",
+                   help="device for the ops the program places nowhere: cpu, cpu:N, cuda:N (default cpu)")
+    p.add_argument("--scheduler", choices=SCHEDULERS, default="dataflow",
+                   help="dataflow (default): ops on several streams run concurrently; sequential: in program order")
+    p.add_argument("--threads", metavar="N", type=_positive, default=None,
+                   help="at most N worker threads for the dataflow scheduler (default: one per CPU stream)")
+    p.add_argument("--trace", metavar="FILE.json", default=None,
+                   help="write a Chrome trace-event JSON of the run (open in Perfetto or chrome://tracing)")
     p.set_defaults(func=_run)
+
+
+def _positive(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        value = 0
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}")
+    return value
 
 
 def _demo(args: argparse.Namespace) -> int:

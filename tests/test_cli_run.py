@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
 from pathlib import Path
@@ -178,3 +179,51 @@ def test_demo_trains_saves_and_serves(tmp_path: Path, capsys: pytest.CaptureFixt
     accuracy = float(out.split("test accuracy ")[1].split()[0])
     assert accuracy > 0.9
     assert (tmp_path / "model" / "program.pb").exists() and (tmp_path / "out.npz").exists()
+
+
+@pytest.fixture(scope="module")
+def two_device_model(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
+    """The issue's two-branch model (fc on cpu:0 and on cpu:1, concatenated) saved for serving, and a batch."""
+    from tests.runtime.test_scheduler import two_branches
+
+    work = tmp_path_factory.mktemp("two")
+    with bir.unique_name.guard():
+        main_p, startup, out = two_branches(size=16)
+    exe, scope = bir.Executor("cpu"), bir.Scope()
+    exe.run(startup, scope=scope)
+    bir.io.save_inference_model(work / "model", ["x"], [out], exe, main_program=main_p, scope=scope)
+    np.save(work / "x.npy", np.random.default_rng(1).normal(size=(4, 16)).astype("float32"))
+    return work / "model" / "program.pb", work / "x.npy"
+
+
+def test_run_schedulers_places_and_trace_give_the_same_predictions(two_device_model, tmp_path: Path,
+                                                                   capsys: pytest.CaptureFixture[str]) -> None:
+    program, batch = two_device_model
+    results = []
+    for extra in ([], ["--scheduler", "sequential"], ["--threads", "1", "--trace", str(tmp_path / "run.json")],
+                  ["--place", "cpu:2"]):
+        out = tmp_path / "out.npz"
+        assert main(["run", str(program), "--feed", f"x={batch}", "--out", str(out), *extra]) == 0
+        with np.load(out) as saved:
+            results.append(saved[list(saved)[0]])
+    for r in results[1:]:
+        np.testing.assert_array_equal(r, results[0])
+    assert "wrote the trace to" in capsys.readouterr().err
+    events = json.loads((tmp_path / "run.json").read_text())["traceEvents"]
+    assert {e["args"]["name"] for e in events if e["name"] == "process_name"} == {"cpu", "cpu:1"}
+
+
+@pytest.mark.parametrize("extra, message", [
+    (["--threads", "0"], "argument --threads: expected a positive integer, got '0'"),
+    (["--scheduler", "eager"], "argument --scheduler: invalid choice: 'eager'"),
+    (["--place", "cuda:99"], "device cuda:99 is not available on this machine (devices available: cpu, "),
+])
+def test_run_bad_scheduler_options_exit_2(two_device_model, extra, message, capsys) -> None:
+    program, batch = two_device_model
+    try:
+        status = main(["run", str(program), "--feed", f"x={batch}", *extra])
+    except SystemExit as e:  # argparse's own errors
+        status = e.code
+    assert status == 2
+    err = capsys.readouterr().err
+    assert message in err and "Traceback" not in err
