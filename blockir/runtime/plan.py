@@ -395,6 +395,8 @@ def compile_plan(program: Program, feed_names: frozenset[str], fetch_names: tupl
     schedule = None
     if scheduler == "dataflow" and any(s.stream != steps[0].stream for s in steps):
         schedule = _schedule(block, ops, infos, steps, slots, num_threads)
+    else:  # in program order: an op on an asynchronous (CUDA) stream is done before the next one starts
+        steps = tuple(_synchronous(s) for s in steps)
     scope_inputs = tuple((slots[n], n, block.find_var_recursive(n).persistable, reader, _home(block, n))
                          for n, reader in external.items())
     return Plan(num_slots=len(slots), steps=steps, feeds=feeds, scope_inputs=scope_inputs,
@@ -414,6 +416,21 @@ def _schedule(block: Block, ops: list[Operator], infos: list[_OpInfo], steps: tu
         if a is not None and b is not None:
             graph.add_edge(a, b)
     return compile_schedule(steps, graph, _reads(infos, slots), _writes(infos, slots), num_threads)
+
+
+def _synchronous(step: Step) -> Step:
+    """``step`` itself on a CPU stream; on an asynchronous one, launched there and waited for."""
+    device, _, name = step.stream.rpartition("/")
+    stream = get_device(device).stream(name)
+    if not stream.is_async:
+        return step
+    kernel = step.kernel
+
+    def launch_and_wait(ctx: KernelContext, *args: Any, **kwargs: Any) -> Any:
+        result = stream.launch(kernel, ctx, *args, **kwargs)
+        stream.synchronize()
+        return result
+    return step._replace(kernel=launch_and_wait)
 
 
 def _reads(infos: list[_OpInfo], slots: _Slots) -> list[set[int]]:

@@ -106,11 +106,11 @@ def kernel_error(step: Step, values: list, args: Any, error: Exception) -> Execu
 
 def run_steps(steps: tuple[Step, ...], values: list, tracer: Any = None) -> None:
     """Run every step in program order on the calling thread (the sequential scheduler)."""
-    step = args = None
+    j, args = -1, None
     thread = threading.current_thread().name
     try:
-        for j, step in enumerate(steps):
-            kernel, ctx, gather, scatter, free, reuse = step[:6]
+        for kernel, ctx, gather, scatter, free, reuse, _, stream, _ in steps:
+            j += 1
             if tracer is not None:
                 start = time.perf_counter_ns()
             args = gather(values)
@@ -124,9 +124,9 @@ def run_steps(steps: tuple[Step, ...], values: list, tracer: Any = None) -> None
             for i in free:
                 values[i] = None
             if tracer is not None:
-                tracer.op(j, step.stream, thread, start, time.perf_counter_ns())
+                tracer.op(j, stream, thread, start, time.perf_counter_ns())
     except Exception as e:
-        raise kernel_error(step, values, args, e) from e
+        raise kernel_error(steps[j], values, args, e) from e
 
 
 # -- compiling a schedule ------------------------------------------------------------------

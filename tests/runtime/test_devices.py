@@ -16,11 +16,11 @@ from blockir.passes import Place, place_startup
 from blockir.runtime.plan import compile_plan
 from tests.passes.test_copies import mlp
 
-SEEN: list[np.ndarray] = []  # the arrays dev_keep received, in order
+SEEN: dict[str, np.ndarray] = {}  # output name -> the array dev_keep received for it (ops may run concurrently)
 
 
 def _keep(ctx, x):
-    SEEN.append(x)
+    SEEN[ctx.op_text.split(" = ")[0].lstrip("%")] = x
     return x + 1
 
 
@@ -77,15 +77,16 @@ def test_values_on_different_devices_never_share_buffers(exe):
     x = np.array([1.0, 2.0], "float32")
     SEEN.clear()
     a, b, c, d = exe.run(program, feed={"x": x}, fetch_list=["a", "b", "c", "d"])
-    host, on_cpu1, b_on_cpu2, x_on_cpu2 = SEEN
+    host, on_cpu1, b_on_cpu2, x_on_cpu2 = (SEEN[n] for n in "abcd")
     assert host is x  # on the host the fed array itself
-    for i, one in enumerate(SEEN):
-        for other in SEEN[i + 1:]:
+    seen = list(SEEN.values())
+    for i, one in enumerate(seen):
+        for other in seen[i + 1:]:
             assert not np.shares_memory(one, other)
     np.testing.assert_array_equal(on_cpu1, x)
     np.testing.assert_array_equal(b_on_cpu2, x + 1)
     np.testing.assert_array_equal(c, x + 2)
-    assert not any(np.shares_memory(v, s) for v in (a, b, c, d) for s in SEEN)
+    assert not any(np.shares_memory(v, s) for v in (a, b, c, d) for s in seen)
 
 
 def test_memcpy_copies_every_kind_of_value():
