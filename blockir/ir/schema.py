@@ -222,4 +222,5 @@ COMMON_ATTRS: dict[str, AttrType] = {
     "op_namescope": AttrType.STRING,  # the DSL name_scope the op was built in
     "op_pass": AttrType.STRING,  # lineage: the pass that created the op
     "op_origin": AttrType.STRINGS,  # lineage: the ops it was made from, as origin_key() strings
+    "op_stream": AttrType.STRING,  # the stream the op runs on: DEVICE/compute<k> or DEVICE/copy
 }

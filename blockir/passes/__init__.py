@@ -13,8 +13,9 @@ from blockir.passes.deps import Deps, dependency_graph
 from blockir.passes.inference import Inference, inference
 from blockir.passes.place import Place, place_startup
 from blockir.passes.prune import Prune, prune
+from blockir.passes.streams import Streams, op_stream, stream_waits
 
 __all__ = ["Deps", "Inference", "InsertCopies", "Instrument", "Pass", "PassRecord", "PassReport", "Place", "Prune",
-           "dependency_graph", "describe_passes", "format_pass", "format_pipeline", "inference", "note",
-           "parse_pipeline", "pass_options", "place_startup", "prune", "record_detail", "register_pass",
-           "registered_passes", "run"]
+           "Streams", "dependency_graph", "describe_passes", "format_pass", "format_pipeline", "inference", "note",
+           "op_stream", "parse_pipeline", "pass_options", "place_startup", "prune", "record_detail", "register_pass",
+           "registered_passes", "run", "stream_waits"]

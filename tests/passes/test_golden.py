@@ -14,7 +14,7 @@ CASES = cases()
 
 
 def test_every_pass_directory_has_cases() -> None:
-    assert {"prune", "inference", "deps"} <= {case.parent.name for case in CASES}
+    assert {"prune", "inference", "deps", "streams"} <= {case.parent.name for case in CASES}
     assert all(after_path(case).is_file() for case in CASES), "run scripts/regen_golden.py and review the diff"
 
 
