@@ -10,7 +10,7 @@ from blockir.errors import BlockirError
 from blockir.ir.core import Program
 from blockir.passes.copies import InsertCopies
 from blockir.passes.place import Place as PlacePass
-from blockir.passes.streams import Streams
+from blockir.passes.streams import STREAM_ATTR, Streams
 from blockir.runtime.device import HOST, checked_device, get_device
 from blockir.runtime.place import Place, as_place
 from blockir.runtime.plan import SCHEDULERS, Plan, compile_plan
@@ -55,12 +55,17 @@ class Executor:
 
     A program with anything off the host (an op, block, variable or program
     device, or an executor place other than ``cpu``) runs as the default
-    pipeline, ``place{default=PLACE},insert-copies,streams``, transforms a
+    pipeline, ``place{default=PLACE},insert-copies,streams{compute=N}``, transforms a
     clone of it; the program itself is never changed. Each program block is
     compiled into a :class:`~blockir.runtime.plan.Plan` once per (program,
     program state, feed names, fetch names) and the plan is cached; a program
     changed through the IR API is transformed and compiled again on its next
     run. The cache keeps the plans of at most ``max_plans`` program states.
+
+    The ``streams`` pass of that pipeline gives each device ``compute_streams``
+    compute streams (independent branches round-robin over them: with more
+    than one, host programs go through the pipeline too); a program whose ops
+    all have an ``op_stream`` already keeps its streams.
 
     ``scheduler="dataflow"`` (the default) runs the ops of a block that spans
     several streams as a dataflow: the host stream on the calling thread, other
@@ -75,13 +80,14 @@ class Executor:
     """
 
     def __init__(self, place: str | Place = "cpu", max_plans: int = 64, scheduler: str = "dataflow",
-                 num_threads: int | None = None) -> None:
+                 num_threads: int | None = None, compute_streams: int = 1) -> None:
         if not isinstance(max_plans, int) or max_plans < 1:
             raise BlockirError(f"max_plans must be a positive int, got {max_plans!r}")
         if scheduler not in SCHEDULERS:
             raise BlockirError(f"scheduler must be one of {', '.join(SCHEDULERS)}, got {scheduler!r}")
         if num_threads is not None and (not isinstance(num_threads, int) or num_threads < 1):
             raise BlockirError(f"num_threads must be a positive int or None, got {num_threads!r}")
+        self._streams = Streams(compute=compute_streams)  # checks compute_streams
         self.place: Place = as_place(place)
         get_device(str(self.place), "the executor's place")  # an error now when this machine lacks it
         self.max_plans = max_plans
@@ -108,7 +114,7 @@ class Executor:
 
     def _placed(self, program: Program) -> Program:
         """``program`` itself when it all runs on the host, else its clone through the default pipeline (cached)."""
-        if str(self.place) == HOST and not _off_host(program):
+        if str(self.place) == HOST and self._streams.compute == 1 and not _off_host(program):
             return program
         key = (id(program), program.mutation)
         placed = self._placements.get(key)
@@ -116,7 +122,8 @@ class Executor:
             placed = program.clone()
             PlacePass(default=str(self.place)).run(placed)
             InsertCopies().run(placed)
-            Streams().run(placed)
+            if any(STREAM_ATTR not in op.attrs for op in placed.global_block().ops):
+                self._streams.run(placed)  # a program whose ops all have streams keeps them
             _remember(self._placements, key, placed, self.max_plans)
         return placed
 

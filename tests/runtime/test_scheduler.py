@@ -198,3 +198,20 @@ def test_an_unavailable_device_is_refused_before_anything_runs():
             BlockirError, match=r"device cuda:7 is not available on this machine \(devices available: cpu, "
                                 r"cpu:N \(virtual, any N\).*\): .*sched_nap"):
         exe.run(program, feed={"x": np.ones(2, "float32")}, fetch_list=["b0_0"])
+
+
+def test_compute_streams_run_independent_host_branches_on_workers_and_streamed_programs_keep_theirs():
+    program = wide(branches=2, depth=3, ms=0)
+    for op in program.global_block().ops:
+        op.set_attr("op_device", "cpu")
+    feed, fetch = {"x": np.ones(2, "float32")}, ["b0_2", "b1_2"]
+    with bir.Executor("cpu", compute_streams=2) as exe:
+        plan = exe.plan(program, ["x"], fetch)
+        assert {str(s) for s in plan.schedule.streams} == {"cpu/compute0", "cpu/compute1"}
+        assert plan.schedule.workers == 1
+        np.testing.assert_array_equal(exe.run(program, feed=feed, fetch_list=fetch), np.full((2, 2), 4))
+    streamed, _ = bir.passes.run(program, "place,insert-copies,streams{compute=2}")
+    with bir.Executor("cpu") as exe:  # compute_streams=1, but the program has its streams already
+        assert exe.plan(streamed, ["x"], fetch).schedule.workers == 1
+    with pytest.raises(BlockirError, match="compute must be an int >= 1, got 0"):
+        bir.Executor("cpu", compute_streams=0)
