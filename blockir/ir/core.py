@@ -427,3 +427,36 @@ class Program:
         from blockir.ir.text import format_program
 
         return format_program(self)
+
+
+# -- what blocks read and write ------------------------------------------------
+
+def block_reads_writes(block: Block) -> tuple[set[str], set[str]]:
+    """Outer variables a block (with its nested sub-blocks) reads and writes."""
+    reads: set[str] = set()
+    writes: set[str] = set()
+    for op in block.ops:
+        r, w = op_reads_writes(op)
+        reads |= r
+        writes |= w
+    local = set(block.vars)
+    return reads - local, writes - local
+
+
+def op_reads_writes(op: Operator) -> tuple[set[str], set[str]]:
+    """Variables an op reads and writes, its sub-blocks' outer accesses included."""
+    reads = set(op.input_names())
+    writes = set(op.output_names())
+    for sub in op.sub_blocks():
+        r, w = block_reads_writes(sub)
+        reads |= r
+        writes |= w
+    return reads, writes
+
+
+def outer_temporaries(block: Block) -> list[str]:
+    """The variables outside ``block`` that it (and its sub-blocks) read, other than persistables and
+    channels, sorted: what a go or case block must be given when it starts."""
+    reads, _ = block_reads_writes(block)
+    return sorted(n for n in reads if not (var := block.find_var_recursive(n)).persistable
+                  and var.kind not in (VarKind.CHANNEL, VarKind.CHANNEL_LIST))

@@ -37,7 +37,7 @@ from blockir.ir import Block, Operator, Program, VarKind
 from blockir.ir.schema import EMPTY_VAR
 from blockir.passes.base import Pass, mark_created, register_pass
 from blockir.passes.place import HOST, Placement, checked_device, find_var
-from blockir.passes.prune import block_reads_writes, op_reads_writes
+from blockir.ir.core import block_reads_writes, op_reads_writes
 
 __all__ = ["COPY_OP", "InsertCopies", "copy_name"]
 

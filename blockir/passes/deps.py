@@ -28,7 +28,7 @@ from blockir.ir import Block, Program
 from blockir.ir.schema import EMPTY_VAR
 from blockir.passes.base import Pass, register_pass
 from blockir.passes.manager import note, record_detail
-from blockir.passes.prune import op_reads_writes
+from blockir.ir.core import op_reads_writes
 
 __all__ = ["RAW", "WAR", "WAW", "Deps", "dependency_graph"]
 

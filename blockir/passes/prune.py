@@ -21,31 +21,9 @@ from dataclasses import dataclass, field
 from typing import ClassVar
 
 from blockir.ir import Block, Operator, Program
+from blockir.ir.core import block_reads_writes, op_reads_writes
 from blockir.ir.schema import find
 from blockir.passes.base import Pass, register_pass
-
-
-def block_reads_writes(block: Block) -> tuple[set[str], set[str]]:
-    """Outer variables a block (with its nested sub-blocks) reads and writes."""
-    reads: set[str] = set()
-    writes: set[str] = set()
-    for op in block.ops:
-        r, w = op_reads_writes(op)
-        reads |= r
-        writes |= w
-    local = set(block.vars)
-    return reads - local, writes - local
-
-
-def op_reads_writes(op: Operator) -> tuple[set[str], set[str]]:
-    """Variables an op reads and writes, its sub-blocks' outer accesses included."""
-    reads = set(op.input_names())
-    writes = set(op.output_names())
-    for sub in op.sub_blocks():
-        r, w = block_reads_writes(sub)
-        reads |= r
-        writes |= w
-    return reads, writes
 
 
 def has_side_effects(op: Operator) -> bool:
