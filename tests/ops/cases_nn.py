@@ -234,4 +234,6 @@ BEHAVIOUR_TESTED: dict[str, str] = {
     "momentum": "tests/ops/test_optimizer_ops.py",
     "adagrad": "tests/ops/test_optimizer_ops.py",
     "adam": "tests/ops/test_optimizer_ops.py",
+    **dict.fromkeys(["channel_create", "channel_send", "channel_recv", "channel_close", "go", "select"],
+                    "tests/runtime/test_channel_ops.py"),
 }
