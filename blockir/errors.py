@@ -63,3 +63,22 @@ class PassError(BlockirError):
         self.pass_name = pass_name
         self.before = before
         self.reproducer = reproducer
+
+
+class ChannelClosedError(BlockirError):
+    """A send on a closed channel (also when the channel closed while the send was blocked)."""
+
+
+class ChannelTimeout(BlockirError, TimeoutError):
+    """A channel operation or select did not complete within its timeout; it did not happen."""
+
+
+class DeadlockError(BlockirError):
+    """Every live thread that uses channels is blocked: none can make progress.
+
+    The message names each blocked thread and what it waits for; ``blocked`` lists them.
+    """
+
+    def __init__(self, message: str, blocked: list[str] | None = None) -> None:
+        super().__init__(message)
+        self.blocked = list(blocked) if blocked is not None else []

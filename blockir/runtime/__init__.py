@@ -1,10 +1,12 @@
-"""The runtime: places, scopes, the executor and its plans, persistence (``blockir.runtime.io``)."""
+"""The runtime: places, scopes, the executor and its plans, channels, persistence (``blockir.runtime.io``)."""
 
 from blockir.runtime import io
+from blockir.runtime.channel import Channel, blocked_on, register_thread, select
 from blockir.runtime.executor import Executor
 from blockir.runtime.place import CPUPlace, Place
 from blockir.runtime.plan import Plan
 from blockir.runtime.scope import Scope, ScopeVariable, global_scope, scope_guard
 
-__all__ = ["CPUPlace", "Executor", "Place", "Plan", "Scope", "ScopeVariable", "global_scope", "io",
+__all__ = ["CPUPlace", "Channel", "Executor", "Place", "Plan", "Scope", "ScopeVariable", "global_scope", "io",
            "scope_guard"]
+__all__ += ["blocked_on", "register_thread", "select"]
