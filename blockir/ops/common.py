@@ -46,6 +46,20 @@ def to_host(a: Any) -> np.ndarray:
     return a.get() if hasattr(a, "get") else np.asarray(a)
 
 
+def host_copy(a: Any) -> np.ndarray:
+    """A new host numpy array holding ``a`` (a cupy array is copied back with ``.get()``)."""
+    return a.get() if hasattr(a, "get") else np.array(a, copy=True)
+
+
+def min_max(xp: Any, a: Any) -> tuple[int, int]:
+    """The least and the greatest element of the non-empty integer array ``a`` (of array module ``xp``), read
+    back to the host in one transfer (each read of a device value waits for the device)."""
+    if xp is np:
+        return int(a.min()), int(a.max())
+    low, high = to_host(xp.stack((a.min(), a.max()))).tolist()
+    return int(low), int(high)
+
+
 def fill(xp: Any, value: Any, shape: Sequence[int], dtype: Any) -> Any:
     """A new writable array of ``shape`` holding ``value`` broadcast (``value`` may be an array)."""
     out = xp.empty(tuple(shape), dtype=dtype)

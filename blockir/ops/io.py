@@ -17,7 +17,7 @@ from blockir.ir.attrs import AttrType
 from blockir.ir.dtypes import VarKind
 from blockir.ir.schema import AttrDef, InferContext, KernelContext, OpSchema, Slot
 from blockir.ir.verify import is_valid_device
-from blockir.ops.common import kernel_error, to_host
+from blockir.ops.common import host_copy, kernel_error, to_host
 from blockir.ops.values import LoDTensor, SelectedRows
 
 
@@ -60,7 +60,7 @@ def _infer_fetch(ctx: InferContext) -> None:
 
 def _fetch(ctx: KernelContext, x: Any) -> Any:
     """A host copy of X (never aliasing a buffer the program may update in place later)."""
-    return map_arrays(x, lambda a: a.copy() if isinstance(a, np.ndarray) else to_host(a))
+    return map_arrays(x, host_copy)
 
 
 def _infer_memcpy(ctx: InferContext) -> None:
@@ -75,13 +75,17 @@ def _infer_memcpy(ctx: InferContext) -> None:
 
 
 def copy_value(value: Any, xp: Any) -> Any:
-    """A copy of a dense, LoDTensor or SelectedRows value in new buffers of array module ``xp`` (LoD, rows kept)."""
-    return map_arrays(value, lambda a: xp.array(a, copy=True))
+    """A copy of a dense, LoDTensor or SelectedRows value in new buffers of array module ``xp`` (LoD, rows
+    kept). With numpy the copy is on the host, wherever the value is (a cupy array comes back with ``.get()``);
+    with cupy it is on the current CUDA device."""
+    return map_arrays(value, host_copy if xp is np else lambda a: xp.array(a, copy=True))
 
 
 def _memcpy(ctx: KernelContext, x: Any) -> Any:
     """A real copy of X, never sharing its buffers. The op runs on ``dst_device``, so ``ctx.xp``
-    allocates there; between the host and virtual CPU devices it is a numpy copy."""
+    allocates there: between the host and virtual CPU devices it is a numpy copy, from a CUDA device to
+    the host a ``.get()``. A memcpy launched on a CUDA stream never gets here: the stream does the copy
+    asynchronously itself (:meth:`blockir.runtime.cuda.CUDAStream.copy`)."""
     return copy_value(x, ctx.xp)
 
 

@@ -12,7 +12,7 @@ from typing import Any
 from blockir.ir.attrs import AttrType
 from blockir.ir.dtypes import FLOAT_DTYPES, VarKind
 from blockir.ir.schema import EMPTY_VAR, AttrDef, GradContext, InferContext, KernelContext, OpSchema, OpSpec, Slot
-from blockir.ops.common import compatible, fmt, grad_op, infer_like, kernel_error, normalize_axis, to_host
+from blockir.ops.common import compatible, fmt, grad_op, infer_like, kernel_error, min_max, normalize_axis, to_host
 from blockir.ops.values import SelectedRows, add_rows
 
 ID_DTYPES = ("int64", "int32")
@@ -85,7 +85,7 @@ def _row_labels(ctx: KernelContext, x: Any, label: Any) -> tuple[Any, Any, Any]:
     if flat.shape[0] != rows.shape[0]:
         raise kernel_error(ctx, f"Label {list(label.shape)} must hold one label per row of X {list(x.shape)}")
     if flat.size:  # the common case costs two reductions: every label in range, none ignored
-        low, high, ignore = int(flat.min()), int(flat.max()), ctx.attrs["ignore_index"]
+        (low, high), ignore = min_max(ctx.xp, flat), ctx.attrs["ignore_index"]
         if 0 <= low and high < classes and not low <= ignore <= high:
             return rows, flat, None
     valid, safe = _label_mask(ctx, flat, classes)
@@ -337,7 +337,7 @@ def _flat_ids(ctx: KernelContext, ids: Any, height: int) -> Any:
     """Ids flattened to one dimension, checked against the table height."""
     flat = ids.reshape(-1)
     if flat.size:
-        low, high = int(flat.min()), int(flat.max())
+        low, high = min_max(ctx.xp, flat)
         if low < 0 or high >= height:
             raise kernel_error(ctx, f"id {low if low < 0 else high} is out of range for a table of height "
                                     f"{height} (valid ids: 0..{height - 1})")

@@ -2,7 +2,7 @@
 
 A LoDTensor packs variable-length sequences along axis 0; the last LoD level's
 offsets delimit them. Pooling reduces each sequence to one row, vectorised with
-``reduceat`` and index arithmetic rather than a loop over sequences.
+``add.reduceat``, a segmented scan (for MAX) and index arithmetic rather than a loop over sequences.
 """
 
 from __future__ import annotations
@@ -62,6 +62,25 @@ def _expand(xp: Any, seg: _Segments, pooled: Any, fill: Any) -> Any:
     return out
 
 
+def _reduce_segments(xp: Any, ufunc: Any, flat: Any, seg: _Segments) -> Any:
+    """``ufunc`` (``maximum``, ``minimum``) over the rows of each non-empty sequence, what ``ufunc.reduceat``
+    at their starts gives, by a segmented scan that doubles its reach each round (CuPy has no
+    ``maximum.reduceat``): after the round of reach ``r`` a row holds the reduction of the ``2r`` rows of its
+    sequence ending there, so a sequence's last row ends up holding the whole sequence's."""
+    row_start = seg.starts[seg.row_seq]
+    rows = np.arange(len(row_start))
+    out, reach = flat, 1
+    while reach < seg.lengths.max(initial=0):
+        src = rows - reach
+        within = src >= row_start
+        at = xp.asarray(rows[within])
+        if out is flat:
+            out = flat.copy()  # the input is never written
+        out[at] = ufunc(out[at], out[xp.asarray(src[within])])
+        reach *= 2
+    return out[xp.asarray(seg.ends[seg.nonempty] - 1)]
+
+
 def _infer_sequence_pool(ctx: InferContext) -> None:
     x = ctx.input("X")
     pooltype = ctx.attr("pooltype")
@@ -91,20 +110,20 @@ def _sequence_pool(ctx: KernelContext, x: Any) -> tuple[Any, Any]:
     data = x.data
     flat = data.reshape(data.shape[0], -1)
     pooltype, pad = ctx.attrs["pooltype"], ctx.attrs["pad_value"]
-    starts = xp.asarray(seg.starts[seg.nonempty])
     index = None
     if pooltype in ("SUM", "AVERAGE", "SQRT"):
+        starts = xp.asarray(seg.starts[seg.nonempty])
         pooled = xp.add.reduceat(flat, starts, axis=0) if len(starts) else flat[:0]
         if pooltype != "SUM":
             lengths = xp.asarray(seg.lengths[seg.nonempty], dtype=flat.dtype)[:, None]
             pooled /= lengths if pooltype == "AVERAGE" else xp.sqrt(lengths)
     elif pooltype == "MAX":
-        pooled = xp.maximum.reduceat(flat, starts, axis=0) if len(starts) else flat[:0]
+        pooled = _reduce_segments(xp, xp.maximum, flat, seg)
         if not ctx.attrs["is_test"] and ctx.wants[1]:
             rows = xp.arange(flat.shape[0], dtype="int32")[:, None]
             at_max = flat == pooled[xp.asarray(np.cumsum(seg.nonempty)[seg.row_seq] - 1)]
             candidates = xp.where(at_max, rows, flat.shape[0])
-            first = xp.minimum.reduceat(candidates, starts, axis=0) if len(starts) else candidates[:0]
+            first = _reduce_segments(xp, xp.minimum, candidates, seg)
             index = _expand(xp, seg, first.astype("int32", copy=False), -1).reshape(-1, *data.shape[1:])
     elif pooltype in ("LAST", "FIRST"):
         picks = seg.ends - 1 if pooltype == "LAST" else seg.starts

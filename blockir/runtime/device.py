@@ -38,7 +38,7 @@ from typing import Any, Callable, Protocol
 import numpy as np
 
 from blockir.errors import BlockirError
-from blockir.ops.io import map_arrays
+from blockir.ops.io import copy_value
 from blockir.passes.place import HOST, checked_device, device_kind
 
 __all__ = ["HOST", "CPUDevice", "CPUStream", "Device", "Event", "HostEvent", "Stream", "array_module",
@@ -170,10 +170,6 @@ class Device:
         return f"{type(self).__name__}({self.name!r})"
 
 
-def _host_copy(array: Any) -> np.ndarray:
-    return array.get() if hasattr(array, "get") else np.array(array, copy=True)  # cupy arrays have .get()
-
-
 class CPUDevice(Device):
     """The host (index 0) or a virtual CPU device (index N): numpy arrays, synchronous streams."""
 
@@ -184,7 +180,7 @@ class CPUDevice(Device):
         super().__init__(index, np)
 
     def put(self, value: Any) -> Any:
-        return map_arrays(value, _host_copy)
+        return copy_value(value, np)
 
 
 _devices: dict[str, Device] = {}

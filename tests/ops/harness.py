@@ -289,10 +289,10 @@ def _dense(value: Any) -> np.ndarray:
     return np.asarray(value.data if isinstance(value, LoDTensor) else value)
 
 
-def run_grad_ops(specs: Sequence[OpSpec], block: Block, env: dict[str, Any], what: str) -> None:
-    """Append and run ``specs`` in order on the values in ``env``, adding what they write (a gradient
-    written twice is summed); check each gradient op's inference against its results, and that it
-    computed nothing ``ctx.wants`` said nobody reads (its kernel returns None there)."""
+def run_grad_ops(specs: Sequence[OpSpec], block: Block, env: dict[str, Any], what: str, xp: Any = np) -> None:
+    """Append and run ``specs`` in order (kernels computing with ``xp``) on the values in ``env``, adding
+    what they write (a gradient written twice is summed); check each gradient op's inference against its
+    results, and that it computed nothing ``ctx.wants`` said nobody reads (its kernel returns None there)."""
     for spec in specs:
         _declare_outputs(block, [n for names in spec.outputs.values() for n in names])
         gop = block.append_op(spec.type, spec.inputs, spec.outputs, spec.attrs)
@@ -305,7 +305,7 @@ def run_grad_ops(specs: Sequence[OpSpec], block: Block, env: dict[str, Any], wha
             if names:
                 inputs[slot.name] = [env[n] for n in names] if slot.duplicable else env[names[0]]
         wants = [any(n != EMPTY_VAR for n in spec.outputs.get(s.name, [])) for s in gschema.outputs]
-        result = run_op(spec.type, inputs, spec.attrs, wants)
+        result = run_op(spec.type, inputs, spec.attrs, wants, xp)
         written = {}
         for slot, want in zip(gschema.outputs, wants):
             assert want or result[slot.name] is None, \
@@ -319,8 +319,10 @@ def run_grad_ops(specs: Sequence[OpSpec], block: Block, env: dict[str, Any], wha
             env[name] = _dense(env[name]) + _dense(value) if name in env else value
 
 
-def check_grad(op_type: str, case: Case, only: Sequence[str] | None = None, eps: float = 1e-6) -> None:
-    """The gradient ops' input gradients equal central finite differences of ``sum(out * upstream)``.
+def check_grad(op_type: str, case: Case, only: Sequence[str] | None = None, eps: float = 1e-6,
+               xp: Any = np) -> None:
+    """The gradient ops' input gradients (their kernels computing with ``xp``) equal central finite
+    differences of ``sum(out * upstream)`` (computed with numpy).
 
     ``upstream`` is a random float64 array per differentiable output whose gradient
     the gradient ops read (an output whose gradient they ignore, such as
@@ -345,7 +347,7 @@ def check_grad(op_type: str, case: Case, only: Sequence[str] | None = None, eps:
                 _declare(op.block, grad_name(name), env[grad_name(name)])
                 upstream.setdefault(slot, {})[i] = env[grad_name(name)]
     assert upstream, f"{op_type} {case.name}: the gradient ops read no output gradient"
-    run_grad_ops(specs, op.block, env, f"{op_type} {case.name}")
+    run_grad_ops(specs, op.block, env, f"{op_type} {case.name}", xp)
 
     def objective(inputs: dict[str, Any]) -> float:
         out = run_op(op_type, Case(inputs, lod=case.lod).values(), case.attrs)

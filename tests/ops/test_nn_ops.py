@@ -101,6 +101,20 @@ def test_sequence_pool_max_index_of_empty_sequences_and_is_test():
     assert run_op("sequence_pool", {"X": x}, {"pooltype": "MAX", "is_test": True})["MaxIndex"] is None
 
 
+@pytest.mark.parametrize("seed", range(5))
+def test_sequence_pool_max_equals_numpy_reduceat_over_random_lengths(seed):
+    rng = np.random.default_rng(seed)
+    lengths = rng.choice([0, 1, 2, 3, 7, 8, 9, 33], size=12)
+    offsets = np.concatenate([[0], np.cumsum(lengths)])
+    x = rng.integers(-3, 4, size=(offsets[-1], 2)).astype("float64")  # small integers: many ties
+    out = run_op("sequence_pool", {"X": LoDTensor(x, [offsets.tolist()])}, {"pooltype": "MAX", "pad_value": -9.0})
+    full = offsets[:-1][lengths > 0]
+    np.testing.assert_array_equal(out["Out"][lengths > 0], np.maximum.reduceat(x, full, axis=0))
+    assert (out["Out"][lengths == 0] == -9.0).all()
+    first = [[s + int(np.argmax(x[s:s + n, c])) for c in range(2)] for s, n in zip(offsets, lengths) if n]
+    np.testing.assert_array_equal(out["MaxIndex"][lengths > 0], first)
+
+
 def test_sparse_lookup_gradient_keeps_repeats_and_drops_padding():
     w = np.zeros((6, 2))
     ids = np.array([[4], [1], [4], [0]])

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+from typing import Any
 
 import numpy as np
 import pytest
@@ -167,27 +168,34 @@ def test_plans_follow_the_program_state(exe):
     assert scope.var("fc_1.w_0").device == "cpu:2"  # moved from cpu:1, where the startup program put it
 
 
-def test_sparse_gradients_and_lod_tensors_cross_devices(exe):
-    def build(device: str | None):
-        main, startup = Program(), Program()
-        main.random_seed = startup.random_seed = 2
-        with bir.unique_name.guard(), bir.program_guard(main, startup):
-            words = bir.data("words", shape=[-1, 1], dtype="int64", lod_level=1)
-            label = bir.data("label", shape=[-1, 1], dtype="int64")
-            with bir.device_guard(device):  # the table stays on the host: rows and gradients are copied
-                emb = bir.layers.embedding(words, size=[20, 4], is_sparse=True,
-                                           param_attr=bir.ParamAttr(name="emb", device="cpu"))
-                bow = bir.layers.sequence_pool(emb, pool_type="sum")
-            pred = bir.layers.fc(bow, size=2, act="softmax")
-            loss = bir.layers.mean(bir.layers.cross_entropy(pred, label))
-            bir.optimizer.SGD(learning_rate=0.5).minimize(loss)
-        return main, startup, loss
+def bag_of_words(device: str | None) -> tuple[Program, Program, bir.ir.Variable]:
+    """A sparse embedding table on the host, its lookup and sum pooling on ``device``: rows, LoD tensors and
+    sparse gradients are copied between the two."""
+    main, startup = Program(), Program()
+    main.random_seed = startup.random_seed = 2
+    with bir.unique_name.guard(), bir.program_guard(main, startup):
+        words = bir.data("words", shape=[-1, 1], dtype="int64", lod_level=1)
+        label = bir.data("label", shape=[-1, 1], dtype="int64")
+        with bir.device_guard(device):  # the table stays on the host: rows and gradients are copied
+            emb = bir.layers.embedding(words, size=[20, 4], is_sparse=True,
+                                       param_attr=bir.ParamAttr(name="emb", device="cpu"))
+            bow = bir.layers.sequence_pool(emb, pool_type="sum")
+        pred = bir.layers.fc(bow, size=2, act="softmax")
+        loss = bir.layers.mean(bir.layers.cross_entropy(pred, label))
+        bir.optimizer.SGD(learning_rate=0.5).minimize(loss)
+    return main, startup, loss
 
+
+def bag_of_words_feed() -> dict[str, Any]:
     words = bir.LoDTensor(np.array([[1], [3], [3], [7], [2], [9]], "int64"), [[0, 2, 3, 6]])
-    feed = {"words": words, "label": np.array([[0], [1], [1]], "int64")}
+    return {"words": words, "label": np.array([[0], [1], [1]], "int64")}
+
+
+def test_sparse_gradients_and_lod_tensors_cross_devices(exe):
+    feed = bag_of_words_feed()
     results = []
     for device in ("cpu:1", None):
-        main, startup, loss = build(device)
+        main, startup, loss = bag_of_words(device)
         placed, _ = bir.passes.run(main, "place,insert-copies")
         copied = {op.input("X")[0] for op in placed.global_block().ops if op.type == "memcpy"}
         scope = bir.Scope()
