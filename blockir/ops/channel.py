@@ -7,10 +7,10 @@ checks. Every one has side effects (pruning keeps them) and runs on the device
 of the channel it uses (the ``place`` pass); a send's values are copied onto
 the channel's device like any input read from another device (``insert-copies``).
 
-- ``channel_create``: ``Out`` = the channel already held by that variable in
-  the scope (given as the optional input ``X``, the same variable), else a new
-  one with ``capacity`` and ``bytes_limit`` (-1: none). Programs run in one scope
-  so share channels by name.
+- ``channel_create``: ``Out`` = the channel that variable already holds in the
+  scope of the run, else a new one with ``capacity`` and ``bytes_limit`` (-1:
+  none), put in the scope at once (go blocks started later find it there).
+  Programs run in one scope so share channels by name.
 - ``channel_send``: send the values ``X`` (one message) on ``Channel``.
 - ``channel_recv``: receive one message into ``Out`` (as many variables as were
   sent together) and ``Status`` (bool[1]: false once the channel is closed and
@@ -93,12 +93,11 @@ def _infer_select(ctx: InferContext) -> None:
 
 CHANNEL_CREATE = OpSchema(
     "channel_create",
-    inputs=(Slot("X", optional=True, no_grad=True),),
     outputs=(Slot("Out"),),
     attrs=(AttrDef("capacity", AttrType.INT, 0), AttrDef("bytes_limit", AttrType.LONG, -1)),
     infer=_infer_create,
     side_effects=True,
-    doc="Out = the channel X already holds, else a new channel of capacity (and bytes_limit).",
+    doc="Out = the channel the scope already holds under its name, else a new channel of capacity.",
 )
 
 CHANNEL_SEND = OpSchema(

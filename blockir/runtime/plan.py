@@ -51,6 +51,8 @@ from blockir.ops.io import map_arrays
 from blockir.ops.values import LoDTensor, SelectedRows, describe_value
 from blockir.passes.deps import dependency_graph
 from blockir.passes.streams import op_stream
+from blockir.ops.channel import CONTROL_OPS
+from blockir.runtime.control import NEEDS_RUN, RunContext, close_channels, control_kernel
 from blockir.runtime.device import HOST, array_module, checked_device, device_kind, get_device, transfer
 from blockir.runtime.place import Place
 from blockir.runtime.scheduler import Gather, Scatter, Schedule, Step, WorkerPool, compile_schedule, execute, run_steps
@@ -59,6 +61,8 @@ from blockir.runtime.scope import Scope
 __all__ = ["SCHEDULERS", "FeedSpec", "Plan", "Step", "compile_plan", "describe_value", "shape_matches"]
 
 FEED_OP, FETCH_OP, COPY_OP = "feed", "fetch", "memcpy"
+RUN_SLOT = "@run"  # the value slot of the run context (not a variable name: names never hold '@' first)
+_CHANNELS = (VarKind.CHANNEL, VarKind.CHANNEL_LIST)
 SCHEDULERS = ("sequential", "dataflow")
 
 
@@ -262,7 +266,7 @@ def _op_info(op: Operator, block: Block, place: Place) -> _OpInfo:
     stream = op_stream(op, device)
     get_device(device, text)  # before anything runs: an error naming the devices this machine has
     get_device(stream.rpartition("/")[0], text)
-    if schema.kernel is None or device_kind(device) not in schema.devices:
+    if (schema.kernel is None and op.type not in CONTROL_OPS) or device_kind(device) not in schema.devices:
         raise BlockirError(f"op type {op.type!r} has no kernel for {device_kind(device)}: {text}")
     if op.type == COPY_OP and checked_device(op.attr("dst_device"), text) != device:
         raise BlockirError(f"memcpy must run on its dst_device, not on {device}: {text}")
@@ -320,19 +324,22 @@ def _feed_fetch_ops(block: Block) -> tuple[list[Operator], list[str], list[str]]
 
 
 def _program_var(block: Block, name: str, what: str) -> Variable:
-    if not isinstance(name, str) or name not in block.vars:
+    if not isinstance(name, str) or not _has_var(block, name):
         raise BlockirError(f"{what} {name!r} is not a variable of the program")
-    return block.vars[name]
+    return block.find_var_recursive(name)
 
 
 def compile_plan(program: Program, feed_names: frozenset[str], fetch_names: tuple[str, ...] | None,
-                 place: Place, scheduler: str = "sequential", num_threads: int | None = None) -> Plan:
+                 place: Place, scheduler: str = "sequential", num_threads: int | None = None,
+                 block: Block | None = None, feed_device: str = HOST) -> Plan:
     """Compile the global block of ``program`` for these feeds and fetches (None: the fetch ops' targets),
     to run in program order (``scheduler="sequential"``) or as a dataflow over streams and threads
-    (``"dataflow"``, at most ``num_threads`` worker threads; None: one per CPU stream off the host)."""
+    (``"dataflow"``, at most ``num_threads`` worker threads; None: one per CPU stream off the host).
+    ``block``: another block of the program (a go or case block; its sub-plans run in program order);
+    ``feed_device``: where the fed values are."""
     if scheduler not in SCHEDULERS:
         raise BlockirError(f"scheduler must be one of {', '.join(SCHEDULERS)}, got {scheduler!r}")
-    block = program.global_block()
+    block = program.global_block() if block is None else block
     ops, feed_targets, fetch_targets = _feed_fetch_ops(block)
     missing = [n for n in feed_targets if n not in feed_names]
     if missing:
@@ -366,7 +373,7 @@ def compile_plan(program: Program, feed_names: frozenset[str], fetch_names: tupl
         var = block.find_var_recursive(name)
         if var.need_check_feed or name in feed_targets:
             raise BlockirError(f"missing feed {name!r} (declared {_declared(var)}), read by: {reader}")
-    located = _locate(block, infos, feed_names, external)
+    located = _locate(block, infos, feed_names, feed_device, external)
 
     # Backward: liveness, giving which outputs anybody reads and what dies after each op.
     persistable_out = {n for info in infos for _, names in info.outputs for n in _bound(names)
@@ -390,8 +397,12 @@ def compile_plan(program: Program, feed_names: frozenset[str], fetch_names: tupl
         reuses.append(_reuse_candidates(info, slots, may_lod, made, free))
         made.update(slots[n] for _, names in info.outputs for n in _bound(names))
 
-    steps = tuple(_make_step(info, slots, may_lod, want, free, reuse) for info, want, free, reuse in
-                  zip(infos, wants, frees, reuses))
+    def compile_block(sub: Block, feeds: list[str], device: str) -> Plan:
+        return compile_plan(program, frozenset(feeds), (), place, block=sub, feed_device=device)
+
+    run_slot = slots[RUN_SLOT] if any(info.op.type in NEEDS_RUN for info in infos) else None
+    steps = tuple(_make_step(info, slots, may_lod, want, free, reuse, run_slot, compile_block)
+                  for info, want, free, reuse in zip(infos, wants, frees, reuses))
     schedule = None
     if scheduler == "dataflow" and any(s.stream != steps[0].stream for s in steps):
         schedule = _schedule(block, ops, infos, steps, slots, num_threads)
@@ -399,10 +410,11 @@ def compile_plan(program: Program, feed_names: frozenset[str], fetch_names: tupl
         steps = tuple(_synchronous(s) for s in steps)
     scope_inputs = tuple((slots[n], n, block.find_var_recursive(n).persistable, reader, _home(block, n))
                          for n, reader in external.items())
+    channels = tuple(i for n, i in slots.items() if n != RUN_SLOT and block.find_var_recursive(n).kind in _CHANNELS)
     return Plan(num_slots=len(slots), steps=steps, feeds=feeds, scope_inputs=scope_inputs,
                 fetches=tuple((slots[v.name], v.name, v.persistable, located[v.name]) for v in fetch_vars),
                 writebacks=tuple((slots[n], n, located[n]) for n in sorted(persistable_out)), schedule=schedule,
-                copies_from=_copies_from(infos, slots))
+                copies_from=_copies_from(infos, slots), run_slot=run_slot, channels=channels)
 
 
 def _schedule(block: Block, ops: list[Operator], infos: list[_OpInfo], steps: tuple[Step, ...], slots: _Slots,
@@ -457,13 +469,14 @@ def _home(block: Block, name: str) -> str:
     return checked_device(device, f"variable {name!r}") if device else HOST
 
 
-def _locate(block: Block, infos: list[_OpInfo], feed_names: frozenset[str], external: dict[str, str]) -> dict[str, str]:
+def _locate(block: Block, infos: list[_OpInfo], feed_names: frozenset[str], feed_device: str,
+            external: dict[str, str]) -> dict[str, str]:
     """The device of every value after the plan ran; an error naming the op that reads a value from another device.
 
     Feeds are on the host, values from the scope where their variable lives, an op's outputs on its device;
     only ``memcpy`` reads across devices.
     """
-    located = dict.fromkeys(feed_names, HOST)
+    located = dict.fromkeys(feed_names, feed_device)
     located.update((n, _home(block, n)) for n in external)
     for info in infos:
         if info.op.type != COPY_OP:
@@ -499,7 +512,8 @@ def _reuse_candidates(info: _OpInfo, slots: _Slots, may_lod: set[str], made: set
 
 
 def _make_step(info: _OpInfo, slots: _Slots, may_lod: set[str], wants: tuple[bool, ...],
-               free: tuple[int, ...], reuse: tuple[tuple[int, int], ...]) -> Step:
+               free: tuple[int, ...], reuse: tuple[tuple[int, int], ...], run_slot: int | None,
+               compile_block: Callable[[Block, list[str], str], Plan]) -> Step:
     def numbered(names: list[str]) -> list[int | None]:
         return [None if n == EMPTY_VAR else slots[n] for n in names]
 
@@ -514,8 +528,18 @@ def _make_step(info: _OpInfo, slots: _Slots, may_lod: set[str], wants: tuple[boo
                              for (slot, names), want in zip(info.outputs, wants)])
     ctx = KernelContext(xp=array_module(info.device), attrs=_kernel_attrs(info), wants=wants, op_text=info.text)
     inputs = tuple((s.name, n, slots[n]) for s, names in info.inputs for n in _bound(names))
-    return Step(info.schema.kernel, ctx, gather, scatter, free, reuse, inputs,  # type: ignore[arg-type]
+    kernel = info.schema.kernel
+    if info.op.type in CONTROL_OPS:
+        kernel = control_kernel(info.op, info.device, compile_block)
+        if info.op.type in NEEDS_RUN:
+            gather = _with_run(run_slot, gather)  # type: ignore[arg-type]
+    return Step(kernel, ctx, gather, scatter, free, reuse, inputs,  # type: ignore[arg-type]
                 info.stream, info.op.id)
+
+
+def _with_run(run_slot: int, gather: Gather) -> Gather:
+    """``gather`` with the run context (in slot ``run_slot``) before the op's inputs."""
+    return lambda values: (values[run_slot], *gather(values))
 
 
 # -- running ---------------------------------------------------------------------------
@@ -532,6 +556,8 @@ class Plan:
     writebacks: tuple[tuple[int, str, str], ...]  # persistable outputs: (slot, name, device)
     schedule: Schedule | None = None  # dataflow over several streams; None: program order on the calling thread
     copies_from: tuple[int | None, ...] = ()  # per step: for a memcpy, the step that wrote what it copies
+    run_slot: int | None = None  # the slot of the run context, for plans with go or select ops
+    channels: tuple[int, ...] = ()  # the slots of channel variables, closed when a run fails
 
     def run(self, feed: Mapping[str, Any], scope: Scope, return_numpy: bool = True,
             pool: WorkerPool | None = None, tracer: Any = None) -> list[Any]:
@@ -548,10 +574,24 @@ class Plan:
             if holder.device != device:  # e.g. loaded onto the host, needed on cpu:1: move it
                 holder.set(transfer(holder.value, device), device)
             values[slot] = holder.value
-        if self.schedule is None or pool is None:
-            run_steps(self.steps, values, tracer)
-        else:
-            execute(self.schedule, self.steps, values, pool, tracer)
+        run = None
+        if self.run_slot is not None:
+            run = values[self.run_slot] = RunContext(scope, lambda: close_channels(values, self.channels))
+        try:
+            if self.schedule is None or pool is None:
+                run_steps(self.steps, values, tracer)
+            else:
+                execute(self.schedule, self.steps, values, pool, tracer)
+        except BaseException:
+            close_channels(values, self.channels)  # so that the go blocks and other programs stop
+            if run is not None:
+                run.join()
+            raise
+        if run is not None:
+            error = run.join()
+            if error is not None:
+                close_channels(values, self.channels)
+                raise error
         for slot, name, device in self.writebacks:
             scope.set(name, values[slot], device)
         return [_fetched(values[slot], name, persistable, device, return_numpy)
