@@ -14,12 +14,12 @@ except PackageNotFoundError:  # running from a source tree that was not installe
 
 from blockir.dsl import (ParamAttr, append_backward, data, default_main_program, default_startup_program,
                          device_guard, initializer, layers, name_scope, optimizer, program_guard, unique_name)
-from blockir.runtime import CPUPlace, Executor, Scope, global_scope, io, scope_guard
+from blockir.runtime import CPUPlace, Executor, Scope, global_scope, io, reader, scope_guard
 from blockir.runtime.channel import Channel, select
 
 __all__ = ["BlockirError", "LoDTensor", "Program", "SelectedRows", "__version__", "ir",
            "load_program", "ops", "passes"]
 __all__ += ["ParamAttr", "append_backward", "data", "default_main_program", "default_startup_program",
             "device_guard", "initializer", "layers", "name_scope", "optimizer", "program_guard", "unique_name"]
-__all__ += ["CPUPlace", "Executor", "Scope", "global_scope", "io", "scope_guard"]
+__all__ += ["CPUPlace", "Executor", "Scope", "global_scope", "io", "reader", "scope_guard"]
 __all__ += ["Channel", "ChannelClosedError", "ChannelTimeout", "DeadlockError", "select"]

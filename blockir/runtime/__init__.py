@@ -1,6 +1,6 @@
 """The runtime: places, scopes, the executor and its plans, channels, persistence (``blockir.runtime.io``)."""
 
-from blockir.runtime import io
+from blockir.runtime import io, reader
 from blockir.runtime.channel import Channel, blocked_on, register_thread, select
 from blockir.runtime.executor import Executor
 from blockir.runtime.place import CPUPlace, Place
@@ -10,3 +10,4 @@ from blockir.runtime.scope import Scope, ScopeVariable, global_scope, scope_guar
 __all__ = ["CPUPlace", "Channel", "Executor", "Place", "Plan", "Scope", "ScopeVariable", "global_scope", "io",
            "scope_guard"]
 __all__ += ["blocked_on", "register_thread", "select"]
+__all__ += ["reader"]
