@@ -35,7 +35,7 @@ from blockir.errors import BlockirError, ChannelClosedError, ChannelTimeout, Dea
 from blockir.ops.values import LoDTensor, SelectedRows
 from blockir.passes.place import checked_device
 
-__all__ = ["Channel", "blocked_on", "message_nbytes", "register_thread", "select"]
+__all__ = ["Channel", "blocked_on", "message_nbytes", "register_thread", "select", "unregister_thread"]
 
 # How often a thread blocked without a timeout re-checks for a deadlock (a registered
 # thread that ends while the others are blocked leaves one nobody else would notice).
@@ -130,7 +130,7 @@ class _ThreadState:
         self.thread = thread
         self.waiter: _Waiter | None = None
         self.waiting = ""
-        self.outer: list[str] = []
+        self.outer: list[tuple[str, Callable[[], bool] | None]] = []  # (description, over)
         self.active = 0
         self.error: DeadlockError | None = None
 
@@ -141,7 +141,10 @@ class _ThreadState:
         """
         if self.waiter is not None:
             return None if self.waiter.done else self.waiting
-        return self.outer[-1] if self.outer and not self.active else None
+        if not self.outer or self.active:
+            return None
+        description, over = self.outer[-1]
+        return None if over is not None and over() else description
 
 
 _threads: dict[threading.Thread, _ThreadState] = {}
@@ -178,6 +181,15 @@ def register_thread(thread: threading.Thread | None = None) -> None:
     thread that is never started counts as running forever.
     """
     _state_of(thread)
+
+
+def unregister_thread(thread: threading.Thread | None = None) -> None:
+    """Stop counting ``thread`` (default: the current one) as a channel user: for pooled threads that
+    go idle between jobs (an idle worker neither runs channel work nor blocks a run). It counts again
+    once registered again or once it uses a channel."""
+    with _registry_lock:
+        _threads.pop(thread or threading.current_thread(), None)
+        _detect()
 
 
 def _detect() -> None:
@@ -503,20 +515,23 @@ class blocked_on:  # noqa: N801  (a context manager used like a function, as con
 
     For waits on other channel users that are not channel operations: an executor
     waiting for the go blocks of a run wraps the wait in ``blocked_on("...")``.
-    Entering registers the thread. When a deadlock is found while the thread is
+    ``over``, when given, says whether what the thread waits for has happened
+    (e.g. ``event.is_set``): from then on the thread counts as running, though
+    it has not woken yet. Entering registers the thread. When a deadlock is found while the thread is
     inside, :meth:`check` raises its DeadlockError, and so does leaving the block
     normally; poll :meth:`check` in the wait to be woken when nothing else would
     end it. Channel operations inside the block count as running while they run.
     """
 
-    def __init__(self, description: str) -> None:
+    def __init__(self, description: str, over: Callable[[], bool] | None = None) -> None:
         self.description = description
+        self.over = over
         self._state: _ThreadState | None = None
 
     def __enter__(self) -> blocked_on:
         state = self._state = _state_of()
         with _registry_lock:
-            state.outer.append(self.description)
+            state.outer.append((self.description, self.over))
             state.error = None
             _detect()
         return self

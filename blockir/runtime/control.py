@@ -68,13 +68,12 @@ class RunContext:
             threads = list(self._threads)
         if threads:
             try:
-                with blocked_on(f"a run waiting for {len(threads)} go block(s)"):
+                with blocked_on(f"a run waiting for {len(threads)} go block(s)",
+                                over=lambda: not any(t.is_alive() for t in threads)):
                     for thread in threads:
                         thread.join()
             except DeadlockError:
-                # Reported when every go block was blocked, or had just ended: each blocked one got the
-                # error too and failed with it (below); if none did, they ended and there was no deadlock.
-                pass
+                pass  # every go block was blocked too: each got the error and failed with it (below)
         with self._lock:
             errors = list(self._errors)
         causes = [e for e in errors if not isinstance(e.__cause__ or e, ChannelClosedError)]

@@ -427,7 +427,8 @@ def _schedule(block: Block, ops: list[Operator], infos: list[_OpInfo], steps: tu
         a, b = index.get(id(block.ops[i])), index.get(id(block.ops[j]))
         if a is not None and b is not None:
             graph.add_edge(a, b)
-    return compile_schedule(steps, graph, _reads(infos, slots), _writes(infos, slots), num_threads)
+    return compile_schedule(steps, graph, _reads(infos, slots), _writes(infos, slots), num_threads,
+                            any(info.op.type in CONTROL_OPS for info in infos))
 
 
 def _synchronous(step: Step) -> Step:

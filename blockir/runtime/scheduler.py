@@ -49,6 +49,7 @@ from blockir.errors import ExecutionError
 from blockir.ir.schema import KernelContext
 from blockir.ops.values import describe_value
 from blockir.passes.streams import stream_waits
+from blockir.runtime.channel import blocked_on, register_thread, unregister_thread
 from blockir.runtime.device import HOST, HostEvent, Stream, get_device
 
 __all__ = ["HOST_STREAM", "Schedule", "Step", "WorkerPool", "compile_schedule", "execute", "run_steps"]
@@ -143,6 +144,7 @@ class Schedule:
     recorded: tuple[bool, ...]  # per step: an asynchronous step some other stream waits for (records an event)
     free: tuple[tuple[int, ...], ...]  # per step: the slots freed after it
     reuse: tuple[tuple[tuple[int, int], ...], ...]  # per step: the dead inputs its kernel may overwrite
+    channels: bool = False  # whether ops use channels: then waits count as blocked for deadlock detection
 
     @property
     def workers(self) -> int:
@@ -153,9 +155,9 @@ class Schedule:
 
 
 def compile_schedule(steps: tuple[Step, ...], graph: nx.DiGraph, reads: Sequence[set[int]],
-                     writes: Sequence[set[int]], num_threads: int | None) -> Schedule:
+                     writes: Sequence[set[int]], num_threads: int | None, channels: bool = False) -> Schedule:
     """The schedule of ``steps``; ``graph`` is their dependency graph over step indices, ``reads`` /
-    ``writes`` the value slots of each step."""
+    ``writes`` the value slots of each step; ``channels``: whether some step uses a channel."""
     n = len(steps)
     streams = tuple(get_device(s.stream.rpartition("/")[0], s.ctx.op_text).stream(s.stream.rpartition("/")[2])
                     for s in steps)
@@ -173,7 +175,8 @@ def compile_schedule(steps: tuple[Step, ...], graph: nx.DiGraph, reads: Sequence
             gated[i] = gated[i] or lane_of[i] != lane_of[j]
             recorded[i] = recorded[i] or streams[i].is_async
     free, reuse = _frees(steps, streams, lane_of, waits, reads, writes)
-    return Schedule(streams, lanes, tuple(lane_of), tuple(waits), tuple(gated), tuple(recorded), free, reuse)
+    return Schedule(streams, lanes, tuple(lane_of), tuple(waits), tuple(gated), tuple(recorded), free, reuse,
+                    channels)
 
 
 def _lanes(steps: tuple[Step, ...], streams: tuple[Stream, ...], num_threads: int | None) -> list[int]:
@@ -227,6 +230,16 @@ def _frees(steps: tuple[Step, ...], streams: tuple[Stream, ...], lane_of: list[i
 
 # -- running a schedule ------------------------------------------------------------------
 
+def _wait(schedule: Schedule, event: HostEvent, what: str) -> None:
+    """``event.synchronize()``, counted as blocked by the channels' deadlock detection when the run uses
+    channels (a lane waiting for a lane blocked on a channel is blocked too)."""
+    if not schedule.channels or event.query():
+        event.synchronize()
+        return
+    with blocked_on(what, over=event.query):
+        event.synchronize()
+
+
 class _Run:
     """One run's shared state: the values, gates and events, the tracer, and the first error."""
 
@@ -259,7 +272,7 @@ def _run_lane(schedule: Schedule, steps: tuple[Step, ...], lane: int, run: _Run)
             stream = schedule.streams[j]
             for i in schedule.waits[j]:
                 if schedule.lane_of[i] != lane:
-                    run.gates[i].synchronize()
+                    _wait(schedule, run.gates[i], f"waiting for {steps[i].ctx.op_text}")
                 if run.error is not None:
                     return
                 if schedule.streams[i].is_async:
@@ -292,50 +305,68 @@ def _run_lane(schedule: Schedule, steps: tuple[Step, ...], lane: int, run: _Run)
         run.fail(e)
 
 
+class _Worker:
+    """A worker thread, its job queue, and how many of its queued jobs may use channels (while any does,
+    it counts for the channels' deadlock detection)."""
+
+    def __init__(self, index: int) -> None:
+        self.jobs: queue.SimpleQueue = queue.SimpleQueue()
+        self.channel_jobs = 0
+        self.lock = threading.Lock()
+        self.thread = threading.Thread(target=self.work, name=f"blockir-worker-{index}", daemon=True)
+        self.thread.start()
+
+    def submit(self, job: Callable[[], None], channels: bool) -> HostEvent:
+        if channels:
+            with self.lock:
+                self.channel_jobs += 1
+                register_thread(self.thread)  # before it runs: no false deadlock while it gets started
+        done = HostEvent()
+        self.jobs.put((job, done, channels))
+        return done
+
+    def work(self) -> None:
+        while (item := self.jobs.get()) is not None:
+            job, done, channels = item
+            try:
+                job()
+            finally:
+                done.set()
+                if channels:
+                    with self.lock:
+                        self.channel_jobs -= 1
+                        if not self.channel_jobs:
+                            unregister_thread()  # idle, it neither runs channel work nor blocks anybody
+
+
 class WorkerPool:
     """Persistent worker threads, one job queue each; :meth:`close` ends them."""
 
     def __init__(self) -> None:
-        self._queues: list[queue.SimpleQueue] = []
-        self._threads: list[threading.Thread] = []
+        self._workers: list[_Worker] = []
         self._lock = threading.Lock()
 
-    def submit(self, worker: int, job: Callable[[], None]) -> HostEvent:
-        """Run ``job`` on worker ``worker`` (started if need be); the event is set when it returns."""
+    def submit(self, worker: int, job: Callable[[], None], channels: bool = False) -> HostEvent:
+        """Run ``job`` on worker ``worker`` (started if need be); the event is set when it returns.
+        ``channels``: the job may use channels (the worker counts for deadlock detection while it runs)."""
         with self._lock:
-            while len(self._queues) <= worker:
-                q: queue.SimpleQueue = queue.SimpleQueue()
-                thread = threading.Thread(target=_work, args=(q,), name=f"blockir-worker-{len(self._queues)}",
-                                          daemon=True)
-                thread.start()
-                self._queues.append(q)
-                self._threads.append(thread)
-        done = HostEvent()
-        self._queues[worker].put((job, done))
-        return done
+            while len(self._workers) <= worker:
+                self._workers.append(_Worker(len(self._workers)))
+            chosen = self._workers[worker]
+        return chosen.submit(job, channels)
 
     def close(self) -> None:
         """End the workers (after the jobs they hold) and wait for them."""
         with self._lock:
-            queues, threads = self._queues, self._threads
-            self._queues, self._threads = [], []
-        for q in queues:
-            q.put(None)
-        for thread in threads:
-            if thread is not threading.current_thread():
-                thread.join()
+            workers, self._workers = self._workers, []
+        for worker in workers:
+            worker.jobs.put(None)
+        for worker in workers:
+            if worker.thread is not threading.current_thread():
+                worker.thread.join()
 
     def __len__(self) -> int:
-        return len(self._threads)
-
-
-def _work(jobs: queue.SimpleQueue) -> None:
-    while (item := jobs.get()) is not None:
-        job, done = item
-        try:
-            job()
-        finally:
-            done.set()
+        return len(self._workers)
 
 
 def execute(schedule: Schedule, steps: tuple[Step, ...], values: list, pool: WorkerPool,
@@ -343,13 +374,15 @@ def execute(schedule: Schedule, steps: tuple[Step, ...], values: list, pool: Wor
     """Run the schedule: workers take lanes 1.., the calling thread lane 0; return when all is done,
     raising the first error."""
     run = _Run(schedule, values, tracer)
-    done = [pool.submit(lane - 1, lambda lane=lane: _run_lane(schedule, steps, lane, run))
+    if schedule.channels:
+        register_thread()  # the calling thread takes part before any worker can block waiting for it
+    done = [pool.submit(lane - 1, lambda lane=lane: _run_lane(schedule, steps, lane, run), schedule.channels)
             for lane in range(1, len(schedule.lanes))]
     try:
         _run_lane(schedule, steps, 0, run)
     finally:
         for event in done:
-            event.synchronize()
+            _wait(schedule, event, "waiting for the worker threads of its run")
         for stream in schedule.async_streams():
             try:
                 stream.synchronize()

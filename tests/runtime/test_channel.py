@@ -18,7 +18,7 @@ from hypothesis import given, settings, strategies as st
 import blockir as bir
 from blockir.errors import BlockirError, ChannelClosedError, ChannelTimeout, DeadlockError
 from blockir.runtime import channel as channel_module
-from blockir.runtime.channel import Channel, blocked_on, message_nbytes, register_thread, select
+from blockir.runtime.channel import Channel, blocked_on, message_nbytes, register_thread, select, unregister_thread
 
 T = 5.0  # the bound on every wait that should end: a failing test ends within it
 DETECT_S = 10 * channel_module.RECHECK_S  # a deadlock is reported within this
@@ -514,3 +514,24 @@ def test_channel_operations_inside_blocked_on_count_as_running(monkeypatch: pyte
     done.set()
     running.value()
     assert seen == [None]
+
+
+def test_a_wait_that_is_over_counts_as_running_and_an_unregistered_thread_not_at_all():
+    with blocked_on("something that already happened", over=lambda: True):
+        ch = Channel(capacity=1)  # registers this thread, blocked_on a finished wait: running, no deadlock
+    gate = threading.Event()
+
+    def idle() -> None:
+        unregister_thread()  # a pool thread going idle: no longer a channel user
+        gate.wait(5)
+
+    other = threading.Thread(target=idle)
+    register_thread(other)
+    other.start()
+    time.sleep(0.05)
+    start = time.perf_counter()
+    with pytest.raises(DeadlockError, match="recv on"):
+        ch.recv()  # nobody left who could send
+    assert time.perf_counter() - start < 2
+    gate.set()
+    other.join()

@@ -166,3 +166,17 @@ def test_channel_ops_check_what_they_are_given():
             bir.channel.recv(ch)
         with pytest.raises(BlockirError, match="capacity must be an int >= 0"):
             bir.make_channel(capacity=-1)
+
+
+def test_a_worker_lane_blocked_on_a_channel_is_a_deadlock_the_calling_thread_sees():
+    main = Program()
+    with bir.program_guard(main):
+        x = bir.data("x", shape=[2], dtype="float32")
+        ch = bir.make_channel(place="cpu:1")
+        with bir.device_guard("cpu:1"):
+            got, = bir.channel.recv(ch, like=[x])
+        bir.layers.scale(got, scale=2.0)  # on the host, waits for the worker lane
+    start = time.perf_counter()
+    with bir.Executor("cpu") as exe, pytest.raises((DeadlockError, ExecutionError), match="[Dd]eadlock"):
+        exe.run(main, feed={"x": np.zeros(2, "float32")}, scope=bir.Scope())
+    assert time.perf_counter() - start < 5
