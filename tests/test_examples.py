@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import importlib.util
 import subprocess
+import threading
 import sys
 import time
 from pathlib import Path
@@ -42,6 +43,13 @@ def test_mlp_digits_reaches_95_percent_in_under_a_minute_and_saves_a_servable_mo
     assert float((probs.argmax(axis=1) == y_test[:, 0]).mean()) == metrics["accuracy"]
 
 
+def test_staged_training_learns_the_digits_through_channels_and_leaves_them_empty():
+    staged = load("staged_training")
+    result = staged.main(epochs=4, capacity=3, verbose=False)
+    assert result["accuracy"] > 0.95
+    assert not any(t.name.startswith("blockir-") and t.is_alive() for t in threading.enumerate())
+
+
 def test_bow_classifier_reaches_the_bayes_accuracy_of_its_data():
     bow = load("bow_classifier")
     start = time.perf_counter()
@@ -65,6 +73,7 @@ def test_bayes_accuracy_is_what_the_bayes_rule_scores_on_many_documents():
 @pytest.mark.parametrize("script, args", [
     ("mlp_digits.py", ["--epochs", "2"]),
     ("bow_classifier.py", ["--epochs", "1", "--train-docs", "2000"]),
+    ("staged_training.py", ["--epochs", "1", "--place", "cpu:1"]),
 ])
 def test_examples_run_as_scripts(script, args, tmp_path):
     done = subprocess.run([sys.executable, str(EXAMPLES / script), *args], capture_output=True, text=True,
