@@ -29,7 +29,6 @@ from __future__ import annotations
 
 import argparse
 import os
-import statistics
 import threading
 import time
 import zlib
@@ -72,6 +71,12 @@ def decode(record: bytes, batch: int, side: int) -> dict[str, np.ndarray]:
     return {"x": x, "label": labels}
 
 
+def timed(fn: Callable[[], Any]) -> float:
+    start = time.perf_counter()
+    fn()
+    return time.perf_counter() - start
+
+
 class Loader:
     """Batches decoded from ``RECORDS`` records at resolution ``side``, after ``wait`` seconds each."""
 
@@ -87,11 +92,9 @@ class Loader:
                 time.sleep(self.wait)
             yield decode(self.records[i % RECORDS], self.batch, self.side)
 
-    def seconds(self, steps: int = 6) -> float:
-        start = time.perf_counter()
-        for _ in self(steps):
-            pass
-        return (time.perf_counter() - start) / steps
+    def seconds(self) -> float:
+        """The least time a batch took to load, of ``RECORDS`` (the least is the least disturbed by noise)."""
+        return min(timed(lambda: next(self(1))) for _ in range(RECORDS))
 
 
 def trainer(hidden: int) -> Callable[[dict[str, np.ndarray]], Any]:
@@ -159,12 +162,6 @@ def compare(name: str, loader: Loader, step: Callable[[dict[str, np.ndarray]], A
           f"{per_step['threads'] / max(per_step['load'], per_step['compute']):.2f}x")
 
 
-def timed(step: Callable[[dict[str, np.ndarray]], Any], batch: dict[str, np.ndarray]) -> float:
-    start = time.perf_counter()
-    step(batch)
-    return time.perf_counter() - start
-
-
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--repeats", type=int, default=7, help="rounds (default 7)")
@@ -176,9 +173,9 @@ def main() -> None:
         step = trainer(args.hidden)
         cheap = Loader(args.batch, SIDE)
         batch = next(cheap(1))
-        for _ in range(3):
+        for _ in range(10):  # warm-up
             step(batch)
-        target = statistics.median(timed(step, batch) for _ in range(9))
+        target = min(timed(lambda: step(batch)) for _ in range(RECORDS))  # as Loader.seconds
         decoding = calibrated(args.batch, target)
         print(f"numpy {np.__version__}, {os.cpu_count()} cores, BLAS 1 thread, {args.repeats} rounds of "
               f"{args.steps} steps; MLP 784-{args.hidden}-{args.hidden}-10, batch {args.batch}, step "
