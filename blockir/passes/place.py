@@ -26,8 +26,9 @@ Variables (``Variable.device``): a persistable variable keeps its device when
 it has one (a ``ParamAttr(device=...)`` pin, or an earlier placement), else it
 lives where the first forward op reading it runs, else where the first op using
 it runs; a channel lives on its device, the host when it has none; any other
-variable lives where its first writer runs, and one nobody writes (a feed) on
-the host. Device strings are written in their canonical spelling (``cpu`` for
+variable lives where its first writer runs, and one nobody writes (a feed)
+where its ``device`` says (the executor sets it for a value fed already on a
+GPU), else on the host. Device strings are written in their canonical spelling (``cpu`` for
 ``cpu:0``, ``cuda:0`` for ``cuda``). Placing a placed program changes nothing.
 
 :func:`place_startup` places a startup program so that each initializer runs
@@ -219,7 +220,9 @@ class Placement:
             user = self._forward_reader.get(var.name) or self._first_user.get(var.name)
             return self.op_device(user) if user is not None else ""
         writer = self._first_writer.get(var.name)
-        return self.op_device(writer) if writer is not None else HOST
+        if writer is not None:
+            return self.op_device(writer)
+        return checked_device(var.device, f"variable {var.name!r}") if var.device else HOST  # fed
 
     def var_homes(self) -> dict[str, str]:
         """Every used variable's device, by name (a sub-block's variable shadows an outer one of its name)."""

@@ -39,10 +39,11 @@ import numpy as np
 
 from blockir.errors import BlockirError
 from blockir.ops.io import copy_value
+from blockir.ops.values import LoDTensor, SelectedRows
 from blockir.passes.place import HOST, checked_device, device_kind
 
 __all__ = ["HOST", "CPUDevice", "CPUStream", "Device", "Event", "HostEvent", "Stream", "array_module",
-           "available_devices", "checked_device", "device_kind", "get_device", "transfer"]
+           "available_devices", "checked_device", "device_kind", "get_device", "transfer", "value_device"]
 
 _STREAM_NAME = re.compile(r"compute(0|[1-9][0-9]*)|copy")
 
@@ -216,6 +217,14 @@ def get_device(name: str, where: object = None) -> Device:
                                        f"{', '.join(available_devices())}){at}")
                 _devices[name] = made
         return _devices[name]
+
+
+def value_device(value: Any) -> str:
+    """The device a value (dense, LoDTensor or SelectedRows) is on: ``cuda:N`` for a CuPy array on GPU N,
+    else the host (numpy arrays of virtual CPU devices look like the host's)."""
+    array = value.data if isinstance(value, LoDTensor) else value.values if isinstance(value, SelectedRows) else value
+    gpu = getattr(getattr(array, "device", None), "id", None)  # numpy 2's ndarray.device is the string "cpu"
+    return HOST if gpu is None else f"cuda:{gpu}"
 
 
 def array_module(device: str) -> Any:

@@ -7,11 +7,11 @@ import weakref
 from typing import Any, Iterable, Mapping, TypeVar
 
 from blockir.errors import BlockirError
-from blockir.ir.core import Program
+from blockir.ir.core import Program, Variable
 from blockir.passes.copies import InsertCopies
 from blockir.passes.place import Place as PlacePass
 from blockir.passes.streams import STREAM_ATTR, Streams
-from blockir.runtime.device import HOST, checked_device, get_device
+from blockir.runtime.device import HOST, checked_device, get_device, value_device
 from blockir.runtime.place import Place, as_place
 from blockir.runtime.plan import SCHEDULERS, Plan, compile_plan
 from blockir.runtime.scheduler import WorkerPool
@@ -40,6 +40,13 @@ def _remember(cache: dict[Any, T], key: tuple, value: T, limit: int) -> T:
         del cache[next(iter(cache))]
     cache[key] = value
     return value
+
+
+def _program_var(program: Program, name: str) -> Variable:
+    block = program.global_block()
+    if name not in block.vars:
+        raise BlockirError(f"feed {name!r} is not a variable of the program")
+    return block.vars[name]
 
 
 def _off_host(program: Program) -> bool:
@@ -95,8 +102,8 @@ class Executor:
         self.num_threads = num_threads
         self._pool = WorkerPool()
         self._finalizer = weakref.finalize(self, self._pool.close)
-        self._plans: dict[tuple[int, int, frozenset[str], tuple[str, ...] | None], Plan] = {}
-        self._placements: dict[tuple[int, int], Program] = {}  # (id, mutation) -> the program as it runs
+        self._plans: dict[tuple, Plan] = {}  # (id, mutation, feed names, fetch names, GPU feeds) -> plan
+        self._placements: dict[tuple, Program] = {}  # (id, mutation, GPU feeds) -> the program as it runs
 
     def plan(self, program: Program, feed_names: Iterable[str] = (),
              fetch_list: Iterable[Any] | None = None) -> Plan:
@@ -104,22 +111,27 @@ class Executor:
         fetch = None if fetch_list is None else tuple(_name(f) for f in fetch_list)
         return self._plan(program, frozenset(feed_names), fetch)
 
-    def _plan(self, program: Program, feed_names: frozenset[str], fetch: tuple[str, ...] | None) -> Plan:
-        key = (id(program), program.mutation, feed_names, fetch)
+    def _plan(self, program: Program, feed_names: frozenset[str], fetch: tuple[str, ...] | None,
+              on_gpu: frozenset[tuple[str, str]] = frozenset()) -> Plan:
+        key = (id(program), program.mutation, feed_names, fetch, on_gpu)
         plan = self._plans.get(key)
         if plan is None:
-            plan = _remember(self._plans, key, compile_plan(self._placed(program), feed_names, fetch, self.place,
-                                                            self.scheduler, self.num_threads), self.max_plans)
+            plan = _remember(self._plans, key, compile_plan(self._placed(program, on_gpu), feed_names, fetch,
+                                                            self.place, self.scheduler, self.num_threads),
+                             self.max_plans)
         return plan
 
-    def _placed(self, program: Program) -> Program:
-        """``program`` itself when it all runs on the host, else its clone through the default pipeline (cached)."""
-        if str(self.place) == HOST and self._streams.compute == 1 and not _off_host(program):
+    def _placed(self, program: Program, on_gpu: frozenset[tuple[str, str]]) -> Program:
+        """``program`` itself when it all runs on the host, else its clone through the default pipeline (cached);
+        ``on_gpu``: (name, device) of the variables fed with values already on a GPU."""
+        if str(self.place) == HOST and self._streams.compute == 1 and not on_gpu and not _off_host(program):
             return program
-        key = (id(program), program.mutation)
+        key = (id(program), program.mutation, on_gpu)
         placed = self._placements.get(key)
         if placed is None:
             placed = program.clone()
+            for name, device in on_gpu:  # the fed value lives there: copies go from there
+                _program_var(placed, name).device = device
             PlacePass(default=str(self.place)).run(placed)
             InsertCopies().run(placed)
             if any(STREAM_ATTR not in op.attrs for op in placed.global_block().ops):
@@ -159,7 +171,9 @@ class Executor:
         elif not isinstance(feed, Mapping):
             raise BlockirError(f"feed must be a dict of variable name -> value, got {type(feed).__name__}")
         fetch = None if fetch_list is None else tuple(_name(f) for f in fetch_list)
-        plan = self._plan(program, frozenset(feed), fetch)
+        on_gpu = frozenset((name, device) for name, value in feed.items()
+                           if (device := value_device(value)) != HOST)
+        plan = self._plan(program, frozenset(feed), fetch, on_gpu)
         if not self._finalizer.alive:
             raise BlockirError("this executor is closed")
         tracer = None if trace is None else Tracer(plan.steps, plan.copies_from)

@@ -53,7 +53,8 @@ from blockir.passes.deps import dependency_graph
 from blockir.passes.streams import op_stream
 from blockir.ops.channel import CONTROL_OPS
 from blockir.runtime.control import NEEDS_RUN, RunContext, close_channels, control_kernel
-from blockir.runtime.device import HOST, array_module, checked_device, device_kind, get_device, transfer
+from blockir.runtime.device import (HOST, array_module, checked_device, device_kind, get_device, transfer,
+                                    value_device)
 from blockir.runtime.place import Place
 from blockir.runtime.scheduler import Gather, Scatter, Schedule, Step, WorkerPool, compile_schedule, execute, run_steps
 from blockir.runtime.scope import Scope
@@ -88,16 +89,21 @@ class FeedSpec:
     dtype: np.dtype | None
     shape: tuple[int, ...] | None
     lod_level: int
+    device: str  # where the fed value must be: the host, or a GPU for a value already there
 
     @staticmethod
-    def of(slot: int, var: Variable) -> FeedSpec:
+    def of(slot: int, var: Variable, device: str) -> FeedSpec:
         if var.kind not in (VarKind.LOD_TENSOR, VarKind.SELECTED_ROWS):
             raise BlockirError(f"feed {var.name!r}: a {var.kind.text} variable cannot be fed")
         return FeedSpec(slot, var.name, var.kind, np.dtype(var.dtype) if var.dtype else None, var.shape,
-                        var.lod_level)
+                        var.lod_level, device)
 
     def check(self, value: Any) -> Any:
         """The value to put in the slot; an error naming the variable when ``value`` does not fit it."""
+        if device_kind(self.device) == "cuda" or value_device(value) != HOST:
+            if value_device(value) != self.device:
+                raise BlockirError(f"feed {self.name!r}: the plan takes it on {self.device}, got a value on "
+                                   f"{value_device(value)}")
         if self.kind is VarKind.SELECTED_ROWS:
             if not isinstance(value, SelectedRows):
                 raise BlockirError(f"feed {self.name!r}: expected SelectedRows, got {describe_value(value)}")
@@ -112,7 +118,7 @@ class FeedSpec:
         if self.lod_level:
             raise BlockirError(f"feed {self.name!r}: expected a LoDTensor with {self.lod_level} LoD level(s), "
                                f"got {describe_value(value)}")
-        if not isinstance(value, np.ndarray):
+        if not isinstance(value, np.ndarray) and value_device(value) == HOST:
             if isinstance(value, SelectedRows):
                 raise BlockirError(f"feed {self.name!r}: expected a dense tensor, got {describe_value(value)}")
             try:
@@ -347,7 +353,8 @@ def compile_plan(program: Program, feed_names: frozenset[str], fetch_names: tupl
                            f"{', '.join(feed_targets)}")
     fetch_names = tuple(fetch_targets) if fetch_names is None else fetch_names
     slots = _Slots()
-    feeds = tuple(FeedSpec.of(slots[n], _program_var(block, n, "feed")) for n in sorted(feed_names, key=str))
+    feeds = tuple(FeedSpec.of(slots[n], _program_var(block, n, "feed"), _fed_on(block, n, feed_device))
+                  for n in sorted(feed_names, key=str))
     fetch_vars = [_program_var(block, n, "fetch") for n in fetch_names]
     infos = [_op_info(op, block, place) for op in ops]
 
@@ -464,6 +471,13 @@ def _copies_from(infos: list[_OpInfo], slots: _Slots) -> tuple[int | None, ...]:
     return tuple(result)
 
 
+def _fed_on(block: Block, name: str, feed_device: str) -> str:
+    """Where a fed value is: on its variable's GPU when the variable lives on one (the executor placed it
+    there for a value fed on it), else on ``feed_device``."""
+    device = block.find_var_recursive(name).device
+    return checked_device(device, f"feed {name!r}") if device and device_kind(device) == "cuda" else feed_device
+
+
 def _home(block: Block, name: str) -> str:
     """Where a value from outside the plan is: the variable's device, else the host."""
     device = block.find_var_recursive(name).device
@@ -477,7 +491,7 @@ def _locate(block: Block, infos: list[_OpInfo], feed_names: frozenset[str], feed
     Feeds are on the host, values from the scope where their variable lives, an op's outputs on its device;
     only ``memcpy`` reads across devices.
     """
-    located = dict.fromkeys(feed_names, feed_device)
+    located = {n: _fed_on(block, n, feed_device) for n in feed_names}
     located.update((n, _home(block, n)) for n in external)
     for info in infos:
         if info.op.type != COPY_OP:

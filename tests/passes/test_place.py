@@ -57,6 +57,10 @@ def test_variables_live_where_their_first_writer_runs_and_feeds_on_the_host() ->
     program = chain("cpu:1", "cpu:2")
     Place().run(program)
     assert {v.name: v.device for v in program.list_vars()} == {"x": "cpu", "t0": "cpu:1", "t1": "cpu:2"}
+    fed_on_gpu = chain("cuda:0", "cpu")
+    fed_on_gpu.global_block().var("x").device = "cuda"  # as the executor marks a value fed on a GPU
+    Place().run(fed_on_gpu)
+    assert {v.name: v.device for v in fed_on_gpu.list_vars()} == {"x": "cuda:0", "t0": "cuda:0", "t1": "cpu"}
 
 
 def test_placing_twice_changes_nothing() -> None:

@@ -355,3 +355,30 @@ def test_copies_on_a_real_gpu_go_through_pinned_memory():
     assert cuda._pinned(back, cupy) and not cuda._pinned(host, cupy)
     np.testing.assert_array_equal(back, host.T)
     np.testing.assert_array_equal(again.get(), host.T)
+
+
+def test_batches_staged_on_a_gpu_feed_the_executor_without_another_copy(gpu):
+    """bir.reader.staged(place="cuda:0") batches go straight into a run on cuda:0: the plan takes the fed
+    values where they are (no host-to-device memcpy for them) and trains as from host feeds."""
+    batches = [batch(seed=i) for i in range(4)]
+    main, startup, loss = mlp(None)
+    exe, scope = bir.Executor("cuda:0"), bir.Scope()
+    exe.run(startup, scope=scope)
+    losses = [exe.run(main, feed=feed, fetch_list=[loss], scope=scope)[0]
+              for feed in bir.reader.staged(iter(batches), place="cuda:0")]
+    host_main, host_startup, host_loss = mlp(None)
+    host_exe, host_scope = bir.Executor("cpu"), bir.Scope()
+    host_exe.run(host_startup, scope=host_scope)
+    host_losses = [host_exe.run(host_main, feed=feed, fetch_list=[host_loss], scope=host_scope)[0]
+                   for feed in batches]
+    assert_matches(losses, host_losses, gpu)
+    plan = exe.plan(main, ["x", "label"], [loss])  # host feeds: copies of x and label to cuda:0
+    staged_feed = {name: get_device("cuda:0").put(value) for name, value in batches[0].items()}
+    gpu_plan = exe._plan(main, frozenset(staged_feed), (loss.name,),
+                         frozenset((name, "cuda:0") for name in staged_feed))
+    copied = [s.ctx.op_text for s in plan.steps if "= memcpy(X=%x)" in s.ctx.op_text or
+              "= memcpy(X=%label)" in s.ctx.op_text]
+    assert len(copied) == 2
+    assert not any("memcpy(X=%x)" in s.ctx.op_text or "memcpy(X=%label)" in s.ctx.op_text for s in gpu_plan.steps)
+    with pytest.raises(BlockirError, match="feed 'x': the plan takes it on cuda:0, got a value on cpu"):
+        gpu_plan.run({"x": batches[0]["x"], "label": staged_feed["label"]}, scope)
