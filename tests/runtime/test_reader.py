@@ -191,6 +191,7 @@ def test_capacity_must_be_a_positive_int(capacity):
 
 def test_a_place_this_machine_lacks_is_refused_before_anything_runs(monkeypatch):
     monkeypatch.setattr(bir.runtime.cuda, "_cupy", lambda: None)
+    monkeypatch.setattr(bir.runtime.device, "_devices", {})  # forget a real cuda:0 an earlier test made
     with pytest.raises(BlockirError, match=r"cuda:0 is not available.*the staged reader's place"):
         bir.reader.staged(iter([]), "cuda:0")
     with pytest.raises(BlockirError, match="gpu0"):
