@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import os
 import weakref
-from typing import Any, Iterable, Mapping, TypeVar
+from collections.abc import Iterable, Mapping
+from typing import Any, TypeVar
 
 from blockir.errors import BlockirError
 from blockir.ir.core import Program, Variable

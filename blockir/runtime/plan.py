@@ -593,10 +593,11 @@ class Plan:
         if self.run_slot is not None:
             run = values[self.run_slot] = RunContext(scope, lambda: close_channels(values, self.channels))
         try:
+            steps = self.steps if tracer is None else tracer.timed(self.steps)
             if self.schedule is None or pool is None:
-                run_steps(self.steps, values, tracer)
+                run_steps(steps, values)
             else:
-                execute(self.schedule, self.steps, values, pool, tracer)
+                execute(self.schedule, steps, values, pool)
         except BaseException:
             close_channels(values, self.channels)  # so that the go blocks and other programs stop
             if run is not None:

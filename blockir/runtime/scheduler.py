@@ -39,7 +39,6 @@ from __future__ import annotations
 import queue
 import sys
 import threading
-import time
 from dataclasses import dataclass
 from typing import Any, Callable, NamedTuple, Sequence
 
@@ -105,15 +104,11 @@ def kernel_error(step: Step, values: list, args: Any, error: Exception) -> Execu
                           f"  inputs: {inputs or 'none'}")
 
 
-def run_steps(steps: tuple[Step, ...], values: list, tracer: Any = None) -> None:
+def run_steps(steps: tuple[Step, ...], values: list) -> None:
     """Run every step in program order on the calling thread (the sequential scheduler)."""
-    j, args = -1, None
-    thread = threading.current_thread().name
+    ctx = args = None
     try:
-        for kernel, ctx, gather, scatter, free, reuse, _, stream, _ in steps:
-            j += 1
-            if tracer is not None:
-                start = time.perf_counter_ns()
+        for kernel, ctx, gather, scatter, free, reuse, _, _, _ in steps:
             args = gather(values)
             if reuse:
                 for _, i in reuse:
@@ -124,10 +119,8 @@ def run_steps(steps: tuple[Step, ...], values: list, tracer: Any = None) -> None
                 scatter(values, kernel(ctx, *args))
             for i in free:
                 values[i] = None
-            if tracer is not None:
-                tracer.op(j, stream, thread, start, time.perf_counter_ns())
     except Exception as e:
-        raise kernel_error(steps[j], values, args, e) from e
+        raise kernel_error(next(s for s in steps if s.ctx is ctx), values, args, e) from e
 
 
 # -- compiling a schedule ------------------------------------------------------------------
@@ -241,15 +234,14 @@ def _wait(schedule: Schedule, event: HostEvent, what: str) -> None:
 
 
 class _Run:
-    """One run's shared state: the values, gates and events, the tracer, and the first error."""
+    """One run's shared state: the values, gates and events, and the first error."""
 
-    __slots__ = ("values", "gates", "events", "tracer", "error", "lock")
+    __slots__ = ("values", "gates", "events", "error", "lock")
 
-    def __init__(self, schedule: Schedule, values: list, tracer: Any) -> None:
+    def __init__(self, schedule: Schedule, values: list) -> None:
         self.values = values
         self.gates = [HostEvent() if g else None for g in schedule.gated]
         self.events: list[Any] = [None] * len(schedule.gated)
-        self.tracer = tracer
         self.error: BaseException | None = None
         self.lock = threading.Lock()
 
@@ -264,8 +256,7 @@ class _Run:
 
 def _run_lane(schedule: Schedule, steps: tuple[Step, ...], lane: int, run: _Run) -> None:
     """Run one lane's steps in order; any error is recorded in ``run`` (never raised)."""
-    values, tracer = run.values, run.tracer
-    thread = threading.current_thread().name
+    values = run.values
     j = args = None
     try:
         for j in schedule.lanes[lane]:
@@ -280,7 +271,6 @@ def _run_lane(schedule: Schedule, steps: tuple[Step, ...], lane: int, run: _Run)
             if run.error is not None:
                 return
             kernel, ctx, gather, scatter = steps[j][:4]
-            start = time.perf_counter_ns() if tracer is not None else 0
             args = gather(values)
             reuse = schedule.reuse[j]
             if reuse:
@@ -295,8 +285,6 @@ def _run_lane(schedule: Schedule, steps: tuple[Step, ...], lane: int, run: _Run)
                 values[i] = None
             if schedule.recorded[j]:
                 run.events[j] = stream.record_event()
-            if tracer is not None:
-                tracer.op(j, str(stream), thread, start, time.perf_counter_ns())
             if schedule.gated[j]:
                 run.gates[j].set()
     except Exception as e:
@@ -369,11 +357,10 @@ class WorkerPool:
         return len(self._workers)
 
 
-def execute(schedule: Schedule, steps: tuple[Step, ...], values: list, pool: WorkerPool,
-            tracer: Any = None) -> None:
+def execute(schedule: Schedule, steps: tuple[Step, ...], values: list, pool: WorkerPool) -> None:
     """Run the schedule: workers take lanes 1.., the calling thread lane 0; return when all is done,
     raising the first error."""
-    run = _Run(schedule, values, tracer)
+    run = _Run(schedule, values)
     if schedule.channels:
         register_thread()  # the calling thread takes part before any worker can block waiting for it
     done = [pool.submit(lane - 1, lambda lane=lane: _run_lane(schedule, steps, lane, run), schedule.channels)

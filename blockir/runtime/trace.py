@@ -38,6 +38,21 @@ class Tracer:
         with self._lock:
             self.ops.append((step, stream, thread, start, end))
 
+    def timed(self, steps: tuple[Step, ...]) -> tuple[Step, ...]:
+        """``steps`` whose kernels record their run (this plan's steps, in order)."""
+        return tuple(step._replace(kernel=self._timed(j, step)) for j, step in enumerate(steps))
+
+    def _timed(self, j: int, step: Step) -> Any:
+        kernel = step.kernel
+
+        def timed(*args: Any, **kwargs: Any) -> Any:
+            start = time.perf_counter_ns()
+            try:
+                return kernel(*args, **kwargs)
+            finally:
+                self.op(j, step.stream, threading.current_thread().name, start, time.perf_counter_ns())
+        return timed
+
     def events(self) -> list[dict[str, Any]]:
         """The trace events: metadata, one complete event per op, flows into copies."""
         streams = sorted({stream for _, stream, _, _, _ in self.ops}, key=_stream_order)
