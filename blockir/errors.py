@@ -82,3 +82,10 @@ class DeadlockError(BlockirError):
     def __init__(self, message: str, blocked: list[str] | None = None) -> None:
         super().__init__(message)
         self.blocked = list(blocked) if blocked is not None else []
+
+
+class DataFeedError(BlockirError):
+    """A data feed description or data file is missing, unreadable or malformed.
+
+    The message names the file, and for a malformed line its number (1-based) and what was expected.
+    """

@@ -1,4 +1,4 @@
-"""The committed generated protobuf module is what scripts/gen_proto.py produces."""
+"""The committed generated protobuf modules are what scripts/gen_proto.py produces."""
 
 from __future__ import annotations
 
@@ -14,7 +14,7 @@ def test_committed_module_matches_regeneration(tmp_path: Path) -> None:
                             capture_output=True, text=True, timeout=120)
     assert result.returncode == 0, result.stderr
     generated = sorted(p.name for p in tmp_path.iterdir())
-    assert generated == ["framework_pb2.py", "framework_pb2.pyi"]
+    assert generated == ["data_feed_pb2.py", "data_feed_pb2.pyi", "framework_pb2.py", "framework_pb2.pyi"]
     for name in generated:
         committed = (ROOT / "blockir" / "proto" / name).read_bytes()
         assert (tmp_path / name).read_bytes() == committed, (
