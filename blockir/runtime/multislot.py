@@ -105,8 +105,12 @@ def _decimal(digits: np.ndarray, mask: np.ndarray | None = None) -> np.ndarray:
     """Per column, the number the ``digits`` rows write (where ``mask``, if given), as uint64."""
     value = np.zeros(digits.shape[1], np.uint64)
     ten = np.uint64(10)
-    for j, row in enumerate(digits):
-        value = value * ten + row if mask is None else np.where(mask[j], value * ten + row, value)
+    if mask is None:
+        for row in digits:
+            value = value * ten + row
+        return value
+    for j in np.flatnonzero(mask.any(axis=1)):  # rows without a digit to take change nothing
+        value = np.where(mask[j], value * ten + digits[j], value)
     return value
 
 
@@ -253,7 +257,7 @@ def _explain(kind: int, slots: list[_Slot], k: int, data: bytes, starts: np.ndar
     text = data[starts[token]:ends[token]].decode("utf-8", "replace")
     if kind == _COUNT:
         left = end - token - 1
-        if not text.isdigit():
+        if not _is_digits(text):
             return f"expected the count of {slot.describe()}, a positive integer, found '{text}'"
         if int(text) == 0:
             return f"{slot.describe()} has count 0; every slot needs at least one value"
@@ -265,11 +269,15 @@ def _explain(kind: int, slots: list[_Slot], k: int, data: bytes, starts: np.ndar
         return f"{end - token} tokens after the last slot '{slot.name}', starting with '{text}'"
     if slot.is_float:
         return f"value '{text}' of {slot.describe()} is not a number"
-    if text.isdigit():
+    if _is_digits(text):
         return f"value '{text}' of {slot.describe()} does not fit int64"
     if any(c in text for c in ".eE") and _is_float(text):
         return f"value '{text}' of {slot.describe()} is a float, expected an unsigned integer id"
     return f"value '{text}' of {slot.describe()} is not an unsigned integer id"
+
+
+def _is_digits(text: str) -> bool:
+    return text.isascii() and text.isdigit()
 
 
 def _is_float(text: str) -> bool:

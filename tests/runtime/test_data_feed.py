@@ -332,6 +332,7 @@ BAD_LINES = [
     ("2 1 1.5 1 0 1 0.5", "value '1.5' of slot 'words' (uint64) is a float, expected an unsigned integer id"),
     ("2 1 -3 1 0 1 0.5", "value '-3' of slot 'words' (uint64) is not an unsigned integer id"),
     ("2 1 abc 1 0 1 0.5", "value 'abc' of slot 'words' (uint64) is not an unsigned integer id"),
+    ("\u0663 1 1 0 1 0.5", "expected the count of slot 'words' (uint64), a positive integer, found '\u0663'"),
     ("1 9223372036854775808 1 0 1 0.5", "value '9223372036854775808' of slot 'words' (uint64) does not fit int64"),
     ("1 99999999999999999999 1 0 1 0.5", "value '99999999999999999999' of slot 'words' (uint64) does not fit int64"),
     ("2 1 2 2 0 1 1 0.5", r"dense slot 'label' \(uint64\) has 2 values, expected 1 \(shape \[1\]\)"),
