@@ -16,7 +16,7 @@ except PackageNotFoundError:  # running from a source tree that was not installe
 from blockir.dsl import (ParamAttr, append_backward, data, default_main_program, default_startup_program,
                          device_guard, initializer, layers, name_scope, optimizer, program_guard, unique_name)
 from blockir.runtime import CPUPlace, Executor, Scope, global_scope, io, reader, scope_guard
-from blockir.runtime import DataFeedDesc
+from blockir.runtime import AsyncExecutor, DataFeedDesc
 from blockir.dsl.concurrency import select as _build_select
 from blockir.runtime.channel import select as _select_now
 from blockir.dsl.concurrency import ChannelList, Select, channel, channel_list, go, make_channel
@@ -38,6 +38,6 @@ __all__ = ["BlockirError", "LoDTensor", "Program", "SelectedRows", "__version__"
 __all__ += ["ParamAttr", "append_backward", "data", "default_main_program", "default_startup_program",
             "device_guard", "initializer", "layers", "name_scope", "optimizer", "program_guard", "unique_name"]
 __all__ += ["CPUPlace", "Executor", "Scope", "global_scope", "io", "reader", "scope_guard"]
-__all__ += ["DataFeedDesc"]
+__all__ += ["AsyncExecutor", "DataFeedDesc"]
 __all__ += ["Channel", "ChannelClosedError", "ChannelTimeout", "DeadlockError", "select"]
 __all__ += ["ChannelList", "Select", "channel", "channel_list", "go", "make_channel"]

@@ -8,8 +8,11 @@ and returning the exit status. Every :class:`BlockirError` becomes one
 from __future__ import annotations
 
 import argparse
+import glob
 import os
 import sys
+import threading
+import time
 from pathlib import Path
 from typing import Any, Callable, Sequence
 
@@ -163,6 +166,93 @@ def _add_run(commands: argparse._SubParsersAction) -> None:
     p.set_defaults(func=_run)
 
 
+def _train_files(patterns: list[str]) -> list[str]:
+    files = []
+    for pattern in patterns:
+        matched = sorted(glob.glob(pattern)) if glob.has_magic(pattern) else [pattern]
+        if not matched:
+            raise BlockirError(f"--files {pattern!r} matches no file")
+        files += matched
+    return files
+
+
+class _Progress:
+    """A stderr line updated between batches (from the workers): instances read and instances/s."""
+
+    def __init__(self, epoch: int, enabled: bool) -> None:
+        self.epoch, self.enabled = epoch, enabled
+        self.instances, self.start, self.shown = 0, time.perf_counter(), 0.0
+        self.lock = threading.Lock()
+
+    def __call__(self, instances: int) -> None:
+        with self.lock:
+            self.instances += instances
+            now = time.perf_counter()
+            if self.enabled and now - self.shown >= 0.2:
+                self.shown = now
+                rate = self.instances / max(now - self.start, 1e-9)
+                print(f"\repoch {self.epoch}: {self.instances} instances, {rate:.0f}/s", end="", file=sys.stderr,
+                      flush=True)
+
+
+def _train(args: argparse.Namespace) -> int:
+    program = load_program(args.program)
+    desc = blockir.DataFeedDesc(args.data_feed)
+    if args.batch_size is not None:
+        desc.set_batch_size(args.batch_size)
+    files = _train_files(args.files)
+    scope = blockir.Scope()
+    async_exe = blockir.AsyncExecutor(args.place)
+    with blockir.Executor(args.place) as exe:
+        if args.startup is not None:
+            exe.run(load_program(args.startup), scope=scope)
+        for epoch in range(args.epochs):
+            progress = _Progress(epoch, sys.stderr.isatty())
+            fetched = async_exe.run_from_files(program, desc, files, args.threads, args.fetch, debug=args.debug,
+                                               skip_bad_lines=args.skip_bad_lines, scope=scope, progress=progress)
+            if progress.enabled:
+                print(file=sys.stderr)
+            stats = async_exe.last_stats
+            assert stats is not None
+            means = "".join(f"  {name}={value:.6g}" for name, value in zip(args.fetch, fetched))
+            skipped = f", {stats.skipped_lines} bad lines skipped" if stats.skipped_lines else ""
+            print(f"epoch {epoch}: {stats.instances} instances in {stats.seconds:.2f}s "
+                  f"({stats.instances_per_second:.0f}/s, {len(stats.workers)} workers{skipped}){means}", flush=True)
+            if args.save_dir is not None:
+                saved = os.path.join(args.save_dir, f"epoch{epoch}")
+                blockir.io.save_persistables(exe, saved, program, scope=scope)
+                print(f"saved the persistables to {saved}", flush=True)
+    return 0
+
+
+def _add_train(commands: argparse._SubParsersAction) -> None:
+    p = commands.add_parser("train", help="train a program on MultiSlot files with Hogwild workers",
+                            description="Run the startup program, then train the main program on MultiSlot "
+                                        "data files (described by a DataFeedDesc in protobuf text format) with "
+                                        "AsyncExecutor workers updating shared parameters, one pass over the "
+                                        "files per epoch; print the averaged fetches after each epoch and save "
+                                        "the persistables into SAVE_DIR/epochN/.")
+    p.add_argument("program", metavar="MAIN.pb", help="the main (training) program file")
+    p.add_argument("--startup", metavar="STARTUP.pb", default=None,
+                   help="the startup program, run once first (initializes the parameters)")
+    p.add_argument("--data-feed", required=True, metavar="DATA.prototxt", help="the DataFeedDesc text file")
+    p.add_argument("--files", required=True, nargs="+", action="extend", metavar="PATTERN",
+                   help="data files or glob patterns (quote them: 'train_data/part-*')")
+    p.add_argument("--threads", metavar="N", type=_positive, default=None,
+                   help="workers (default: the data feed's thread_num, else 1); at most one per file")
+    p.add_argument("--epochs", metavar="N", type=_positive, default=1, help="passes over the files (default 1)")
+    p.add_argument("--batch-size", metavar="N", type=_positive, default=None,
+                   help="instances per batch (default: the data feed's batch_size)")
+    p.add_argument("--fetch", metavar="NAME", nargs="+", action="extend", default=[],
+                   help="variables to average and print after each epoch (last dimension 1)")
+    p.add_argument("--save-dir", metavar="DIR", default=None,
+                   help="save the persistables into DIR/epochN/ after each epoch")
+    p.add_argument("--skip-bad-lines", action="store_true", help="skip and count malformed lines instead of failing")
+    p.add_argument("--place", metavar="DEVICE", default="cpu", help="device the program runs on (default cpu)")
+    p.add_argument("--debug", action="store_true", help="print each worker's progress after each file")
+    p.set_defaults(func=_train)
+
+
 def _positive(text: str) -> int:
     try:
         value = int(text)
@@ -256,6 +346,7 @@ def build_parser() -> argparse.ArgumentParser:
     commands = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
     _add_show(commands)
     _add_run(commands)
+    _add_train(commands)
     _add_demo(commands)
     _add_opt(commands)
     _add_passes(commands)

@@ -1,6 +1,7 @@
 """The runtime: places, scopes, the executor and its plans, channels, persistence (``blockir.runtime.io``)."""
 
 from blockir.runtime import io, multislot, reader
+from blockir.runtime.async_executor import AsyncExecutor
 from blockir.runtime.channel import Channel, blocked_on, register_thread, select
 from blockir.runtime.data_feed import DataFeedDesc
 from blockir.runtime.executor import Executor
@@ -13,3 +14,4 @@ __all__ = ["CPUPlace", "Channel", "Executor", "Place", "Plan", "Scope", "ScopeVa
 __all__ += ["blocked_on", "register_thread", "select"]
 __all__ += ["reader"]
 __all__ += ["DataFeedDesc", "multislot"]
+__all__ += ["AsyncExecutor"]

@@ -1,0 +1,287 @@
+"""AsyncExecutor: Hogwild training from MultiSlot files, against a plain Executor loop over the same batches."""
+
+from __future__ import annotations
+
+import threading
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+
+import blockir as bir
+from blockir.cli import main as cli_main
+from blockir.errors import BlockirError
+from blockir.runtime.multislot import MultiSlotReader, write_multislot
+
+VOCAB = 200
+PROTOTXT = """\
+batch_size: 16
+thread_num: 2
+multi_slot_desc {
+    slots { name: "words" type: "uint64" is_used: true }
+    slots { name: "label" type: "uint64" is_dense: true is_used: true shape: 1 }
+    slots { name: "weight" type: "float" is_used: false }
+}
+"""
+
+
+def corpus(n: int, seed: int) -> list[dict[str, Any]]:
+    """Documents of 3..12 word ids; words 1..10 are positive, 11..20 negative; the label is the sign."""
+    rng = np.random.default_rng(seed)
+    docs = []
+    while len(docs) < n:
+        words = rng.integers(21, VOCAB, size=int(rng.integers(3, 13)))
+        planted = rng.integers(1, 21, size=int(rng.integers(1, 4)))
+        signal = int((planted <= 10).sum() - (planted > 10).sum())
+        if signal:
+            docs.append({"words": rng.permutation(np.concatenate([words, planted])), "label": int(signal > 0),
+                         "weight": 1.0})
+    return docs
+
+
+def write_parts(directory: Path, desc: bir.DataFeedDesc, parts: int, docs: int, seed: int = 0) -> list[str]:
+    paths = []
+    for i in range(parts):
+        path = directory / f"part-{i}"
+        write_multislot(path, corpus(docs, seed + i), desc)
+        paths.append(str(path))
+    return paths
+
+
+def bow(seed: int = 1, lr: float = 0.1) -> tuple[bir.Program, bir.Program, bir.Program, Any, Any, Any]:
+    main, startup = bir.Program(), bir.Program()
+    main.random_seed = startup.random_seed = seed
+    with bir.program_guard(main, startup):
+        words = bir.data("words", shape=[-1, 1], dtype="int64", lod_level=1)
+        label = bir.data("label", shape=[-1, 1], dtype="int64")
+        emb = bir.layers.embedding(words, size=[VOCAB, 8], is_sparse=True)
+        pred = bir.layers.fc(bir.layers.sequence_pool(emb, pool_type="sum"), size=2, act="softmax")
+        loss = bir.layers.mean(bir.layers.cross_entropy(pred, label))
+        acc = bir.layers.accuracy(pred, label)
+        test = main.clone()
+        bir.optimizer.Adagrad(learning_rate=lr).minimize(loss)
+    return main, startup, test, pred, loss, acc
+
+
+@pytest.fixture
+def desc() -> bir.DataFeedDesc:
+    return bir.DataFeedDesc(PROTOTXT)
+
+
+def started(startup: bir.Program) -> bir.Scope:
+    scope = bir.Scope()
+    bir.Executor("cpu").run(startup, scope=scope)
+    return scope
+
+
+def params(main: bir.Program, scope: bir.Scope) -> dict[str, np.ndarray]:
+    return {v.name: np.array(scope.get(v.name)) for v in main.list_vars() if v.persistable}
+
+
+def test_one_worker_equals_a_plain_executor_loop(tmp_path: Path, desc: bir.DataFeedDesc) -> None:
+    files = write_parts(tmp_path, desc, parts=2, docs=50)
+    main, startup, _, _, loss, acc = bow()
+    scope_async, scope_plain = started(startup), started(startup)
+    fetched = bir.AsyncExecutor("cpu").run_from_files(main, desc, files, 1, [loss, acc], scope=scope_async)
+
+    exe, firsts = bir.Executor("cpu"), []
+    for path in files:  # a worker reads file by file: each file's last batch may be smaller
+        for batch in MultiSlotReader(desc, [path]):
+            firsts.append([float(v.flat[0]) for v in exe.run(main, batch, [loss, acc], scope=scope_plain)])
+    assert fetched == [float(x) for x in np.mean(firsts, axis=0)]
+    expected = params(main, scope_plain)
+    assert expected and all(np.array_equal(expected[n], v) for n, v in params(main, scope_async).items())
+
+
+def accuracy(test: bir.Program, pred: Any, scope: bir.Scope, docs: list[dict[str, Any]]) -> float:
+    words = bir.LoDTensor.from_lengths(np.concatenate([d["words"] for d in docs]).reshape(-1, 1).astype(np.int64),
+                                       [len(d["words"]) for d in docs])
+    labels = np.array([[d["label"]] for d in docs], dtype=np.int64)
+    probs, = bir.Executor("cpu").run(test, {"words": words, "label": labels}, [pred], scope=scope)
+    return float((probs.argmax(axis=1) == labels[:, 0]).mean())
+
+
+@pytest.mark.parametrize("workers", [2, 4])
+def test_workers_train_a_bag_of_words_model(tmp_path: Path, desc: bir.DataFeedDesc, workers: int) -> None:
+    files = write_parts(tmp_path, desc, parts=4, docs=150)
+    main, startup, test, pred, loss, acc = bow()
+    scope = started(startup)
+    held_out = corpus(300, seed=99)
+    before = accuracy(test, pred, scope, held_out)
+    shared = {n: scope.get(n) for n in params(main, scope)}
+    async_exe = bir.AsyncExecutor()
+    for _ in range(3):
+        cost, train_acc = async_exe.run_from_files(main, desc, files, workers, [loss, acc], scope=scope)
+    stats = async_exe.last_stats
+    assert len(stats.workers) == workers and stats.instances == 600
+    assert sorted(f for w in stats.workers for f in w.files) == files
+    assert accuracy(test, pred, scope, held_out) > 0.9 > before
+    assert train_acc > 0.85 and cost < 0.5
+    assert all(scope.get(n) is array for n, array in shared.items())  # updated in place: one shared copy
+
+
+def test_scope_defaults_to_the_global_scope(tmp_path: Path, desc: bir.DataFeedDesc) -> None:
+    files = write_parts(tmp_path, desc, parts=1, docs=20)
+    main, startup, _, _, loss, _ = bow()
+    with bir.scope_guard(started(startup)) as scope:
+        w = next(v.name for v in main.list_vars() if v.is_parameter)
+        first = np.array(scope.get(w))
+        bir.AsyncExecutor().run_from_files(main, desc, files, 1, [loss])
+        assert not np.array_equal(first, scope.get(w))
+
+
+def test_thread_num_is_capped_at_the_files_and_defaults_to_the_desc(tmp_path: Path, desc: bir.DataFeedDesc) -> None:
+    files = write_parts(tmp_path, desc, parts=3, docs=10)
+    main, startup, _, _, loss, _ = bow()
+    scope = started(startup)
+    async_exe = bir.AsyncExecutor()
+    async_exe.run_from_files(main, desc, files, 8, [loss], scope=scope)
+    assert len(async_exe.last_stats.workers) == 3
+    async_exe.run_from_files(main, desc, files, None, [loss], scope=scope)
+    assert len(async_exe.last_stats.workers) == desc.thread_num == 2
+    async_exe.run_from_files(main, desc, files[:1], 0, [loss], scope=scope)
+    assert len(async_exe.last_stats.workers) == 1
+
+
+def test_stats_count_instances_and_skipped_lines(tmp_path: Path, desc: bir.DataFeedDesc) -> None:
+    files = write_parts(tmp_path, desc, parts=2, docs=30)
+    with open(files[1], "a") as f:
+        f.write("2 5 6 1 1 1 0.5 extra\n3 1 2\n")  # a trailing token; a line ending early
+    main, startup, _, _, loss, _ = bow()
+    scope = started(startup)
+    async_exe = bir.AsyncExecutor()
+    async_exe.run_from_files(main, desc, files, 2, [loss], skip_bad_lines=True, scope=scope)
+    stats = async_exe.last_stats
+    assert (stats.instances, stats.skipped_lines) == (60, 2)
+    assert sum(w.instances for w in stats.workers) == 60 and sum(w.skipped_lines for w in stats.workers) == 2
+    assert sum(w.batches for w in stats.workers) == 4  # 30 = 16 + 14 per file
+    assert stats.seconds > 0 and all(w.seconds > 0 for w in stats.workers)
+
+
+def test_fetches_are_per_worker_batch_means_averaged_over_workers(tmp_path: Path) -> None:
+    desc = bir.DataFeedDesc('batch_size: 4\nmulti_slot_desc { slots { name: "x" type: "float" is_dense: true '
+                            'is_used: true shape: 1 } }')
+    values = {f"f{i}": np.arange(10 * i, 10 * i + 6 + 3 * i, dtype=np.float32) for i in range(3)}
+    for name, xs in values.items():
+        write_multislot(tmp_path / name, [{"x": float(x)} for x in xs], desc)
+    main = bir.Program()
+    with bir.program_guard(main, bir.Program()):
+        x = bir.data("x", shape=[-1, 1], dtype="float32")
+        m = bir.layers.mean(x)
+    async_exe = bir.AsyncExecutor()
+    files = [str(tmp_path / n) for n in values]
+    fetched, = async_exe.run_from_files(main, desc, files, 2, [m], scope=bir.Scope())
+    per_worker = []
+    for w in async_exe.last_stats.workers:
+        means = [xs[i:i + 4].mean() for n in w.files for xs in [values[Path(n).name]] for i in range(0, len(xs), 4)]
+        if means:
+            per_worker.append(np.mean(means))
+    assert fetched == pytest.approx(np.mean(per_worker), rel=1e-6)
+
+
+def test_debug_prints_each_workers_progress(tmp_path: Path, desc: bir.DataFeedDesc,
+                                            capsys: pytest.CaptureFixture[str]) -> None:
+    files = write_parts(tmp_path, desc, parts=2, docs=20)
+    main, startup, _, _, loss, _ = bow()
+    bir.AsyncExecutor().run_from_files(main, desc, files, 2, [loss], debug=True, scope=started(startup))
+    out = capsys.readouterr().out
+    assert all(f": {f}: 20 instances" in out for f in files) and "async worker" in out and loss.name in out
+
+
+def test_bad_arguments_are_clear_errors(tmp_path: Path, desc: bir.DataFeedDesc) -> None:
+    files = write_parts(tmp_path, desc, parts=1, docs=5)
+    main, startup, _, pred, loss, _ = bow()
+    scope = started(startup)
+    run = bir.AsyncExecutor().run_from_files
+    with pytest.raises(BlockirError, match="filelist is empty"):
+        run(main, desc, [], 2, [loss], scope=scope)
+    with pytest.raises(BlockirError, match="last dimension .* must be 1.*declared \\[-1, 2\\]"):
+        run(main, desc, files, 1, [pred], scope=scope)
+    with pytest.raises(BlockirError, match="process mode is not built yet"):
+        run(main, desc, files, 1, [loss], mode="process", scope=scope)
+    with pytest.raises(BlockirError, match="mode must be one of"):
+        run(main, desc, files, 1, [loss], mode="fiber", scope=scope)
+    with pytest.raises(BlockirError, match="thread_num must be"):
+        run(main, desc, files, -1, [loss], scope=scope)
+    with pytest.raises(BlockirError, match="fetch 'nope' is not a variable"):
+        run(main, desc, files, 1, ["nope"], scope=scope)
+    desc.set_use_slots(["words", "label", "weight"])
+    with pytest.raises(BlockirError, match="used slot\\(s\\) 'weight' .* name no variable"):
+        run(main, desc, files, 1, [loss], scope=scope)
+    desc.set_use_slots(["words"])
+    with pytest.raises(BlockirError, match="data variable\\(s\\) 'label' .* fed by no used slot"):
+        run(main, desc, files, 1, [loss], scope=scope)
+
+
+def test_a_sparse_slot_feeds_a_variable_without_lod_one_id_per_instance(tmp_path: Path) -> None:
+    desc = bir.DataFeedDesc(PROTOTXT.replace("is_dense: true ", ""))  # label as Paddle's IMDB example has it
+    files = write_parts(tmp_path, desc, parts=1, docs=20)
+    main, startup, _, _, loss, _ = bow()
+    assert np.isfinite(bir.AsyncExecutor().run_from_files(main, desc, files, 1, [loss], scope=started(startup))[0])
+    write_multislot(tmp_path / "two", [{"words": [1, 2], "label": [0, 1], "weight": 1.0}], desc)
+    with pytest.raises(BlockirError, match="slot 'label' feeds a variable without LoD.*exactly one value"):
+        bir.AsyncExecutor().run_from_files(main, desc, [tmp_path / "two"], 1, [loss], scope=started(startup))
+
+
+def test_a_failing_worker_stops_all_and_its_error_names_worker_file_and_line(tmp_path: Path,
+                                                                              desc: bir.DataFeedDesc) -> None:
+    bad, good = tmp_path / "bad", tmp_path / "good"
+    bad.write_text("2 5 x 1 1 1 0.5\n")
+    write_multislot(good, corpus(4000, seed=0), desc)  # 250 batches: far more than run before the stop
+    main, startup, _, _, loss, _ = bow()
+    baseline = threading.active_count()
+    async_exe = bir.AsyncExecutor()
+    with pytest.raises(BlockirError, match=f"async worker \\d failed on file {bad}: {bad}:1: "
+                                           "value 'x' of slot 'words'") as info:
+        async_exe.run_from_files(main, desc, [bad, good], 2, [loss], scope=started(startup))
+    assert isinstance(info.value.__cause__, BlockirError)
+    assert threading.active_count() == baseline
+    assert async_exe.last_stats.instances < 2000  # the other worker stopped early
+
+
+def test_a_failing_op_is_named_in_the_error(tmp_path: Path, desc: bir.DataFeedDesc) -> None:
+    path = tmp_path / "big-ids"
+    write_multislot(path, [{"words": [1, VOCAB + 5], "label": 1, "weight": 1.0}], desc)
+    main, startup, _, _, loss, _ = bow()
+    baseline = threading.active_count()
+    with pytest.raises(BlockirError, match=f"(?s)async worker 0 failed on file {path}: .*out of range.*in op: .* = lookup_table"):
+        bir.AsyncExecutor().run_from_files(main, desc, [path], 1, [loss], scope=started(startup))
+    assert threading.active_count() == baseline
+
+
+def test_cli_train_saves_each_epoch(tmp_path: Path, desc: bir.DataFeedDesc, capsys: pytest.CaptureFixture[str]) -> None:
+    data = tmp_path / "train_data"
+    data.mkdir()
+    write_parts(data, desc, parts=3, docs=100)
+    (tmp_path / "data.prototxt").write_text(desc.desc())
+    main, startup, _, _, loss, acc = bow()
+    main.save(tmp_path / "main.pb")
+    startup.save(tmp_path / "startup.pb")
+    out = tmp_path / "out"
+    status = cli_main(["train", str(tmp_path / "main.pb"), "--startup", str(tmp_path / "startup.pb"),
+                       "--data-feed", str(tmp_path / "data.prototxt"), "--files", str(data / "part-*"),
+                       "--threads", "2", "--epochs", "3", "--fetch", loss.name, acc.name, "--save-dir", str(out)])
+    printed = capsys.readouterr().out
+    assert status == 0, printed
+    lines = [line for line in printed.splitlines() if line.startswith("epoch")]
+    assert len(lines) == 3 and all("300 instances" in line and "2 workers" in line for line in lines)
+    last_acc = float(lines[-1].split(f"{acc.name}=")[1])
+    assert last_acc > 0.8
+    for epoch in range(3):
+        assert {p.stem for p in (out / f"epoch{epoch}").iterdir()} >= {v.name for v in main.list_vars()
+                                                                         if v.is_parameter}
+    scope = bir.Scope()
+    bir.io.load_persistables(bir.Executor("cpu"), out / "epoch2", main, scope=scope)
+    assert all(n in scope for n in params(main, started(startup)))
+
+
+def test_cli_train_errors_are_one_line(tmp_path: Path, desc: bir.DataFeedDesc,
+                                       capsys: pytest.CaptureFixture[str]) -> None:
+    (tmp_path / "data.prototxt").write_text(desc.desc())
+    main, *_ = bow()
+    main.save(tmp_path / "main.pb")
+    status = cli_main(["train", str(tmp_path / "main.pb"), "--data-feed", str(tmp_path / "data.prototxt"),
+                       "--files", str(tmp_path / "none-*")])
+    err = capsys.readouterr().err
+    assert status == 2 and err.count("\n") == 1 and "matches no file" in err
