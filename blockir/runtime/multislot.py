@@ -11,10 +11,12 @@ slots. Tokens are separated by spaces or tabs (any ASCII whitespace)::
         batch["words"]   # LoDTensor of int64 ids, shape [total, 1], one LoD level (per instance)
         batch["label"]   # dense slot with shape [1]: int64 array [batch, 1]
 
-Parsing is vectorised over a chunk of lines (``chunk_size`` bytes) with numpy: tokens are found
-from a whitespace mask of the bytes, numbers are computed from a matrix of their characters, and
-each slot is one step over all lines of the chunk at once; only tokens outside the fast path
-(floats with more than 19 significant digits, ``nan``, ``inf``) go through Python's ``float``.
+Ids are decimal, at most 19 digits, below 2**63 (they become int64). Parsing is vectorised over a
+chunk of lines (``chunk_size`` bytes) with numpy: tokens are found from a whitespace mask of the
+bytes, numbers are computed from a matrix of their characters (one row per position, one column per
+token), and each slot is one step over all lines of the chunk at once; only floats outside the fast
+path (more than 19 significant digits, exponents beyond 22, ``nan``, ``inf``) go through Python's
+``float``.
 Files are streamed: memory is bounded by the chunk size (or the longest line), whatever the
 size of the files.
 """
@@ -43,8 +45,9 @@ __all__ = ["MultiSlotReader", "write_multislot"]
 CHUNK_SIZE = 1 << 19
 _INT64_MAX = np.uint64(2**63 - 1)
 _FLOAT_EXACT = np.uint64(2**53)  # mantissas below this are exact in float64
+_POW10_INT = 10 ** np.arange(20, dtype=np.uint64)
 _POW10_FLOAT = 10.0 ** np.arange(23)  # exact in float64
-_INT_WIDTH = 20  # an int64 has at most 19 digits: longer tokens are out of range
+_INT_WIDTH = 20  # an int64 has at most 19 digits: longer runs are out of range
 _FLOAT_WIDTH = 24  # longer float tokens take the slow path
 _SPACE, _ZERO, _PLUS, _MINUS, _DOT, _E_LOWER, _E_UPPER = b" 0+-.eE"
 
@@ -93,65 +96,58 @@ def _tokens(a: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
 
 
 def _window(a: np.ndarray, first: np.ndarray, starts: np.ndarray, ends: np.ndarray, width: int,
-            pad: int) -> tuple[np.ndarray, np.ndarray]:
+            pad: int) -> np.ndarray:
     """The bytes ``first + j`` for ``j < width``: row ``j``, one column per token (so that the work per
-    position runs over contiguous rows), ``pad`` outside the token; and where the token is."""
+    position runs over contiguous rows), ``pad`` outside the token."""
     at = first + np.arange(width)[:, None]
-    inside = (at >= starts) & (at < ends)
-    return np.where(inside, a.take(at, mode="clip"), pad), inside
+    return np.where((at >= starts) & (at < ends), a.take(at, mode="clip"), pad)
 
 
-def _decimal(digits: np.ndarray, mask: np.ndarray | None = None) -> np.ndarray:
-    """Per column, the number the ``digits`` rows write (where ``mask``, if given), as uint64."""
-    value = np.zeros(digits.shape[1], np.uint64)
-    ten = np.uint64(10)
-    if mask is None:
-        for row in digits:
-            value = value * ten + row
-        return value
-    for j in np.flatnonzero(mask.any(axis=1)):  # rows without a digit to take change nothing
-        value = np.where(mask[j], value * ten + digits[j], value)
-    return value
+def _digit_runs(a: np.ndarray, starts: np.ndarray, ends: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(value as uint64, ok) of the bytes ``[starts, ends)`` of each run: ok where they are decimal
+    digits, at most 19 of them (an empty run is 0)."""
+    length = ends - starts
+    width = min(int(length.max(initial=1)), _INT_WIDTH)
+    digits = _window(a, ends - width, starts, ends, width, pad=_ZERO) - np.uint8(_ZERO)  # leading zeros
+    value = np.zeros(len(starts), np.uint64)
+    for row in digits:
+        value = value * np.uint64(10) + row
+    return value, (digits < 10).all(axis=0) & (length < _INT_WIDTH)
 
 
 def _parse_ids(a: np.ndarray, starts: np.ndarray, ends: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """(values as int64, ok): ok where the token is a decimal unsigned integer that fits int64."""
-    length = ends - starts
-    width = min(int(length.max(initial=1)), _INT_WIDTH)
-    chars, _ = _window(a, ends - width, starts, ends, width, pad=_ZERO)  # right-aligned: leading zeros
-    digits = chars - np.uint8(_ZERO)
-    values = _decimal(digits)
-    ok = (digits < 10).all(axis=0) & (length < _INT_WIDTH) & (values <= _INT64_MAX)
-    return values.view(np.int64), ok
+    values, ok = _digit_runs(a, starts, ends)
+    return values.view(np.int64), ok & (values <= _INT64_MAX)
+
+
+def _first(found: np.ndarray, starts: np.ndarray, otherwise: np.ndarray) -> np.ndarray:
+    """Per column of the window ``found``, the offset of its first true row, or ``otherwise``."""
+    return np.where(found.any(axis=0), starts + found.argmax(axis=0), otherwise)
 
 
 def _parse_floats(a: np.ndarray, starts: np.ndarray, ends: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """(values as float32, ok). ``[+-]digits[.digits][(e|E)[+-]digits]`` with at most 19 significant
     digits is computed exactly here (Clinger's fast path); other tokens go through Python's float."""
-    length = ends - starts
-    width = min(int(length.max(initial=1)), _FLOAT_WIDTH)
-    c, inside = _window(a, starts, starts, ends, width, pad=_SPACE)
-    j = np.arange(width)[:, None]
-    digits = c - np.uint8(ord("0"))
-    is_digit = digits < 10
-    signed = (c[0] == _MINUS) | (c[0] == _PLUS)
-    is_e = (c == _E_LOWER) | (c == _E_UPPER)
-    epos = np.where(is_e.any(axis=0), is_e.argmax(axis=0), length)
-    mantissa = inside & (j >= signed) & (j < epos)
-    dot = mantissa & (c == _DOT)
-    mdigits = mantissa & is_digit
-    exponent = inside & (j > epos)
-    exp_sign = exponent & (j == epos + 1) & ((c == _MINUS) | (c == _PLUS))
-    edigits = exponent & ~exp_sign
-    n_mdigits = mdigits.sum(axis=0)
-    n_edigits = edigits.sum(axis=0)
-    fast = ((length <= width) & (n_mdigits >= 1) & (n_mdigits <= 19) & (dot.sum(axis=0) <= 1)
-            & (is_digit | dot).all(axis=0, where=mantissa) & is_digit.all(axis=0, where=edigits)
-            & ((epos == length) | ((n_edigits >= 1) & (n_edigits <= 3))))
-    mant = _decimal(digits, mdigits)
-    dot_at = np.where(dot.any(axis=0), dot.argmax(axis=0), width)
-    exp10 = _decimal(digits, edigits).astype(np.int64)
-    exp10 = np.where((exp_sign & (c == _MINUS)).any(axis=0), -exp10, exp10) - (mdigits & (j > dot_at)).sum(axis=0)
+    width = min(int((ends - starts).max(initial=1)), _FLOAT_WIDTH)
+    c = _window(a, starts, starts, ends, width, pad=_SPACE)
+    body = starts + ((c[0] == _MINUS) | (c[0] == _PLUS))
+    e_at = _first((c == _E_LOWER) | (c == _E_UPPER), starts, ends)
+    dot_at = np.minimum(_first(c == _DOT, starts, ends), e_at)  # a dot after the e: in the exponent, bad
+    frac_at = np.minimum(dot_at + 1, e_at)
+    after_e = a.take(e_at + 1, mode="clip")
+    exp_sign = (e_at + 1 < ends) & ((after_e == _MINUS) | (after_e == _PLUS))
+    exp_at = np.minimum(e_at + 1 + exp_sign, ends)
+    whole, ok_whole = _digit_runs(a, body, dot_at)
+    frac, ok_frac = _digit_runs(a, frac_at, e_at)
+    exp, ok_exp = _digit_runs(a, exp_at, ends)
+    n_frac = e_at - frac_at
+    n_digits = dot_at - body + n_frac
+    n_exp = ends - exp_at
+    fast = (ok_whole & ok_frac & ok_exp & (ends - starts <= width) & (n_digits >= 1) & (n_digits <= 19)
+            & ((e_at == ends) | ((n_exp >= 1) & (n_exp <= 3))))
+    mant = whole * _POW10_INT[np.minimum(n_frac, 19)] + frac
+    exp10 = np.where(exp_sign & (after_e == _MINUS), -exp.astype(np.int64), exp.astype(np.int64)) - n_frac
     fast &= (mant < _FLOAT_EXACT) & (np.abs(exp10) <= 22)
     scale = _POW10_FLOAT[np.minimum(np.abs(exp10), 22)]
     values = np.where(exp10 >= 0, mant.astype(np.float64) * scale, mant.astype(np.float64) / scale)
