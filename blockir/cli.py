@@ -21,6 +21,7 @@ import numpy as np
 import blockir
 from blockir.errors import BlockirError, VerifyError
 from blockir.ir import load_program, verify
+from blockir.runtime.async_executor import MODES
 from blockir.runtime.plan import SCHEDULERS
 
 Command = Callable[[argparse.Namespace], int]
@@ -209,7 +210,8 @@ def _train(args: argparse.Namespace) -> int:
         for epoch in range(args.epochs):
             progress = _Progress(epoch, sys.stderr.isatty())
             fetched = async_exe.run_from_files(program, desc, files, args.threads, args.fetch, debug=args.debug,
-                                               skip_bad_lines=args.skip_bad_lines, scope=scope, progress=progress)
+                                               mode=args.mode, skip_bad_lines=args.skip_bad_lines, scope=scope,
+                                               progress=progress)
             if progress.enabled:
                 print(file=sys.stderr)
             stats = async_exe.last_stats
@@ -247,6 +249,8 @@ def _add_train(commands: argparse._SubParsersAction) -> None:
                    help="variables to average and print after each epoch (last dimension 1)")
     p.add_argument("--save-dir", metavar="DIR", default=None,
                    help="save the persistables into DIR/epochN/ after each epoch")
+    p.add_argument("--mode", choices=MODES, default="thread",
+                   help="thread (default): workers are threads; process: processes over shared-memory parameters")
     p.add_argument("--skip-bad-lines", action="store_true", help="skip and count malformed lines instead of failing")
     p.add_argument("--place", metavar="DEVICE", default="cpu", help="device the program runs on (default cpu)")
     p.add_argument("--debug", action="store_true", help="print each worker's progress after each file")

@@ -5,9 +5,9 @@
     async_exe = bir.AsyncExecutor("cpu")
     loss, acc = async_exe.run_from_files(main, desc, files, thread_num=4, fetch=[avg_cost, acc])
 
-Workers are threads. The files go into a queue; each worker takes the next file, reads it with its
-own :class:`~blockir.runtime.multislot.MultiSlotReader` (so a file's last batch may be smaller than
-the batch size) and runs the program once per batch through its own compiled plan, in its own child
+The files go into a queue; each worker takes the next file, reads it with its own
+:class:`~blockir.runtime.multislot.MultiSlotReader` (so a file's last batch may be smaller than the
+batch size) and runs the program once per batch through its own compiled plan, in its own child
 scope of the root scope. Batches feed the program's data variables by slot name.
 
 Hogwild: the parameters and optimizer state stay in the root scope and every worker updates them
@@ -15,20 +15,31 @@ without locks. The optimizer kernels (``sgd``, ``momentum``, ``adagrad``, ``adam
 arrays in place, so each worker's updates land in the one shared array as they happen and the
 plan's write-back stores that same array again. A persistable that an op replaces by a new array
 instead (e.g. a counter) is written back at the end of each batch: workers race on it at batch
-granularity, still without a lock. numpy releases the GIL in large array operations only, so
-threads scale as far as the kernels do.
+granularity, still without a lock.
+
+``mode="thread"`` (the default): workers are threads. numpy releases the GIL in large array
+operations only, so threads scale as far as the kernels do. ``mode="process"``: workers are
+processes (started with ``spawn``; each is sent the program as its binary ProgramDesc). For the run,
+every value the program reads from the scope moves into its own ``multiprocessing.shared_memory``
+block: the scope holds a numpy array over the block, and each worker process maps the same blocks
+into its scope, so in-place updates are shared at once; a value an op replaces is copied into its
+block after each batch. Afterwards the scope's original arrays receive the trained values (the
+scope keeps the same array objects) and the blocks are freed. Process mode shares dense host arrays
+only (no ``SelectedRows`` or ``LoDTensor`` values in the scope).
 """
 
 from __future__ import annotations
 
 import math
+import multiprocessing as mp
 import os
 import queue
 import threading
 import time
 from collections.abc import Callable, Iterable, Sequence
-from contextlib import ExitStack
+from contextlib import ExitStack, suppress
 from dataclasses import dataclass, field
+from multiprocessing.shared_memory import SharedMemory
 from typing import Any
 
 import numpy as np
@@ -94,10 +105,6 @@ class _Binding:
         return batch_value.data
 
 
-class _Failure(Exception):
-    """Raised inside a worker: what it was doing when its error happened."""
-
-
 class AsyncExecutor:
     """Trains a program on MultiSlot files with several workers updating shared parameters (Hogwild)."""
 
@@ -115,17 +122,17 @@ class AsyncExecutor:
         ``thread_num`` (None or 0: the desc's ``thread_num``, else 1) is capped at the number of files.
         Every used slot of ``data_feed_desc`` feeds the variable of its name, and every data variable of
         the program needs a used slot. ``scope`` (default: :func:`global_scope`) holds the parameters.
-        The result has one float per ``fetch`` entry: per worker, the mean over its batches of the
-        variable's first element, averaged over the workers that ran a batch (NaN when none did); a
-        fetched variable's last dimension must be 1. ``debug`` prints each worker's progress after each
-        file. ``progress``, if given, is called from the workers with the instance count of every batch
-        run. Statistics go to :attr:`last_stats`. A failing worker stops the others between batches;
-        its error, naming the worker and file (and the op or line), reaches the caller.
+        ``mode="thread"`` runs the workers as threads, ``mode="process"`` as processes over parameters
+        in shared memory (see the module's doc). The result has one float per ``fetch`` entry: per
+        worker, the mean over its batches of the variable's first element, averaged over the workers
+        that ran a batch (NaN when none did); a fetched variable's last dimension must be 1. ``debug``
+        prints each worker's progress after each file. ``progress``, if given, is called with the
+        instance count of the batches run (from the workers; in process mode from the calling thread,
+        a few times a second). Statistics go to :attr:`last_stats`. A failing worker stops the others
+        between batches; its error, naming the worker and file (and the op or line), reaches the caller.
         """
         if mode not in MODES:
             raise BlockirError(f"mode must be one of {', '.join(MODES)}, got {mode!r}")
-        if mode == "process":
-            raise BlockirError("run_from_files: process mode is not built yet; use mode='thread'")
         if not isinstance(program, Program):
             raise BlockirError(f"run_from_files needs a Program, got {type(program).__name__}")
         if not isinstance(data_feed_desc, DataFeedDesc):
@@ -138,23 +145,48 @@ class AsyncExecutor:
         bindings = _bind(program, data_feed_desc)
         _check_fetches(program, fetch_names)
         root = global_scope() if scope is None else scope
+        job = _Job(data_feed_desc, bindings, fetch_names, skip_bad_lines, debug)
+        run = self._threads if mode == "thread" else self._processes
+        start = time.perf_counter()
+        results = run(program, job, files, workers, root, progress)
+        stats = [r[0] for r in results]
+        self.last_stats = AsyncStats(sum(s.instances for s in stats), sum(s.skipped_lines for s in stats),
+                                     time.perf_counter() - start, stats)
+        errors = [r[2] for r in results if r[2] is not None]
+        if errors:
+            raise errors[0]
+        means = [total / s.batches for s, total, _ in results if s.batches]
+        if not means:
+            return [math.nan] * len(fetch_names)
+        return [float(v) for v in np.mean(means, axis=0)]
 
+    def _plan(self, program: Program, job: _Job, stack: ExitStack) -> Plan:
+        """A plan of its own, from an executor closed with ``stack``."""
+        exe = stack.enter_context(Executor(self.place, scheduler="sequential"))
+        return exe.plan(program, [b.name for b in job.bindings], job.fetch_names)
+
+    def _threads(self, program: Program, job: _Job, files: list[str], workers: int, root: Scope,
+                 progress: Callable[[int], None] | None) -> list[_Result]:
         todo: queue.SimpleQueue[str] = queue.SimpleQueue()
         for path in files:
             todo.put(path)
+
+        def next_file() -> str | None:
+            try:
+                return todo.get_nowait()
+            except queue.Empty:
+                return None
+
         stop = threading.Event()
-        errors: list[BaseException] = []
-        stats = [WorkerStats(k) for k in range(workers)]
-        sums = [np.zeros(len(fetch_names)) for _ in range(workers)]
+        results: list[_Result] = [(WorkerStats(k), np.zeros(len(job.fetch_names)), None) for k in range(workers)]
+
+        def work(k: int, plan: Plan) -> None:
+            results[k] = job.work(k, plan, Scope(root), next_file, stop, progress)
+
         with ExitStack() as stack:
-            plans = []
-            for _ in range(workers):  # each its own executor and plan, compiled here so that errors come first
-                exe = stack.enter_context(Executor(self.place, scheduler="sequential"))
-                plans.append(exe.plan(program, [b.name for b in bindings], fetch_names))
-            job = _Job(data_feed_desc, bindings, fetch_names, skip_bad_lines, todo, stop, progress, debug)
-            threads = [threading.Thread(target=job.work, args=(k, plans[k], Scope(root), stats[k], sums[k], errors),
-                                        name=f"blockir-async-{k}") for k in range(workers)]
-            start = time.perf_counter()
+            plans = [self._plan(program, job, stack) for _ in range(workers)]  # compiled here: errors come first
+            threads = [threading.Thread(target=work, args=(k, plans[k]), name=f"blockir-async-{k}")
+                       for k in range(workers)]
             try:
                 for t in threads:
                     t.start()
@@ -165,69 +197,93 @@ class AsyncExecutor:
                 for t in threads:
                     if t.is_alive():
                         t.join()
-            seconds = time.perf_counter() - start
-        self.last_stats = AsyncStats(sum(s.instances for s in stats), sum(s.skipped_lines for s in stats), seconds,
-                                     stats)
-        if errors:
-            raise errors[0]
-        means = [total / s.batches for total, s in zip(sums, stats) if s.batches]
-        if not means:
-            return [math.nan] * len(fetch_names)
-        return [float(v) for v in np.mean(means, axis=0)]
+        return results
+
+    def _processes(self, program: Program, job: _Job, files: list[str], workers: int, root: Scope,
+                   progress: Callable[[int], None] | None) -> list[_Result]:
+        with ExitStack() as stack:
+            plan = self._plan(program, job, stack)  # compiled here: errors come first, and it names the values
+        names = sorted({name for _, name, *_ in plan.scope_inputs})
+        ctx = mp.get_context("spawn")
+        next_file, counter, stop, reports = ctx.Value("q", 0), ctx.Value("q", 0), ctx.Event(), ctx.Queue()
+        with _SharedValues(root, names) as layout:
+            spec = _ProcessSpec(program.serialize(), str(self.place), job, files, layout)
+            procs = [ctx.Process(target=_process_worker, args=(k, spec, next_file, counter, stop, reports),
+                                 name=f"blockir-async-{k}", daemon=True) for k in range(workers)]
+            try:
+                for p in procs:
+                    p.start()
+                return _collect(procs, reports, counter, progress, len(job.fetch_names))
+            finally:  # also on errors and KeyboardInterrupt: no worker is left running
+                stop.set()
+                for p in procs:
+                    if p.pid is not None:
+                        p.join(timeout=10)
+                        if p.is_alive():
+                            p.kill()
+                            p.join()
+                reports.close()
+                reports.join_thread()
 
     def __repr__(self) -> str:
         return f"AsyncExecutor({str(self.place)!r})"
 
 
+_Result = tuple[WorkerStats, np.ndarray, BlockirError | None]  # a worker's stats, sums of its fetches, error
+
+
 @dataclass
 class _Job:
-    """What every worker of one run shares."""
+    """What every worker of a run does, per file: read it, run the plan per batch, sum the fetches."""
 
     desc: DataFeedDesc
     bindings: list[_Binding]
     fetch_names: list[str]
     skip_bad_lines: bool
-    todo: queue.SimpleQueue[str]
-    stop: threading.Event
-    progress: Callable[[int], None] | None
     debug: bool
 
-    def work(self, k: int, plan: Plan, scope: Scope, stats: WorkerStats, sums: np.ndarray,
-             errors: list[BaseException]) -> None:
-        """Worker ``k``: files from the queue until it is empty or the run stops; the first error stops the run."""
+    def __getstate__(self) -> dict[str, Any]:  # sent to worker processes: the desc as its text
+        return {**self.__dict__, "desc": self.desc.desc()}
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__dict__.update(state, desc=DataFeedDesc(state["desc"]))
+
+    def work(self, k: int, plan: Plan, scope: Scope, next_file: Callable[[], str | None], stop: Any,
+             progress: Callable[[int], None] | None, after_batch: Callable[[], None] | None = None) -> _Result:
+        """Worker ``k``: files from ``next_file`` until there are none or ``stop`` is set; an error sets it."""
         start = time.perf_counter()
+        stats, sums = WorkerStats(k), np.zeros(len(self.fetch_names))
         path = None
         try:
-            while not self.stop.is_set():
-                try:
-                    path = self.todo.get_nowait()
-                except queue.Empty:
-                    break
-                self._read(k, path, plan, scope, stats, sums)
+            while not stop.is_set() and (path := next_file()) is not None:
+                self._read(k, path, plan, scope, stats, sums, stop, progress, after_batch)
         except BaseException as e:  # reported to the caller by run_from_files
-            if not self.stop.is_set():
-                self.stop.set()
-                error = BlockirError(f"async worker {k} failed on file {path}: {e}")
-                error.__cause__ = e
-                errors.append(error)
+            stop.set()
+            error = BlockirError(f"async worker {k} failed on file {path}: {e}")
+            error.__cause__ = e  # in the same process: the caller sees the original traceback too
+            return stats, sums, error
         finally:
             stats.seconds = time.perf_counter() - start
+        return stats, sums, None
 
-    def _read(self, k: int, path: str, plan: Plan, scope: Scope, stats: WorkerStats, sums: np.ndarray) -> None:
+    def _read(self, k: int, path: str, plan: Plan, scope: Scope, stats: WorkerStats, sums: np.ndarray, stop: Any,
+              progress: Callable[[int], None] | None, after_batch: Callable[[], None] | None) -> None:
         stats.files.append(path)
         reader = MultiSlotReader(self.desc, [path], self.skip_bad_lines)
         batches = iter(reader)
         try:
             for batch in batches:
                 fetched = plan.run({b.name: b.value(batch[b.name]) for b in self.bindings}, scope)
+                if after_batch is not None:
+                    after_batch()
                 for i, (name, value) in enumerate(zip(self.fetch_names, fetched)):
                     sums[i] += _first(name, value)
                 size = _instances(next(iter(batch.values())))
                 stats.batches += 1
                 stats.instances += size
-                if self.progress is not None:
-                    self.progress(size)
-                if self.stop.is_set():
+                if progress is not None:
+                    progress(size)
+                if stop.is_set():
                     return
         finally:
             batches.close()  # ends a pipe_command early
@@ -236,6 +292,130 @@ class _Job:
             means = "".join(f", {n}={s / max(stats.batches, 1):.6g}" for n, s in zip(self.fetch_names, sums))
             print(f"async worker {k}: {path}: {reader.instances} instances, {reader.skipped_lines} skipped lines; "
                   f"{stats.instances} instances in {stats.batches} batches so far{means}", flush=True)
+
+
+# -- process mode -----------------------------------------------------------------------------------
+
+_Layout = list[tuple[str, str, tuple[int, ...], str]]  # (variable, shared memory block, shape, dtype)
+
+
+class _SharedValues:
+    """Moves the scope's values ``names`` into shared memory for the ``with`` block, and back after it.
+
+    Inside, each variable holds a numpy array over its own shared memory block (the entered value
+    lists them); afterwards the original arrays hold the values the block left there, and the blocks
+    are freed."""
+
+    def __init__(self, scope: Scope, names: list[str]) -> None:
+        self.holders = []
+        for name in names:
+            holder = scope.find_var(name)
+            if holder is None or holder.value is None:
+                raise BlockirError(f"variable {name!r} has no value in the scope (run the startup program first)")
+            if not isinstance(holder.value, np.ndarray):
+                raise BlockirError(f"process mode shares dense host arrays; variable {name!r} holds "
+                                   f"{type(holder.value).__name__} on {holder.device}")
+            self.holders.append(holder)
+        self.blocks: list[tuple[Any, SharedMemory, np.ndarray]] = []  # (holder, block, original array)
+
+    def __enter__(self) -> _Layout:
+        try:
+            for holder in self.holders:
+                original = holder.value
+                block = SharedMemory(create=True, size=max(original.nbytes, 1))
+                self.blocks.append((holder, block, original))
+                shared = np.ndarray(original.shape, original.dtype, buffer=block.buf)
+                shared[...] = original
+                holder.set(shared, holder.device)
+        except BaseException:
+            self.__exit__()
+            raise
+        return [(h.name, b.name, o.shape, o.dtype.str) for h, b, o in self.blocks]
+
+    def __exit__(self, *exc: object) -> None:
+        for holder, block, original in self.blocks:
+            original[...] = holder.value
+            holder.set(original, holder.device)
+            with suppress(BufferError):  # an array still over it keeps the mapping; the block goes anyway
+                block.close()
+            block.unlink()
+        self.blocks.clear()
+
+
+@dataclass(frozen=True)
+class _ProcessSpec:
+    """What a worker process is sent: the program as a binary ProgramDesc and where the shared values are."""
+
+    program: bytes
+    place: str
+    job: _Job
+    files: list[str]
+    layout: _Layout
+
+
+def _process_worker(k: int, spec: _ProcessSpec, next_file: Any, counter: Any, stop: Any, reports: Any) -> None:
+    """A worker process: its scope holds the shared values; its report goes to ``reports``."""
+    blocks: list[SharedMemory] = []
+    shared: dict[str, np.ndarray] = {}
+    scope: Scope | None = Scope()
+    result = None
+    try:
+        for name, block_name, shape, dtype in spec.layout:
+            blocks.append(SharedMemory(name=block_name))
+            shared[name] = np.ndarray(shape, np.dtype(dtype), buffer=blocks[-1].buf)
+            scope.set(name, shared[name])
+        with ExitStack() as stack:
+            plan = stack.enter_context(Executor(spec.place, scheduler="sequential")).plan(
+                Program.parse(spec.program), [b.name for b in spec.job.bindings], spec.job.fetch_names)
+
+        def take_file() -> str | None:
+            with next_file.get_lock():
+                i = next_file.value
+                next_file.value = i + 1
+            return spec.files[i] if i < len(spec.files) else None
+
+        def count(instances: int) -> None:
+            with counter.get_lock():
+                counter.value += instances
+
+        def write_back() -> None:  # a value an op replaced (instead of updating it in place) goes to the block
+            for name, array in shared.items():
+                holder = scope.find_var(name)
+                if holder.value is not array:
+                    array[...] = holder.value
+                    holder.set(array)
+
+        result = spec.job.work(k, plan, Scope(scope), take_file, stop, count, write_back)
+    except BaseException as e:
+        stop.set()
+        result = (WorkerStats(k), np.zeros(len(spec.job.fetch_names)), BlockirError(f"async worker {k} failed: {e}"))
+    finally:
+        reports.put(result)
+        shared.clear()
+        scope = None
+        for block in blocks:
+            with suppress(BufferError):  # an array still over it: the mapping goes with the process
+                block.close()
+
+
+def _collect(procs: list[Any], reports: Any, counter: Any, progress: Callable[[int], None] | None,
+             fetches: int) -> list[_Result]:
+    """The workers' reports, passing on progress meanwhile; a worker that died without one is an error."""
+    results: dict[int, _Result] = {}
+    shown = 0
+    while len(results) < len(procs):
+        try:
+            stats, sums, error = reports.get(timeout=0.1)
+            results[stats.worker] = (stats, sums, error)
+        except queue.Empty:
+            if all(not p.is_alive() for p in procs) and reports.empty():
+                for k, p in enumerate(procs):
+                    results.setdefault(k, (WorkerStats(k), np.zeros(fetches), BlockirError(
+                        f"async worker {k} exited with status {p.exitcode} and no report")))
+        if progress is not None and counter.value != shown:
+            progress(counter.value - shown)
+            shown = counter.value
+    return [results[k] for k in range(len(procs))]
 
 
 def _instances(value: Any) -> int:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import multiprocessing
+import os
 import threading
 from pathlib import Path
 from typing import Any
@@ -12,6 +14,7 @@ import pytest
 import blockir as bir
 from blockir.cli import main as cli_main
 from blockir.errors import BlockirError
+from blockir.runtime.async_executor import MODES
 from blockir.runtime.multislot import MultiSlotReader, write_multislot
 
 VOCAB = 200
@@ -79,11 +82,13 @@ def params(main: bir.Program, scope: bir.Scope) -> dict[str, np.ndarray]:
     return {v.name: np.array(scope.get(v.name)) for v in main.list_vars() if v.persistable}
 
 
-def test_one_worker_equals_a_plain_executor_loop(tmp_path: Path, desc: bir.DataFeedDesc) -> None:
+@pytest.mark.parametrize("mode", MODES)
+def test_one_worker_equals_a_plain_executor_loop(tmp_path: Path, desc: bir.DataFeedDesc, mode: str) -> None:
     files = write_parts(tmp_path, desc, parts=2, docs=50)
     main, startup, _, _, loss, acc = bow()
     scope_async, scope_plain = started(startup), started(startup)
-    fetched = bir.AsyncExecutor("cpu").run_from_files(main, desc, files, 1, [loss, acc], scope=scope_async)
+    fetched = bir.AsyncExecutor("cpu").run_from_files(main, desc, files, 1, [loss, acc], mode=mode,
+                                                      scope=scope_async)
 
     exe, firsts = bir.Executor("cpu"), []
     for path in files:  # a worker reads file by file: each file's last batch may be smaller
@@ -102,8 +107,8 @@ def accuracy(test: bir.Program, pred: Any, scope: bir.Scope, docs: list[dict[str
     return float((probs.argmax(axis=1) == labels[:, 0]).mean())
 
 
-@pytest.mark.parametrize("workers", [2, 4])
-def test_workers_train_a_bag_of_words_model(tmp_path: Path, desc: bir.DataFeedDesc, workers: int) -> None:
+@pytest.mark.parametrize("mode, workers", [("thread", 2), ("thread", 4), ("process", 2)])
+def test_workers_train_a_bag_of_words_model(tmp_path: Path, desc: bir.DataFeedDesc, mode: str, workers: int) -> None:
     files = write_parts(tmp_path, desc, parts=4, docs=150)
     main, startup, test, pred, loss, acc = bow()
     scope = started(startup)
@@ -112,13 +117,13 @@ def test_workers_train_a_bag_of_words_model(tmp_path: Path, desc: bir.DataFeedDe
     shared = {n: scope.get(n) for n in params(main, scope)}
     async_exe = bir.AsyncExecutor()
     for _ in range(3):
-        cost, train_acc = async_exe.run_from_files(main, desc, files, workers, [loss, acc], scope=scope)
+        cost, train_acc = async_exe.run_from_files(main, desc, files, workers, [loss, acc], mode=mode, scope=scope)
     stats = async_exe.last_stats
     assert len(stats.workers) == workers and stats.instances == 600
     assert sorted(f for w in stats.workers for f in w.files) == files
     assert accuracy(test, pred, scope, held_out) > 0.9 > before
     assert train_acc > 0.85 and cost < 0.5
-    assert all(scope.get(n) is array for n, array in shared.items())  # updated in place: one shared copy
+    assert all(scope.get(n) is array for n, array in shared.items())  # one copy, updated in place
 
 
 def test_scope_defaults_to_the_global_scope(tmp_path: Path, desc: bir.DataFeedDesc) -> None:
@@ -198,8 +203,6 @@ def test_bad_arguments_are_clear_errors(tmp_path: Path, desc: bir.DataFeedDesc) 
         run(main, desc, [], 2, [loss], scope=scope)
     with pytest.raises(BlockirError, match="last dimension .* must be 1.*declared \\[-1, 2\\]"):
         run(main, desc, files, 1, [pred], scope=scope)
-    with pytest.raises(BlockirError, match="process mode is not built yet"):
-        run(main, desc, files, 1, [loss], mode="process", scope=scope)
     with pytest.raises(BlockirError, match="mode must be one of"):
         run(main, desc, files, 1, [loss], mode="fiber", scope=scope)
     with pytest.raises(BlockirError, match="thread_num must be"):
@@ -240,6 +243,24 @@ def test_a_failing_worker_stops_all_and_its_error_names_worker_file_and_line(tmp
     assert async_exe.last_stats.instances < 2000  # the other worker stopped early
 
 
+def test_a_failing_process_stops_the_others_and_leaves_nothing_behind(tmp_path: Path,
+                                                                     desc: bir.DataFeedDesc) -> None:
+    bad, good = tmp_path / "bad", tmp_path / "good"
+    write_multislot(bad, [{"words": [1, VOCAB + 5], "label": 1, "weight": 1.0}], desc)
+    write_multislot(good, corpus(4000, seed=0), desc)
+    main, startup, _, _, loss, _ = bow()
+    scope = started(startup)
+    before = params(main, scope)
+    blocks = set(os.listdir("/dev/shm"))
+    with pytest.raises(BlockirError, match=f"(?s)async worker \\d failed on file {bad}: .*out of range.*lookup_table"):
+        bir.AsyncExecutor().run_from_files(main, desc, [bad, good], 2, [loss], mode="process", scope=scope)
+    assert multiprocessing.active_children() == []
+    assert set(os.listdir("/dev/shm")) <= blocks  # the shared memory is freed
+    after = params(main, scope)  # the scope holds its own arrays again, with what the good worker learnt
+    assert all(isinstance(scope.get(n), np.ndarray) and scope.get(n).base is None for n in after)
+    assert after.keys() == before.keys()
+
+
 def test_a_failing_op_is_named_in_the_error(tmp_path: Path, desc: bir.DataFeedDesc) -> None:
     path = tmp_path / "big-ids"
     write_multislot(path, [{"words": [1, VOCAB + 5], "label": 1, "weight": 1.0}], desc)
@@ -250,7 +271,9 @@ def test_a_failing_op_is_named_in_the_error(tmp_path: Path, desc: bir.DataFeedDe
     assert threading.active_count() == baseline
 
 
-def test_cli_train_saves_each_epoch(tmp_path: Path, desc: bir.DataFeedDesc, capsys: pytest.CaptureFixture[str]) -> None:
+@pytest.mark.parametrize("mode", MODES)
+def test_cli_train_saves_each_epoch(tmp_path: Path, desc: bir.DataFeedDesc, capsys: pytest.CaptureFixture[str],
+                                    mode: str) -> None:
     data = tmp_path / "train_data"
     data.mkdir()
     write_parts(data, desc, parts=3, docs=100)
@@ -261,7 +284,7 @@ def test_cli_train_saves_each_epoch(tmp_path: Path, desc: bir.DataFeedDesc, caps
     out = tmp_path / "out"
     status = cli_main(["train", str(tmp_path / "main.pb"), "--startup", str(tmp_path / "startup.pb"),
                        "--data-feed", str(tmp_path / "data.prototxt"), "--files", str(data / "part-*"),
-                       "--threads", "2", "--epochs", "3", "--fetch", loss.name, acc.name, "--save-dir", str(out)])
+                       "--threads", "2", "--epochs", "3", "--mode", mode, "--fetch", loss.name, acc.name, "--save-dir", str(out)])
     printed = capsys.readouterr().out
     assert status == 0, printed
     lines = [line for line in printed.splitlines() if line.startswith("epoch")]
