@@ -25,7 +25,8 @@ block: the scope holds a numpy array over the block, and each worker process map
 into its scope, so in-place updates are shared at once; a value an op replaces is copied into its
 block after each batch. Afterwards the scope's original arrays receive the trained values (the
 scope keeps the same array objects) and the blocks are freed. Process mode shares dense host arrays
-only (no ``SelectedRows`` or ``LoDTensor`` values in the scope).
+only (no ``SelectedRows`` or ``LoDTensor`` values in the scope), and a persistable the program writes
+needs a value in the scope before the run.
 """
 
 from __future__ import annotations
@@ -185,6 +186,9 @@ class AsyncExecutor:
 
         with ExitStack() as stack:
             plans = [self._plan(program, job, stack) for _ in range(workers)]  # compiled here: errors come first
+            for _, name, _ in plans[0].writebacks:  # a persistable the program makes lands in the root, shared
+                if name not in root:
+                    root.var(name)
             threads = [threading.Thread(target=work, args=(k, plans[k]), name=f"blockir-async-{k}")
                        for k in range(workers)]
             try:
@@ -203,7 +207,13 @@ class AsyncExecutor:
                    progress: Callable[[int], None] | None) -> list[_Result]:
         with ExitStack() as stack:
             plan = self._plan(program, job, stack)  # compiled here: errors come first, and it names the values
-        names = sorted({name for _, name, *_ in plan.scope_inputs})
+        made = {name for _, name, _ in plan.writebacks}
+        missing = sorted(n for n in made if root.find_var(n) is None or root.find_var(n).value is None)
+        if missing:
+            raise BlockirError(f"process mode shares the scope's values; persistable(s) "
+                               f"{', '.join(map(repr, missing))} that the program writes have none yet (set them "
+                               f"first, or use mode='thread')")
+        names = sorted(made | {name for _, name, *_ in plan.scope_inputs})
         ctx = mp.get_context("spawn")
         next_file, counter, stop, reports = ctx.Value("q", 0), ctx.Value("q", 0), ctx.Event(), ctx.Queue()
         with _SharedValues(root, names) as layout:

@@ -14,7 +14,7 @@ import pytest
 import blockir as bir
 from blockir.cli import main as cli_main
 from blockir.errors import BlockirError
-from blockir.runtime.async_executor import MODES
+from blockir.runtime.async_executor import MODES, _collect
 from blockir.runtime.multislot import MultiSlotReader, write_multislot
 
 VOCAB = 200
@@ -261,12 +261,44 @@ def test_a_failing_process_stops_the_others_and_leaves_nothing_behind(tmp_path: 
     assert after.keys() == before.keys()
 
 
+def test_a_worker_process_that_dies_without_a_report_is_an_error() -> None:
+    ctx = multiprocessing.get_context("spawn")
+    dead = ctx.Process(target=os._exit, args=(3,))
+    dead.start()
+    reports = ctx.Queue()
+    (stats, sums, error), = _collect([dead], reports, ctx.Value("q", 0), None, fetches=2)
+    dead.join()
+    assert stats.batches == 0 and sums.shape == (2,)
+    assert str(error) == "async worker 0 exited with status 3 and no report"
+
+
+def test_a_persistable_the_program_makes_is_shared_in_the_root_scope(tmp_path: Path) -> None:
+    desc = bir.DataFeedDesc('batch_size: 2\nmulti_slot_desc { slots { name: "x" type: "float" is_dense: true '
+                            'is_used: true shape: 1 } }')
+    write_multislot(tmp_path / "a", [{"x": 1.0}, {"x": 3.0}], desc)
+    main = bir.Program()
+    with bir.program_guard(main, bir.Program()):
+        x = bir.data("x", shape=[-1, 1], dtype="float32")
+        total = main.global_block().create_var(name="total", shape=[1], dtype="float32", persistable=True)
+        main.global_block().append_op("mean", inputs={"X": [x]}, outputs={"Out": [total]})
+    scope = bir.Scope()
+    with pytest.raises(BlockirError, match="persistable\\(s\\) 'total' that the program writes have none yet"):
+        bir.AsyncExecutor().run_from_files(main, desc, [tmp_path / "a"], 1, [total], mode="process", scope=scope)
+    bir.AsyncExecutor().run_from_files(main, desc, [tmp_path / "a"], 1, [total], scope=scope)
+    assert scope.names() == ["total"] and scope.get("total").tolist() == [2.0]
+    scope.set("total", np.zeros(1, np.float32))
+    write_multislot(tmp_path / "b", [{"x": 5.0}, {"x": 7.0}], desc)
+    bir.AsyncExecutor().run_from_files(main, desc, [tmp_path / "b"], 1, [total], mode="process", scope=scope)
+    assert scope.get("total").tolist() == [6.0]  # the mean op replaces the array: copied into the shared block
+
+
 def test_a_failing_op_is_named_in_the_error(tmp_path: Path, desc: bir.DataFeedDesc) -> None:
     path = tmp_path / "big-ids"
     write_multislot(path, [{"words": [1, VOCAB + 5], "label": 1, "weight": 1.0}], desc)
     main, startup, _, _, loss, _ = bow()
     baseline = threading.active_count()
-    with pytest.raises(BlockirError, match=f"(?s)async worker 0 failed on file {path}: .*out of range.*in op: .* = lookup_table"):
+    with pytest.raises(BlockirError,
+                       match=f"(?s)async worker 0 failed on file {path}: .*out of range.*in op: .* = lookup_table"):
         bir.AsyncExecutor().run_from_files(main, desc, [path], 1, [loss], scope=started(startup))
     assert threading.active_count() == baseline
 
@@ -284,7 +316,8 @@ def test_cli_train_saves_each_epoch(tmp_path: Path, desc: bir.DataFeedDesc, caps
     out = tmp_path / "out"
     status = cli_main(["train", str(tmp_path / "main.pb"), "--startup", str(tmp_path / "startup.pb"),
                        "--data-feed", str(tmp_path / "data.prototxt"), "--files", str(data / "part-*"),
-                       "--threads", "2", "--epochs", "3", "--mode", mode, "--fetch", loss.name, acc.name, "--save-dir", str(out)])
+                       "--threads", "2", "--epochs", "3", "--mode", mode, "--fetch", loss.name, acc.name,
+                       "--save-dir", str(out)])
     printed = capsys.readouterr().out
     assert status == 0, printed
     lines = [line for line in printed.splitlines() if line.startswith("epoch")]
