@@ -28,14 +28,15 @@ class LoDTensor:
     lod: list[list[int]]
 
     def __post_init__(self) -> None:
-        self.lod = [[int(o) for o in level] for level in self.lod]
-        self.check()
-
-    def check(self) -> None:
         rows = int(self.data.shape[0]) if getattr(self.data, "ndim", 0) else 0
+        levels = [np.asarray(level) for level in self.lod]  # checked as arrays: readers build long levels
+        for i, level in enumerate(levels):
+            if level.ndim != 1 or level.dtype.kind not in "iu" and level.size:
+                raise BlockirError(f"LoD level {i} must be a list of integer offsets, got {self.lod[i]!r}")
+            if not level.size or level[0] != 0 or (level[1:] < level[:-1]).any():
+                raise BlockirError(f"LoD level {i} must start at 0 and not decrease: {level.tolist()}")
+        self.lod = [level.astype(np.int64, copy=False).tolist() for level in levels]
         for i, level in enumerate(self.lod):
-            if not level or level[0] != 0 or any(b < a for a, b in zip(level, level[1:])):
-                raise BlockirError(f"LoD level {i} must start at 0 and not decrease: {level}")
             below = len(self.lod[i + 1]) - 1 if i + 1 < len(self.lod) else rows
             if level[-1] != below:
                 raise BlockirError(f"LoD level {i} ends at {level[-1]}, expected {below}: {self.lod}")

@@ -19,7 +19,9 @@ granularity, still without a lock.
 
 ``mode="thread"`` (the default): workers are threads. numpy releases the GIL in large array
 operations only, so threads scale as far as the kernels do. ``mode="process"``: workers are
-processes (started with ``spawn``; each is sent the program as its binary ProgramDesc). For the run,
+processes (forked from a server process that has imported blockir, started by the first such run;
+each is sent the program as its binary ProgramDesc). As with any ``multiprocessing`` code, a script
+that uses it runs under ``if __name__ == "__main__":``, since workers import the main module. For the run,
 every value the program reads from the scope moves into its own ``multiprocessing.shared_memory``
 block: the scope holds a numpy array over the block, and each worker process maps the same blocks
 into its scope, so in-place updates are shared at once; a value an op replaces is copied into its
@@ -37,7 +39,7 @@ import os
 import queue
 import threading
 import time
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import ExitStack, suppress
 from dataclasses import dataclass, field
 from multiprocessing.shared_memory import SharedMemory
@@ -45,7 +47,7 @@ from typing import Any
 
 import numpy as np
 
-from blockir.errors import BlockirError
+from blockir.errors import BlockirError, DataFeedError
 from blockir.ir.core import Program, Variable
 from blockir.ops.values import LoDTensor
 from blockir.runtime.data_feed import DataFeedDesc
@@ -214,7 +216,7 @@ class AsyncExecutor:
                                f"{', '.join(map(repr, missing))} that the program writes have none yet (set them "
                                f"first, or use mode='thread')")
         names = sorted(made | {name for _, name, *_ in plan.scope_inputs})
-        ctx = mp.get_context("spawn")
+        ctx = _start_method()
         next_file, counter, stop, reports = ctx.Value("q", 0), ctx.Value("q", 0), ctx.Event(), ctx.Queue()
         with _SharedValues(root, names) as layout:
             spec = _ProcessSpec(program.serialize(), str(self.place), job, files, layout)
@@ -260,26 +262,20 @@ class _Job:
 
     def work(self, k: int, plan: Plan, scope: Scope, next_file: Callable[[], str | None], stop: Any,
              progress: Callable[[int], None] | None, after_batch: Callable[[], None] | None = None) -> _Result:
-        """Worker ``k``: files from ``next_file`` until there are none or ``stop`` is set; an error sets it."""
+        """Worker ``k``: batches of the files from ``next_file``, run through ``plan`` until there are no
+        files left or ``stop`` is set; an error sets it. Batches run on across the worker's files."""
         start = time.perf_counter()
         stats, sums = WorkerStats(k), np.zeros(len(self.fetch_names))
-        path = None
-        try:
-            while not stop.is_set() and (path := next_file()) is not None:
-                self._read(k, path, plan, scope, stats, sums, stop, progress, after_batch)
-        except BaseException as e:  # reported to the caller by run_from_files
-            stop.set()
-            error = BlockirError(f"async worker {k} failed on file {path}: {e}")
-            error.__cause__ = e  # in the same process: the caller sees the original traceback too
-            return stats, sums, error
-        finally:
-            stats.seconds = time.perf_counter() - start
-        return stats, sums, None
 
-    def _read(self, k: int, path: str, plan: Plan, scope: Scope, stats: WorkerStats, sums: np.ndarray, stop: Any,
-              progress: Callable[[int], None] | None, after_batch: Callable[[], None] | None) -> None:
-        stats.files.append(path)
-        reader = MultiSlotReader(self.desc, [path], self.skip_bad_lines)
+        read = [0, 0]  # instances and skipped lines the reader had when it opened the current file
+
+        def files() -> Iterator[str]:  # the next file once the reader is done with the one before
+            while not stop.is_set() and (path := next_file()) is not None:
+                self._report(k, stats, sums, reader, read)
+                stats.files.append(path)
+                yield path
+
+        reader = MultiSlotReader(self.desc, files(), self.skip_bad_lines)
         batches = iter(reader)
         try:
             for batch in batches:
@@ -294,14 +290,29 @@ class _Job:
                 if progress is not None:
                     progress(size)
                 if stop.is_set():
-                    return
+                    break
+            self._report(k, stats, sums, reader, read)
+        except BaseException as e:  # reported to the caller by run_from_files
+            stop.set()
+            files = [reader.file] if isinstance(e, DataFeedError) or not reader.batch_files \
+                else reader.batch_files  # the file the reader failed on, or those of the batch that failed
+            error = BlockirError(f"async worker {k} failed on file {', '.join(map(str, files))}: {e}")
+            error.__cause__ = e  # in the same process: the caller sees the original traceback too
+            return stats, sums, error
         finally:
             batches.close()  # ends a pipe_command early
-            stats.skipped_lines += reader.skipped_lines
-        if self.debug:
+            stats.skipped_lines = reader.skipped_lines
+            stats.seconds = time.perf_counter() - start
+        return stats, sums, None
+
+    def _report(self, k: int, stats: WorkerStats, sums: np.ndarray, reader: MultiSlotReader, read: list[int]) -> None:
+        """With ``debug``: worker ``k``'s progress once the reader is done with a file."""
+        if self.debug and reader.file is not None:
             means = "".join(f", {n}={s / max(stats.batches, 1):.6g}" for n, s in zip(self.fetch_names, sums))
-            print(f"async worker {k}: {path}: {reader.instances} instances, {reader.skipped_lines} skipped lines; "
-                  f"{stats.instances} instances in {stats.batches} batches so far{means}", flush=True)
+            print(f"async worker {k}: {reader.file}: {reader.instances - read[0]} instances, "
+                  f"{reader.skipped_lines - read[1]} skipped lines; {stats.instances} instances in "
+                  f"{stats.batches} batches run so far{means}", flush=True)
+        read[:] = reader.instances, reader.skipped_lines
 
 
 # -- process mode -----------------------------------------------------------------------------------
@@ -426,6 +437,17 @@ def _collect(procs: list[Any], reports: Any, counter: Any, progress: Callable[[i
             progress(counter.value - shown)
             shown = counter.value
     return [results[k] for k in range(len(procs))]
+
+
+def _start_method() -> Any:
+    """Workers fork from a server process that has imported blockir (``forkserver``; ``spawn`` where there
+    is none): only the first run of a process pays for starting Python and importing; ``fork`` would copy
+    the caller's threads' state."""
+    if "forkserver" not in mp.get_all_start_methods():
+        return mp.get_context("spawn")
+    ctx = mp.get_context("forkserver")
+    ctx.set_forkserver_preload([__name__])
+    return ctx
 
 
 def _instances(value: Any) -> int:

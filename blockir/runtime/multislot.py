@@ -29,7 +29,7 @@ import os
 import signal
 import subprocess
 import tempfile
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping
 from contextlib import contextmanager, suppress
 from dataclasses import dataclass
 from typing import IO, Any
@@ -338,14 +338,16 @@ class MultiSlotReader:
     Only used slots are in a batch, in ``multi_slot_desc`` order. A sparse slot is a ``LoDTensor``
     of shape ``[total, 1]`` with one LoD level (the instances' lengths): int64 ids for ``uint64``,
     float32 for ``float``. A dense slot is an array ``[batch, *shape]`` (int64 or float32). Batches
-    run on across files; the last one may be smaller.
+    run on across files; the last one may be smaller. ``files`` is a path, a sequence of paths, or an
+    iterator of paths, taken one at a time as the previous file is done (a worker's share of a queue);
+    ``file`` is the one being read, ``batch_files`` the files the last batch's instances came from.
 
     A malformed line raises :class:`~blockir.errors.DataFeedError` naming file and line (1-based);
     with ``skip_bad_lines`` it is skipped and counted. ``instances`` and ``skipped_lines`` count the
     current (or last) pass. ``chunk_size`` is how many bytes are parsed at once.
     """
 
-    def __init__(self, desc: DataFeedDesc, files: str | os.PathLike[str] | Sequence[str | os.PathLike[str]],
+    def __init__(self, desc: DataFeedDesc, files: str | os.PathLike[str] | Iterable[str | os.PathLike[str]],
                  skip_bad_lines: bool = False, *, chunk_size: int = CHUNK_SIZE) -> None:
         if chunk_size <= 0:
             raise DataFeedError(f"chunk_size must be positive, got {chunk_size}")
@@ -354,7 +356,10 @@ class MultiSlotReader:
             raise DataFeedError(f"{desc.source}: no slot is used (is_used: true, or set_use_slots)")
         self.batch_size = desc.batch_size
         self.pipe_command = desc.pipe_command
-        self.files = [os.fspath(files)] if isinstance(files, (str, os.PathLike)) else [os.fspath(f) for f in files]
+        self.files: Iterable[str | os.PathLike[str]] = \
+            [files] if isinstance(files, (str, os.PathLike)) else files if isinstance(files, Iterator) else list(files)
+        self.file: str | None = None
+        self.batch_files: list[str] = []
         self.skip_bad_lines = skip_bad_lines
         self.chunk_size = chunk_size
         self.instances = 0
@@ -364,10 +369,15 @@ class MultiSlotReader:
         self.instances = self.skipped_lines = 0
         batcher = _Batcher([s for s in self._slots if s.used], self.batch_size)
         for path in self.files:
+            self.file = path = os.fspath(path)
             for chunk in self._chunks(path):
-                batcher.add(chunk)
-                yield from batcher.take()
-        yield from batcher.take(final=True)
+                batcher.add(chunk, path)
+                yield from self._batches(batcher)
+        yield from self._batches(batcher, final=True)
+
+    def _batches(self, batcher: _Batcher, final: bool = False) -> Iterator[dict[str, Any]]:
+        for self.batch_files, batch in batcher.take(final):
+            yield batch
 
     def _chunks(self, path: str) -> Iterator[_Chunk]:
         line = 0
@@ -396,13 +406,32 @@ class _Batcher:
         self.batch_size = batch_size
         self.parts: list[list[tuple[np.ndarray, np.ndarray]]] = [[] for _ in slots]
         self.size = 0
+        self.sources: list[list[Any]] = []  # [file, instances of it not yet in a batch], in order
 
-    def add(self, chunk: _Chunk) -> None:
+    def add(self, chunk: _Chunk, path: str) -> None:
         for parts, column in zip(self.parts, chunk.columns):
             parts.append(column)
         self.size += chunk.instances
+        if self.sources and self.sources[-1][0] == path:
+            self.sources[-1][1] += chunk.instances
+        elif chunk.instances:
+            self.sources.append([path, chunk.instances])
 
-    def take(self, final: bool = False) -> Iterator[dict[str, Any]]:
+    def _files(self, n: int) -> list[str]:
+        """The files of the next ``n`` instances, which leave the sources."""
+        files = []
+        while n:
+            source = self.sources[0]
+            files.append(source[0])
+            used = min(n, source[1])
+            source[1] -= used
+            n -= used
+            if not source[1]:
+                self.sources.pop(0)
+        return files
+
+    def take(self, final: bool = False) -> Iterator[tuple[list[str], dict[str, Any]]]:
+        """The batches ready (``final``: also a last, smaller one), each with the files it came from."""
         bs = self.batch_size
         n = self.size if final else self.size - self.size % bs
         if n == 0:
@@ -412,8 +441,8 @@ class _Batcher:
         offsets = [np.concatenate(([0], np.cumsum(counts))) for counts, _ in merged]
         for lo in range(0, n, bs):
             hi = min(lo + bs, n)
-            yield {slot.name: _value(slot, values[off[lo]:off[hi]], off[lo:hi + 1] - off[lo])
-                   for slot, (_, values), off in zip(self.slots, merged, offsets)}
+            yield self._files(hi - lo), {slot.name: _value(slot, values[off[lo]:off[hi]], off[lo:hi + 1] - off[lo])
+                                         for slot, (_, values), off in zip(self.slots, merged, offsets)}
         self.parts = [[(counts[n:], values[off[n]:])] for (counts, values), off in zip(merged, offsets)]
         self.size -= n
 

@@ -38,7 +38,7 @@ from __future__ import annotations
 import inspect
 from dataclasses import dataclass
 from operator import itemgetter
-from typing import Any, Callable, Mapping, Sequence
+from typing import Any, Callable, Mapping
 
 import networkx as nx
 import numpy as np

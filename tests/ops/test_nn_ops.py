@@ -87,6 +87,23 @@ def test_ids_out_of_range_are_named_with_the_table_height():
         run_op("lookup_table_grad", {"W": w, "Ids": np.array([[-1]]), "Out@GRAD": np.zeros((1, 2), np.float32)})
 
 
+def test_lod_offsets_are_checked_and_stored_as_int_lists():
+    data = np.zeros((5, 1))
+    for level in ([0, 2, 5], np.array([0, 2, 5], np.uint64), np.array([0, 2, 5], np.int32)):
+        lod = LoDTensor(data, [level]).lod
+        assert lod == [[0, 2, 5]] and type(lod[0][0]) is int
+    assert LoDTensor(data, [[0, 2], [0, 2, 5]]).lod == [[0, 2], [0, 2, 5]]
+    for lod, message in (([[]], r"level 0 must start at 0 and not decrease: \[\]"),
+                         ([[1, 5]], r"level 0 must start at 0 and not decrease: \[1, 5\]"),
+                         ([np.array([0, 3, 2, 5])], r"level 0 must start at 0 and not decrease: \[0, 3, 2, 5\]"),
+                         ([[0, 2.5, 5]], r"level 0 must be a list of integer offsets, got \[0, 2.5, 5\]"),
+                         ([[[0, 5]]], r"level 0 must be a list of integer offsets"),
+                         ([[0, 4]], r"level 0 ends at 4, expected 5"),
+                         ([[0, 3], [0, 2, 5]], r"level 0 ends at 3, expected 2: \[\[0, 3\], \[0, 2, 5\]\]")):
+        with pytest.raises(BlockirError, match=message):
+            LoDTensor(data, lod)
+
+
 def test_sequence_pool_needs_a_lod_tensor():
     with pytest.raises(BlockirError, match=r"sequence_pool: X must be a LoDTensor with at least one LoD level, "
                                            r"got a plain ndarray of shape \[3, 2\]"):

@@ -91,9 +91,9 @@ def test_one_worker_equals_a_plain_executor_loop(tmp_path: Path, desc: bir.DataF
                                                       scope=scope_async)
 
     exe, firsts = bir.Executor("cpu"), []
-    for path in files:  # a worker reads file by file: each file's last batch may be smaller
-        for batch in MultiSlotReader(desc, [path]):
-            firsts.append([float(v.flat[0]) for v in exe.run(main, batch, [loss, acc], scope=scope_plain)])
+    for batch in MultiSlotReader(desc, files):  # batches run on across a worker's files: 100 docs, 7 batches
+        firsts.append([float(v.flat[0]) for v in exe.run(main, batch, [loss, acc], scope=scope_plain)])
+    assert len(firsts) == 7
     assert fetched == [float(x) for x in np.mean(firsts, axis=0)]
     expected = params(main, scope_plain)
     assert expected and all(np.array_equal(expected[n], v) for n, v in params(main, scope_async).items())
@@ -179,7 +179,8 @@ def test_fetches_are_per_worker_batch_means_averaged_over_workers(tmp_path: Path
     fetched, = async_exe.run_from_files(main, desc, files, 2, [m], scope=bir.Scope())
     per_worker = []
     for w in async_exe.last_stats.workers:
-        means = [xs[i:i + 4].mean() for n in w.files for xs in [values[Path(n).name]] for i in range(0, len(xs), 4)]
+        xs = np.concatenate([values[Path(n).name] for n in w.files]) if w.files else []
+        means = [xs[i:i + 4].mean() for i in range(0, len(xs), 4)]  # batches run on across a worker's files
         if means:
             per_worker.append(np.mean(means))
     assert fetched == pytest.approx(np.mean(per_worker), rel=1e-6)
@@ -243,6 +244,15 @@ def test_a_failing_worker_stops_all_and_its_error_names_worker_file_and_line(tmp
     assert async_exe.last_stats.instances < 2000  # the other worker stopped early
 
 
+def test_a_failing_batch_names_the_files_it_came_from(tmp_path: Path, desc: bir.DataFeedDesc) -> None:
+    good, bad = tmp_path / "good", tmp_path / "bad"
+    write_multislot(good, corpus(3, seed=0), desc)
+    write_multislot(bad, [{"words": [1, VOCAB + 5], "label": 1, "weight": 1.0}], desc)
+    main, startup, _, _, loss, _ = bow()
+    with pytest.raises(BlockirError, match=f"async worker 0 failed on file {good}, {bad}: .*out of range"):
+        bir.AsyncExecutor().run_from_files(main, desc, [good, bad], 1, [loss], scope=started(startup))
+
+
 def test_a_failing_process_stops_the_others_and_leaves_nothing_behind(tmp_path: Path,
                                                                      desc: bir.DataFeedDesc) -> None:
     bad, good = tmp_path / "bad", tmp_path / "good"
@@ -252,7 +262,7 @@ def test_a_failing_process_stops_the_others_and_leaves_nothing_behind(tmp_path: 
     scope = started(startup)
     before = params(main, scope)
     blocks = set(os.listdir("/dev/shm"))
-    with pytest.raises(BlockirError, match=f"(?s)async worker \\d failed on file {bad}: .*out of range.*lookup_table"):
+    with pytest.raises(BlockirError, match=f"(?s)async worker \\d failed on file {bad}(, {good})?: .*out of range.*lookup_table"):
         bir.AsyncExecutor().run_from_files(main, desc, [bad, good], 2, [loss], mode="process", scope=scope)
     assert multiprocessing.active_children() == []
     assert set(os.listdir("/dev/shm")) <= blocks  # the shared memory is freed

@@ -163,6 +163,29 @@ def test_reads_paddle_style_files(tmp_path: Path) -> None:
     assert got[1]["words"].lod == [[0, 2]] and got[1]["label"].tolist() == [[1]]  # the last, partial batch
 
 
+def test_files_from_an_iterator_are_taken_as_needed_and_batches_name_their_files(tmp_path: Path) -> None:
+    desc = bir.DataFeedDesc('batch_size: 4 multi_slot_desc { slots { name: "x" type: "float" is_dense: true '
+                            'is_used: true shape: 1 } }')
+    sizes = {"a": 3, "b": 6, "c": 1, "d": 0}
+    paths = {n: write(tmp_path / n, "".join(f"1 {10 * i + k}\n" for k in range(size)))
+             for i, (n, size) in enumerate(sizes.items())}
+    taken: list[str] = []
+
+    def files() -> Any:  # a worker's share of a queue: the next file only once the reader asks for it
+        for name, path in paths.items():
+            taken.append(name)
+            yield path
+
+    reader = MultiSlotReader(desc, files())
+    seen = []
+    for batch in reader:
+        seen.append((batch["x"][:, 0].tolist(), [Path(f).name for f in reader.batch_files], "".join(taken)))
+    assert seen == [([0, 1, 2, 10], ["a", "b"], "ab"), ([11, 12, 13, 14], ["b"], "ab"),
+                    ([15, 20], ["b", "c"], "abcd")]  # the last batch, smaller, once every file is read
+    assert reader.file == str(paths["d"]) and reader.instances == 10
+    assert list(reader) == []  # an iterator of files is read once
+
+
 def test_dense_float_slots_take_their_shape(tmp_path: Path) -> None:
     desc = bir.DataFeedDesc('batch_size: 2 multi_slot_desc { slots { name: "x" type: "float" is_dense: true '
                             'is_used: true shape: -1 shape: 2 shape: 3 } slots { name: "y" type: "float" '
