@@ -178,22 +178,28 @@ def _train_files(patterns: list[str]) -> list[str]:
 
 
 class _Progress:
-    """A stderr line updated between batches (from the workers): instances read and instances/s."""
+    """A stderr line updated as batches run: instances, instances/s and the fetches averaged so far."""
 
-    def __init__(self, epoch: int, enabled: bool) -> None:
-        self.epoch, self.enabled = epoch, enabled
-        self.instances, self.start, self.shown = 0, time.perf_counter(), 0.0
+    def __init__(self, epoch: int, fetch: list[str], enabled: bool) -> None:
+        self.epoch, self.fetch, self.enabled = epoch, fetch, enabled
+        self.instances, self.batches, self.sums = 0, 0, np.zeros(len(fetch))
+        self.start, self.shown = time.perf_counter(), 0.0
         self.lock = threading.Lock()
 
-    def __call__(self, instances: int) -> None:
+    def __call__(self, instances: int, batches: int, sums: np.ndarray) -> None:
         with self.lock:
             self.instances += instances
+            self.batches += batches
+            self.sums += sums
             now = time.perf_counter()
             if self.enabled and now - self.shown >= 0.2:
                 self.shown = now
-                rate = self.instances / max(now - self.start, 1e-9)
-                print(f"\repoch {self.epoch}: {self.instances} instances, {rate:.0f}/s", end="", file=sys.stderr,
-                      flush=True)
+                print(f"\r{self.line(now)}", end="", file=sys.stderr, flush=True)
+
+    def line(self, now: float) -> str:
+        rate = self.instances / max(now - self.start, 1e-9)
+        means = "".join(f"  {n}={s / max(self.batches, 1):.4g}" for n, s in zip(self.fetch, self.sums))
+        return f"epoch {self.epoch}: {self.instances} instances, {rate:.0f}/s{means}"
 
 
 def _train(args: argparse.Namespace) -> int:
@@ -208,7 +214,7 @@ def _train(args: argparse.Namespace) -> int:
         if args.startup is not None:
             exe.run(load_program(args.startup), scope=scope)
         for epoch in range(args.epochs):
-            progress = _Progress(epoch, sys.stderr.isatty())
+            progress = _Progress(epoch, args.fetch, sys.stderr.isatty())
             fetched = async_exe.run_from_files(program, desc, files, args.threads, args.fetch, debug=args.debug,
                                                mode=args.mode, skip_bad_lines=args.skip_bad_lines, scope=scope,
                                                progress=progress)

@@ -58,7 +58,7 @@ from blockir.runtime.place import Place, as_place
 from blockir.runtime.plan import Plan
 from blockir.runtime.scope import Scope, global_scope
 
-__all__ = ["AsyncExecutor", "AsyncStats", "WorkerStats", "MODES"]
+__all__ = ["AsyncExecutor", "AsyncStats", "WorkerStats", "Progress", "MODES"]
 
 MODES = ("thread", "process")
 
@@ -119,7 +119,7 @@ class AsyncExecutor:
     def run_from_files(self, program: Program, data_feed_desc: DataFeedDesc, filelist: Sequence[str | os.PathLike[str]],
                        thread_num: int | None, fetch: Iterable[Any], debug: bool = False, *, mode: str = "thread",
                        skip_bad_lines: bool = False, scope: Scope | None = None,
-                       progress: Callable[[int], None] | None = None) -> list[float]:
+                       progress: Progress | None = None) -> list[float]:
         """Run ``program`` once per batch of the files, with ``thread_num`` workers; return the fetches.
 
         ``thread_num`` (None or 0: the desc's ``thread_num``, else 1) is capped at the number of files.
@@ -129,9 +129,10 @@ class AsyncExecutor:
         in shared memory (see the module's doc). The result has one float per ``fetch`` entry: per
         worker, the mean over its batches of the variable's first element, averaged over the workers
         that ran a batch (NaN when none did); a fetched variable's last dimension must be 1. ``debug``
-        prints each worker's progress after each file. ``progress``, if given, is called with the
-        instance count of the batches run (from the workers; in process mode from the calling thread,
-        a few times a second). Statistics go to :attr:`last_stats`. A failing worker stops the others
+        prints each worker's progress after each file. ``progress``, if given, is called as
+        ``progress(instances, batches, sums)`` with what ran since the last call: instances, batches,
+        and per fetch the sum of the batches' first elements (from the workers after each batch; in
+        process mode from the calling thread, up to ten times a second). Statistics go to :attr:`last_stats`. A failing worker stops the others
         between batches; its error, naming the worker and file (and the op or line), reaches the caller.
         """
         if mode not in MODES:
@@ -169,7 +170,7 @@ class AsyncExecutor:
         return exe.plan(program, [b.name for b in job.bindings], job.fetch_names)
 
     def _threads(self, program: Program, job: _Job, files: list[str], workers: int, root: Scope,
-                 progress: Callable[[int], None] | None) -> list[_Result]:
+                 progress: Progress | None) -> list[_Result]:
         todo: queue.SimpleQueue[str] = queue.SimpleQueue()
         for path in files:
             todo.put(path)
@@ -206,7 +207,7 @@ class AsyncExecutor:
         return results
 
     def _processes(self, program: Program, job: _Job, files: list[str], workers: int, root: Scope,
-                   progress: Callable[[int], None] | None) -> list[_Result]:
+                   progress: Progress | None) -> list[_Result]:
         with ExitStack() as stack:
             plan = self._plan(program, job, stack)  # compiled here: errors come first, and it names the values
         made = {name for _, name, _ in plan.writebacks}
@@ -217,7 +218,8 @@ class AsyncExecutor:
                                f"first, or use mode='thread')")
         names = sorted(made | {name for _, name, *_ in plan.scope_inputs})
         ctx = _start_method()
-        next_file, counter, stop, reports = ctx.Value("q", 0), ctx.Value("q", 0), ctx.Event(), ctx.Queue()
+        next_file, stop, reports = ctx.Value("q", 0), ctx.Event(), ctx.Queue()
+        counter = ctx.Array("d", 2 + len(job.fetch_names))  # instances, batches, sums of the fetches
         with _SharedValues(root, names) as layout:
             spec = _ProcessSpec(program.serialize(), str(self.place), job, files, layout)
             procs = [ctx.Process(target=_process_worker, args=(k, spec, next_file, counter, stop, reports),
@@ -225,7 +227,7 @@ class AsyncExecutor:
             try:
                 for p in procs:
                     p.start()
-                return _collect(procs, reports, counter, progress, len(job.fetch_names))
+                return _collect(procs, reports, counter, progress)
             finally:  # also on errors and KeyboardInterrupt: no worker is left running
                 stop.set()
                 for p in procs:
@@ -242,6 +244,7 @@ class AsyncExecutor:
 
 
 _Result = tuple[WorkerStats, np.ndarray, BlockirError | None]  # a worker's stats, sums of its fetches, error
+Progress = Callable[[int, int, np.ndarray], None]  # instances, batches, sums of the fetches, since the last call
 
 
 @dataclass
@@ -261,7 +264,7 @@ class _Job:
         self.__dict__.update(state, desc=DataFeedDesc(state["desc"]))
 
     def work(self, k: int, plan: Plan, scope: Scope, next_file: Callable[[], str | None], stop: Any,
-             progress: Callable[[int], None] | None, after_batch: Callable[[], None] | None = None) -> _Result:
+             progress: Progress | None, after_batch: Callable[[], None] | None = None) -> _Result:
         """Worker ``k``: batches of the files from ``next_file``, run through ``plan`` until there are no
         files left or ``stop`` is set; an error sets it. Batches run on across the worker's files."""
         start = time.perf_counter()
@@ -282,13 +285,13 @@ class _Job:
                 fetched = plan.run({b.name: b.value(batch[b.name]) for b in self.bindings}, scope)
                 if after_batch is not None:
                     after_batch()
-                for i, (name, value) in enumerate(zip(self.fetch_names, fetched)):
-                    sums[i] += _first(name, value)
+                firsts = np.array([_first(name, value) for name, value in zip(self.fetch_names, fetched)])
+                sums += firsts
                 size = _instances(next(iter(batch.values())))
                 stats.batches += 1
                 stats.instances += size
                 if progress is not None:
-                    progress(size)
+                    progress(size, 1, firsts)
                 if stop.is_set():
                     break
             self._report(k, stats, sums, reader, read)
@@ -395,9 +398,12 @@ def _process_worker(k: int, spec: _ProcessSpec, next_file: Any, counter: Any, st
                 next_file.value = i + 1
             return spec.files[i] if i < len(spec.files) else None
 
-        def count(instances: int) -> None:
+        def count(instances: int, batches: int, sums: np.ndarray) -> None:
             with counter.get_lock():
-                counter.value += instances
+                counter[0] += instances
+                counter[1] += batches
+                for i, value in enumerate(sums, 2):
+                    counter[i] += value
 
         def write_back() -> None:  # a value an op replaced (instead of updating it in place) goes to the block
             for name, array in shared.items():
@@ -419,11 +425,10 @@ def _process_worker(k: int, spec: _ProcessSpec, next_file: Any, counter: Any, st
                 block.close()
 
 
-def _collect(procs: list[Any], reports: Any, counter: Any, progress: Callable[[int], None] | None,
-             fetches: int) -> list[_Result]:
+def _collect(procs: list[Any], reports: Any, counter: Any, progress: Progress | None) -> list[_Result]:
     """The workers' reports, passing on progress meanwhile; a worker that died without one is an error."""
     results: dict[int, _Result] = {}
-    shown = 0
+    shown = np.zeros(len(counter))
     while len(results) < len(procs):
         try:
             stats, sums, error = reports.get(timeout=0.1)
@@ -431,11 +436,14 @@ def _collect(procs: list[Any], reports: Any, counter: Any, progress: Callable[[i
         except queue.Empty:
             if all(not p.is_alive() for p in procs) and reports.empty():
                 for k, p in enumerate(procs):
-                    results.setdefault(k, (WorkerStats(k), np.zeros(fetches), BlockirError(
+                    results.setdefault(k, (WorkerStats(k), np.zeros(len(counter) - 2), BlockirError(
                         f"async worker {k} exited with status {p.exitcode} and no report")))
-        if progress is not None and counter.value != shown:
-            progress(counter.value - shown)
-            shown = counter.value
+        if progress is not None:
+            with counter.get_lock():
+                now = np.array(counter[:])
+            if now[1] != shown[1]:
+                progress(int(now[0] - shown[0]), int(now[1] - shown[1]), now[2:] - shown[2:])
+                shown = now
     return [results[k] for k in range(len(procs))]
 
 

@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 import blockir as bir
-from blockir.cli import main as cli_main
+from blockir.cli import _Progress, main as cli_main
 from blockir.errors import BlockirError
 from blockir.runtime.async_executor import MODES, _collect
 from blockir.runtime.multislot import MultiSlotReader, write_multislot
@@ -276,7 +276,7 @@ def test_a_worker_process_that_dies_without_a_report_is_an_error() -> None:
     dead = ctx.Process(target=os._exit, args=(3,))
     dead.start()
     reports = ctx.Queue()
-    (stats, sums, error), = _collect([dead], reports, ctx.Value("q", 0), None, fetches=2)
+    (stats, sums, error), = _collect([dead], reports, ctx.Array("d", 2 + 2), None)  # two fetches
     dead.join()
     assert stats.batches == 0 and sums.shape == (2,)
     assert str(error) == "async worker 0 exited with status 3 and no report"
@@ -311,6 +311,36 @@ def test_a_failing_op_is_named_in_the_error(tmp_path: Path, desc: bir.DataFeedDe
                        match=f"(?s)async worker 0 failed on file {path}: .*out of range.*in op: .* = lookup_table"):
         bir.AsyncExecutor().run_from_files(main, desc, [path], 1, [loss], scope=started(startup))
     assert threading.active_count() == baseline
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_progress_reports_instances_batches_and_fetch_sums(tmp_path: Path, desc: bir.DataFeedDesc,
+                                                          mode: str) -> None:
+    files = write_parts(tmp_path, desc, parts=3, docs=100)
+    main, startup, _, _, loss, acc = bow()
+    calls: list[tuple[int, int, np.ndarray]] = []
+    lock = threading.Lock()
+
+    def progress(instances: int, batches: int, sums: np.ndarray) -> None:
+        with lock:
+            calls.append((instances, batches, np.array(sums)))
+
+    async_exe = bir.AsyncExecutor()
+    fetched = async_exe.run_from_files(main, desc, files, 1, [loss, acc], mode=mode, scope=started(startup),
+                                       progress=progress)
+    assert calls and all(i > 0 and b > 0 and s.shape == (2,) for i, b, s in calls)
+    assert sum(i for i, _, _ in calls) == 300 and sum(b for _, b, _ in calls) == 19  # 300 = 18 * 16 + 12
+    assert (sum(s for _, _, s in calls) / 19).tolist() == pytest.approx(fetched, rel=1e-9)  # one worker: the mean
+    if mode == "thread":
+        assert len(calls) == 19  # after each batch
+
+
+def test_cli_progress_line_shows_the_rate_and_averaged_fetches(capsys: pytest.CaptureFixture[str]) -> None:
+    progress = _Progress(2, ["loss", "acc"], enabled=True)
+    progress(100, 2, np.array([1.5, 1.0]))
+    progress(28, 1, np.array([0.0, 0.25]))  # within 0.2 s of the last line: not shown
+    assert "epoch 2: 100 instances, " in capsys.readouterr().err
+    assert progress.line(progress.start + 2.0) == "epoch 2: 128 instances, 64/s  loss=0.5  acc=0.4167"
 
 
 @pytest.mark.parametrize("mode", MODES)
