@@ -13,6 +13,7 @@ from types import ModuleType
 
 import numpy as np
 import pytest
+from threadpoolctl import threadpool_limits
 
 import blockir as bir
 
@@ -70,10 +71,46 @@ def test_bayes_accuracy_is_what_the_bayes_rule_scores_on_many_documents():
     assert abs(rule - bow.bayes_accuracy(signal)) < 0.003  # 4 standard errors
 
 
+def test_async_bow_reaches_the_single_worker_accuracy_with_2_and_4_workers(tmp_path):
+    bow = load("async_bow")
+    start = time.perf_counter()
+    with threadpool_limits(limits=1):  # BLAS threads beside the workers' oversubscribe the 2 cores
+        metrics = bow.main(workdir=tmp_path, verbose=False)
+    elapsed = time.perf_counter() - start
+    assert elapsed < 30, f"took {elapsed:.1f}s"
+    runs, bayes = metrics["runs"], metrics["bayes_accuracy"]
+    assert sorted(runs) == [1, 2, 4] and metrics["heldout_docs"] == 10_000
+    # 10,000 held-out documents: an accuracy near 0.88 has a standard error of 0.0033, the difference of two
+    # of them at most 0.0046 (less, as both models score the same documents); 0.015 is over 3 of those.
+    single = runs[1]["accuracy"]
+    assert bayes - 0.015 <= single <= bayes + 0.01, metrics
+    for workers in (2, 4):
+        assert runs[workers]["accuracy"] >= single - 0.015, metrics
+    assert all(run["train_accuracy"] > 0.8 and run["instances_per_second"] > 0 for run in runs.values())
+    # the inference model saved after the epoch loads and tells positive from negative signal words
+    exe, served = bir.Executor("cpu"), bir.Scope()
+    program, feeds, fetches = bir.io.load_inference_model(runs[4]["model"], exe, scope=served)
+    assert feeds == ["words"]
+    docs = bir.LoDTensor.from_lengths(np.array([[1], [7], [30], [52], [60], [99]]), [3, 3])
+    probs, = exe.run(program, feed={"words": docs}, fetch_list=fetches, scope=served)
+    assert probs.argmax(axis=1).tolist() == [1, 0]
+
+
+def test_async_bow_worker_processes_reach_the_accuracy_of_one_thread(tmp_path):
+    bow = load("async_bow")
+    corpus = bow.write_corpus(tmp_path, parts=4, docs_per_part=3000)
+    single = bow.train(corpus, 1, "thread", epochs=2, verbose=False)
+    run = bow.train(corpus, 2, "process", epochs=2, verbose=False)
+    assert run["accuracy"] >= single["accuracy"] - 0.015 and run["accuracy"] > 0.8, (single, run)
+    assert sorted(p.name for p in (tmp_path / "process-2").iterdir()) == ["epoch0.model", "epoch1.model"]
+    assert run["model"] == str(tmp_path / "process-2" / "epoch1.model")
+
+
 @pytest.mark.parametrize("script, args", [
     ("mlp_digits.py", ["--epochs", "2"]),
     ("bow_classifier.py", ["--epochs", "1", "--train-docs", "2000"]),
     ("staged_training.py", ["--epochs", "1", "--place", "cpu:1"]),
+    ("async_bow.py", ["--workers", "1", "2", "--mode", "process", "--parts", "2", "--docs", "500"]),
 ])
 def test_examples_run_as_scripts(script, args, tmp_path):
     done = subprocess.run([sys.executable, str(EXAMPLES / script), *args], capture_output=True, text=True,
