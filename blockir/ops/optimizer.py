@@ -126,14 +126,18 @@ def _adagrad(ctx: KernelContext, param: Any, grad: Any, moment: Any, lr: Any) ->
     if isinstance(grad, SelectedRows):
         merged = grad.merged(xp)
         rows, g = xp.asarray(merged.rows), merged.values
-        acc = moment[rows] + g * g
-        moment[rows] = acc
-        param[rows] -= lr * g / (xp.sqrt(acc) + eps)
+        step = xp.multiply(g, g)
+        step += moment[rows]
+        moment[rows] = step
+        xp.sqrt(step, out=step)
     else:
-        moment += grad * grad
-        denom = xp.sqrt(moment)
-        denom += eps
-        param -= lr * grad / denom
+        rows, g = slice(None), grad
+        moment += xp.multiply(g, g)
+        step = xp.sqrt(moment)
+    step += eps  # step = lr * g / (sqrt(moment) + eps) in one temporary: each fresh block costs page faults
+    xp.divide(g, step, out=step)
+    step *= lr
+    param[rows] -= step
     return param, moment
 
 
