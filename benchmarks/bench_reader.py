@@ -26,10 +26,10 @@ import argparse
 import os
 import tempfile
 from pathlib import Path
-from typing import Any, Callable, Iterator
+from typing import Any, Callable, Iterator, Sequence
 
 import numpy as np
-from bench_executor import alternate
+from bench_executor import Timings, alternate
 
 import blockir as bir
 from blockir.runtime.multislot import CHUNK_SIZE, MultiSlotReader, write_multislot
@@ -67,33 +67,42 @@ def generate(path: Path, desc: bir.DataFeedDesc, instances: Iterator[dict[str, A
     return total
 
 
-def read_bytes(path: Path) -> Callable[[], None]:
+def read_bytes(paths: Sequence[Path]) -> Callable[[], None]:
     def run() -> None:
-        with open(path, "rb") as f:
-            while f.read(CHUNK_SIZE):
-                pass
+        for path in paths:
+            with open(path, "rb") as f:
+                while f.read(CHUNK_SIZE):
+                    pass
     return run
 
 
-def read_batches(desc: bir.DataFeedDesc, path: Path) -> Callable[[], None]:
+def read_batches(desc: bir.DataFeedDesc, paths: Sequence[Path]) -> Callable[[], None]:
     def run() -> None:
-        for _ in MultiSlotReader(desc, path):
+        for _ in MultiSlotReader(desc, paths):
             pass
     return run
 
 
-def read_python(desc: bir.DataFeedDesc, path: Path) -> Callable[[], None]:
+def read_python(desc: bir.DataFeedDesc, paths: Sequence[Path]) -> Callable[[], None]:
     slots = [float if s.type == "float" else int for s in desc.slots]
 
     def run() -> None:
-        with open(path, "rb") as f:
-            for line in f:
-                tokens, pos, instance = line.split(), 0, []
-                for convert in slots:
-                    n = int(tokens[pos])
-                    instance.append([convert(t) for t in tokens[pos + 1:pos + 1 + n]])
-                    pos += 1 + n
+        for path in paths:
+            with open(path, "rb") as f:
+                for line in f:
+                    tokens, pos, instance = line.split(), 0, []
+                    for convert in slots:
+                        n = int(tokens[pos])
+                        instance.append([convert(t) for t in tokens[pos + 1:pos + 1 + n]])
+                        pos += 1 + n
     return run
+
+
+def time_reading(desc: bir.DataFeedDesc, paths: Sequence[Path], repeats: int) -> Timings:
+    """Full passes over ``paths`` by ``read``, ``reader`` and ``python`` (see the module's doc), in alternating
+    rounds: median seconds of each, and ratios to ``read``."""
+    return alternate({"read": read_bytes(paths), "reader": read_batches(desc, paths),
+                      "python": read_python(desc, paths)}, n=1, repeats=repeats)
 
 
 def main() -> None:
@@ -112,8 +121,7 @@ def main() -> None:
             path = Path(tmp) / name
             count = generate(path, desc, instances, args.mb)
             size = os.path.getsize(path)
-            timings = alternate({"read": read_bytes(path), "reader": read_batches(desc, path),
-                                 "python": read_python(desc, path)}, n=1, repeats=args.repeats)
+            timings = time_reading(desc, [path], args.repeats)
             for contender, seconds in timings.seconds.items():
                 print(f"{name:5} {contender:9} {size / seconds / 1e6:8.1f} {count / seconds:13,.0f} "
                       f"{timings.ratio[contender]:8.1f}")
