@@ -47,6 +47,7 @@ from multiprocessing.shared_memory import SharedMemory
 from typing import Any
 
 import numpy as np
+from threadpoolctl import ThreadpoolController
 
 from blockir.errors import BlockirError, DataFeedError
 from blockir.ir.core import Program, Variable
@@ -196,6 +197,7 @@ class AsyncExecutor:
             threads = [threading.Thread(target=work, args=(k, plans[k]), name=f"blockir-async-{k}")
                        for k in range(workers)]
             try:
+                stack.enter_context(_blas_share(workers))
                 for t in threads:
                     t.start()
                 for t in threads:
@@ -222,7 +224,7 @@ class AsyncExecutor:
         next_file, stop, reports = ctx.Value("q", 0), ctx.Event(), ctx.Queue()
         counter = ctx.Array("d", 2 + len(job.fetch_names))  # instances, batches, sums of the fetches
         with _SharedValues(root, names) as layout:
-            spec = _ProcessSpec(program.serialize(), str(self.place), job, files, layout)
+            spec = _ProcessSpec(program.serialize(), str(self.place), job, files, layout, workers)
             procs = [ctx.Process(target=_process_worker, args=(k, spec, next_file, counter, stop, reports),
                                  name=f"blockir-async-{k}", daemon=True) for k in range(workers)]
             try:
@@ -376,6 +378,7 @@ class _ProcessSpec:
     job: _Job
     files: list[str]
     layout: _Layout
+    workers: int
 
 
 def _process_worker(k: int, spec: _ProcessSpec, next_file: Any, counter: Any, stop: Any, reports: Any) -> None:
@@ -414,7 +417,8 @@ def _process_worker(k: int, spec: _ProcessSpec, next_file: Any, counter: Any, st
                     array[...] = holder.value
                     holder.set(array)
 
-        result = spec.job.work(k, plan, Scope(scope), take_file, stop, count, write_back)
+        with _blas_share(spec.workers):
+            result = spec.job.work(k, plan, Scope(scope), take_file, stop, count, write_back)
     except BaseException as e:
         stop.set()
         result = (WorkerStats(k), np.zeros(len(spec.job.fetch_names)), BlockirError(f"async worker {k} failed: {e}"))
@@ -425,6 +429,16 @@ def _process_worker(k: int, spec: _ProcessSpec, next_file: Any, counter: Any, st
         for block in blocks:
             with suppress(BufferError):  # an array still over it: the mapping goes with the process
                 block.close()
+
+
+def _blas_share(workers: int) -> Any:
+    """A context that limits BLAS to this machine's cores shared out among ``workers`` (never raising the
+    limit): BLAS pools of their own beside every worker oversubscribe the cores, and then workers run
+    several times slower."""
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+    blas = ThreadpoolController().select(user_api="blas")
+    current = max((lib["num_threads"] for lib in blas.info()), default=1)
+    return blas.limit(limits=min(current, max(1, cores // workers)))
 
 
 def _keep_freed_memory() -> None:

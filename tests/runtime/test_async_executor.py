@@ -10,11 +10,12 @@ from typing import Any
 
 import numpy as np
 import pytest
+from threadpoolctl import ThreadpoolController, threadpool_limits
 
 import blockir as bir
 from blockir.cli import _Progress, main as cli_main
 from blockir.errors import BlockirError
-from blockir.runtime.async_executor import MODES, _collect
+from blockir.runtime.async_executor import MODES, _blas_share, _collect
 from blockir.runtime.multislot import MultiSlotReader, write_multislot
 
 VOCAB = 200
@@ -333,6 +334,24 @@ def test_progress_reports_instances_batches_and_fetch_sums(tmp_path: Path, desc:
     assert (sum(s for _, _, s in calls) / 19).tolist() == pytest.approx(fetched, rel=1e-9)  # one worker: the mean
     if mode == "thread":
         assert len(calls) == 19  # after each batch
+
+
+def blas_threads() -> int:
+    return max(lib["num_threads"] for lib in ThreadpoolController().select(user_api="blas").info())
+
+
+def test_workers_share_the_cores_among_their_blas_threads(tmp_path: Path, desc: bir.DataFeedDesc) -> None:
+    files = write_parts(tmp_path, desc, parts=2, docs=40)
+    main, startup, _, _, loss, _ = bow()
+    cores = len(os.sched_getaffinity(0))
+    seen: list[int] = []
+    with threadpool_limits(limits=4 * cores, user_api="blas"):
+        before = blas_threads()
+        bir.AsyncExecutor().run_from_files(main, desc, files, 2, [loss], scope=started(startup),
+                                           progress=lambda *_: seen.append(blas_threads()))
+        assert set(seen) == {max(1, cores // 2)} and blas_threads() == before  # restored after the run
+        with threadpool_limits(limits=1, user_api="blas"), _blas_share(1):
+            assert blas_threads() == 1  # never raised
 
 
 def test_cli_progress_line_shows_the_rate_and_averaged_fetches(capsys: pytest.CaptureFixture[str]) -> None:
