@@ -34,6 +34,7 @@ needs a value in the scope before the run.
 from __future__ import annotations
 
 import ctypes
+import gc
 import math
 import multiprocessing as mp
 import os
@@ -387,6 +388,7 @@ def _process_worker(k: int, spec: _ProcessSpec, next_file: Any, counter: Any, st
     shared: dict[str, np.ndarray] = {}
     scope: Scope | None = Scope()
     result = None
+    gc.freeze()  # what the process was forked with: never traversed by its collections (and not copied)
     _keep_freed_memory()
     try:
         for name, block_name, shape, dtype in spec.layout:
