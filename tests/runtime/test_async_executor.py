@@ -400,3 +400,31 @@ def test_cli_train_errors_are_one_line(tmp_path: Path, desc: bir.DataFeedDesc,
                        "--files", str(tmp_path / "none-*")])
     err = capsys.readouterr().err
     assert status == 2 and err.count("\n") == 1 and "matches no file" in err
+
+
+@pytest.mark.timeout(120)
+def test_stress_many_runs_with_failures_leave_nothing_behind(tmp_path: Path, desc: bir.DataFeedDesc) -> None:
+    """Runs of random modes, worker counts and file sets, some with a bad file: each trains every instance
+    or fails naming the bad file, and no thread, process or shared memory block outlives it."""
+    rng = np.random.default_rng(7)
+    good = write_parts(tmp_path, desc, parts=8, docs=60)
+    bad = tmp_path / "bad"
+    bad.write_text("2 5 x 1 1 1 0.5\n")
+    main, startup, _, _, loss, _ = bow()
+    scope = started(startup)
+    threads, blocks = threading.active_count(), set(os.listdir("/dev/shm"))
+    async_exe = bir.AsyncExecutor()
+    for _ in range(40):
+        files = list(rng.choice(good, size=int(rng.integers(1, 9)), replace=False))
+        broken = rng.random() < 0.3
+        if broken:
+            files.insert(int(rng.integers(0, len(files) + 1)), str(bad))
+        mode, workers = str(rng.choice(MODES)), int(rng.integers(1, 5))
+        if broken:
+            with pytest.raises(BlockirError, match=f"failed on file {bad}: {bad}:1: "):
+                async_exe.run_from_files(main, desc, files, workers, [loss], mode=mode, scope=scope)
+        else:
+            cost, = async_exe.run_from_files(main, desc, files, workers, [loss], mode=mode, scope=scope)
+            assert async_exe.last_stats.instances == 60 * len(files) and np.isfinite(cost)
+        assert threading.active_count() == threads and multiprocessing.active_children() == []
+        assert set(os.listdir("/dev/shm")) <= blocks
