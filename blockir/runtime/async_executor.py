@@ -223,7 +223,8 @@ class AsyncExecutor:
         names = sorted(made | {name for _, name, *_ in plan.scope_inputs})
         ctx = _start_method()
         next_file, stop, reports = ctx.Value("q", 0), ctx.Event(), ctx.Queue()
-        counter = ctx.Array("d", 2 + len(job.fetch_names))  # instances, batches, sums of the fetches
+        # instances, batches, sums of the fetches; counted only for a progress callback
+        counter = ctx.Array("d", 2 + len(job.fetch_names)) if progress is not None else None
         with _SharedValues(root, names) as layout:
             spec = _ProcessSpec(program.serialize(), str(self.place), job, files, layout, workers)
             procs = [ctx.Process(target=_process_worker, args=(k, spec, next_file, counter, stop, reports),
@@ -231,7 +232,7 @@ class AsyncExecutor:
             try:
                 for p in procs:
                     p.start()
-                return _collect(procs, reports, counter, progress)
+                return _collect(procs, reports, counter, progress, len(job.fetch_names))
             finally:  # also on errors and KeyboardInterrupt: no worker is left running
                 stop.set()
                 for p in procs:
@@ -412,15 +413,18 @@ def _process_worker(k: int, spec: _ProcessSpec, next_file: Any, counter: Any, st
                 for i, value in enumerate(sums, 2):
                     counter[i] += value
 
+        written = [(name, shared[name]) for _, name, _ in plan.writebacks if name in shared]
+
         def write_back() -> None:  # a value an op replaced (instead of updating it in place) goes to the block
-            for name, array in shared.items():
+            for name, array in written:
                 holder = scope.find_var(name)
                 if holder.value is not array:
                     array[...] = holder.value
                     holder.set(array)
 
         with _blas_share(spec.workers):
-            result = spec.job.work(k, plan, Scope(scope), take_file, stop, count, write_back)
+            result = spec.job.work(k, plan, Scope(scope), take_file, stop, count if counter is not None else None,
+                                   write_back)
     except BaseException as e:
         stop.set()
         result = (WorkerStats(k), np.zeros(len(spec.job.fetch_names)), BlockirError(f"async worker {k} failed: {e}"))
@@ -461,10 +465,10 @@ def _keep_freed_memory() -> None:
 _M_TRIM_THRESHOLD, _M_MMAP_THRESHOLD = -1, -3  # mallopt parameters (malloc.h)
 
 
-def _collect(procs: list[Any], reports: Any, counter: Any, progress: Progress | None) -> list[_Result]:
+def _collect(procs: list[Any], reports: Any, counter: Any, progress: Progress | None, fetches: int) -> list[_Result]:
     """The workers' reports, passing on progress meanwhile; a worker that died without one is an error."""
     results: dict[int, _Result] = {}
-    shown = np.zeros(len(counter))
+    shown = np.zeros(2 + fetches)
     while len(results) < len(procs):
         try:
             stats, sums, error = reports.get(timeout=0.1)
@@ -472,9 +476,9 @@ def _collect(procs: list[Any], reports: Any, counter: Any, progress: Progress | 
         except queue.Empty:
             if all(not p.is_alive() for p in procs) and reports.empty():
                 for k, p in enumerate(procs):
-                    results.setdefault(k, (WorkerStats(k), np.zeros(len(counter) - 2), BlockirError(
+                    results.setdefault(k, (WorkerStats(k), np.zeros(fetches), BlockirError(
                         f"async worker {k} exited with status {p.exitcode} and no report")))
-        if progress is not None:
+        if counter is not None and progress is not None:
             with counter.get_lock():
                 now = np.array(counter[:])
             if now[1] != shown[1]:

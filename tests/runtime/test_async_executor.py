@@ -277,7 +277,7 @@ def test_a_worker_process_that_dies_without_a_report_is_an_error() -> None:
     dead = ctx.Process(target=os._exit, args=(3,))
     dead.start()
     reports = ctx.Queue()
-    (stats, sums, error), = _collect([dead], reports, ctx.Array("d", 2 + 2), None)  # two fetches
+    (stats, sums, error), = _collect([dead], reports, None, None, fetches=2)
     dead.join()
     assert stats.batches == 0 and sums.shape == (2,)
     assert str(error) == "async worker 0 exited with status 3 and no report"
