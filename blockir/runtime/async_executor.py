@@ -64,6 +64,7 @@ from blockir.runtime.scope import Scope, global_scope
 __all__ = ["AsyncExecutor", "AsyncStats", "WorkerStats", "Progress", "MODES"]
 
 MODES = ("thread", "process")
+_PREFETCH = 2  # chunks each worker's reader parses ahead, in a thread of its own
 
 
 @dataclass
@@ -283,7 +284,7 @@ class _Job:
                 stats.files.append(path)
                 yield path
 
-        reader = MultiSlotReader(self.desc, files(), self.skip_bad_lines)
+        reader = MultiSlotReader(self.desc, files(), self.skip_bad_lines, prefetch=_PREFETCH)
         batches = iter(reader)
         try:
             for batch in batches:

@@ -39,6 +39,8 @@ import numpy as np
 from blockir.errors import DataFeedError
 from blockir.ops.values import LoDTensor
 from blockir.runtime.data_feed import DataFeedDesc
+from blockir.runtime.device import HOST
+from blockir.runtime.reader import staged
 
 __all__ = ["MultiSlotReader", "write_multislot"]
 
@@ -288,8 +290,9 @@ def _is_float(text: str) -> bool:
 
 
 @contextmanager
-def _open(path: str, pipe_command: str) -> Iterator[IO[bytes]]:
-    """The file's bytes, or the output of ``pipe_command`` run with the file on its stdin."""
+def _open(path: str, pipe_command: str, running: list[subprocess.Popen[bytes]]) -> Iterator[IO[bytes]]:
+    """The file's bytes, or the output of ``pipe_command`` run with the file on its stdin (in ``running``
+    while it runs)."""
     try:
         file = open(path, "rb")
     except OSError as e:
@@ -303,13 +306,14 @@ def _open(path: str, pipe_command: str) -> Iterator[IO[bytes]]:
             proc = subprocess.Popen(pipe_command, shell=True, stdin=file, stdout=subprocess.PIPE, stderr=stderr,
                                     start_new_session=True)
             assert proc.stdout is not None
+            running.append(proc)
             try:
                 yield proc.stdout
             except BaseException:
-                with suppress(ProcessLookupError):
-                    os.killpg(proc.pid, signal.SIGKILL)
+                _kill(proc)
                 raise
             finally:
+                running.remove(proc)
                 proc.stdout.close()
                 proc.wait()
             if proc.returncode != 0:
@@ -317,6 +321,12 @@ def _open(path: str, pipe_command: str) -> Iterator[IO[bytes]]:
                 said = stderr.read()[-4000:].decode("utf-8", "replace").strip()
                 raise DataFeedError(f"{path}: pipe_command '{pipe_command}' failed with exit status "
                                     f"{proc.returncode}: {said or '(no stderr)'}")
+
+
+def _kill(proc: subprocess.Popen[bytes]) -> None:
+    """Kill a pipe_command's whole process group (pipelines, background children)."""
+    with suppress(ProcessLookupError):
+        os.killpg(proc.pid, signal.SIGKILL)
 
 
 def _blocks(stream: IO[bytes], chunk_size: int) -> Iterator[bytes]:
@@ -344,13 +354,17 @@ class MultiSlotReader:
 
     A malformed line raises :class:`~blockir.errors.DataFeedError` naming file and line (1-based);
     with ``skip_bad_lines`` it is skipped and counted. ``instances`` and ``skipped_lines`` count the
-    current (or last) pass. ``chunk_size`` is how many bytes are parsed at once.
+    current (or last) pass. ``chunk_size`` is how many bytes are parsed at once; with ``prefetch`` > 0
+    a background thread reads and parses up to that many chunks ahead of the batches taken (parsing
+    is numpy work on whole chunks, so it overlaps training that runs meanwhile).
     """
 
     def __init__(self, desc: DataFeedDesc, files: str | os.PathLike[str] | Iterable[str | os.PathLike[str]],
-                 skip_bad_lines: bool = False, *, chunk_size: int = CHUNK_SIZE) -> None:
+                 skip_bad_lines: bool = False, *, chunk_size: int = CHUNK_SIZE, prefetch: int = 0) -> None:
         if chunk_size <= 0:
             raise DataFeedError(f"chunk_size must be positive, got {chunk_size}")
+        if prefetch < 0:
+            raise DataFeedError(f"prefetch must be >= 0, got {prefetch}")
         self._slots = _slots(desc)
         if not any(s.used for s in self._slots):
             raise DataFeedError(f"{desc.source}: no slot is used (is_used: true, or set_use_slots)")
@@ -362,18 +376,33 @@ class MultiSlotReader:
         self.batch_files: list[str] = []
         self.skip_bad_lines = skip_bad_lines
         self.chunk_size = chunk_size
+        self.prefetch = prefetch
+        self._commands: list[subprocess.Popen[bytes]] = []  # the pipe_command running, if any
         self.instances = 0
         self.skipped_lines = 0
 
     def __iter__(self) -> Iterator[dict[str, Any]]:
         self.instances = self.skipped_lines = 0
         batcher = _Batcher([s for s in self._slots if s.used], self.batch_size)
+        parsed = self._parsed()
+        chunks = staged(parsed, HOST, capacity=self.prefetch) if self.prefetch else parsed
+        try:
+            for path, chunk in chunks:
+                batcher.add(chunk, path)
+                yield from self._batches(batcher)
+        finally:  # also when the consumer stops early: no thread or command is left running
+            if chunks is not parsed:
+                for proc in list(self._commands):  # the prefetching thread may wait on its output
+                    _kill(proc)
+                chunks.close()  # joins the prefetching thread
+            parsed.close()
+        yield from self._batches(batcher, final=True)
+
+    def _parsed(self) -> Iterator[tuple[str, _Chunk]]:
         for path in self.files:
             self.file = path = os.fspath(path)
             for chunk in self._chunks(path):
-                batcher.add(chunk, path)
-                yield from self._batches(batcher)
-        yield from self._batches(batcher, final=True)
+                yield path, chunk
 
     def _batches(self, batcher: _Batcher, final: bool = False) -> Iterator[dict[str, Any]]:
         for self.batch_files, batch in batcher.take(final):
@@ -381,7 +410,7 @@ class MultiSlotReader:
 
     def _chunks(self, path: str) -> Iterator[_Chunk]:
         line = 0
-        with _open(path, self.pipe_command) as stream:
+        with _open(path, self.pipe_command, self._commands) as stream:
             try:
                 for data in _blocks(stream, self.chunk_size):
                     chunk = _parse(data, self._slots)

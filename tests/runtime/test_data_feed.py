@@ -5,6 +5,7 @@ from __future__ import annotations
 import gzip
 import math
 import os
+import threading
 import time
 import tracemalloc
 from pathlib import Path
@@ -388,6 +389,27 @@ def test_line_numbers_count_across_chunks(tmp_path: Path) -> None:
         batches(bir.DataFeedDesc(PADDLE_PROTOTXT), path, chunk_size=10)
 
 
+def test_prefetching_chunks_gives_the_same_batches_and_errors_in_order(tmp_path: Path) -> None:
+    desc = bir.DataFeedDesc(PADDLE_PROTOTXT)
+    lines = [f"{1 + i % 3} {' '.join(str(i + k) for k in range(1 + i % 3))} 1 {i % 2}\n" for i in range(500)]
+    paths = [write(tmp_path / f"part-{j}", "".join(lines[j * 100:(j + 1) * 100])) for j in range(5)]
+    threads = threading.active_count()
+    plain = batches(desc, paths, chunk_size=64)
+    ahead = batches(desc, paths, chunk_size=64, prefetch=2)
+    assert len(plain) == len(ahead) == 250
+    assert all(a["words"].lod == b["words"].lod and np.array_equal(a["words"].data, b["words"].data)
+               and np.array_equal(a["label"], b["label"]) for a, b in zip(plain, ahead))
+    bad = write(tmp_path / "part-5", "1 7 1 0\n1 x 1 0\n")
+    taken = []
+    with pytest.raises(DataFeedError, match=r"part-5:2: value 'x'"):
+        for batch in MultiSlotReader(desc, [*paths, bad], chunk_size=64, prefetch=2):
+            taken.append(batch)
+    assert len(taken) == 250  # every batch before the bad line, then its error (the last, partial one is lost)
+    assert threading.active_count() == threads
+    with pytest.raises(DataFeedError, match="prefetch must be >= 0, got -1"):
+        MultiSlotReader(desc, paths, prefetch=-1)
+
+
 def test_missing_and_unreadable_data_files(tmp_path: Path) -> None:
     desc = bir.DataFeedDesc(PADDLE_PROTOTXT)
     good = write(tmp_path / "part-0", "1 5 1 1\n")
@@ -443,20 +465,23 @@ def test_bad_line_in_piped_output_says_so(tmp_path: Path) -> None:
         batches(desc, packed)
 
 
-def test_stopping_early_ends_the_pipe_command(tmp_path: Path) -> None:
+@pytest.mark.parametrize("prefetch", [0, 2])
+@pytest.mark.timeout(30)
+def test_stopping_early_ends_the_pipe_command(tmp_path: Path, prefetch: int) -> None:
     pid_file = tmp_path / "pid"
     path = write(tmp_path / "part-0", "1 5 1 1\n" * 100)
     desc = bir.DataFeedDesc(PADDLE_PROTOTXT + f'pipe_command: "cat; sleep 60 & echo $! > {pid_file}; wait"\n')
-    it = iter(MultiSlotReader(desc, path, chunk_size=16))
+    threads = threading.active_count()
+    it = iter(MultiSlotReader(desc, path, chunk_size=16, prefetch=prefetch))
     assert next(it)["words"].data.tolist() == [[5], [5]]
     while not pid_file.exists() or not pid_file.read_text().strip():
         time.sleep(0.01)
-    it.close()  # the consumer stops: the command and its children are killed
-    pid = int(pid_file.read_text())
+    it.close()  # the consumer stops: the command and its children are killed (the prefetching thread waits
+    pid = int(pid_file.read_text())  # on the command's output: killing it is what lets that thread end)
     deadline = time.monotonic() + 5
     while alive(pid) and time.monotonic() < deadline:
         time.sleep(0.01)
-    assert not alive(pid)
+    assert not alive(pid) and threading.active_count() == threads
 
 
 def alive(pid: int) -> bool:
