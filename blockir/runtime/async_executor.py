@@ -64,7 +64,7 @@ from blockir.runtime.scope import Scope, global_scope
 __all__ = ["AsyncExecutor", "AsyncStats", "WorkerStats", "Progress", "MODES"]
 
 MODES = ("thread", "process")
-_PREFETCH = 2  # chunks each worker's reader parses ahead, in a thread of its own
+_PREFETCH = 2  # chunks a worker's reader parses ahead, in a thread of its own, where a core is spare
 
 
 @dataclass
@@ -153,7 +153,8 @@ class AsyncExecutor:
         bindings = _bind(program, data_feed_desc)
         _check_fetches(program, fetch_names)
         root = global_scope() if scope is None else scope
-        job = _Job(data_feed_desc, bindings, fetch_names, skip_bad_lines, debug)
+        job = _Job(data_feed_desc, bindings, fetch_names, skip_bad_lines, debug,
+                   _PREFETCH if workers < _cores() else 0)
         run = self._threads if mode == "thread" else self._processes
         start = time.perf_counter()
         results = run(program, job, files, workers, root, progress)
@@ -262,6 +263,7 @@ class _Job:
     fetch_names: list[str]
     skip_bad_lines: bool
     debug: bool
+    prefetch: int  # chunks the reader parses ahead (MultiSlotReader's prefetch)
 
     def __getstate__(self) -> dict[str, Any]:  # sent to worker processes: the desc as its text
         return {**self.__dict__, "desc": self.desc.desc()}
@@ -284,7 +286,7 @@ class _Job:
                 stats.files.append(path)
                 yield path
 
-        reader = MultiSlotReader(self.desc, files(), self.skip_bad_lines, prefetch=_PREFETCH)
+        reader = MultiSlotReader(self.desc, files(), self.skip_bad_lines, prefetch=self.prefetch)
         batches = iter(reader)
         try:
             for batch in batches:
@@ -442,10 +444,14 @@ def _blas_share(workers: int) -> Any:
     """A context that limits BLAS to this machine's cores shared out among ``workers`` (never raising the
     limit): BLAS pools of their own beside every worker oversubscribe the cores, and then workers run
     several times slower."""
-    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
     blas = ThreadpoolController().select(user_api="blas")
     current = max((lib["num_threads"] for lib in blas.info()), default=1)
-    return blas.limit(limits=min(current, max(1, cores // workers)))
+    return blas.limit(limits=min(current, max(1, _cores() // workers)))
+
+
+def _cores() -> int:
+    """The cores this process may run on."""
+    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
 
 
 def _keep_freed_memory() -> None:

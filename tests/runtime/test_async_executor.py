@@ -354,6 +354,19 @@ def test_workers_share_the_cores_among_their_blas_threads(tmp_path: Path, desc: 
             assert blas_threads() == 1  # never raised
 
 
+def test_readers_parse_ahead_in_a_thread_only_where_a_core_is_spare(tmp_path: Path, desc: bir.DataFeedDesc) -> None:
+    files = write_parts(tmp_path, desc, parts=4, docs=40)
+    main, startup, _, _, loss, _ = bow()
+    cores = len(os.sched_getaffinity(0))
+    for workers in (1, cores):
+        seen: set[int] = set()
+        bir.AsyncExecutor().run_from_files(main, desc, files, workers, [loss], scope=started(startup),
+                                           progress=lambda *_: seen.add(sum(t.name.startswith("blockir-staged")
+                                                                            for t in threading.enumerate())))
+        assert max(seen) == (workers if workers < cores else 0)
+        assert not any(t.name.startswith("blockir-staged") for t in threading.enumerate())
+
+
 def test_cli_progress_line_shows_the_rate_and_averaged_fetches(capsys: pytest.CaptureFixture[str]) -> None:
     progress = _Progress(2, ["loss", "acc"], enabled=True)
     progress(100, 2, np.array([1.5, 1.0]))
