@@ -136,8 +136,9 @@ class AsyncExecutor:
         prints each worker's progress after each file. ``progress``, if given, is called as
         ``progress(instances, batches, sums)`` with what ran since the last call: instances, batches,
         and per fetch the sum of the batches' first elements (from the workers after each batch; in
-        process mode from the calling thread, up to ten times a second). Statistics go to :attr:`last_stats`. A failing worker stops the others
-        between batches; its error, naming the worker and file (and the op or line), reaches the caller.
+        process mode from the calling thread, up to ten times a second). Statistics go to
+        :attr:`last_stats`. A failing worker stops the others between batches; its error, naming the
+        worker and file (and the op or line), reaches the caller.
         """
         if mode not in MODES:
             raise BlockirError(f"mode must be one of {', '.join(MODES)}, got {mode!r}")
@@ -277,7 +278,6 @@ class _Job:
         files left or ``stop`` is set; an error sets it. Batches run on across the worker's files."""
         start = time.perf_counter()
         stats, sums = WorkerStats(k), np.zeros(len(self.fetch_names))
-
         read = [0, 0]  # instances and skipped lines the reader had when it opened the current file
 
         def files() -> Iterator[str]:  # the next file once the reader is done with the one before
