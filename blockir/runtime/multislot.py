@@ -479,7 +479,7 @@ class _Batcher:
 def _value(slot: _Slot, values: np.ndarray, offsets: np.ndarray) -> Any:
     if slot.shape is not None:
         return values.reshape(len(offsets) - 1, *slot.shape)
-    return LoDTensor(values.reshape(-1, 1), [offsets.tolist()])
+    return LoDTensor(values.reshape(-1, 1), [offsets])
 
 
 # -- writing ----------------------------------------------------------------------------------------
