@@ -5,10 +5,12 @@
     async_exe = bir.AsyncExecutor("cpu")
     loss, acc = async_exe.run_from_files(main, desc, files, thread_num=4, fetch=[avg_cost, acc])
 
-The files go into a queue; each worker takes the next file, reads it with its own
-:class:`~blockir.runtime.multislot.MultiSlotReader` (so a file's last batch may be smaller than the
-batch size) and runs the program once per batch through its own compiled plan, in its own child
-scope of the root scope. Batches feed the program's data variables by slot name.
+The files go into a queue; each worker has its own
+:class:`~blockir.runtime.multislot.MultiSlotReader`, which takes the next file from the queue when it
+is done with the one before (so batches run on across the worker's files and only its last one may
+be smaller; where a core is spare, it parses ahead in a thread), and runs the program once per batch
+through its own compiled plan, in its own child scope of the root scope. Batches feed the program's
+data variables by slot name. BLAS is limited to the cores shared out among the workers.
 
 Hogwild: the parameters and optimizer state stay in the root scope and every worker updates them
 without locks. The optimizer kernels (``sgd``, ``momentum``, ``adagrad``, ``adam``) update their
@@ -21,8 +23,8 @@ granularity, still without a lock.
 operations only, so threads scale as far as the kernels do. ``mode="process"``: workers are
 processes (forked from a server process that has imported blockir, started by the first such run;
 each is sent the program as its binary ProgramDesc). As with any ``multiprocessing`` code, a script
-that uses it runs under ``if __name__ == "__main__":``, since workers import the main module. For the run,
-every value the program reads from the scope moves into its own ``multiprocessing.shared_memory``
+that uses it runs under ``if __name__ == "__main__":``, since workers import the main module. For
+the run, every value the program reads from the scope moves into its own ``multiprocessing.shared_memory``
 block: the scope holds a numpy array over the block, and each worker process maps the same blocks
 into its scope, so in-place updates are shared at once; a value an op replaces is copied into its
 block after each batch. Afterwards the scope's original arrays receive the trained values (the
@@ -257,7 +259,8 @@ Progress = Callable[[int, int, np.ndarray], None]  # instances, batches, sums of
 
 @dataclass
 class _Job:
-    """What every worker of a run does, per file: read it, run the plan per batch, sum the fetches."""
+    """What every worker of a run does: read the files it takes from the queue, run the plan per batch,
+    sum the fetches."""
 
     desc: DataFeedDesc
     bindings: list[_Binding]
