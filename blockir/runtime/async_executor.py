@@ -21,9 +21,10 @@ granularity, still without a lock.
 
 ``mode="thread"`` (the default): workers are threads. numpy releases the GIL in large array
 operations only, so threads scale as far as the kernels do. ``mode="process"``: workers are
-processes (forked from a server process that has imported blockir, started by the first such run;
-each is sent the program as its binary ProgramDesc). As with any ``multiprocessing`` code, a script
-that uses it runs under ``if __name__ == "__main__":``, since workers import the main module. For
+processes (forked from a server process that has imported blockir and run the main script, started
+by the first such run; each is sent the program as its binary ProgramDesc). As with any
+``multiprocessing`` code, a script that uses it runs under ``if __name__ == "__main__":``, since the
+main module is imported where workers start. For
 the run, every value the program reads from the scope moves into its own ``multiprocessing.shared_memory``
 block: the scope holds a numpy array over the block, and each worker process maps the same blocks
 into its scope, so in-place updates are shared at once; a value an op replaces is copied into its
@@ -44,8 +45,9 @@ import queue
 import threading
 import time
 from collections.abc import Callable, Iterable, Iterator, Sequence
-from contextlib import ExitStack, suppress
+from contextlib import ExitStack, contextmanager, suppress
 from dataclasses import dataclass, field
+from multiprocessing import forkserver
 from multiprocessing.shared_memory import SharedMemory
 from typing import Any
 
@@ -121,6 +123,8 @@ class AsyncExecutor:
         self.place: Place = as_place(place)
         get_device(str(self.place), "the async executor's place")
         self.last_stats: AsyncStats | None = None
+        self._idle: list[Executor] = []  # one per worker of earlier runs, with the plans compiled for them
+        self._lock = threading.Lock()
 
     def run_from_files(self, program: Program, data_feed_desc: DataFeedDesc, filelist: Sequence[str | os.PathLike[str]],
                        thread_num: int | None, fetch: Iterable[Any], debug: bool = False, *, mode: str = "thread",
@@ -172,10 +176,18 @@ class AsyncExecutor:
             return [math.nan] * len(fetch_names)
         return [float(v) for v in np.mean(means, axis=0)]
 
-    def _plan(self, program: Program, job: _Job, stack: ExitStack) -> Plan:
-        """A plan of its own, from an executor closed with ``stack``."""
-        exe = stack.enter_context(Executor(self.place, scheduler="sequential"))
-        return exe.plan(program, [b.name for b in job.bindings], job.fetch_names)
+    @contextmanager
+    def _plans(self, program: Program, job: _Job, workers: int) -> Iterator[list[Plan]]:
+        """A plan of ``program`` per worker, each from an executor of its own (which keeps it for later runs:
+        an epoch after the first compiles nothing); compiled here, so that their errors come first."""
+        with self._lock:
+            lent, self._idle = self._idle[:workers], self._idle[workers:]
+        lent += [Executor(self.place, scheduler="sequential") for _ in range(workers - len(lent))]
+        try:
+            yield [exe.plan(program, [b.name for b in job.bindings], job.fetch_names) for exe in lent]
+        finally:
+            with self._lock:
+                self._idle += lent
 
     def _threads(self, program: Program, job: _Job, files: list[str], workers: int, root: Scope,
                  progress: Progress | None) -> list[_Result]:
@@ -196,7 +208,7 @@ class AsyncExecutor:
             results[k] = job.work(k, plan, Scope(root), next_file, stop, progress)
 
         with ExitStack() as stack:
-            plans = [self._plan(program, job, stack) for _ in range(workers)]  # compiled here: errors come first
+            plans = stack.enter_context(self._plans(program, job, workers))
             for _, name, _ in plans[0].writebacks:  # a persistable the program makes lands in the root, shared
                 if name not in root:
                     root.var(name)
@@ -217,8 +229,8 @@ class AsyncExecutor:
 
     def _processes(self, program: Program, job: _Job, files: list[str], workers: int, root: Scope,
                    progress: Progress | None) -> list[_Result]:
-        with ExitStack() as stack:
-            plan = self._plan(program, job, stack)  # compiled here: errors come first, and it names the values
+        with self._plans(program, job, 1) as plans:  # its errors come first, and it names the values
+            plan = plans[0]
         made = {name for _, name, _ in plan.writebacks}
         missing = sorted(n for n in made if root.find_var(n) is None or root.find_var(n).value is None)
         if missing:
@@ -498,14 +510,31 @@ def _collect(procs: list[Any], reports: Any, counter: Any, progress: Progress | 
 
 
 def _start_method() -> Any:
-    """Workers fork from a server process that has imported blockir (``forkserver``; ``spawn`` where there
-    is none): only the first run of a process pays for starting Python and importing; ``fork`` would copy
-    the caller's threads' state."""
+    """Workers fork from a server process that has imported blockir and run the caller's main script
+    (``forkserver``; ``spawn`` where there is none): only the first run of a process pays for starting
+    Python, importing and running the script; ``fork`` would copy the caller's threads' state."""
     if "forkserver" not in mp.get_all_start_methods():
         return mp.get_context("spawn")
+    from blockir.runtime import _forkserver_main  # here: the forkserver imports it after this module
+
     ctx = mp.get_context("forkserver")
-    ctx.set_forkserver_preload([__name__])
+    ctx.set_forkserver_preload([__name__, _forkserver_main.__name__])
+    with _environ(_forkserver_main.MAIN_ENV, _forkserver_main.main_script()):  # read by the forkserver, if this starts it
+        forkserver.ensure_running()
     return ctx
+
+
+@contextmanager
+def _environ(name: str, value: str | None) -> Iterator[None]:
+    """The environment variable ``name`` set to ``value`` (if not None) for the ``with`` block."""
+    if value is None:
+        yield
+        return
+    os.environ[name] = value
+    try:
+        yield
+    finally:
+        os.environ.pop(name, None)
 
 
 def _instances(value: Any) -> int:

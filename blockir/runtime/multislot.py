@@ -13,10 +13,10 @@ slots. Tokens are separated by spaces or tabs (any ASCII whitespace)::
 
 Ids are decimal, at most 19 digits, below 2**63 (they become int64). Parsing is vectorised over a
 chunk of lines (``chunk_size`` bytes) with numpy: tokens are found from a whitespace mask of the
-bytes, numbers are computed from a matrix of their characters (one row per position, one column per
-token), and each slot is one step over all lines of the chunk at once; only floats outside the fast
-path (more than 19 significant digits, exponents beyond 22, ``nan``, ``inf``) go through Python's
-``float``.
+bytes, numbers are computed one character position at a time over all tokens (integers from their
+last digit back, floats from a matrix of their characters), and each slot is one step over all
+lines of the chunk at once; only floats outside the fast path (more than 19 significant digits,
+exponents beyond 22, ``nan``, ``inf``) go through Python's ``float``.
 Files are streamed: memory is bounded by the chunk size (or the longest line), whatever the
 size of the files.
 """
@@ -107,14 +107,18 @@ def _window(a: np.ndarray, first: np.ndarray, starts: np.ndarray, ends: np.ndarr
 
 def _digit_runs(a: np.ndarray, starts: np.ndarray, ends: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """(value as uint64, ok) of the bytes ``[starts, ends)`` of each run: ok where they are decimal
-    digits, at most 19 of them (an empty run is 0)."""
+    digits, at most 19 of them (an empty run is 0). One step per position from the end, over all runs
+    (positions before a run's start count as leading zeros)."""
     length = ends - starts
-    width = min(int(length.max(initial=1)), _INT_WIDTH)
-    digits = _window(a, ends - width, starts, ends, width, pad=_ZERO) - np.uint8(_ZERO)  # leading zeros
-    value = np.zeros(len(starts), np.uint64)
-    for row in digits:
-        value = value * np.uint64(10) + row
-    return value, (digits < 10).all(axis=0) & (length < _INT_WIDTH)
+    value, bad = np.zeros(len(starts), np.uint64), length >= _INT_WIDTH
+    for back in range(min(int(length.max(initial=1)), _INT_WIDTH), 0, -1):
+        at = ends - back
+        digit = a.take(at, mode="clip") - np.uint8(_ZERO)  # other bytes wrap around to 10 or more
+        digit *= at >= starts
+        bad |= digit >= 10
+        value *= np.uint64(10)
+        value += digit
+    return value, ~bad
 
 
 def _parse_ids(a: np.ndarray, starts: np.ndarray, ends: np.ndarray) -> tuple[np.ndarray, np.ndarray]:

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import multiprocessing
 import os
+import subprocess
+import sys
 import threading
 from pathlib import Path
 from typing import Any
@@ -15,6 +17,7 @@ from threadpoolctl import ThreadpoolController, threadpool_limits
 import blockir as bir
 from blockir.cli import _Progress, main as cli_main
 from blockir.errors import BlockirError
+from blockir.runtime import executor as executor_module
 from blockir.runtime.async_executor import MODES, _blas_share, _collect
 from blockir.runtime.multislot import MultiSlotReader, write_multislot
 
@@ -334,6 +337,87 @@ def test_progress_reports_instances_batches_and_fetch_sums(tmp_path: Path, desc:
     assert (sum(s for _, _, s in calls) / 19).tolist() == pytest.approx(fetched, rel=1e-9)  # one worker: the mean
     if mode == "thread":
         assert len(calls) == 19  # after each batch
+
+
+def test_plans_compiled_for_a_run_serve_the_next(tmp_path: Path, desc: bir.DataFeedDesc,
+                                                 monkeypatch: pytest.MonkeyPatch) -> None:
+    files = write_parts(tmp_path, desc, parts=4, docs=40)
+    main, startup, _, _, loss, _ = bow()
+    scope = started(startup)
+    compiled: list[int] = []
+    compile_plan = executor_module.compile_plan
+    monkeypatch.setattr(executor_module, "compile_plan",
+                        lambda *args, **kwargs: compiled.append(1) or compile_plan(*args, **kwargs))
+    async_exe = bir.AsyncExecutor()
+
+    def run(workers: int, mode: str = "thread") -> int:
+        compiled.clear()
+        async_exe.run_from_files(main, desc, files, workers, [loss], mode=mode, scope=scope)
+        return len(compiled)
+
+    assert [run(2), run(2), run(3), run(1), run(1, "process")] == [2, 0, 1, 0, 0]
+    main.global_block().create_var(name="unused", shape=[1], dtype="float32")  # a changed program: compiled again
+    assert run(1) == 1
+
+    # Two runs at once: each worker still has a plan of its own.
+    compiled.clear()
+    both_running = threading.Barrier(2, timeout=30)
+
+    def meet() -> Any:  # a run's first batch waits for the other run's
+        first = threading.Lock()
+
+        def progress(instances: int, batches: int, sums: np.ndarray) -> None:
+            if first.acquire(blocking=False):
+                both_running.wait()
+        return progress
+
+    thread = threading.Thread(target=lambda: async_exe.run_from_files(main, desc, files[:2], 2, [loss], scope=scope,
+                                                                      progress=meet()))
+    thread.start()
+    async_exe.run_from_files(main, desc, files[2:], 2, [loss], scope=scope, progress=meet())
+    thread.join(timeout=60)
+    assert len(compiled) == 3 and len(async_exe._idle) == 4  # 2 of the 3 idle executors had the old program's
+
+
+FORKSERVER_SCRIPT = """import sys
+import blockir as bir
+from blockir.runtime.multislot import write_multislot
+
+with open(sys.argv[1], "a") as log:  # each time this script runs, and as what
+    log.write(__name__ + "\\n")
+if __name__ == "__mp_main__" and "fail" in sys.argv:
+    raise RuntimeError("this script fails where workers run it")
+
+if __name__ == "__main__":
+    desc = bir.DataFeedDesc('batch_size: 2\\nmulti_slot_desc { slots { name: "x" type: "float" is_dense: true '
+                            'is_used: true shape: 1 } }')
+    write_multislot(sys.argv[2], [{"x": 1.0}, {"x": 3.0}], desc)
+    main = bir.Program()
+    with bir.program_guard(main, bir.Program()):
+        total = bir.layers.mean(bir.data("x", shape=[-1, 1], dtype="float32"))
+    async_exe = bir.AsyncExecutor()
+    for _ in range(3):
+        print(async_exe.run_from_files(main, desc, [sys.argv[2]] * 2, 2, [total], mode="process", scope=bir.Scope()))
+"""
+
+
+@pytest.mark.parametrize("fail", [False, True])
+def test_worker_processes_do_not_run_the_main_script_again(tmp_path: Path, fail: bool) -> None:
+    """The forkserver runs the caller's script once, so its workers (6 here) need not; if it fails there,
+    each worker runs it, as multiprocessing does, and its error reaches the caller."""
+    script, log = tmp_path / "train.py", tmp_path / "log"
+    script.write_text(FORKSERVER_SCRIPT)
+    done = subprocess.run([sys.executable, str(script), str(log), str(tmp_path / "data"), *(["fail"] * fail)],
+                          capture_output=True, text=True, timeout=120)
+    ran = log.read_text().split()
+    if fail:
+        assert done.returncode == 1 and "async worker 0 exited with status 1 and no report" in done.stderr
+        assert "this script fails where workers run it" in done.stderr
+        assert ran.count("__main__") == 1 and ran.count("__mp_main__") >= 2  # the forkserver, then a worker
+    else:
+        assert done.returncode == 0, done.stderr
+        assert done.stdout.split() == ["[2.0]"] * 3
+        assert ran == ["__main__", "__mp_main__"]
 
 
 def blas_threads() -> int:
