@@ -209,8 +209,8 @@ def _train(args: argparse.Namespace) -> int:
         desc.set_batch_size(args.batch_size)
     files = _train_files(args.files)
     scope = blockir.Scope()
-    async_exe = blockir.AsyncExecutor(args.place)
-    with blockir.Executor(args.place) as exe:
+    with blockir.Executor(args.place) as exe, \
+            blockir.AsyncExecutor(args.place, keep_workers=True) as async_exe:  # process mode: one set per job
         if args.startup is not None:
             exe.run(load_program(args.startup), scope=scope)
         for epoch in range(args.epochs):

@@ -152,19 +152,19 @@ def train(corpus: Corpus, workers: int, mode: str = "thread", epochs: int = 1, o
     net = bow_net(bow_classifier.VOCAB, learning_rate=learning_rate)
     exe, scope = bir.Executor("cpu"), bir.Scope()
     exe.run(net.startup, scope=scope)
-    async_exe = bir.AsyncExecutor("cpu")
     epoch_accuracy, seconds, instances = [], 0.0, 0
-    for epoch in range(epochs):
-        cost, train_acc = async_exe.run_from_files(net.main, dataset, corpus.train_files, thread_num=workers,
-                                                   fetch=[net.avg_cost, net.acc], mode=mode, scope=scope)
-        seconds += async_exe.last_stats.seconds
-        instances += async_exe.last_stats.instances
-        model = out / f"epoch{epoch}.model"
-        bir.io.save_inference_model(model, ["words"], [net.prediction], exe, main_program=net.main, scope=scope)
-        epoch_accuracy.append(evaluate(model, dataset, corpus.heldout))
-        if verbose:
-            print(f"{mode} x{workers} epoch {epoch}: cost {cost:.4f}, train accuracy {train_acc:.4f}, "
-                  f"held-out accuracy {epoch_accuracy[-1]:.4f} ({async_exe.last_stats.seconds:.1f}s)", flush=True)
+    with bir.AsyncExecutor("cpu", keep_workers=True) as async_exe:  # process mode: the same workers each epoch
+        for epoch in range(epochs):
+            cost, train_acc = async_exe.run_from_files(net.main, dataset, corpus.train_files, thread_num=workers,
+                                                       fetch=[net.avg_cost, net.acc], mode=mode, scope=scope)
+            seconds += async_exe.last_stats.seconds
+            instances += async_exe.last_stats.instances
+            model = out / f"epoch{epoch}.model"
+            bir.io.save_inference_model(model, ["words"], [net.prediction], exe, main_program=net.main, scope=scope)
+            epoch_accuracy.append(evaluate(model, dataset, corpus.heldout))
+            if verbose:
+                print(f"{mode} x{workers} epoch {epoch}: cost {cost:.4f}, train accuracy {train_acc:.4f}, "
+                      f"held-out accuracy {epoch_accuracy[-1]:.4f} ({async_exe.last_stats.seconds:.1f}s)", flush=True)
     return {"workers": workers, "mode": mode, "accuracy": epoch_accuracy[-1], "epoch_accuracy": epoch_accuracy,
             "cost": cost, "train_accuracy": train_acc, "seconds": seconds,
             "instances_per_second": instances / seconds, "model": str(model)}

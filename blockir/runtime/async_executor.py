@@ -37,6 +37,7 @@ needs a value in the scope before the run.
 from __future__ import annotations
 
 import ctypes
+import functools
 import gc
 import math
 import multiprocessing as mp
@@ -44,10 +45,11 @@ import os
 import queue
 import threading
 import time
+import weakref
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import ExitStack, contextmanager, suppress
 from dataclasses import dataclass, field
-from multiprocessing import forkserver
+from multiprocessing import connection as mp_connection, forkserver
 from multiprocessing.shared_memory import SharedMemory
 from typing import Any
 
@@ -119,12 +121,26 @@ class _Binding:
 class AsyncExecutor:
     """Trains a program on MultiSlot files with several workers updating shared parameters (Hogwild)."""
 
-    def __init__(self, place: str | Place = "cpu") -> None:
+    def __init__(self, place: str | Place = "cpu", *, keep_workers: bool = False) -> None:
         self.place: Place = as_place(place)
         get_device(str(self.place), "the async executor's place")
+        self.keep_workers = keep_workers
         self.last_stats: AsyncStats | None = None
         self._idle: list[Executor] = []  # one per worker of earlier runs, with the plans compiled for them
+        self._kept: list[_Pool] = []  # process mode with keep_workers: the worker processes of the last run
         self._lock = threading.Lock()
+        self._finalizer = weakref.finalize(self, _close_pools, self._kept)
+
+    def close(self) -> None:
+        """End the worker processes kept for the next run (``keep_workers``), if any. Also done by the
+        ``with`` block and when the executor is garbage-collected."""
+        _close_pools(self._kept)
+
+    def __enter__(self) -> AsyncExecutor:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
 
     def run_from_files(self, program: Program, data_feed_desc: DataFeedDesc, filelist: Sequence[str | os.PathLike[str]],
                        thread_num: int | None, fetch: Iterable[Any], debug: bool = False, *, mode: str = "thread",
@@ -238,31 +254,28 @@ class AsyncExecutor:
                                f"{', '.join(map(repr, missing))} that the program writes have none yet (set them "
                                f"first, or use mode='thread')")
         names = sorted(made | {name for _, name, *_ in plan.scope_inputs})
-        ctx = _start_method()
-        next_file, stop, reports = ctx.Value("q", 0), ctx.Event(), ctx.Queue()
-        # instances, batches, sums of the fetches; counted only for a progress callback
-        counter = ctx.Array("d", 2 + len(job.fetch_names)) if progress is not None else None
-        with _SharedValues(root, names) as layout:
-            spec = _ProcessSpec(program.serialize(), str(self.place), job, files, layout, workers)
-            procs = [ctx.Process(target=_process_worker, args=(k, spec, next_file, counter, stop, reports),
-                                 name=f"blockir-async-{k}", daemon=True) for k in range(workers)]
-            try:
-                for p in procs:
-                    p.start()
-                return _collect(procs, reports, counter, progress, len(job.fetch_names))
-            finally:  # also on errors and KeyboardInterrupt: no worker is left running
-                stop.set()
-                for p in procs:
-                    if p.pid is not None:
-                        p.join(timeout=10)
-                        if p.is_alive():
-                            p.kill()
-                            p.join()
-                reports.close()
-                reports.join_thread()
+        with self._lock:
+            pool = self._kept.pop() if self._kept else None
+        keep = False
+        try:
+            if pool is None:
+                pool = _Pool(str(self.place))
+            with _SharedValues(root, names) as layout, _Control(len(job.fetch_names)) as control:
+                spec = _ProcessSpec(program.serialize(), job, files, layout, workers, control.name,
+                                    progress is not None)
+                results = pool.run(spec, control, progress)
+            keep = self.keep_workers and not pool.broken and all(error is None for *_, error in results)
+            return results
+        finally:  # also on errors and KeyboardInterrupt: no worker is left running, unless kept idle
+            if keep:
+                with self._lock:
+                    self._kept.append(pool)
+                    pool = self._kept.pop(0) if len(self._kept) > 1 else None  # one kept by a run meanwhile
+            if pool is not None:
+                pool.close()
 
     def __repr__(self) -> str:
-        return f"AsyncExecutor({str(self.place)!r})"
+        return f"AsyncExecutor({str(self.place)!r}{', keep_workers=True' if self.keep_workers else ''})"
 
 
 _Result = tuple[WorkerStats, np.ndarray, BlockirError | None]  # a worker's stats, sums of its fetches, error
@@ -391,68 +404,209 @@ class _SharedValues:
 
 @dataclass(frozen=True)
 class _ProcessSpec:
-    """What a worker process is sent: the program as a binary ProgramDesc and where the shared values are."""
+    """What a worker process is sent for a run: the program as a binary ProgramDesc, where the shared
+    values are, and the run's control block."""
 
     program: bytes
-    place: str
     job: _Job
     files: list[str]
     layout: _Layout
     workers: int
+    control: str  # the name of the run's _Control block
+    counting: bool  # whether workers add their progress to the control block
 
 
-def _process_worker(k: int, spec: _ProcessSpec, next_file: Any, counter: Any, stop: Any, reports: Any) -> None:
-    """A worker process: its scope holds the shared values; its report goes to ``reports``."""
-    blocks: list[SharedMemory] = []
-    shared: dict[str, np.ndarray] = {}
-    scope: Scope | None = Scope()
-    result = None
+class _Control:
+    """A run's shared state in a shared memory block of float64: the index of the next file to take, the
+    stop flag, and the progress so far (instances, batches, per fetch the sum of the first elements).
+    Made by the caller (``fetches``) or mapped by a worker (``name``); it is the run's stop flag."""
+
+    NEXT, STOP, COUNTS = 0, 1, 2
+
+    def __init__(self, fetches: int, name: str | None = None) -> None:
+        size = 8 * (self.COUNTS + 2 + fetches)
+        self.owner = name is None
+        self.block = SharedMemory(name=name, create=self.owner, size=size if self.owner else 0)
+        self.name = self.block.name
+        self.values: np.ndarray | None = np.ndarray((size // 8,), np.float64, buffer=self.block.buf)
+        if self.owner:
+            self.values[:] = 0
+
+    def is_set(self) -> bool:
+        return bool(self.values[self.STOP])
+
+    def set(self) -> None:
+        self.values[self.STOP] = 1
+
+    def take(self, lock: Any) -> int:
+        """The index of the next file, counted under ``lock``."""
+        with lock:
+            i = int(self.values[self.NEXT])
+            self.values[self.NEXT] = i + 1
+        return i
+
+    def add(self, lock: Any, instances: int, batches: int, sums: np.ndarray) -> None:
+        with lock:
+            self.values[self.COUNTS:] += [instances, batches, *sums]
+
+    def counts(self, lock: Any) -> np.ndarray:
+        with lock:
+            return self.values[self.COUNTS:].copy()
+
+    def __enter__(self) -> _Control:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        """Unmap the block; the caller, who made it, also frees it."""
+        self.values = None
+        with suppress(BufferError):  # a view still over it keeps the mapping; the block goes anyway
+            self.block.close()
+        if self.owner:
+            self.block.unlink()
+
+
+class _Pool:
+    """Worker processes, each serving runs (:func:`_serve`) until closed; one lock for the runs' control
+    blocks. ``broken``: a worker died or a run was interrupted, so the pool is not to be used again."""
+
+    def __init__(self, place: str) -> None:
+        self.place = place
+        self.ctx = _start_method()
+        self.lock = self.ctx.Lock()
+        self.workers: list[tuple[Any, Any]] = []  # (process, connection)
+        self.broken = False
+
+    def run(self, spec: _ProcessSpec, control: _Control, progress: Progress | None) -> list[_Result]:
+        """Run ``spec`` on ``spec.workers`` of the processes (started if need be); their reports, passing on
+        progress meanwhile. A worker that dies without a report is an error (and breaks the pool)."""
+        if not all(process.is_alive() for process, _ in self.workers):  # one kept idle has died: start afresh
+            self.close()
+        while len(self.workers) < spec.workers:
+            mine, theirs = self.ctx.Pipe()
+            process = self.ctx.Process(target=_serve, args=(theirs, self.lock, self.place),
+                                       name=f"blockir-async-{len(self.workers)}", daemon=True)
+            process.start()
+            theirs.close()
+            self.workers.append((process, mine))
+        fetches = len(spec.job.fetch_names)
+        results: dict[int, _Result] = {}
+        try:
+            for k, (_, conn) in enumerate(self.workers[:spec.workers]):
+                conn.send((k, spec))
+            shown = np.zeros(2 + fetches)
+            while len(results) < spec.workers:
+                waiting = {k: self.workers[k] for k in range(spec.workers) if k not in results}
+                mp_connection.wait([c for _, c in waiting.values()] + [p.sentinel for p, _ in waiting.values()], 0.1)
+                for k, (process, conn) in waiting.items():
+                    try:
+                        if conn.poll():
+                            results[k] = conn.recv()
+                            continue
+                    except (EOFError, OSError):  # it died: its end of the connection closed (or was reset)
+                        process.join(timeout=10)
+                    if not process.is_alive():
+                        self.broken = True
+                        control.set()
+                        results[k] = (WorkerStats(k), np.zeros(fetches), BlockirError(
+                            f"async worker {k} exited with status {process.exitcode} and no report"))
+                if progress is not None:
+                    now = control.counts(self.lock)
+                    if now[1] != shown[1]:
+                        progress(int(now[0] - shown[0]), int(now[1] - shown[1]), now[2:] - shown[2:])
+                        shown = now
+        except BaseException:  # e.g. KeyboardInterrupt: the workers stop after their batch and are ended
+            self.broken = True
+            control.set()
+            self.close()
+            raise
+        return [results[k] for k in range(spec.workers)]
+
+    def close(self) -> None:
+        """End the workers: each sees its connection close once it is done with a run (it stops early when
+        the run's stop flag is set); one still running after 10 s is killed."""
+        workers, self.workers = self.workers, []
+        for _, conn in workers:
+            conn.close()
+        for process, _ in workers:
+            process.join(timeout=10)
+            if process.is_alive():
+                process.kill()
+                process.join()
+
+
+def _close_pools(pools: list[_Pool]) -> None:
+    while pools:
+        pools.pop().close()
+
+
+def _serve(conn: Any, lock: Any, place: str) -> None:
+    """A worker process: runs each spec it is sent, sends back the report, until its connection closes."""
     gc.freeze()  # what the process was forked with: never traversed by its collections (and not copied)
     _keep_freed_memory()
+    program: tuple[bytes, Program] | None = None  # the last one, parsed
+    with Executor(place, scheduler="sequential") as exe:  # its plans serve later runs of the same program
+        while True:
+            try:
+                k, spec = conn.recv()
+            except EOFError:
+                return
+            if program is None or program[0] != spec.program:
+                program = (spec.program, Program.parse(spec.program))
+            result = _work(k, spec, program[1], exe, lock)
+            try:
+                conn.send(result)
+            except (BrokenPipeError, EOFError):  # the caller closed the pool meanwhile
+                return
+            if result[2] is not None:  # its traceback may hold arrays over the run's blocks: unmapped now
+                result = None
+                gc.collect()
+            _release_freed_memory()
+
+
+def _work(k: int, spec: _ProcessSpec, program: Program, exe: Executor, lock: Any) -> _Result:
+    """Worker ``k``'s part of a run, in a worker process: its scope holds the shared values."""
+    fetches = len(spec.job.fetch_names)
     try:
-        for name, block_name, shape, dtype in spec.layout:
-            blocks.append(SharedMemory(name=block_name))
-            shared[name] = np.ndarray(shape, np.dtype(dtype), buffer=blocks[-1].buf)
-            scope.set(name, shared[name])
-        with ExitStack() as stack:
-            plan = stack.enter_context(Executor(spec.place, scheduler="sequential")).plan(
-                Program.parse(spec.program), [b.name for b in spec.job.bindings], spec.job.fetch_names)
-
-        def take_file() -> str | None:
-            with next_file.get_lock():
-                i = next_file.value
-                next_file.value = i + 1
-            return spec.files[i] if i < len(spec.files) else None
-
-        def count(instances: int, batches: int, sums: np.ndarray) -> None:
-            with counter.get_lock():
-                counter[0] += instances
-                counter[1] += batches
-                for i, value in enumerate(sums, 2):
-                    counter[i] += value
-
-        written = [(name, shared[name]) for _, name, _ in plan.writebacks if name in shared]
-
-        def write_back() -> None:  # a value an op replaced (instead of updating it in place) goes to the block
-            for name, array in written:
-                holder = scope.find_var(name)
-                if holder.value is not array:
-                    array[...] = holder.value
-                    holder.set(array)
-
-        with _blas_share(spec.workers):
-            result = spec.job.work(k, plan, Scope(scope), take_file, stop, count if counter is not None else None,
-                                   write_back)
+        control = _Control(fetches, spec.control)
     except BaseException as e:
-        stop.set()
-        result = (WorkerStats(k), np.zeros(len(spec.job.fetch_names)), BlockirError(f"async worker {k} failed: {e}"))
-    finally:
-        reports.put(result)
-        shared.clear()
-        scope = None
-        for block in blocks:
-            with suppress(BufferError):  # an array still over it: the mapping goes with the process
-                block.close()
+        return WorkerStats(k), np.zeros(fetches), BlockirError(f"async worker {k} failed: {e}")
+    with control:
+        blocks: list[SharedMemory] = []
+        shared: dict[str, np.ndarray] = {}
+        scope = Scope()
+        try:
+            for name, block_name, shape, dtype in spec.layout:
+                blocks.append(SharedMemory(name=block_name))
+                shared[name] = np.ndarray(shape, np.dtype(dtype), buffer=blocks[-1].buf)
+                scope.set(name, shared[name])
+            plan = exe.plan(program, [b.name for b in spec.job.bindings], spec.job.fetch_names)
+
+            def take_file() -> str | None:
+                i = control.take(lock)
+                return spec.files[i] if i < len(spec.files) else None
+
+            written = [(name, shared[name]) for _, name, _ in plan.writebacks if name in shared]
+
+            def write_back() -> None:  # a value an op replaced (instead of updating it in place) goes to the block
+                for name, array in written:
+                    holder = scope.find_var(name)
+                    if holder.value is not array:
+                        array[...] = holder.value
+                        holder.set(array)
+
+            count = functools.partial(control.add, lock) if spec.counting else None
+            with _blas_share(spec.workers):
+                return spec.job.work(k, plan, Scope(scope), take_file, control, count, write_back)
+        except BaseException as e:
+            control.set()
+            return WorkerStats(k), np.zeros(fetches), BlockirError(f"async worker {k} failed: {e}")
+        finally:
+            shared.clear()
+            scope = Scope()
+            written = []
+            for block in blocks:
+                with suppress(BufferError):  # an array still over it: the mapping goes with the process
+                    block.close()
 
 
 def _blas_share(workers: int) -> Any:
@@ -484,29 +638,14 @@ def _keep_freed_memory() -> None:
     mallopt(_M_MMAP_THRESHOLD, 32 << 20)  # glibc's largest
 
 
+def _release_freed_memory() -> None:
+    """Hand the memory glibc's malloc keeps back to the system (no-op elsewhere): a worker kept idle
+    between runs holds no more than it uses."""
+    with suppress(OSError, AttributeError):
+        ctypes.CDLL(None).malloc_trim(0)
+
+
 _M_TRIM_THRESHOLD, _M_MMAP_THRESHOLD = -1, -3  # mallopt parameters (malloc.h)
-
-
-def _collect(procs: list[Any], reports: Any, counter: Any, progress: Progress | None, fetches: int) -> list[_Result]:
-    """The workers' reports, passing on progress meanwhile; a worker that died without one is an error."""
-    results: dict[int, _Result] = {}
-    shown = np.zeros(2 + fetches)
-    while len(results) < len(procs):
-        try:
-            stats, sums, error = reports.get(timeout=0.1)
-            results[stats.worker] = (stats, sums, error)
-        except queue.Empty:
-            if all(not p.is_alive() for p in procs) and reports.empty():
-                for k, p in enumerate(procs):
-                    results.setdefault(k, (WorkerStats(k), np.zeros(fetches), BlockirError(
-                        f"async worker {k} exited with status {p.exitcode} and no report")))
-        if counter is not None and progress is not None:
-            with counter.get_lock():
-                now = np.array(counter[:])
-            if now[1] != shown[1]:
-                progress(int(now[0] - shown[0]), int(now[1] - shown[1]), now[2:] - shown[2:])
-                shown = now
-    return [results[k] for k in range(len(procs))]
 
 
 def _start_method() -> Any:
@@ -519,7 +658,7 @@ def _start_method() -> Any:
 
     ctx = mp.get_context("forkserver")
     ctx.set_forkserver_preload([__name__, _forkserver_main.__name__])
-    with _environ(_forkserver_main.MAIN_ENV, _forkserver_main.main_script()):  # read by the forkserver, if this starts it
+    with _environ(_forkserver_main.MAIN_ENV, _forkserver_main.main_script()):  # read by a forkserver this starts
         forkserver.ensure_running()
     return ctx
 

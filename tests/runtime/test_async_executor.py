@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import multiprocessing
 import os
+import signal
 import subprocess
 import sys
 import threading
@@ -18,7 +19,7 @@ import blockir as bir
 from blockir.cli import _Progress, main as cli_main
 from blockir.errors import BlockirError
 from blockir.runtime import executor as executor_module
-from blockir.runtime.async_executor import MODES, _blas_share, _collect
+from blockir.runtime.async_executor import MODES, _blas_share
 from blockir.runtime.multislot import MultiSlotReader, write_multislot
 
 VOCAB = 200
@@ -275,15 +276,60 @@ def test_a_failing_process_stops_the_others_and_leaves_nothing_behind(tmp_path: 
     assert after.keys() == before.keys()
 
 
-def test_a_worker_process_that_dies_without_a_report_is_an_error() -> None:
-    ctx = multiprocessing.get_context("spawn")
-    dead = ctx.Process(target=os._exit, args=(3,))
-    dead.start()
-    reports = ctx.Queue()
-    (stats, sums, error), = _collect([dead], reports, None, None, fetches=2)
-    dead.join()
-    assert stats.batches == 0 and sums.shape == (2,)
-    assert str(error) == "async worker 0 exited with status 3 and no report"
+@pytest.mark.parametrize("keep_workers", [False, True])
+def test_a_worker_process_that_dies_without_a_report_is_an_error(tmp_path: Path, desc: bir.DataFeedDesc,
+                                                                 keep_workers: bool) -> None:
+    files = write_parts(tmp_path, desc, parts=4, docs=3000)
+    main, startup, _, _, loss, _ = bow()
+    scope = started(startup)
+    blocks = set(os.listdir("/dev/shm"))
+
+    def kill_worker_0(*_: Any) -> None:
+        for child in multiprocessing.active_children():
+            if child.name == "blockir-async-0":
+                os.kill(child.pid, signal.SIGKILL)
+
+    with bir.AsyncExecutor(keep_workers=keep_workers) as async_exe:
+        with pytest.raises(BlockirError, match="^async worker 0 exited with status -9 and no report$"):
+            async_exe.run_from_files(main, desc, files, 2, [loss], mode="process", scope=scope, progress=kill_worker_0)
+        assert multiprocessing.active_children() == []  # the other worker stopped, and ended too
+        assert set(os.listdir("/dev/shm")) <= blocks
+        assert all(scope.get(n).base is None for n in params(main, scope))  # the scope's own arrays again
+        async_exe.run_from_files(main, desc, files[:1], 2, [loss], mode="process", scope=scope)  # new workers
+        assert async_exe.last_stats.instances == 3000
+
+
+def test_kept_worker_processes_serve_later_runs_until_closed(tmp_path: Path, desc: bir.DataFeedDesc) -> None:
+    files = write_parts(tmp_path, desc, parts=3, docs=100)
+    main, startup, test, _, loss, acc = bow()
+    scope = started(startup)
+    async_exe = bir.AsyncExecutor(keep_workers=True)
+    assert repr(async_exe) == "AsyncExecutor('cpu', keep_workers=True)"
+    pids = []
+    for workers, program in [(2, main), (2, main), (3, main), (1, test), (3, main)]:
+        cost, = async_exe.run_from_files(program, desc, files, workers, [loss], mode="process", scope=scope)
+        assert np.isfinite(cost) and async_exe.last_stats.instances == 300
+        pids.append(sorted(p.pid for p in multiprocessing.active_children()))
+    assert len(pids[0]) == 2 and pids[1] == pids[0] and len(pids[2]) == 3 and set(pids[0]) < set(pids[2])
+    assert pids[4] == pids[3] == pids[2]  # the same processes, whichever program and worker count
+    reference = started(startup)  # kept workers train as fresh ones do: one worker, same batches, same result
+    for exe in (async_exe, bir.AsyncExecutor()):
+        exe.run_from_files(main, desc, files, 1, [loss], mode="process", scope=reference)
+    async_exe.close()
+    assert multiprocessing.active_children() == []
+    again = bir.AsyncExecutor(keep_workers=True)
+    again.run_from_files(main, desc, files, 2, [loss], mode="process", scope=started(startup))
+    assert len(multiprocessing.active_children()) == 2
+    del again  # garbage-collected: its workers end
+    assert multiprocessing.active_children() == []
+
+    bad = tmp_path / "bad"
+    bad.write_text("2 5 x 1 1 1 0.5\n")
+    with bir.AsyncExecutor(keep_workers=True) as failing:
+        failing.run_from_files(main, desc, files, 2, [loss], mode="process", scope=scope)
+        with pytest.raises(BlockirError, match=f"failed on file {bad}: {bad}:1: "):
+            failing.run_from_files(main, desc, [files[0], bad], 2, [loss], mode="process", scope=scope)
+        assert multiprocessing.active_children() == []  # a failed run leaves no worker behind
 
 
 def test_a_persistable_the_program_makes_is_shared_in_the_root_scope(tmp_path: Path) -> None:
