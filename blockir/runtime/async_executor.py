@@ -24,14 +24,15 @@ operations only, so threads scale as far as the kernels do. ``mode="process"``: 
 processes (forked from a server process that has imported blockir and run the main script, started
 by the first such run; each is sent the program as its binary ProgramDesc). As with any
 ``multiprocessing`` code, a script that uses it runs under ``if __name__ == "__main__":``, since the
-main module is imported where workers start. For
-the run, every value the program reads from the scope moves into its own ``multiprocessing.shared_memory``
-block: the scope holds a numpy array over the block, and each worker process maps the same blocks
-into its scope, so in-place updates are shared at once; a value an op replaces is copied into its
-block after each batch. Afterwards the scope's original arrays receive the trained values (the
-scope keeps the same array objects) and the blocks are freed. Process mode shares dense host arrays
-only (no ``SelectedRows`` or ``LoDTensor`` values in the scope), and a persistable the program writes
-needs a value in the scope before the run.
+main module is imported where workers start. For the run, every value the program reads from the
+scope moves into its own ``multiprocessing.shared_memory`` block: the scope holds a numpy array over
+the block, and each worker process maps the same blocks into its scope, so in-place updates are
+shared at once; a value an op replaces is copied into its block after each batch. Afterwards the
+scope's original arrays receive the trained values (the scope keeps the same array objects) and the
+blocks are freed. Process mode shares dense host arrays only (no ``SelectedRows`` or ``LoDTensor``
+values in the scope), and a persistable the program writes needs a value in the scope before the
+run. With ``keep_workers=True`` the worker processes (and their plans) wait for the next run instead
+of ending with this one, until :meth:`AsyncExecutor.close`; a failed run ends them all the same.
 """
 
 from __future__ import annotations
@@ -119,7 +120,11 @@ class _Binding:
 
 
 class AsyncExecutor:
-    """Trains a program on MultiSlot files with several workers updating shared parameters (Hogwild)."""
+    """Trains a program on MultiSlot files with several workers updating shared parameters (Hogwild).
+
+    ``keep_workers``: process mode's worker processes serve later runs (a training loop's epochs) until
+    :meth:`close`, the end of a ``with`` block or garbage collection; by default each run ends its own.
+    """
 
     def __init__(self, place: str | Place = "cpu", *, keep_workers: bool = False) -> None:
         self.place: Place = as_place(place)

@@ -276,22 +276,30 @@ def test_a_failing_process_stops_the_others_and_leaves_nothing_behind(tmp_path: 
     assert after.keys() == before.keys()
 
 
+def kill_worker_0(*_: Any) -> None:
+    for child in multiprocessing.active_children():
+        if child.name == "blockir-async-0":
+            os.kill(child.pid, signal.SIGKILL)
+
+
+def interrupt(*_: Any) -> None:  # in process mode, progress is called in the calling thread
+    raise KeyboardInterrupt
+
+
 @pytest.mark.parametrize("keep_workers", [False, True])
-def test_a_worker_process_that_dies_without_a_report_is_an_error(tmp_path: Path, desc: bir.DataFeedDesc,
-                                                                 keep_workers: bool) -> None:
+@pytest.mark.parametrize("progress, raised, match", [
+    (kill_worker_0, BlockirError, "^async worker 0 exited with status -9 and no report$"),
+    (interrupt, KeyboardInterrupt, None)], ids=["worker-killed", "interrupted"])
+def test_a_run_whose_worker_dies_or_that_is_interrupted_ends_its_workers(
+        tmp_path: Path, desc: bir.DataFeedDesc, keep_workers: bool, progress: Any, raised: type[BaseException],
+        match: str | None) -> None:
     files = write_parts(tmp_path, desc, parts=4, docs=3000)
     main, startup, _, _, loss, _ = bow()
     scope = started(startup)
     blocks = set(os.listdir("/dev/shm"))
-
-    def kill_worker_0(*_: Any) -> None:
-        for child in multiprocessing.active_children():
-            if child.name == "blockir-async-0":
-                os.kill(child.pid, signal.SIGKILL)
-
     with bir.AsyncExecutor(keep_workers=keep_workers) as async_exe:
-        with pytest.raises(BlockirError, match="^async worker 0 exited with status -9 and no report$"):
-            async_exe.run_from_files(main, desc, files, 2, [loss], mode="process", scope=scope, progress=kill_worker_0)
+        with pytest.raises(raised, match=match):
+            async_exe.run_from_files(main, desc, files, 2, [loss], mode="process", scope=scope, progress=progress)
         assert multiprocessing.active_children() == []  # the other worker stopped, and ended too
         assert set(os.listdir("/dev/shm")) <= blocks
         assert all(scope.get(n).base is None for n in params(main, scope))  # the scope's own arrays again
@@ -556,18 +564,25 @@ def test_stress_many_runs_with_failures_leave_nothing_behind(tmp_path: Path, des
     main, startup, _, _, loss, _ = bow()
     scope = started(startup)
     threads, blocks = threading.active_count(), set(os.listdir("/dev/shm"))
-    async_exe = bir.AsyncExecutor()
+    executors = [bir.AsyncExecutor(), bir.AsyncExecutor(keep_workers=True)]
     for _ in range(40):
         files = list(rng.choice(good, size=int(rng.integers(1, 9)), replace=False))
         broken = rng.random() < 0.3
         if broken:
             files.insert(int(rng.integers(0, len(files) + 1)), str(bad))
-        mode, workers = str(rng.choice(MODES)), int(rng.integers(1, 5))
+        mode, workers, async_exe = str(rng.choice(MODES)), int(rng.integers(1, 5)), executors[int(rng.integers(2))]
         if broken:
             with pytest.raises(BlockirError, match=f"failed on file {bad}: {bad}:1: "):
                 async_exe.run_from_files(main, desc, files, workers, [loss], mode=mode, scope=scope)
         else:
             cost, = async_exe.run_from_files(main, desc, files, workers, [loss], mode=mode, scope=scope)
             assert async_exe.last_stats.instances == 60 * len(files) and np.isfinite(cost)
-        assert threading.active_count() == threads and multiprocessing.active_children() == []
-        assert set(os.listdir("/dev/shm")) <= blocks
+        kept = executors[1]._kept
+        assert threading.active_count() == threads
+        assert len(multiprocessing.active_children()) == sum(len(pool.workers) for pool in kept) <= 4
+        left = set(os.listdir("/dev/shm")) - blocks
+        assert len(left) == len(kept) and all(name.startswith("sem.mp-") for name in left)  # kept workers' lock
+        if broken and async_exe is executors[1] and mode == "process":
+            assert not kept  # a failed run ends the kept workers
+    executors[1].close()
+    assert multiprocessing.active_children() == [] and set(os.listdir("/dev/shm")) <= blocks
