@@ -605,12 +605,12 @@ def _work(k: int, spec: _ProcessSpec, program: Program, exe: Executor, lock: Any
         except BaseException as e:
             control.set()
             return WorkerStats(k), np.zeros(fetches), BlockirError(f"async worker {k} failed: {e}")
-        finally:
+        finally:  # no reference to the blocks' arrays is left, so that they unmap now (a kept worker lives on)
             shared.clear()
             scope = Scope()
             written = []
             for block in blocks:
-                with suppress(BufferError):  # an array still over it: the mapping goes with the process
+                with suppress(BufferError):  # an array still over it (an error's traceback): unmapped when freed
                     block.close()
 
 

@@ -161,11 +161,9 @@ def _parse_floats(a: np.ndarray, starts: np.ndarray, ends: np.ndarray) -> tuple[
     ok = fast.copy()
     for i in np.flatnonzero(~fast):
         token = a[starts[i]:ends[i]].tobytes()
-        try:
+        with suppress(ValueError):  # not a number: stays not ok
             values[i] = float(token) if b"_" not in token else math.nan  # Python reads 1_0 as 10
             ok[i] = b"_" not in token
-        except ValueError:
-            pass
     with np.errstate(over="ignore"):
         return values.astype(np.float32), ok
 
