@@ -38,7 +38,6 @@ of ending with this one, until :meth:`AsyncExecutor.close`; a failed run ends th
 from __future__ import annotations
 
 import ctypes
-import functools
 import gc
 import math
 import multiprocessing as mp
@@ -265,7 +264,7 @@ class AsyncExecutor:
         try:
             if pool is None:
                 pool = _Pool(str(self.place))
-            with _SharedValues(root, names) as layout, _Control(len(job.fetch_names)) as control:
+            with _SharedValues(root, names) as layout, _Control(len(job.fetch_names), pool.lock) as control:
                 spec = _ProcessSpec(program.serialize(), job, files, layout, workers, control.name,
                                     progress is not None)
                 results = pool.run(spec, control, progress)
@@ -424,11 +423,13 @@ class _ProcessSpec:
 class _Control:
     """A run's shared state in a shared memory block of float64: the index of the next file to take, the
     stop flag, and the progress so far (instances, batches, per fetch the sum of the first elements).
-    Made by the caller (``fetches``) or mapped by a worker (``name``); it is the run's stop flag."""
+    Made by the caller (``fetches``) or mapped by a worker (``name``); counted under the pool's ``lock``;
+    it is the run's stop flag."""
 
     NEXT, STOP, COUNTS = 0, 1, 2
 
-    def __init__(self, fetches: int, name: str | None = None) -> None:
+    def __init__(self, fetches: int, lock: Any, name: str | None = None) -> None:
+        self.lock = lock
         size = 8 * (self.COUNTS + 2 + fetches)
         self.owner = name is None
         self.block = SharedMemory(name=name, create=self.owner, size=size if self.owner else 0)
@@ -443,19 +444,19 @@ class _Control:
     def set(self) -> None:
         self.values[self.STOP] = 1
 
-    def take(self, lock: Any) -> int:
-        """The index of the next file, counted under ``lock``."""
-        with lock:
+    def take(self) -> int:
+        """The index of the next file."""
+        with self.lock:
             i = int(self.values[self.NEXT])
             self.values[self.NEXT] = i + 1
         return i
 
-    def add(self, lock: Any, instances: int, batches: int, sums: np.ndarray) -> None:
-        with lock:
+    def add(self, instances: int, batches: int, sums: np.ndarray) -> None:
+        with self.lock:
             self.values[self.COUNTS:] += [instances, batches, *sums]
 
-    def counts(self, lock: Any) -> np.ndarray:
-        with lock:
+    def counts(self) -> np.ndarray:
+        with self.lock:
             return self.values[self.COUNTS:].copy()
 
     def __enter__(self) -> _Control:
@@ -515,7 +516,7 @@ class _Pool:
                         results[k] = (WorkerStats(k), np.zeros(fetches), BlockirError(
                             f"async worker {k} exited with status {process.exitcode} and no report"))
                 if progress is not None:
-                    now = control.counts(self.lock)
+                    now = control.counts()
                     if now[1] != shown[1]:
                         progress(int(now[0] - shown[0]), int(now[1] - shown[1]), now[2:] - shown[2:])
                         shown = now
@@ -572,7 +573,7 @@ def _work(k: int, spec: _ProcessSpec, program: Program, exe: Executor, lock: Any
     """Worker ``k``'s part of a run, in a worker process: its scope holds the shared values."""
     fetches = len(spec.job.fetch_names)
     try:
-        control = _Control(fetches, spec.control)
+        control = _Control(fetches, lock, spec.control)
     except BaseException as e:
         return WorkerStats(k), np.zeros(fetches), BlockirError(f"async worker {k} failed: {e}")
     with control:
@@ -587,7 +588,7 @@ def _work(k: int, spec: _ProcessSpec, program: Program, exe: Executor, lock: Any
             plan = exe.plan(program, [b.name for b in spec.job.bindings], spec.job.fetch_names)
 
             def take_file() -> str | None:
-                i = control.take(lock)
+                i = control.take()
                 return spec.files[i] if i < len(spec.files) else None
 
             written = [(name, shared[name]) for _, name, _ in plan.writebacks if name in shared]
@@ -599,7 +600,7 @@ def _work(k: int, spec: _ProcessSpec, program: Program, exe: Executor, lock: Any
                         array[...] = holder.value
                         holder.set(array)
 
-            count = functools.partial(control.add, lock) if spec.counting else None
+            count = control.add if spec.counting else None
             with _blas_share(spec.workers):
                 return spec.job.work(k, plan, Scope(scope), take_file, control, count, write_back)
         except BaseException as e:
