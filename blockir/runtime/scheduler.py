@@ -315,16 +315,22 @@ class _Worker:
 
     def work(self) -> None:
         while (item := self.jobs.get()) is not None:
-            job, done, channels = item
-            try:
-                job()
-            finally:
-                done.set()
-                if channels:
-                    with self.lock:
-                        self.channel_jobs -= 1
-                        if not self.channel_jobs:
-                            unregister_thread()  # idle, it neither runs channel work nor blocks anybody
+            self._do(*item)
+            # Idle, the thread references nothing of its last job: a failed run's error holds, through its
+            # traceback, the frames that ran it, the executor's among them, which would keep the executor
+            # (whose collection ends this thread) alive for as long as this thread lives.
+            del item
+
+    def _do(self, job: Callable[[], None], done: HostEvent, channels: bool) -> None:
+        try:
+            job()
+        finally:
+            done.set()
+            if channels:
+                with self.lock:
+                    self.channel_jobs -= 1
+                    if not self.channel_jobs:
+                        unregister_thread()  # idle, it neither runs channel work nor blocks anybody
 
 
 class WorkerPool:
@@ -375,5 +381,9 @@ def execute(schedule: Schedule, steps: tuple[Step, ...], values: list, pool: Wor
                 stream.synchronize()
             except Exception as e:  # an asynchronous kernel failure surfaces here
                 run.fail(ExecutionError(f"{type(e).__name__} on stream {stream}: {e}"))
-    if run.error is not None:
-        raise run.error
+    error = run.error
+    if error is not None:
+        try:
+            raise error
+        finally:
+            del error, run  # its traceback holds this frame: no cycle through the frame back to the error
