@@ -11,10 +11,11 @@ import argparse
 import glob
 import os
 import sys
+import tempfile
 import threading
 import time
 from pathlib import Path
-from typing import Any, Callable, Sequence
+from typing import Any, Callable, NoReturn, Sequence
 
 import numpy as np
 
@@ -25,6 +26,44 @@ from blockir.runtime.async_executor import MODES
 from blockir.runtime.plan import SCHEDULERS
 
 Command = Callable[[argparse.Namespace], int]
+
+
+class _Parser(argparse.ArgumentParser):
+    """An argument parser whose usage errors are one ``blockir: error:`` line like every other error."""
+
+    def error(self, message: str) -> NoReturn:
+        command = self.prog.removeprefix("blockir").strip()
+        where = f"{command}: " if command else ""
+        raise BlockirError(f"{where}{message} (see '{self.prog} --help')")
+
+
+def _output_file(path: str, option: str) -> None:
+    """Check, before any work, that a file can be written at ``path`` (its directory exists and takes files)."""
+    target = Path(path)
+    if target.is_dir():
+        raise BlockirError(f"{option} {path}: is a directory, not a file")
+    if not target.parent.is_dir():
+        raise BlockirError(f"{option} {path}: the directory {str(target.parent)!r} does not exist")
+    _probe(target.parent, option, path)
+
+
+def _output_dir(path: str, option: str) -> None:
+    """Check, before any work, that ``path`` is a directory, or can be made one, that takes files."""
+    target = Path(path)
+    if target.exists() and not target.is_dir():
+        raise BlockirError(f"{option} {path}: exists and is not a directory")
+    existing = next(p for p in (target, *target.parents) if p.exists())
+    if not existing.is_dir():
+        raise BlockirError(f"{option} {path}: {str(existing)!r} is not a directory")
+    _probe(existing, option, path)
+
+
+def _probe(directory: Path, option: str, path: str) -> None:
+    """Create and remove an unnamed file in ``directory``: the one sure test that it can be written."""
+    try:
+        tempfile.TemporaryFile(dir=directory).close()
+    except OSError as e:
+        raise BlockirError(f"{option} {path}: cannot write in {str(directory)!r} ({e.strerror or e})") from None
 
 
 def _show(args: argparse.Namespace) -> int:
@@ -103,6 +142,10 @@ def _preview(value: np.ndarray) -> str:
 
 
 def _run(args: argparse.Namespace) -> int:
+    if args.out is not None:
+        _output_file(args.out, "--out")
+    if args.trace is not None:
+        _output_file(args.trace, "--trace")
     program = load_program(args.program)
     exe = blockir.Executor(args.place, scheduler=args.scheduler, num_threads=args.threads)
     scope = blockir.Scope()
@@ -203,34 +246,51 @@ class _Progress:
 
 
 def _train(args: argparse.Namespace) -> int:
+    if args.program is None:  # `--files A B MAIN.pb`: the list took the program file too
+        if not args.files or not args.files[-1].endswith(".pb"):
+            raise BlockirError("train: the following arguments are required: MAIN.pb (see 'blockir train --help')")
+        args.program = args.files.pop()
+    if args.save_dir is not None:
+        _output_dir(args.save_dir, "--save-dir")
     program = load_program(args.program)
     desc = blockir.DataFeedDesc(args.data_feed)
     if args.batch_size is not None:
         desc.set_batch_size(args.batch_size)
     files = _train_files(args.files)
     scope = blockir.Scope()
-    with blockir.Executor(args.place) as exe, \
-            blockir.AsyncExecutor(args.place, keep_workers=True) as async_exe:  # process mode: one set per job
-        if args.startup is not None:
-            exe.run(load_program(args.startup), scope=scope)
-        for epoch in range(args.epochs):
-            progress = _Progress(epoch, args.fetch, sys.stderr.isatty())
-            fetched = async_exe.run_from_files(program, desc, files, args.threads, args.fetch, debug=args.debug,
-                                               mode=args.mode, skip_bad_lines=args.skip_bad_lines, scope=scope,
-                                               progress=progress)
-            if progress.enabled:
-                print(file=sys.stderr)
-            stats = async_exe.last_stats
-            assert stats is not None
-            means = "".join(f"  {name}={value:.6g}" for name, value in zip(args.fetch, fetched))
-            skipped = f", {stats.skipped_lines} bad lines skipped" if stats.skipped_lines else ""
-            print(f"epoch {epoch}: {stats.instances} instances in {stats.seconds:.2f}s "
-                  f"({stats.instances_per_second:.0f}/s, {len(stats.workers)} workers{skipped}){means}", flush=True)
-            if args.save_dir is not None:
-                saved = os.path.join(args.save_dir, f"epoch{epoch}")
-                blockir.io.save_persistables(exe, saved, program, scope=scope)
-                print(f"saved the persistables to {saved}", flush=True)
+    saved = None
+    try:
+        with blockir.Executor(args.place) as exe, \
+                blockir.AsyncExecutor(args.place, keep_workers=True) as async_exe:  # process mode: one set per job
+            if args.startup is not None:
+                exe.run(load_program(args.startup), scope=scope)
+            for epoch in range(args.epochs):
+                _train_epoch(args, async_exe, program, desc, files, scope, epoch)
+                if args.save_dir is not None:
+                    saved = os.path.join(args.save_dir, f"epoch{epoch}")
+                    blockir.io.save_persistables(exe, saved, program, scope=scope)
+                    print(f"saved the persistables to {saved}", flush=True)
+    except KeyboardInterrupt:
+        raise KeyboardInterrupt(f"the last saved persistables are in {saved}" if saved else "nothing was saved") \
+            from None
     return 0
+
+
+def _train_epoch(args: argparse.Namespace, async_exe: Any, program: Any, desc: Any, files: list[str],
+                 scope: Any, epoch: int) -> None:
+    """One pass of ``blockir train`` over the files, with a progress line on a terminal and a summary line."""
+    progress = _Progress(epoch, args.fetch, sys.stderr.isatty())
+    fetched = async_exe.run_from_files(program, desc, files, args.threads, args.fetch, debug=args.debug,
+                                       mode=args.mode, skip_bad_lines=args.skip_bad_lines, scope=scope,
+                                       progress=progress)
+    if progress.enabled:
+        print(file=sys.stderr)
+    stats = async_exe.last_stats
+    assert stats is not None
+    means = "".join(f"  {name}={value:.6g}" for name, value in zip(args.fetch, fetched))
+    skipped = f", {stats.skipped_lines} bad lines skipped" if stats.skipped_lines else ""
+    print(f"epoch {epoch}: {stats.instances} instances in {stats.seconds:.2f}s "
+          f"({stats.instances_per_second:.0f}/s, {len(stats.workers)} workers{skipped}){means}", flush=True)
 
 
 def _add_train(commands: argparse._SubParsersAction) -> None:
@@ -240,7 +300,8 @@ def _add_train(commands: argparse._SubParsersAction) -> None:
                                         "AsyncExecutor workers updating shared parameters, one pass over the "
                                         "files per epoch; print the averaged fetches after each epoch and save "
                                         "the persistables into SAVE_DIR/epochN/.")
-    p.add_argument("program", metavar="MAIN.pb", help="the main (training) program file")
+    p.add_argument("program", metavar="MAIN.pb", nargs="?",
+                   help="the main (training) program file (it may also follow the --files list)")
     p.add_argument("--startup", metavar="STARTUP.pb", default=None,
                    help="the startup program, run once first (initializes the parameters)")
     p.add_argument("--data-feed", required=True, metavar="DATA.prototxt", help="the DataFeedDesc text file")
@@ -277,6 +338,7 @@ def _demo(args: argparse.Namespace) -> int:
     from blockir import demo  # imported on use: the other commands do not need it
 
     if args.workdir is not None:
+        _output_dir(args.workdir, "--workdir")
         return demo.run(args.workdir, epochs=args.epochs)
     import tempfile
 
@@ -291,11 +353,15 @@ def _add_demo(commands: argparse._SubParsersAction) -> None:
                                         "served predictions match the Python session's.")
     p.add_argument("--workdir", metavar="DIR", default=None,
                    help="where the model and arrays go (default: a temporary directory, removed afterwards)")
-    p.add_argument("--epochs", type=int, default=40, help="training epochs (default 40)")
+    p.add_argument("--epochs", metavar="N", type=_positive, default=40, help="training epochs (default 40)")
     p.set_defaults(func=_demo)
 
 
 def _opt(args: argparse.Namespace) -> int:
+    if args.output is not None:
+        _output_file(args.output, "-o")
+    if args.dump_dir is not None:
+        _output_dir(args.dump_dir, "--dump-dir")
     program = load_program(args.program)
     try:
         result, _ = blockir.passes.run(program, args.pipeline, print_after_all=args.print_after_all,
@@ -350,7 +416,7 @@ def _add_passes(commands: argparse._SubParsersAction) -> None:
 
 def build_parser() -> argparse.ArgumentParser:
     """The argument parser of the ``blockir`` command, one subparser per command."""
-    parser = argparse.ArgumentParser(
+    parser = _Parser(
         prog="blockir", description="blockir: a dataflow-graph IR, compiler and executor for ML programs.")
     parser.add_argument("--version", action="version", version=f"blockir {blockir.__version__}")
     commands = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
@@ -368,17 +434,22 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
     try:
         args = parser.parse_args(argv)
-    except SystemExit as e:  # --help, --version and usage errors (argparse already printed)
-        return e.code if isinstance(e.code, int) else 2 if e.code else 0
-    func: Command = args.func
-    try:
+        func: Command = args.func
         return func(args)
+    except SystemExit as e:  # --help and --version (argparse already printed)
+        return e.code if isinstance(e.code, int) else 2 if e.code else 0
     except BlockirError as e:
         print(f"blockir: error: {e}", file=sys.stderr)
         return 2
     except BrokenPipeError:  # the reader went away (`blockir show p.pb | head`): stop quietly
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return 1
+    except OSError as e:  # a file the checks could not foresee (a disk that filled up, a file that vanished)
+        print(f"blockir: error: {e.filename or 'I/O'}: {e.strerror or e}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt as e:
+        print(f"blockir: interrupted{f' ({e})' if str(e) else ''}", file=sys.stderr)
+        return 130
 
 
 if __name__ == "__main__":

@@ -97,10 +97,13 @@ def test_help(capsys: pytest.CaptureFixture[str]) -> None:
     assert "--verify" in capsys.readouterr().out
 
 
-@pytest.mark.parametrize("argv", [[], ["frobnicate"], ["show"], ["show", "a.pb", "--bogus"]])
-def test_usage_errors(argv: list[str], capsys: pytest.CaptureFixture[str]) -> None:
+@pytest.mark.parametrize(("argv", "help_of"), [([], "blockir"), (["frobnicate"], "blockir"), (["show"], "blockir show"),
+                                               (["show", "a.pb", "--bogus"], "blockir")])
+def test_usage_errors(argv: list[str], help_of: str, capsys: pytest.CaptureFixture[str]) -> None:
     assert main(argv) == 2
-    assert "usage: blockir" in capsys.readouterr().err
+    err = capsys.readouterr().err
+    assert err.startswith("blockir: error: ") and err.count("\n") == 1
+    assert err.endswith(f"(see '{help_of} --help')\n")
 
 
 def test_real_process(tmp_path: Path) -> None:

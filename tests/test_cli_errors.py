@@ -1,0 +1,194 @@
+"""Every subcommand on every bad path: exit status 2, one ``blockir: error:`` line, no traceback, nothing left behind.
+
+Each case builds its bad input (or names a bad output location) in a fresh directory that also holds a
+good model; the directory must hold exactly the same files afterwards.
+"""
+
+from __future__ import annotations
+
+import io
+import zipfile
+from pathlib import Path
+from typing import Callable
+
+import numpy as np
+import pytest
+
+import blockir as bir
+from blockir.cli import main
+from blockir.ir import Program
+
+Case = Callable[[Path], list[str]]
+
+
+def _model(work: Path) -> None:
+    """A small saved inference model (``model/``), a batch for it and a data feed, in ``work``."""
+    main_p, startup = bir.Program(), bir.Program()
+    with bir.unique_name.guard(), bir.program_guard(main_p, startup):
+        x = bir.data("x", shape=[-1, 3], dtype="float32")
+        pred = bir.layers.fc(x, size=2, act="softmax")
+    exe, scope = bir.Executor("cpu"), bir.Scope()
+    exe.run(startup, scope=scope)
+    bir.io.save_inference_model(work / "model", ["x"], [pred], exe, main_program=main_p, scope=scope)
+    bir.io.save_persistables(exe, work / "bundle_dir", main_p, filename="params.npz", scope=scope)
+    main_p.save(str(work / "main.pb"))
+    startup.save(str(work / "startup.pb"))
+    np.save(work / "x.npy", np.ones((2, 3), "float32"))
+    (work / "data.prototxt").write_text('name: "MultiSlotDataFeed"\nbatch_size: 2\nmulti_slot_desc {\n'
+                                        '  slots { name: "x" type: "float" is_dense: true is_used: true }\n}\n')
+    (work / "part-0").write_text("3 1 2 3\n3 4 5 6\n")
+
+
+def _huge_npy(path: Path) -> Path:
+    """A valid .npy header declaring 2**40 float32 elements, followed by no data (a 128-byte file)."""
+    header = io.BytesIO()
+    np.lib.format.write_array_header_1_0(header, {"descr": "<f4", "fortran_order": False, "shape": (1 << 40,)})
+    path.write_bytes(header.getvalue())
+    return path
+
+
+def _pickled_npy(path: Path) -> Path:
+    with open(path, "wb") as f:
+        np.save(f, np.array([{"a": 1}], dtype=object), allow_pickle=True)
+    return path
+
+
+def _flipped(path: Path) -> Path:
+    """``path`` with bytes in its middle inverted (its zip directory intact, a member's data corrupt)."""
+    data = bytearray(path.read_bytes())
+    for i in range(len(data) // 3, len(data) // 3 + 16):
+        data[i] ^= 0xFF
+    path.write_bytes(bytes(data))
+    return path
+
+
+def _huge_params(work: Path) -> Path:
+    """A directory of one file per variable, as saved before manifests, whose weight declares 2**40 elements."""
+    params = work / "huge_params"
+    params.mkdir()
+    np.save(params / "fc_0.b_0.npy", np.zeros(2, "float32"))
+    _huge_npy(params / "fc_0.w_0.npy")
+    return params
+
+
+def _write(path: Path, data: bytes) -> Path:
+    path.write_bytes(data)
+    return path
+
+
+def _feed_without_out(path: Path) -> Path:
+    p = Program()
+    b = p.global_block()
+    b.create_var("feed", kind=bir.ir.VarKind.FEED_MINIBATCH, persistable=True)
+    b.create_var("x", shape=[-1, 3])
+    b.append_op("feed", {"X": ["feed"]}, {}, {"col": 0}, infer=False)
+    p.save(str(path))
+    return path
+
+
+def _bundle_copy(w: Path) -> Path:
+    target = w / "bad_params.npz"
+    target.write_bytes((w / "bundle_dir" / "params.npz").read_bytes())
+    return _flipped(target)
+
+
+def _bad_zip(path: Path) -> Path:
+    with zipfile.ZipFile(path, "w") as zf:
+        zf.writestr("index.json", "{not json")
+    return path
+
+
+RUN = ["run"]
+CASES: dict[str, tuple[Case, str]] = {
+    # show
+    "show: missing file": (lambda w: ["show", str(w / "nope.pb")], "no such file"),
+    "show: /dev/zero": (lambda w: ["show", "/dev/zero"], "/dev/zero"),
+    "show: not a program": (lambda w: ["show", str(_write(w / "p.pb", b"\x12\x34\x56"))], "not a ProgramDesc"),
+    "show --verify: feed without Out": (lambda w: ["show", str(_feed_without_out(w / "f.pb")), "--verify"], "Out"),
+    # run: inputs
+    "run: feed file missing": (lambda w: [*RUN, str(w / "model/program.pb"), "--feed", f"x={w / 'no.npy'}"],
+                               "no.npy"),
+    "run: feed not .npy": (lambda w: [*RUN, str(w / "model/program.pb"), "--feed",
+                                      f"x={_write(w / 't.npy', b'hello')}"], "t.npy"),
+    "run: feed header of 2^40 elements": (lambda w: [*RUN, str(w / "model/program.pb"), "--feed",
+                                                     f"x={_huge_npy(w / 'h.npy')}"], "h.npy"),
+    "run: pickled feed": (lambda w: [*RUN, str(w / "model/program.pb"), "--feed",
+                                     f"x={_pickled_npy(w / 'o.npy')}"], "o.npy"),
+    "run: params header of 2^40 elements": (lambda w: [*RUN, str(w / "model/program.pb"), "--feed",
+                                                       f"x={w / 'x.npy'}", "--params", str(_huge_params(w))],
+                                            "fc_0.w_0"),
+    "run: bundle with flipped bytes": (lambda w: [*RUN, str(w / "main.pb"), "--feed", f"x={w / 'x.npy'}",
+                                                  "--fetch", "fc_0.tmp_2", "--params", str(_bundle_copy(w))],
+                                       "bad_params.npz"),
+    "run: bundle with a bad index": (lambda w: [*RUN, str(w / "main.pb"), "--feed", f"x={w / 'x.npy'}",
+                                                "--fetch", "fc_0.tmp_2", "--params", str(_bad_zip(w / "z.npz"))],
+                                     "z.npz"),
+    "run: feed op without Out": (lambda w: [*RUN, str(_feed_without_out(w / "f.pb")), "--fetch", "x"], "Out"),
+    "run: bad --lod": (lambda w: [*RUN, str(w / "model/program.pb"), "--feed", f"x={w / 'x.npy'}",
+                                  "--lod", "x=a,b"], "--lod"),
+    # run: outputs
+    "run --out a directory": (lambda w: [*RUN, str(w / "model/program.pb"), "--feed", f"x={w / 'x.npy'}",
+                                         "--out", str(w)], "is a directory"),
+    "run --out /proc/x": (lambda w: [*RUN, str(w / "model/program.pb"), "--feed", f"x={w / 'x.npy'}",
+                                     "--out", "/proc/x"], "/proc/x"),
+    "run --trace in a missing directory": (lambda w: [*RUN, str(w / "model/program.pb"), "--feed",
+                                                      f"x={w / 'x.npy'}", "--trace", "/nonexistent/t.json"],
+                                           "/nonexistent"),
+    # opt
+    "opt: bad pipeline": (lambda w: ["opt", str(w / "main.pb"), "-p", "nosuchpass"], "nosuchpass"),
+    "opt -o a directory": (lambda w: ["opt", str(w / "main.pb"), "-p", "deps", "-o", str(w)], "is a directory"),
+    "opt --dump-dir a file": (lambda w: ["opt", str(w / "main.pb"), "-p", "deps", "--dump-dir", str(w / "x.npy")],
+                              "not a directory"),
+    # demo
+    "demo --workdir a file": (lambda w: ["demo", "--workdir", str(w / "x.npy")], "not a directory"),
+    "demo --epochs 0": (lambda w: ["demo", "--epochs", "0", "--workdir", str(w / "d")], "--epochs"),
+    # train
+    "train: no data feed file": (lambda w: ["train", str(w / "main.pb"), "--data-feed", str(w / "no.prototxt"),
+                                            "--files", str(w / "part-0")], "no.prototxt"),
+    "train: files match nothing": (lambda w: ["train", str(w / "main.pb"), "--data-feed", str(w / "data.prototxt"),
+                                              "--files", str(w / "none-*")], "none-*"),
+    "train --save-dir /proc/sd": (lambda w: ["train", str(w / "main.pb"), "--data-feed", str(w / "data.prototxt"),
+                                             "--files", str(w / "part-0"), "--save-dir", "/proc/sd"], "/proc/sd"),
+    "train --save-dir a file": (lambda w: ["train", str(w / "main.pb"), "--data-feed", str(w / "data.prototxt"),
+                                           "--files", str(w / "part-0"), "--save-dir", str(w / "x.npy")],
+                                "not a directory"),
+    "train: no program": (lambda w: ["train", "--data-feed", str(w / "data.prototxt"), "--files", str(w / "part-0")],
+                          "MAIN.pb"),
+    # usage
+    "no command": (lambda w: [], "COMMAND"),
+    "unknown command": (lambda w: ["frobnicate"], "frobnicate"),
+    "unknown option": (lambda w: ["show", "a.pb", "--bogus"], "--bogus"),
+}
+
+
+@pytest.fixture(scope="module")
+def model_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    work = tmp_path_factory.mktemp("model")
+    _model(work)
+    return work
+
+
+def _listing(root: Path) -> dict[str, bytes]:
+    return {str(p.relative_to(root)): p.read_bytes() for p in sorted(root.rglob("*")) if p.is_file()}
+
+
+@pytest.mark.parametrize("case", list(CASES))
+def test_bad_path_gives_one_line_and_status_2(case: str, model_dir: Path, tmp_path: Path,
+                                              capsys: pytest.CaptureFixture[str]) -> None:
+    work = tmp_path / "work"
+    work.mkdir()
+    for name, data in _listing(model_dir).items():
+        (work / name).parent.mkdir(parents=True, exist_ok=True)
+        (work / name).write_bytes(data)
+    make, message = CASES[case]
+    argv = make(work)
+    before = _listing(work)
+    status = main(argv)
+    out, err = capsys.readouterr()
+    assert status == 2, (case, out, err)
+    first, *details = err.splitlines()
+    assert first.startswith("blockir: error: ") and err.endswith("\n"), err
+    assert all(line.startswith("  ") for line in details), err  # only a verifier's list of problems follows
+    assert "Traceback" not in err
+    assert message in err, err
+    assert _listing(work) == before, "a failed command left files behind or changed them"
