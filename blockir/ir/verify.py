@@ -4,6 +4,10 @@
 listing them, each naming the block index, the op index and the op in its text
 form. The pass manager runs it after every pass in tests.
 
+The plan compiler (:func:`blockir.runtime.plan.compile_plan`) runs the checks
+of one op that a run would trip on (:func:`op_problems`) and
+:func:`column_problems`, so that ``verify`` and the executor agree.
+
 Checks:
 
 * blocks are numbered in order, parent indices are valid and acyclic, block 0
@@ -16,9 +20,12 @@ Checks:
   gradient block), or persistable, or fed (``need_check_feed`` or written by a
   ``feed`` op of the block or an ancestor);
 * the op type is registered (unless ``allow_unknown_ops``), its slots are the
-  schema's, required input slots are given, non-duplicable slots hold at most
-  one variable, attribute types match the schema (or ``COMMON_ATTRS``),
-  required attributes are present and unknown attributes are errors;
+  schema's, required input slots bind a variable (not only ``@EMPTY@``),
+  required output slots are given, non-duplicable slots hold at most one
+  variable, attribute types match the schema (or ``COMMON_ATTRS``), required
+  attributes are present and unknown attributes are errors;
+* the ``feed`` ops of a block take distinct, non-negative columns (``col``),
+  and so do its ``fetch`` ops;
 * BLOCK / BLOCKS attributes refer to existing blocks whose parent is the op's
   block;
 * device strings (``op_device``, ``Block.device``, ``Program.device``,
@@ -32,9 +39,9 @@ import re
 from blockir.errors import VerifyError
 from blockir.ir.attrs import AttrType
 from blockir.ir.core import Block, Operator, Program, Variable
-from blockir.ir.schema import COMMON_ATTRS, EMPTY_VAR, REQUIRED, OpSchema, find
+from blockir.ir.schema import COMMON_ATTRS, EMPTY_VAR, GRAD_SUFFIX, REQUIRED, OpSchema, find
 
-__all__ = ["canonical_device", "is_valid_device", "verify"]
+__all__ = ["canonical_device", "column_problems", "is_valid_device", "op_problems", "verify"]
 
 _DEVICE = re.compile(r"(cpu|cuda)(:(0|[1-9][0-9]*))?")
 _DEVICE_FORMS = "cpu, cpu:N, cuda or cuda:N"
@@ -136,6 +143,8 @@ class _Verifier:
                         entry.setdefault(sub, set(defined))
                 defined.update(op.output_names())
             done[i] = defined
+            for index, problem in column_problems(block):
+                self.op_problem(block, index, block.ops[index], problem)
 
     def check_op(self, block: Block, index: int, op: Operator, defined: set[str]) -> None:
         for slot, names in op.inputs.items():
@@ -159,50 +168,95 @@ class _Verifier:
             if not self.allow_unknown_ops:
                 self.op_problem(block, index, op, f"op type {op.type!r} is not registered")
         else:
-            self.check_slots(block, index, op, schema)
-        self.check_attrs(block, index, op, schema)
-
-    def check_slots(self, block: Block, index: int, op: Operator, schema: OpSchema) -> None:
-        for kind, given, declared in (("input", op.inputs, schema.inputs), ("output", op.outputs, schema.outputs)):
-            known = {s.name: s for s in declared}
-            for slot, names in given.items():
-                if slot not in known:
-                    expected = ", ".join(known) or "none"
-                    self.op_problem(block, index, op, f"{op.type} has no {kind} slot {slot!r} (its {kind} "
-                                                      f"slots: {expected})")
-                elif len(names) > 1 and not known[slot].duplicable:
-                    self.op_problem(block, index, op, f"{kind} slot {slot} holds {len(names)} variables but "
-                                                      "is not duplicable")
-        for required in schema.inputs:
-            if not required.optional and not op.inputs.get(required.name):
-                self.op_problem(block, index, op, f"required input slot {required.name} is missing")
-
-    def check_attrs(self, block: Block, index: int, op: Operator, schema: OpSchema | None) -> None:
-        for name, t in op.attr_types.items():
-            adef = schema.attr_def(name) if schema is not None else None
-            expected = adef.type if adef is not None else COMMON_ATTRS.get(name)
-            if expected is None and schema is not None:
-                self.op_problem(block, index, op, f"unknown attribute {name!r} for {op.type}")
-            elif expected is not None and t is not expected:
-                self.op_problem(block, index, op, f"attribute {name!r} is {t.name}, expected {expected.name}")
-            if t in (AttrType.BLOCK, AttrType.BLOCKS):
-                self.check_block_refs(block, index, op, name)
-        if schema is not None:
-            for adef in schema.attrs:
-                if adef.default is REQUIRED and adef.name not in op.attrs:
-                    self.op_problem(block, index, op, f"required attribute {adef.name!r} is missing")
+            for problem in _slot_problems(op, schema):
+                self.op_problem(block, index, op, problem)
+        for problem in _attr_problems(op, schema, unknown=True):
+            self.op_problem(block, index, op, problem)
+        for problem in _block_ref_problems(op, self.position[id(block)]):
+            self.op_problem(block, index, op, problem)
         device = op.attrs.get("op_device")
         if isinstance(device, str) and device and not is_valid_device(device):
             self.op_problem(block, index, op, f"op_device {device!r} is not well formed (expected {_DEVICE_FORMS})")
 
-    def check_block_refs(self, block: Block, index: int, op: Operator, name: str) -> None:
+
+def _slot_problems(op: Operator, schema: OpSchema) -> list[str]:
+    problems = []
+    for kind, given, declared in (("input", op.inputs, schema.inputs), ("output", op.outputs, schema.outputs)):
+        known = {s.name: s for s in declared}
+        for slot, names in given.items():
+            if slot not in known:
+                expected = ", ".join(known) or "none"
+                problems.append(f"{op.type} has no {kind} slot {slot!r} (its {kind} slots: {expected})")
+            elif len(names) > 1 and not known[slot].duplicable:
+                problems.append(f"{kind} slot {slot} holds {len(names)} variables but is not duplicable")
+    # A required input binds a variable (its kernel gets no None there). A required output is there, if only
+    # as @EMPTY@ (its value unused); gradient outputs (X@GRAD) excepted: gradient makers leave out those of
+    # the inputs that need no gradient.
+    problems += [f"required input slot {s.name} is missing" for s in schema.inputs
+                 if not s.optional and all(n == EMPTY_VAR for n in op.inputs.get(s.name, ()))]
+    problems += [f"required output slot {s.name} is missing" for s in schema.outputs
+                 if not s.optional and not s.name.endswith(GRAD_SUFFIX) and not op.outputs.get(s.name)]
+    return problems
+
+
+def _attr_problems(op: Operator, schema: OpSchema | None, unknown: bool) -> list[str]:
+    """Attributes of the wrong type, required ones missing; with ``unknown``, attributes the schema lacks."""
+    problems = []
+    for name, t in op.attr_types.items():
+        adef = schema.attr_def(name) if schema is not None else None
+        expected = adef.type if adef is not None else COMMON_ATTRS.get(name)
+        if expected is None and schema is not None and unknown:
+            problems.append(f"unknown attribute {name!r} for {op.type}")
+        elif expected is not None and t is not expected:
+            problems.append(f"attribute {name!r} is {t.name}, expected {expected.name}")
+    if schema is not None:
+        problems += [f"required attribute {a.name!r} is missing" for a in schema.attrs
+                     if a.default is REQUIRED and a.name not in op.attrs]
+    return problems
+
+
+def _block_ref_problems(op: Operator, here: int) -> list[str]:
+    """BLOCK / BLOCKS attributes referring to blocks that do not exist or are no children of block ``here``
+    (the op's block's position in the program)."""
+    problems = []
+    blocks = op.block.program.blocks
+    for name in [n for n, t in op.attr_types.items() if t in (AttrType.BLOCK, AttrType.BLOCKS)]:
         value = op.attrs[name]
         for idx in value if isinstance(value, list) else [value]:
-            if not 0 <= idx < len(self.program.blocks):
-                self.op_problem(block, index, op, f"attribute {name!r} refers to block {idx}, which does not exist")
-            elif self.program.blocks[idx].parent_idx != self.position[id(block)]:
-                self.op_problem(block, index, op, f"attribute {name!r} refers to block {idx}, whose parent is "
-                                                  f"block {self.program.blocks[idx].parent_idx}, not this block")
+            if not 0 <= idx < len(blocks):
+                problems.append(f"attribute {name!r} refers to block {idx}, which does not exist")
+            elif blocks[idx].parent_idx != here:
+                problems.append(f"attribute {name!r} refers to block {idx}, whose parent is block "
+                                f"{blocks[idx].parent_idx}, not this block")
+    return problems
+
+
+def op_problems(op: Operator, schema: OpSchema) -> list[str]:
+    """What in ``op`` a run would trip on, against its schema: slots the schema lacks, several variables in
+    a slot that is not duplicable, required input slots binding no variable, required output slots absent,
+    attributes of the wrong type, required attributes absent, sub-block attributes naming no child block of
+    the op's block. Attributes the schema does not know (Paddle's ``op_callstack``, say) are no problem
+    here; :func:`verify` reports them."""
+    here = next(i for i, b in enumerate(op.block.program.blocks) if b is op.block)
+    return _slot_problems(op, schema) + _attr_problems(op, schema, unknown=False) + _block_ref_problems(op, here)
+
+
+def column_problems(block: Block) -> list[tuple[int, str]]:
+    """(op index, problem) for the ``col`` of the block's ``feed`` and ``fetch`` ops: each takes a column
+    of its own (no two feed ops, nor two fetch ops, the same), none negative."""
+    problems = []
+    taken: dict[tuple[str, int], int] = {}
+    for index, op in enumerate(block.ops):
+        col = op.attrs.get("col", 0)
+        if op.type not in ("feed", "fetch") or not isinstance(col, int):  # a col of another type: see op_problems
+            continue
+        if col < 0:
+            problems.append((index, f"{op.type} column {col} is negative"))
+        elif (op.type, col) in taken:
+            problems.append((index, f"{op.type} column {col} is taken by op {taken[op.type, col]} too"))
+        else:
+            taken[op.type, col] = index
+    return problems
 
 
 def verify(program: Program, *, allow_unknown_ops: bool = False) -> None:

@@ -14,7 +14,7 @@ from blockir.passes.place import Place as PlacePass
 from blockir.passes.streams import STREAM_ATTR, Streams
 from blockir.runtime.device import HOST, checked_device, get_device, value_device
 from blockir.runtime.place import Place, as_place
-from blockir.runtime.plan import SCHEDULERS, Plan, compile_plan
+from blockir.runtime.plan import SCHEDULERS, Plan, check_block, compile_plan
 from blockir.runtime.scheduler import WorkerPool
 from blockir.runtime.scope import Scope, global_scope
 from blockir.runtime.trace import Tracer
@@ -130,6 +130,8 @@ class Executor:
         key = (id(program), program.mutation, on_gpu)
         placed = self._placements.get(key)
         if placed is None:
+            for block in program.blocks:  # errors name the ops as the program has them, before passes trip on them
+                check_block(block)
             placed = program.clone()
             for name, device in on_gpu:  # the fed value lives there: copies go from there
                 _program_var(placed, name).device = device

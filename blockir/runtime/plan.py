@@ -43,10 +43,11 @@ from typing import Any, Callable, Mapping
 import networkx as nx
 import numpy as np
 
-from blockir.errors import BlockirError, OpNotFoundError
+from blockir.errors import BlockirError, OpNotFoundError, VerifyError
 from blockir.ir.core import Block, Operator, Program, Variable
 from blockir.ir.dtypes import VarKind
-from blockir.ir.schema import EMPTY_VAR, REQUIRED, KernelContext, OpSchema, Slot, lookup
+from blockir.ir.schema import EMPTY_VAR, KernelContext, OpSchema, Slot, lookup
+from blockir.ir.verify import column_problems, op_problems
 from blockir.ops.io import map_arrays
 from blockir.ops.values import LoDTensor, SelectedRows, describe_value
 from blockir.passes.deps import dependency_graph
@@ -59,7 +60,7 @@ from blockir.runtime.place import Place
 from blockir.runtime.scheduler import Gather, Scatter, Schedule, Step, WorkerPool, compile_schedule, execute, run_steps
 from blockir.runtime.scope import Scope
 
-__all__ = ["SCHEDULERS", "FeedSpec", "Plan", "Step", "compile_plan", "describe_value", "shape_matches"]
+__all__ = ["SCHEDULERS", "FeedSpec", "Plan", "Step", "check_block", "compile_plan", "describe_value", "shape_matches"]
 
 FEED_OP, FETCH_OP, COPY_OP = "feed", "fetch", "memcpy"
 RUN_SLOT = "@run"  # the value slot of the run context (not a variable name: names never hold '@' first)
@@ -95,8 +96,12 @@ class FeedSpec:
     def of(slot: int, var: Variable, device: str) -> FeedSpec:
         if var.kind not in (VarKind.LOD_TENSOR, VarKind.SELECTED_ROWS):
             raise BlockirError(f"feed {var.name!r}: a {var.kind.text} variable cannot be fed")
-        return FeedSpec(slot, var.name, var.kind, np.dtype(var.dtype) if var.dtype else None, var.shape,
-                        var.lod_level, device)
+        try:
+            dtype = np.dtype(var.dtype) if var.dtype else None
+        except TypeError:  # bfloat16: numpy has no such type
+            raise BlockirError(f"feed {var.name!r}: a {var.dtype} variable cannot be fed (numpy has no "
+                               f"{var.dtype})") from None
+        return FeedSpec(slot, var.name, var.kind, dtype, var.shape, var.lod_level, device)
 
     def check(self, value: Any) -> Any:
         """The value to put in the slot; an error naming the variable when ``value`` does not fit it."""
@@ -246,28 +251,26 @@ def _bound(names: list[str]) -> list[str]:
     return [n for n in names if n != EMPTY_VAR]
 
 
-def _check_slots(op: Operator, schema: OpSchema, text: str) -> None:
-    for kind, given, slots in (("input", op.inputs, schema.inputs), ("output", op.outputs, schema.outputs)):
-        known = {s.name for s in slots}
-        for name, args in given.items():
-            if name not in known:
-                raise BlockirError(f"op {op.type!r} has no {kind} slot {name!r} (it has "
-                                   f"{', '.join(sorted(known)) or 'none'}): {text}")
-        for s in slots:
-            args = given.get(s.name, [])
-            if not _bound(args) and not s.optional and kind == "input":
-                raise BlockirError(f"op {op.type!r} needs input {s.name!r}: {text}")
-            if len(args) > 1 and not s.duplicable:
-                raise BlockirError(f"op {op.type!r}: {kind} slot {s.name!r} takes one variable, "
-                                   f"got {len(args)}: {text}")
+def check_block(block: Block) -> None:
+    """An error naming the first op of ``block`` with something a run would trip on: an unknown type, a problem
+    of :func:`blockir.ir.verify.op_problems` or of :func:`blockir.ir.verify.column_problems` (what
+    :func:`blockir.ir.verify.verify` reports too)."""
+    for op in block.ops:
+        try:
+            problems = op_problems(op, lookup(op.type))
+        except OpNotFoundError as e:
+            raise OpNotFoundError(f"cannot run op: {e}: {op}") from None
+        if problems:
+            raise VerifyError(f"cannot run op: {'; '.join(problems)}: {op}", problems)
+    columns = column_problems(block)
+    if columns:
+        index, problem = columns[0]
+        raise VerifyError(f"cannot run op: {problem}: {block.ops[index]}", [problem])
 
 
 def _op_info(op: Operator, block: Block, place: Place) -> _OpInfo:
     text = str(op)
-    try:
-        schema = lookup(op.type)
-    except OpNotFoundError as e:
-        raise OpNotFoundError(f"cannot run op: {e}: {text}") from None
+    schema = lookup(op.type)
     device = checked_device(op.device or block.device or block.program.device or str(place), text)
     stream = op_stream(op, device)
     get_device(device, text)  # before anything runs: an error naming the devices this machine has
@@ -276,7 +279,6 @@ def _op_info(op: Operator, block: Block, place: Place) -> _OpInfo:
         raise BlockirError(f"op type {op.type!r} has no kernel for {device_kind(device)}: {text}")
     if op.type == COPY_OP and checked_device(op.attr("dst_device"), text) != device:
         raise BlockirError(f"memcpy must run on its dst_device, not on {device}: {text}")
-    _check_slots(op, schema, text)
     for name in (*op.input_names(), *op.output_names()):
         if name != EMPTY_VAR and not _has_var(block, name):
             raise BlockirError(f"op uses variable {name!r}, which the block does not declare: {text}")
@@ -299,13 +301,7 @@ def _lod_sources(info: _OpInfo, output_slot: str) -> list[str]:
 
 
 def _kernel_attrs(info: _OpInfo) -> dict[str, Any]:
-    attrs = {}
-    for adef in info.schema.attrs:
-        value = info.op.attrs.get(adef.name, adef.default)
-        if value is REQUIRED:
-            raise BlockirError(f"op {info.op.type!r} needs attribute {adef.name!r}: {info.text}")
-        attrs[adef.name] = value
-    return attrs
+    return {adef.name: info.op.attrs.get(adef.name, adef.default) for adef in info.schema.attrs}
 
 
 class _Slots(dict):
@@ -346,6 +342,7 @@ def compile_plan(program: Program, feed_names: frozenset[str], fetch_names: tupl
     if scheduler not in SCHEDULERS:
         raise BlockirError(f"scheduler must be one of {', '.join(SCHEDULERS)}, got {scheduler!r}")
     block = program.global_block() if block is None else block
+    check_block(block)  # feed and fetch ops with an Out, an X and a col of their own, each op with its slots
     ops, feed_targets, fetch_targets = _feed_fetch_ops(block)
     missing = [n for n in feed_targets if n not in feed_names]
     if missing:
