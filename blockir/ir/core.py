@@ -15,7 +15,7 @@ from blockir.errors import BlockirError
 from blockir.ir import attrs as _attrs
 from blockir.ir.attrs import AttrType
 from blockir.ir.dtypes import VarKind, to_dtype
-from blockir.ir.schema import COMMON_ATTRS, REQUIRED, InferContext, find
+from blockir.ir.schema import COMMON_ATTRS, REQUIRED, InferContext, OpRole, find
 
 # Global so that counters of different programs never collide: a cached
 # (id(program), mutation) pair can never be reused by another program state.
@@ -379,8 +379,14 @@ class Program:
             yield from block.ops
 
     # -- copies and serialisation ------------------------------------------------
-    def clone(self) -> Program:
-        """A deep copy: same blocks, variables (same classes), ops (same ids), attributes."""
+    def clone(self, for_test: bool = False) -> Program:
+        """A deep copy: same blocks, variables (same classes), ops (same ids), attributes.
+
+        ``for_test=True`` (Fluid's evaluation idiom) makes the copy a test program: without the backward,
+        optimizer and learning-rate-schedule ops, with ``is_test`` set where the op has it
+        (:func:`strip_training`). Every variable and block stays, under its name and index, so the test
+        program runs in the scope of the training program, on its parameters; the original is unchanged.
+        """
         new = Program()
         new.blocks = []
         for block in self.blocks:
@@ -395,6 +401,8 @@ class Program:
         new.current_block_idx = self.current_block_idx
         top = max((op.id for op in self.ops()), default=-1)
         new._op_ids = itertools.count(top + 1)
+        if for_test:
+            strip_training(new)
         return new
 
     def to_proto(self) -> Any:
@@ -427,6 +435,36 @@ class Program:
         from blockir.ir.text import format_program
 
         return format_program(self)
+
+
+# -- training and test programs ------------------------------------------------
+
+_TRAINING_ROLES = OpRole.BACKWARD | OpRole.OPTIMIZE | OpRole.LR_SCHED
+
+
+def is_training_op(op: Operator) -> bool:
+    """Whether ``op`` only trains: a backward, optimizer or learning-rate-schedule op by its ``op_role``, or
+    a ``*_grad`` op (for programs that carry no roles)."""
+    role = op.attrs.get("op_role", OpRole.FORWARD)
+    return (isinstance(role, int) and bool(role & _TRAINING_ROLES)) or op.type.endswith("_grad")
+
+
+def strip_training(program: Program) -> bool:
+    """Make ``program`` compute as in a test, in place: drop its training ops (:func:`is_training_op`) from
+    every block, and set ``is_test`` on every op whose schema has that attribute. Variables and blocks stay
+    (a sub-block whose owner op was dropped stays too, so that block indices keep their meaning). Returns
+    whether anything changed."""
+    changed = False
+    for block in program.blocks:
+        for op in [op for op in block.ops if is_training_op(op)]:
+            block.remove_op(op)
+            changed = True
+        for op in block.ops:
+            schema = find(op.type)
+            if schema is not None and schema.attr_def("is_test") is not None and op.attr("is_test") is not True:
+                op.set_attr("is_test", True)
+                changed = True
+    return changed
 
 
 # -- what blocks read and write ------------------------------------------------
