@@ -7,6 +7,9 @@ good model; the directory must hold exactly the same files afterwards.
 from __future__ import annotations
 
 import io
+import signal
+import subprocess
+import sys
 import zipfile
 from pathlib import Path
 from typing import Callable
@@ -35,7 +38,7 @@ def _model(work: Path) -> None:
     startup.save(str(work / "startup.pb"))
     np.save(work / "x.npy", np.ones((2, 3), "float32"))
     (work / "data.prototxt").write_text('name: "MultiSlotDataFeed"\nbatch_size: 2\nmulti_slot_desc {\n'
-                                        '  slots { name: "x" type: "float" is_dense: true is_used: true }\n}\n')
+                                        '  slots { name: "x" type: "float" is_dense: true is_used: true shape: 3 }\n}\n')
     (work / "part-0").write_text("3 1 2 3\n3 4 5 6\n")
 
 
@@ -192,3 +195,47 @@ def test_bad_path_gives_one_line_and_status_2(case: str, model_dir: Path, tmp_pa
     assert "Traceback" not in err
     assert message in err, err
     assert _listing(work) == before, "a failed command left files behind or changed them"
+
+
+def _interrupt(argv: list[str], cwd: Path, after: str) -> subprocess.CompletedProcess[str]:
+    """Run ``blockir ARGV`` in a process, send it SIGINT (Ctrl-C) once its stdout shows ``after``."""
+    def sigint_default() -> None:  # a shell's background job starts with SIGINT ignored; a terminal's does not
+        signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+    proc = subprocess.Popen([sys.executable, "-m", "blockir.cli", *argv], cwd=cwd, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True, preexec_fn=sigint_default)
+    try:
+        out = []
+        assert proc.stdout is not None
+        for line in proc.stdout:
+            out.append(line)
+            if after in line:
+                proc.send_signal(signal.SIGINT)
+                break
+        rest, err = proc.communicate(timeout=60)
+    finally:
+        proc.kill()
+    return subprocess.CompletedProcess(proc.args, proc.returncode, "".join(out) + rest, err)
+
+
+def test_ctrl_c_in_demo_is_one_line_and_status_130(tmp_path: Path) -> None:
+    done = _interrupt(["demo", "--epochs", "100000", "--workdir", str(tmp_path / "demo")], tmp_path, "the model")
+    assert (done.returncode, done.stderr) == (130, "blockir: interrupted\n")
+
+
+def test_ctrl_c_in_train_says_what_was_saved(model_dir: Path, tmp_path: Path) -> None:
+    (tmp_path / "part-0").write_text((model_dir / "part-0").read_text() * 200)
+    done = _interrupt(["train", str(model_dir / "main.pb"), "--startup", str(model_dir / "startup.pb"),
+                       "--data-feed", str(model_dir / "data.prototxt"), "--files", str(tmp_path / "part-0"),
+                       "--epochs", "100000", "--save-dir", str(tmp_path / "out")], tmp_path, "saved the persistables")
+    assert done.returncode == 130, done.stderr
+    last = [line for line in done.stdout.splitlines() if line.startswith("saved the persistables to ")][-1]
+    assert done.stderr == f"blockir: interrupted (the last saved persistables are in {last.split()[-1]})\n"
+    assert Path(last.split()[-1]).parent == tmp_path / "out"
+
+
+def test_train_takes_the_program_after_the_files(model_dir: Path, tmp_path: Path,
+                                                 capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["train", "--data-feed", str(model_dir / "data.prototxt"), "--startup", str(model_dir / "startup.pb"),
+                 "--files", str(model_dir / "part-0"), str(model_dir / "main.pb")]) == 0
+    assert capsys.readouterr().out.startswith("epoch 0: 2 instances in ")
