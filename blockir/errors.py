@@ -38,6 +38,20 @@ class ExecutionError(BlockirError):
     """A kernel failed while running a program; the message names the op and its inputs."""
 
 
+class NanInfError(ExecutionError):
+    """An op produced NaN or inf while the executor checks for them (``Executor(check_nan_inf=True)``).
+
+    The message names the op in its text form, each output variable holding NaN or inf with how many,
+    and the statistics of the op's inputs. ``op`` is the op's text form; ``counts`` maps each such
+    output variable to its (NaN, inf) counts.
+    """
+
+    def __init__(self, message: str, op: str = "", counts: dict[str, tuple[int, int]] | None = None) -> None:
+        super().__init__(message)
+        self.op = op
+        self.counts = dict(counts or {})
+
+
 class PipelineError(BlockirError):
     """A pass pipeline string is malformed or names an unknown pass or option.
 

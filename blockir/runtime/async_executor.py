@@ -123,12 +123,16 @@ class AsyncExecutor:
 
     ``keep_workers``: process mode's worker processes serve later runs (a training loop's epochs) until
     :meth:`close`, the end of a ``with`` block or garbage collection; by default each run ends its own.
+    ``check_nan_inf``: every worker, thread or process, stops at the first op producing NaN or inf, as
+    :class:`~blockir.runtime.executor.Executor`'s option of that name does; the run fails with its error.
     """
 
-    def __init__(self, place: str | Place = "cpu", *, keep_workers: bool = False) -> None:
+    def __init__(self, place: str | Place = "cpu", *, keep_workers: bool = False,
+                 check_nan_inf: bool = False) -> None:
         self.place: Place = as_place(place)
         get_device(str(self.place), "the async executor's place")
         self.keep_workers = keep_workers
+        self.check_nan_inf = check_nan_inf
         self.last_stats: AsyncStats | None = None
         self._idle: list[Executor] = []  # one per worker of earlier runs, with the plans compiled for them
         self._kept: list[_Pool] = []  # process mode with keep_workers: the worker processes of the last run
@@ -203,6 +207,8 @@ class AsyncExecutor:
         with self._lock:
             lent, self._idle = self._idle[:workers], self._idle[workers:]
         lent += [Executor(self.place, scheduler="sequential") for _ in range(workers - len(lent))]
+        for exe in lent:
+            exe.check_nan_inf = self.check_nan_inf
         try:
             yield [exe.plan(program, [b.name for b in job.bindings], job.fetch_names) for exe in lent]
         finally:
@@ -266,7 +272,7 @@ class AsyncExecutor:
                 pool = _Pool(str(self.place))
             with _SharedValues(root, names) as layout, _Control(len(job.fetch_names), pool.lock) as control:
                 spec = _ProcessSpec(program.serialize(), job, files, layout, workers, control.name,
-                                    progress is not None)
+                                    progress is not None, self.check_nan_inf)
                 results = pool.run(spec, control, progress)
             keep = self.keep_workers and not pool.broken and all(error is None for *_, error in results)
             return results
@@ -279,7 +285,8 @@ class AsyncExecutor:
                 pool.close()
 
     def __repr__(self) -> str:
-        return f"AsyncExecutor({str(self.place)!r}{', keep_workers=True' if self.keep_workers else ''})"
+        return (f"AsyncExecutor({str(self.place)!r}{', keep_workers=True' if self.keep_workers else ''}"
+                f"{', check_nan_inf=True' if self.check_nan_inf else ''})")
 
 
 _Result = tuple[WorkerStats, np.ndarray, BlockirError | None]  # a worker's stats, sums of its fetches, error
@@ -418,6 +425,7 @@ class _ProcessSpec:
     workers: int
     control: str  # the name of the run's _Control block
     counting: bool  # whether workers add their progress to the control block
+    check_nan_inf: bool  # the executor's option of that name
 
 
 class _Control:
@@ -585,6 +593,7 @@ def _work(k: int, spec: _ProcessSpec, program: Program, exe: Executor, lock: Any
                 blocks.append(SharedMemory(name=block_name))
                 shared[name] = np.ndarray(shape, np.dtype(dtype), buffer=blocks[-1].buf)
                 scope.set(name, shared[name])
+            exe.check_nan_inf = spec.check_nan_inf
             plan = exe.plan(program, [b.name for b in spec.job.bindings], spec.job.fetch_names)
 
             def take_file() -> str | None:

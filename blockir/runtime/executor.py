@@ -85,10 +85,23 @@ class Executor:
     same. The workers are threads of this executor, idle between runs; they end
     with :meth:`close` (or the ``with`` block, or when the executor is
     collected).
+
+    ``check_nan_inf=True`` (Fluid's ``FLAGS_check_nan_inf``) stops a run at the
+    first op that produces NaN or inf in an output variable that anything reads:
+    :class:`~blockir.errors.NanInfError` (an ``ExecutionError``) names the op in
+    its text form, each such output with its NaN and inf counts, and each input
+    (name, dtype, shape, min, max and mean of its finite elements, NaN and inf
+    counts). Ops of go and select blocks are checked too; copies and the
+    concurrency ops themselves are not (they make no new values). Values are
+    tested on their device, with its array module. The check is compiled into
+    the plans: with it off (the default) they hold the kernels themselves and
+    cost nothing more; with it on, every op's outputs are scanned once and no
+    kernel writes into its dead inputs. The attribute may be changed between
+    runs (plans are cached per setting).
     """
 
     def __init__(self, place: str | Place = "cpu", max_plans: int = 64, scheduler: str = "dataflow",
-                 num_threads: int | None = None, compute_streams: int = 1) -> None:
+                 num_threads: int | None = None, compute_streams: int = 1, check_nan_inf: bool = False) -> None:
         if not isinstance(max_plans, int) or max_plans < 1:
             raise BlockirError(f"max_plans must be a positive int, got {max_plans!r}")
         if scheduler not in SCHEDULERS:
@@ -101,9 +114,10 @@ class Executor:
         self.max_plans = max_plans
         self.scheduler = scheduler
         self.num_threads = num_threads
+        self.check_nan_inf = check_nan_inf
         self._pool = WorkerPool()
         self._finalizer = weakref.finalize(self, self._pool.close)
-        self._plans: dict[tuple, Plan] = {}  # (id, mutation, feed names, fetch names, GPU feeds) -> plan
+        self._plans: dict[tuple, Plan] = {}  # (id, mutation, feed names, fetch names, GPU feeds, check) -> plan
         self._placements: dict[tuple, Program] = {}  # (id, mutation, GPU feeds) -> the program as it runs
 
     def plan(self, program: Program, feed_names: Iterable[str] = (),
@@ -114,11 +128,13 @@ class Executor:
 
     def _plan(self, program: Program, feed_names: frozenset[str], fetch: tuple[str, ...] | None,
               on_gpu: frozenset[tuple[str, str]] = frozenset()) -> Plan:
-        key = (id(program), program.mutation, feed_names, fetch, on_gpu)
+        check_nan_inf = bool(self.check_nan_inf)
+        key = (id(program), program.mutation, feed_names, fetch, on_gpu, check_nan_inf)
         plan = self._plans.get(key)
         if plan is None:
             plan = _remember(self._plans, key, compile_plan(self._placed(program, on_gpu), feed_names, fetch,
-                                                            self.place, self.scheduler, self.num_threads),
+                                                            self.place, self.scheduler, self.num_threads,
+                                                            check_nan_inf=check_nan_inf),
                              self.max_plans)
         return plan
 

@@ -56,6 +56,7 @@ from blockir.ops.channel import CONTROL_OPS
 from blockir.runtime.control import NEEDS_RUN, RunContext, close_channels, control_kernel
 from blockir.runtime.device import (HOST, array_module, checked_device, device_kind, get_device, transfer,
                                     value_device)
+from blockir.runtime.nan_inf import checked
 from blockir.runtime.place import Place
 from blockir.runtime.scheduler import Gather, Scatter, Schedule, Step, WorkerPool, compile_schedule, execute, run_steps
 from blockir.runtime.scope import Scope
@@ -333,12 +334,15 @@ def _program_var(block: Block, name: str, what: str) -> Variable:
 
 def compile_plan(program: Program, feed_names: frozenset[str], fetch_names: tuple[str, ...] | None,
                  place: Place, scheduler: str = "sequential", num_threads: int | None = None,
-                 block: Block | None = None, feed_device: str = HOST) -> Plan:
+                 block: Block | None = None, feed_device: str = HOST, check_nan_inf: bool = False) -> Plan:
     """Compile the global block of ``program`` for these feeds and fetches (None: the fetch ops' targets),
     to run in program order (``scheduler="sequential"``) or as a dataflow over streams and threads
     (``"dataflow"``, at most ``num_threads`` worker threads; None: one per CPU stream off the host).
     ``block``: another block of the program (a go or case block; its sub-plans run in program order);
-    ``feed_device``: where the fed values are."""
+    ``feed_device``: where the fed values are. ``check_nan_inf``: every op but copies and concurrency ops
+    (whose blocks' ops are checked in their own plans) raises :class:`~blockir.errors.NanInfError` when
+    it produces NaN or inf (:mod:`blockir.runtime.nan_inf`), and no kernel overwrites its inputs, so that
+    the error tells what they held; without it, the steps hold the kernels themselves."""
     if scheduler not in SCHEDULERS:
         raise BlockirError(f"scheduler must be one of {', '.join(SCHEDULERS)}, got {scheduler!r}")
     block = program.global_block() if block is None else block
@@ -398,14 +402,15 @@ def compile_plan(program: Program, feed_names: frozenset[str], fetch_names: tupl
     made: set[int] = set()  # slots some earlier step wrote
     reuses = []
     for info, free in zip(infos, frees):
-        reuses.append(_reuse_candidates(info, slots, may_lod, made, free))
+        reuses.append(() if check_nan_inf else _reuse_candidates(info, slots, may_lod, made, free))
         made.update(slots[n] for _, names in info.outputs for n in _bound(names))
 
     def compile_block(sub: Block, feeds: list[str], device: str) -> Plan:
-        return compile_plan(program, frozenset(feeds), (), place, block=sub, feed_device=device)
+        return compile_plan(program, frozenset(feeds), (), place, block=sub, feed_device=device,
+                            check_nan_inf=check_nan_inf)
 
     run_slot = slots[RUN_SLOT] if any(info.op.type in NEEDS_RUN for info in infos) else None
-    steps = tuple(_make_step(info, slots, may_lod, want, free, reuse, run_slot, compile_block)
+    steps = tuple(_make_step(info, slots, may_lod, want, free, reuse, run_slot, compile_block, check_nan_inf)
                   for info, want, free, reuse in zip(infos, wants, frees, reuses))
     schedule = None
     if scheduler == "dataflow" and any(s.stream != steps[0].stream for s in steps):
@@ -525,7 +530,7 @@ def _reuse_candidates(info: _OpInfo, slots: _Slots, may_lod: set[str], made: set
 
 def _make_step(info: _OpInfo, slots: _Slots, may_lod: set[str], wants: tuple[bool, ...],
                free: tuple[int, ...], reuse: tuple[tuple[int, int], ...], run_slot: int | None,
-               compile_block: Callable[[Block, list[str], str], Plan]) -> Step:
+               compile_block: Callable[[Block, list[str], str], Plan], check_nan_inf: bool) -> Step:
     def numbered(names: list[str]) -> list[int | None]:
         return [None if n == EMPTY_VAR else slots[n] for n in names]
 
@@ -545,6 +550,10 @@ def _make_step(info: _OpInfo, slots: _Slots, may_lod: set[str], wants: tuple[boo
         kernel = control_kernel(info.op, info.device, compile_block)
         if info.op.type in NEEDS_RUN:
             gather = _with_run(run_slot, gather)  # type: ignore[arg-type]
+    elif check_nan_inf and info.op.type != COPY_OP:  # a copy makes no value its source did not hold
+        kernel = checked(kernel, info.text, [(s.name, s.duplicable, names) for s, names in info.inputs],
+                         [(s.name, s.duplicable, names if want else []) for (s, names), want
+                          in zip(info.outputs, wants)])
     return Step(kernel, ctx, gather, scatter, free, reuse, inputs,  # type: ignore[arg-type]
                 info.stream, info.op.id)
 

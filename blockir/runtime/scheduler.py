@@ -120,7 +120,10 @@ def run_steps(steps: tuple[Step, ...], values: list) -> None:
             for i in free:
                 values[i] = None
     except Exception as e:
-        raise kernel_error(next(s for s in steps if s.ctx is ctx), values, args, e) from e
+        error = kernel_error(next(s for s in steps if s.ctx is ctx), values, args, e)
+        if error is e:  # an ExecutionError already (the NaN check's, say): raised as it is
+            raise
+        raise error from e
 
 
 # -- compiling a schedule ------------------------------------------------------------------
