@@ -10,7 +10,8 @@ statistics. With the option off a plan holds the kernels themselves: the check c
 
 from __future__ import annotations
 
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 import numpy as np
 

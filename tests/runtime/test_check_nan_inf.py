@@ -117,10 +117,10 @@ def test_ops_of_a_go_block_are_checked() -> None:
             bir.channel.send(ch, [bir.layers.scale(x, scale=1e38)])
         got, = bir.channel.recv(ch)
     feed = {"x": np.array([[1, 10]], "float32")}
-    with bir.Executor("cpu", check_nan_inf=True) as exe:
-        with pytest.raises(NanInfError, match=r"in op: %scale_0\.tmp_0 = scale\(X=%x\)(.|\n)*Out=scale_0\.tmp_0: "
-                                              r"0 NaN, 1 inf among the 2 values"):
-            exe.run(main, feed=feed, fetch_list=[got], scope=bir.Scope())
+    with bir.Executor("cpu", check_nan_inf=True) as exe, pytest.raises(
+            NanInfError, match=r"in op: %scale_0\.tmp_0 = scale\(X=%x\)(.|\n)*Out=scale_0\.tmp_0: "
+                               r"0 NaN, 1 inf among the 2 values"):
+        exe.run(main, feed=feed, fetch_list=[got], scope=bir.Scope())
     with bir.Executor("cpu") as exe:
         np.testing.assert_array_equal(exe.run(main, feed=feed, fetch_list=[got], scope=bir.Scope())[0],
                                       np.array([[1e38, np.inf]], "float32"))

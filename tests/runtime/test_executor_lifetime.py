@@ -59,6 +59,7 @@ def test_executors_dropped_without_close_leave_no_worker_threads(fail):
                 exe.run(program, feed={"x": x, "ids": ids}, fetch_list=["a", "b"], scope=scope)
         else:
             a, b = exe.run(program, feed={"x": x, "ids": ids}, fetch_list=["a", "b"], scope=scope)
+            np.testing.assert_array_equal(a, x)
             np.testing.assert_array_equal(b, [[2, 3]])
         assert _worker_threads() > before  # the run used workers, which live as long as the executor
         del exe

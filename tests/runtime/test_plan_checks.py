@@ -3,7 +3,7 @@ has it, before any pass or kernel runs; on random programs compiling a plan rais
 
 from __future__ import annotations
 
-from typing import Callable
+from collections.abc import Callable
 
 import numpy as np
 import pytest
