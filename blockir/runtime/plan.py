@@ -1,13 +1,16 @@
 """Compiling a block into a plan, and running a plan.
 
 :func:`compile_plan` does everything a run would otherwise do per op, once:
-it looks up each op's schema and kernel, builds its :class:`KernelContext`
-(attributes with defaults filled in, which outputs anybody reads), numbers the
-variables into slots, decides where LoD is dropped before a kernel and put
-back after it, and computes where each value is used last so that it is freed
-right after. :meth:`Plan.run` then checks the feeds, fills a list of values
+it refuses what a run would trip on (:func:`check_block`: the verifier's
+checks of each op and of the feed/fetch columns), looks up each op's schema
+and kernel, builds its :class:`KernelContext` (attributes with defaults filled
+in, which outputs anybody reads), numbers the variables into slots, decides
+where LoD is dropped before a kernel and put back after it, and computes where
+each value is used last so that it is freed right after. :meth:`Plan.run` then checks the feeds, fills a list of values
 indexed by slot and walks the steps, each a prepared ``gather`` / ``kernel`` /
-``scatter`` with the slots to free after it.
+``scatter`` with the slots to free after it. With ``check_nan_inf`` each
+kernel is wrapped to stop at NaN or inf (:mod:`blockir.runtime.nan_inf`);
+without it nothing is.
 
 Reusing dead buffers: a kernel with a keyword-only parameter ``reuse`` may
 write into its inputs that nothing needs after it. The compiler lists, per
