@@ -1,10 +1,20 @@
-"""Conversion between the IR objects and the ProgramDesc protobuf; load and save."""
+"""Conversion between the IR objects and the ProgramDesc protobuf; load and save.
+
+Also the file primitives persistence builds on: :func:`atomic_file` (write
+through a temporary file and a rename, honouring the umask),
+:func:`read_limited` (read an untrusted file without ever holding more than a
+limit) and :func:`os_errors` (an ``OSError`` as one :class:`BlockirError`
+naming the file).
+"""
 
 from __future__ import annotations
 
 import contextlib
+import errno
+import glob
 import os
-import tempfile
+import secrets
+import stat
 from pathlib import Path
 from typing import Any, BinaryIO, Iterator
 
@@ -203,39 +213,108 @@ def program_from_bytes(data: bytes, source: str = "<bytes>") -> Program:
     return program_from_proto(desc, source)
 
 
-def load_program(path: str | os.PathLike[str]) -> Program:
-    """Read a binary ProgramDesc from ``path``."""
-    p = Path(path)
+MAX_PROGRAM_BYTES = 256 << 20
+"""The largest program file :func:`load_program` reads (256 MiB; real programs are a few MiB)."""
+
+_CHUNK = 1 << 20  # how much a read of a pipe or device asks for at a time
+
+
+@contextlib.contextmanager
+def os_errors(path: str | os.PathLike[str], doing: str,
+              error: type[BlockirError] = BlockirError) -> Iterator[None]:
+    """Turn an ``OSError`` raised in the ``with`` block into ``error("PATH: REASON")``.
+
+    ``doing`` is what failed (``"read"``, ``"write"``). The reason is the
+    operating system's (``cannot write (Permission denied)``), or ``is a
+    directory`` / ``not a directory`` / (reading) ``no such file`` where those
+    say it better.
+    """
     try:
-        data = p.read_bytes()
-    except FileNotFoundError:
-        raise ProgramFormatError(f"{p}: no such file") from None
-    except IsADirectoryError:
-        raise ProgramFormatError(f"{p}: is a directory") from None
+        yield
     except OSError as e:
-        raise ProgramFormatError(f"{p}: cannot read ({e.strerror})") from None
+        reasons = {errno.EISDIR: "is a directory", errno.ENOTDIR: "not a directory (a file is in the way)"}
+        if doing == "read":
+            reasons[errno.ENOENT] = "no such file"
+        reason = reasons.get(e.errno or 0, f"cannot {doing} ({e.strerror or e})")
+        raise error(f"{path}: {reason}") from None
+
+
+def read_limited(f: BinaryIO, limit: int, where: str, error: type[BlockirError] = BlockirError) -> bytes:
+    """All of ``f``'s bytes; an error naming ``where`` when there are more than ``limit``.
+
+    A regular file is refused by its size before anything is read; anything
+    else (a pipe, ``/dev/zero``) is read in chunks of 1 MiB until the limit is
+    passed, so no more than ``limit`` plus a chunk is ever held.
+    """
+    info = os.fstat(f.fileno())
+    if stat.S_ISREG(info.st_mode) and info.st_size > limit:
+        raise error(f"{where}: {info.st_size} bytes, more than the {limit} bytes a file of this kind may have")
+    data = bytearray()
+    while chunk := f.read(_CHUNK):
+        data += chunk
+        if len(data) > limit:
+            raise error(f"{where}: more than the {limit} bytes a file of this kind may have")
+    return bytes(data)
+
+
+def load_program(path: str | os.PathLike[str]) -> Program:
+    """Read a binary ProgramDesc from ``path`` (at most :data:`MAX_PROGRAM_BYTES`)."""
+    p = Path(path)
+    with os_errors(p, "read", ProgramFormatError), open(p, "rb") as f:
+        data = read_limited(f, MAX_PROGRAM_BYTES, str(p), ProgramFormatError)
     return program_from_bytes(data, str(p))
+
+
+def make_dirs(path: str | os.PathLike[str]) -> None:
+    """Create directory ``path`` and its parents where missing; ``NotADirectoryError`` when a file is in the way."""
+    try:
+        Path(path).mkdir(parents=True, exist_ok=True)
+    except FileExistsError:  # what mkdir says when ``path`` itself is a file
+        raise NotADirectoryError(errno.ENOTDIR, os.strerror(errno.ENOTDIR), str(path)) from None
+
+
+def sync_dir(path: str | os.PathLike[str]) -> None:
+    """Make the entries of directory ``path`` (files created, renamed, removed) durable."""
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        with contextlib.suppress(OSError):  # some file systems cannot sync a directory; nothing more to do there
+            os.fsync(fd)
+    finally:
+        os.close(fd)
 
 
 @contextlib.contextmanager
 def atomic_file(path: str | os.PathLike[str]) -> Iterator[BinaryIO]:
     """A binary file to write that replaces ``path`` only when the ``with`` block succeeds.
 
-    It is a temporary file in the same directory, synced and renamed over
-    ``path`` at the end; on any error it is removed and ``path`` left as it was.
+    It is a temporary file in the same directory, created with the mode the
+    umask gives (``-rw-r--r--`` under umask 022, as ``open`` would), synced,
+    renamed over ``path`` and the rename synced. On any error it is removed and
+    ``path`` left as it was; an ``OSError`` (in the block too: a write that
+    fails) becomes a :class:`BlockirError` naming ``path``.
     """
     p = Path(path)
-    p.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{p.name}.", suffix=".tmp", dir=p.parent)
-    try:
-        with os.fdopen(fd, "wb") as f:
-            yield f
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, p)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+    tmp = p.parent / f".{p.name}.{secrets.token_hex(6)}.tmp"  # the pattern stale_temporaries knows
+    with os_errors(p, "write"):
+        make_dirs(p.parent)
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666)
+        try:
+            with os.fdopen(fd, "wb") as f:
+                yield f
+                f.flush()
+                os.fsync(f.fileno())
+            os.replace(tmp, p)
+        except BaseException:
+            tmp.unlink(missing_ok=True)
+            raise
+        sync_dir(p.parent)
+
+
+def stale_temporaries(path: str | os.PathLike[str]) -> list[Path]:
+    """The temporary files of :func:`atomic_file` beside ``path``: what writers killed mid-write left,
+    to remove where no other writer of ``path`` can be at work."""
+    p = Path(path)
+    return sorted(p.parent.glob(f".{glob.escape(p.name)}.*.tmp"))
 
 
 def atomic_write(path: str | os.PathLike[str], data: bytes) -> None:

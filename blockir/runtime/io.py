@@ -1,33 +1,79 @@
 """Saving and loading variables and inference models (Fluid's ``fluid.io``), as ``bir.io``.
 
-Files are numpy's, written without pickle and read with ``allow_pickle=False``:
+Files are numpy's ``.npy`` and zip archives of them, written without pickle and
+read without ever executing code from a file. Two layouts:
 
-* one file per variable under ``dirname``: ``NAME.npy`` for a dense tensor,
-  ``NAME.npz`` (a bundle, below) for a LoDTensor or SelectedRows; a ``/`` in a
-  name makes subdirectories, as in Fluid;
-* or, with ``filename``, one bundle holding every variable: a zip archive of
-  ``.npy`` members (so ``np.load`` opens it as an ``.npz``) plus ``index.json``
-  telling each variable's kind and members: a LoDTensor's data and one array
-  per LoD level, a SelectedRows' rows, values and height.
+* **one file per variable** (no ``filename``): ``dirname`` holds a manifest,
+  ``manifest.json``, naming each variable's file in the directory of the save
+  that wrote it, ``gen-NNNNNN/`` (``N`` the save's generation number)::
 
-Every file is written atomically (temporary file + rename), and names or file
-names that would lead outside ``dirname`` are refused.
+      dirname/manifest.json            {"format": "blockir.save", "version": 1, "generation": 2,
+                                        "vars": {"fc.w_0": {"kind": "dense", "file": "gen-000002/fc.w_0.npy"},
+                                                 "seq": {"kind": "lod_tensor", "file": "gen-000002/seq.npz"}}}
+      dirname/gen-000002/fc.w_0.npy    a dense tensor: a .npy file
+      dirname/gen-000002/seq.npz       a LoDTensor or SelectedRows: a bundle (below) of one variable
+
+  A ``/`` in a name makes subdirectories of the generation's directory, as in
+  Fluid. ``kind`` is ``dense``, ``lod_tensor`` or ``selected_rows``; ``file``
+  is relative to ``dirname``, with ``/`` separators.
+* **a bundle** (``filename``): one zip archive of stored (uncompressed) ``.npy``
+  members, so ``np.load`` opens it as an ``.npz``, plus ``index.json`` telling
+  each variable's kind and members: a LoDTensor's data and one array per LoD
+  level, a SelectedRows' rows, values and height.
+
+A save is atomic as a whole. A bundle is written to a temporary file renamed
+over the old one. One file per variable, a save writes its files into a new
+generation directory (never touching the previous save's files), syncs them,
+then replaces the manifest atomically (temporary file, sync, rename, sync of
+the directory); only then does it remove the files of the previous save that
+the new manifest no longer names, and generation directories no manifest names
+(left by a save that was interrupted). Killed at any moment, a save leaves the
+old or the new save loadable. A save of some variables keeps the manifest's
+entries of the others (as Fluid's files of other variables stay). One process
+saves into a directory at a time; a save by several writers (a parameter
+server's shards) is to build on the same manifest: each writer's files anywhere
+inside the directory, one manifest naming them all written last, its
+``format`` and ``version`` telling a reader what it must understand.
+
+Saves made before the manifest (``dirname/NAME.npy``, ``dirname/NAME.npz``)
+still load: a variable the manifest does not name, or every variable where
+there is no manifest, is looked for there. A save removes those old files of
+the variables it writes. Directories named ``gen-`` and digits belong to saves.
+
+Untrusted files are read within declared limits: a ``.npy`` header is checked
+against the size of its file (or bundle member) before anything is allocated,
+a manifest or bundle index may have at most :data:`MAX_INDEX_BYTES`, and an
+array read from a pipe or device at most :data:`MAX_STREAM_BYTES`. Names and
+file names (also those a manifest gives) that would lead outside ``dirname``
+are refused. Every problem with a file, the operating system's too
+(permissions, a file where a directory should be), is a :class:`BlockirError`
+naming the file.
 """
 
 from __future__ import annotations
 
+import contextlib
+import io
 import json
+import math
 import os
+import re
+import shutil
+import stat
+import struct
+import tokenize
 import zipfile
+from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
-from typing import IO, Any, Callable, Iterable, Sequence
+from typing import IO, Any, Callable, Iterable, Iterator, Sequence, cast
 
 import numpy as np
 
 from blockir.errors import BlockirError
 from blockir.ir.core import Program, Variable
 from blockir.ir.dtypes import VarKind
-from blockir.ir.proto_io import atomic_file, load_program
+from blockir.ir.proto_io import (atomic_file, load_program, make_dirs, os_errors, read_limited, stale_temporaries,
+                                 sync_dir)
 from blockir.ops.io import map_arrays
 from blockir.ops.values import LoDTensor, SelectedRows
 from blockir.passes import inference, prune
@@ -35,15 +81,26 @@ from blockir.runtime.executor import Executor
 from blockir.runtime.plan import FEED_OP, FETCH_OP, describe_value, shape_matches
 from blockir.runtime.scope import Scope, global_scope
 
-__all__ = ["PARAMS_DIR", "PROGRAM_FILE", "is_parameter", "is_persistable", "load_inference_model",
-           "load_params", "load_persistables", "load_vars", "save_inference_model", "save_params",
-           "save_persistables", "save_vars"]
+__all__ = ["MANIFEST_FILE", "MAX_INDEX_BYTES", "MAX_STREAM_BYTES", "PARAMS_DIR", "PROGRAM_FILE", "is_parameter",
+           "is_persistable", "load_array", "load_inference_model", "load_params", "load_persistables", "load_vars",
+           "save_inference_model", "save_params", "save_persistables", "save_vars"]
 
 PROGRAM_FILE = "program.pb"  # save_inference_model's default model_filename
 PARAMS_DIR = "params"  # where save_inference_model puts one file per parameter by default
+MANIFEST_FILE = "manifest.json"  # names the files of the last save, one file per variable
+MAX_INDEX_BYTES = 64 << 20
+"""The largest manifest or bundle ``index.json`` read (64 MiB)."""
+MAX_STREAM_BYTES = 1 << 30
+"""The largest array read from a file that is not a regular file (a pipe, a device): 1 GiB."""
 FEED_VAR, FETCH_VAR = "feed", "fetch"
 _INDEX = "index.json"
 _FORMAT, _VERSION = "blockir.vars", 1
+_MANIFEST_FORMAT, _MANIFEST_VERSION = "blockir.save", 1
+_KINDS = ("dense", "lod_tensor", "selected_rows")
+_GENERATION = re.compile(r"gen-(\d+)")
+_NPY_MAGIC = b"\x93NUMPY"
+_NPY_MAX_HEADER = 10000  # the longest header numpy itself parses
+_ELEMENT_KINDS = "biufc"  # bool, integers, floats, complex: what tensors hold
 _NOT_SAVED = frozenset({VarKind.FEED_MINIBATCH, VarKind.FETCH_LIST, VarKind.READER, VarKind.RAW,
                         VarKind.STEP_SCOPES, VarKind.CHANNEL, VarKind.CHANNEL_LIST})
 
@@ -103,24 +160,97 @@ def _value(name: str, entry: dict[str, Any], read: Callable[[str], np.ndarray], 
             levels = entry["lod_levels"]
             return LoDTensor(read("data"), [read(f"lod.{i}").tolist() for i in range(int(levels))])
         if kind == "selected_rows":
-            return SelectedRows(read("rows"), read("values"), int(entry["height"]))
-    except (KeyError, TypeError, ValueError) as e:
+            return _selected_rows(read("rows"), read("values"), int(entry["height"]))
+    except (KeyError, TypeError, ValueError, OverflowError) as e:
         raise BlockirError(f"{where}: variable {name!r} is stored incompletely ({e})") from None
+    except BlockirError as e:
+        raise BlockirError(f"{where}: variable {name!r}: {e}") from None
     raise BlockirError(f"{where}: variable {name!r} has unknown kind {kind!r}")
 
 
-def _read_npy(f: IO[bytes], where: str) -> np.ndarray:
-    try:
-        return np.lib.format.read_array(f, allow_pickle=False)
-    except ValueError as e:
-        raise BlockirError(f"{where}: not a numpy array file without Python objects ({e})") from None
+def _selected_rows(rows: np.ndarray, values: np.ndarray, height: int) -> SelectedRows:
+    if rows.ndim != 1 or rows.dtype.kind not in "iu" or values.ndim < 1 or len(values) != len(rows):
+        raise BlockirError(f"selected rows need one integer row index per row of values, got rows "
+                           f"{rows.dtype}{list(rows.shape)} and values {values.dtype}{list(values.shape)}")
+    if height < 0 or rows.size and not 0 <= rows.min() <= rows.max() < height:
+        raise BlockirError(f"selected rows index rows outside [0, {height})")
+    return SelectedRows(rows, values, height)
+
+
+# -- .npy files ----------------------------------------------------------------------------------
+
+def _read_npy(f: io.BufferedIOBase, size: int, where: str) -> np.ndarray:
+    """The array of the ``.npy`` data ``f`` holds (``size`` bytes from its position), read without pickle.
+
+    The header is checked against ``size`` before anything is allocated: a
+    header cannot make this allocate more than the file holds.
+    """
+    start = f.read(8)
+    if len(start) < 8 or start[:6] != _NPY_MAGIC:
+        raise BlockirError(f"{where}: not a .npy array file")
+    width = {(1, 0): 2, (2, 0): 4, (3, 0): 4}.get((start[6], start[7]))  # bytes of the header length
+    if width is None:
+        raise BlockirError(f"{where}: .npy format version {start[6]}.{start[7]}, which numpy does not write")
+    length_field = f.read(width)
+    length = int.from_bytes(length_field, "little")
+    offset = 8 + width + length
+    if len(length_field) < width or length > _NPY_MAX_HEADER or offset > size:
+        raise BlockirError(f"{where}: truncated .npy file (its header is cut short or longer than the file)")
+    read_header = np.lib.format.read_array_header_1_0 if width == 2 else np.lib.format.read_array_header_2_0
+    try:  # version 3.0 is 2.0 with a UTF-8 header; headers of tensors are ASCII
+        shape, fortran_order, dtype = read_header(io.BytesIO(length_field + f.read(length)),
+                                                  max_header_size=_NPY_MAX_HEADER)
+    except (ValueError, TypeError, SyntaxError, RecursionError, tokenize.TokenError) as e:  # what parsing it raises
+        raise BlockirError(f"{where}: not a .npy array file (bad header: {e})") from None
+    if dtype.hasobject:
+        raise BlockirError(f"{where}: holds Python objects, which are never loaded (they would need pickle)")
+    if dtype.kind not in _ELEMENT_KINDS or any(d < 0 for d in shape):
+        raise BlockirError(f"{where}: holds {dtype}{list(shape)}, not a tensor of numbers")
+    if math.prod(d or 1 for d in shape) * dtype.itemsize > np.iinfo(np.intp).max:  # numpy refuses even empty ones
+        raise BlockirError(f"{where}: not a .npy array file (bad header: shape {list(shape)} is too large)")
+    count = math.prod(shape)
+    nbytes, available = count * dtype.itemsize, size - offset
+    if nbytes > available:
+        raise BlockirError(f"{where}: truncated .npy file (its header declares {dtype}{list(shape)}, {nbytes} bytes "
+                           f"of data, and {available} follow)")
+    array = np.empty(count, dtype)
+    view, filled = array.view(np.uint8).data, 0
+    while filled < nbytes:
+        n = f.readinto(view[filled:])
+        if not n:
+            raise BlockirError(f"{where}: truncated .npy file (data ends after {filled} of {nbytes} bytes)")
+        filled += n
+    return array.reshape(shape[::-1]).T if fortran_order else array.reshape(shape)
+
+
+def _load_npy(path: Path, where: str) -> np.ndarray:
+    """A ``.npy`` file's array; one that is not a regular file (a pipe) is read into memory first, within limits."""
+    with os_errors(where, "read"), open(path, "rb") as f:
+        info = os.fstat(f.fileno())
+        if stat.S_ISREG(info.st_mode):
+            return _read_npy(f, info.st_size, where)
+        magic = f.read(len(_NPY_MAGIC))  # refuse /dev/zero at once
+        data = magic + read_limited(f, MAX_STREAM_BYTES, where) if magic == _NPY_MAGIC else magic
+    return _read_npy(io.BytesIO(data), len(data), where)
+
+
+def load_array(path: str | os.PathLike[str], what: str) -> np.ndarray:
+    """The array of the ``.npy`` file ``path``, read without pickle (``blockir run --feed NAME=FILE.npy``).
+
+    Every problem (no such file, not a ``.npy`` file, Python objects, a header
+    declaring more data than the file holds, truncated data) is a
+    :class:`BlockirError` starting ``"WHAT: PATH: "``. Nothing larger than the
+    file is allocated; from a pipe or device at most :data:`MAX_STREAM_BYTES`
+    are read.
+    """
+    return _load_npy(Path(path), f"{what}: {path}")
 
 
 # -- bundles ----------------------------------------------------------------------------
 
-def _write_bundle(path: Path, values: dict[str, Any]) -> None:
+def _write_bundle(f: IO[bytes], values: dict[str, Any]) -> None:
     index: dict[str, Any] = {"format": _FORMAT, "version": _VERSION, "vars": {}}
-    with atomic_file(path) as f, zipfile.ZipFile(f, "w", zipfile.ZIP_STORED) as zf:
+    with zipfile.ZipFile(f, "w", zipfile.ZIP_STORED) as zf:
         for name, value in values.items():
             entry, arrays = _arrays(name, value)
             entry["arrays"] = {}
@@ -133,25 +263,58 @@ def _write_bundle(path: Path, values: dict[str, Any]) -> None:
         zf.writestr(_INDEX, json.dumps(index, indent=1))
 
 
+@contextlib.contextmanager
+def _zip_errors(where: str) -> Iterator[None]:
+    """A damaged archive as one error naming it: what ``zipfile`` raises for a bad structure, CRC or version,
+    data cut short, sizes or offsets out of range, names that do not decode."""
+    try:
+        yield
+    except (zipfile.BadZipFile, EOFError, NotImplementedError, ValueError, OverflowError, struct.error) as e:
+        raise BlockirError(f"{where}: damaged bundle ({e})") from None
+
+
 class _Bundle:
-    """A bundle opened for reading."""
+    """A bundle opened for reading: every member stored, its sizes within the file's."""
 
     def __init__(self, path: Path) -> None:
         self.where = str(path)
+        with os_errors(path, "read"):
+            self.file = open(path, "rb")
         try:
-            self.zip = zipfile.ZipFile(path)
-            index = json.loads(self.zip.read(_INDEX))
-        except FileNotFoundError:
-            raise BlockirError(f"{path}: no such file") from None
-        except OSError as e:
-            raise BlockirError(f"{path}: cannot read ({e.strerror or e})") from None
-        except (zipfile.BadZipFile, KeyError, ValueError):
-            raise BlockirError(f"{path}: not a blockir variables file (a zip with {_INDEX})") from None
+            with os_errors(path, "read"), _zip_errors(self.where):
+                try:
+                    self.zip = zipfile.ZipFile(self.file)
+                except zipfile.BadZipFile:
+                    raise BlockirError(f"{path}: not a blockir variables file (a zip with {_INDEX})") from None
+                self.vars = self._index(os.fstat(self.file.fileno()).st_size)
+        except BaseException:
+            self.file.close()
+            raise
+
+    def _index(self, size: int) -> dict[str, Any]:
+        for info in self.zip.infolist():
+            if info.compress_type != zipfile.ZIP_STORED or info.flag_bits & 0x1:
+                raise BlockirError(f"{self.where}: member {info.filename!r} is compressed or encrypted; "
+                                   f"bundles store their members as they are")
+            if info.file_size != info.compress_size or info.header_offset + info.compress_size > size:
+                raise BlockirError(f"{self.where}: damaged bundle (member {info.filename!r} claims "
+                                   f"{info.file_size} bytes, more than the file holds)")
+        try:
+            info = self.zip.getinfo(_INDEX)
+        except KeyError:
+            raise BlockirError(f"{self.where}: not a blockir variables file (a zip with {_INDEX})") from None
+        if info.file_size > MAX_INDEX_BYTES:
+            raise BlockirError(f"{self.where}: its {_INDEX} has {info.file_size} bytes, more than the "
+                               f"{MAX_INDEX_BYTES} allowed")
+        try:
+            index = json.loads(self.zip.read(info))
+        except (ValueError, RecursionError):
+            raise BlockirError(f"{self.where}: not a blockir variables file (bad {_INDEX})") from None
         if not isinstance(index, dict) or index.get("format") != _FORMAT or not isinstance(index.get("vars"), dict):
-            raise BlockirError(f"{path}: not a blockir variables file (bad {_INDEX})")
+            raise BlockirError(f"{self.where}: not a blockir variables file (bad {_INDEX})")
         if index.get("version") != _VERSION:
-            raise BlockirError(f"{path}: format version {index.get('version')!r}, this blockir reads {_VERSION}")
-        self.vars: dict[str, Any] = index["vars"]
+            raise BlockirError(f"{self.where}: format version {index.get('version')!r}, this blockir reads {_VERSION}")
+        return index["vars"]
 
     def load(self, name: str) -> Any:
         entry = self.vars.get(name)
@@ -161,18 +324,76 @@ class _Bundle:
 
         def read(role: str) -> np.ndarray:
             try:
-                with self.zip.open(members[role]) as m:
-                    return _read_npy(m, f"{self.where}[{members[role]}]")
+                info = self.zip.getinfo(members[role])
             except (KeyError, TypeError):
                 raise BlockirError(f"{self.where}: variable {name!r} lacks its {role!r} array") from None
+            where = f"{self.where}[{info.filename}]"
+            with os_errors(self.where, "read"), _zip_errors(where), self.zip.open(info) as m:
+                return _read_npy(cast(io.BufferedIOBase, m), info.file_size, where)  # a ZipExtFile
 
         return _value(name, entry, read, self.where)
 
     def close(self) -> None:
         self.zip.close()
+        self.file.close()
 
 
-# -- one file per variable ------------------------------------------------------------------
+def _load_from_bundle(path: Path, name: str) -> Any:
+    bundle = _Bundle(path)
+    try:
+        return bundle.load(name)
+    finally:
+        bundle.close()
+
+
+# -- one file per variable: the manifest and the generations ------------------------------------
+
+@dataclass
+class _Manifest:
+    """A directory's manifest: the generation of the save that wrote it and each variable's entry."""
+
+    generation: int
+    vars: dict[str, dict[str, str]]  # name -> {"kind": one of _KINDS, "file": path relative to the directory}
+
+    def files(self) -> set[str]:
+        return {entry["file"] for entry in self.vars.values()}
+
+
+def _read_manifest(base: Path) -> _Manifest | None:
+    """``base``'s manifest, None where it has none; every file it names is checked to lie inside ``base``."""
+    path = base / MANIFEST_FILE
+    where = str(path)
+    with os_errors(path, "read"):
+        try:
+            f = open(path, "rb")
+        except FileNotFoundError:
+            return None
+        with f:
+            data = read_limited(f, MAX_INDEX_BYTES, where)
+    try:
+        doc = json.loads(data)
+    except (ValueError, RecursionError):
+        raise BlockirError(f"{where}: not a blockir manifest (not JSON)") from None
+    if not isinstance(doc, dict) or doc.get("format") != _MANIFEST_FORMAT:
+        raise BlockirError(f"{where}: not a blockir manifest (no format {_MANIFEST_FORMAT!r})")
+    if doc.get("version") != _MANIFEST_VERSION:
+        raise BlockirError(f"{where}: manifest version {doc.get('version')!r}, this blockir reads {_MANIFEST_VERSION}")
+    generation, entries = doc.get("generation"), doc.get("vars")
+    if not isinstance(generation, int) or generation < 0 or not isinstance(entries, dict):
+        raise BlockirError(f"{where}: not a blockir manifest (bad generation or vars)")
+    for name, entry in entries.items():
+        if not isinstance(entry, dict) or entry.get("kind") not in _KINDS or not isinstance(entry.get("file"), str):
+            raise BlockirError(f"{where}: bad entry for variable {name!r}: {entry!r}")
+        _inside(base, entry["file"], f"{where}: the file of variable {name!r},")
+    return _Manifest(generation, entries)
+
+
+def _write_manifest(base: Path, manifest: _Manifest) -> None:
+    doc = {"format": _MANIFEST_FORMAT, "version": _MANIFEST_VERSION, "generation": manifest.generation,
+           "vars": manifest.vars}
+    with atomic_file(base / MANIFEST_FILE) as f:
+        f.write(json.dumps(doc, indent=1).encode())
+
 
 def _files(dirname: str | os.PathLike[str], name: str) -> tuple[Path, Path]:
     """A variable's file when dense (``NAME.npy``) and when a LoDTensor or SelectedRows (``NAME.npz``)."""
@@ -180,30 +401,93 @@ def _files(dirname: str | os.PathLike[str], name: str) -> tuple[Path, Path]:
     return base.with_name(base.name + ".npy"), base.with_name(base.name + ".npz")
 
 
-def _save_file(name: str, value: Any, npy: Path, npz: Path) -> None:
-    """Save one variable to its file (see :func:`_files`), removing its earlier file of the other form."""
-    if isinstance(value, (LoDTensor, SelectedRows)):
-        _write_bundle(npz, {name: value})
-        npy.unlink(missing_ok=True)
-    else:
-        array = _host(value, name)
-        with atomic_file(npy) as f:
-            np.lib.format.write_array(f, array, allow_pickle=False)
-        npz.unlink(missing_ok=True)
+@contextlib.contextmanager
+def _new_file(path: Path) -> Iterator[IO[bytes]]:
+    """A file of a new generation to write: created (never replacing a file), synced when written."""
+    with os_errors(path, "write"):
+        make_dirs(path.parent)
+        with open(path, "xb") as f:
+            yield f
+            f.flush()
+            os.fsync(f.fileno())
 
 
-def _load_file(dirname: str | os.PathLike[str], name: str) -> Any:
+def _generations(base: Path) -> dict[int, Path]:
+    """The generation directories in ``base`` by number."""
+    with os_errors(base, "read"):
+        return {int(m[1]): p for p in base.iterdir() if (m := _GENERATION.fullmatch(p.name))}
+
+
+def _save_files(dirname: str | os.PathLike[str], values: dict[str, Any]) -> None:
+    """Save ``values`` one file each as a new generation, then point the manifest at it (see the module doc)."""
+    base = Path(dirname).resolve()  # as _inside gives paths
+    legacy = {name: _files(base, name) for name in values}  # every name is checked before anything is written
+    with os_errors(base, "write"):
+        make_dirs(base)
+    old = _read_manifest(base)
+    generation = max([old.generation if old else 0, *_generations(base)]) + 1
+    new = _Manifest(generation, dict(old.vars) if old else {})
+    gen_dir = base / f"gen-{generation:06d}"
+    with os_errors(gen_dir, "write"):
+        gen_dir.mkdir()
+    try:
+        written = []
+        for name, value in values.items():
+            entry, arrays = _arrays(name, value)
+            dense = entry["kind"] == "dense"
+            target = _inside(gen_dir, name, "variable name")
+            path = target.with_name(target.name + (".npy" if dense else ".npz"))
+            with _new_file(path) as f:
+                if dense:
+                    np.lib.format.write_array(f, arrays["data"], allow_pickle=False)
+                else:
+                    _write_bundle(f, {name: value})
+            new.vars[name] = {"kind": entry["kind"], "file": path.relative_to(base).as_posix()}
+            written.append(path)
+        with os_errors(gen_dir, "write"):
+            for directory in {d for path in written for d in path.parents if d.is_relative_to(gen_dir)} | {base}:
+                sync_dir(directory)
+    except BaseException:
+        shutil.rmtree(gen_dir, ignore_errors=True)
+        raise
+    _write_manifest(base, new)  # the save is complete from here on
+    stale = [] if old is None else [base / file for file in old.files() - new.files()
+                                    if _GENERATION.fullmatch(PurePosixPath(file).parts[0])]
+    _remove_stale(base, new, stale + [path for pair in legacy.values() for path in pair])
+
+
+def _remove_stale(base: Path, manifest: _Manifest, files: list[Path]) -> None:
+    """Remove ``files`` (and directories they leave empty), every generation directory ``manifest`` does
+    not name and the manifest's stale temporary files: the previous save and what interrupted saves left.
+    A failure leaves them to the next save."""
+    keep = {base / file for file in manifest.files()}
+    for path in files + stale_temporaries(base / MANIFEST_FILE):
+        if path in keep:
+            continue
+        with contextlib.suppress(OSError):
+            path.unlink(missing_ok=True)
+            for parent in path.parents:
+                if parent == base or not parent.is_relative_to(base):
+                    break
+                parent.rmdir()
+    used = {PurePosixPath(file).parts[0] for file in manifest.files()}
+    for directory in _generations(base).values():
+        if directory.name not in used and directory.is_dir() and not directory.is_symlink():
+            shutil.rmtree(directory, ignore_errors=True)
+
+
+def _load_file(dirname: str | os.PathLike[str], manifest: _Manifest | None, name: str) -> Any:
+    entry = manifest.vars.get(name) if manifest is not None else None
+    if entry is not None:
+        path = _inside(dirname, entry["file"], f"the file of variable {name!r}")
+        return _load_npy(path, str(path)) if entry["kind"] == "dense" else _load_from_bundle(path, name)
     npy, npz = _files(dirname, name)
     if npy.is_file():
-        with open(npy, "rb") as f:
-            return _read_npy(f, str(npy))
+        return _load_npy(npy, str(npy))
     if npz.is_file():
-        bundle = _Bundle(npz)
-        try:
-            return bundle.load(name)
-        finally:
-            bundle.close()
-    raise BlockirError(f"no saved value for variable {name!r} in {str(dirname)!r} (looked for {npy.name}, {npz.name})")
+        return _load_from_bundle(npz, name)
+    raise BlockirError(f"no saved value for variable {name!r} in {str(dirname)!r} (looked for {npy.name}, {npz.name}"
+                       f"{', ' + MANIFEST_FILE if manifest is None else ''})")
 
 
 # -- save / load variables --------------------------------------------------------------------
@@ -211,7 +495,9 @@ def _load_file(dirname: str | os.PathLike[str], name: str) -> Any:
 def _default_program(program: Program | None) -> Program:
     if program is not None:
         return program
-    from blockir.dsl.framework import default_main_program  # at call time: the runtime works without it
+    from blockir.dsl.framework import (
+        default_main_program,  # at call time: the runtime works without it
+    )
 
     return default_main_program()
 
@@ -242,16 +528,16 @@ def save_vars(executor: Executor, dirname: str | os.PathLike[str], main_program:
     """Save variables of ``main_program`` from ``scope`` (default: the global scope) under ``dirname``.
 
     The variables are ``vars`` if given, else those of the global block that
-    ``predicate`` accepts (all when None). Each goes to its own file, or all to
-    the bundle ``dirname/filename``. ``executor`` is the one whose place holds
-    the values. Returns the names saved.
+    ``predicate`` accepts (all when None). Each goes to its own file, named by
+    the directory's manifest, or all to the bundle ``dirname/filename``; either
+    way the save is atomic as a whole (see the module's documentation).
+    ``executor`` is the one whose place holds the values. Returns the names
+    saved.
     """
     _check_executor(executor)
     scope = global_scope() if scope is None else scope
     chosen = _select(_default_program(main_program), vars, predicate)
-    # Every path is checked before anything is written.
     bundle = _inside(dirname, filename, "filename") if filename is not None else None
-    files = {var.name: _files(dirname, var.name) for var in chosen} if bundle is None else {}
     values = {}
     for var in chosen:
         holder = scope.find_var(var.name)
@@ -259,10 +545,11 @@ def save_vars(executor: Executor, dirname: str | os.PathLike[str], main_program:
             raise BlockirError(f"cannot save variable {var.name!r}: it has no value in the scope "
                                f"(run the startup program first)")
         values[var.name] = holder.value
-    if bundle is not None:
-        _write_bundle(bundle, values)
-    for name, (npy, npz) in files.items():
-        _save_file(name, values[name], npy, npz)
+    if bundle is None:
+        _save_files(dirname, values)
+    else:
+        with atomic_file(bundle) as f:
+            _write_bundle(f, values)
     return list(values)
 
 
@@ -304,13 +591,14 @@ def load_vars(executor: Executor, dirname: str | os.PathLike[str], main_program:
     scope = global_scope() if scope is None else scope
     chosen = _select(_default_program(main_program), vars, predicate)
     bundle = _Bundle(_inside(dirname, filename, "filename")) if filename is not None else None
+    manifest = _read_manifest(Path(dirname)) if bundle is None else None
     try:
         loaded = {}
         for var in chosen:
             if bundle is not None:
                 value, where = bundle.load(var.name), bundle.where
             else:
-                value, where = _load_file(dirname, var.name), str(dirname)
+                value, where = _load_file(dirname, manifest, var.name), str(dirname)
             _check_loaded(var, value, where)
             loaded[var.name] = map_arrays(value, xp.asarray)
     finally:
@@ -362,6 +650,15 @@ def _check_computable(program: Program, feeds: list[str]) -> None:
         defined.update(op.output_names())
 
 
+def _program_of(targets: Variable | str | Sequence[Variable | str]) -> Program | None:
+    """The program the variables among ``targets`` belong to; None when there are none."""
+    items = targets if isinstance(targets, Sequence) and not isinstance(targets, str) else [targets]
+    programs = {id(v.block.program): v.block.program for v in items if isinstance(v, Variable) and v.block}
+    if len(programs) > 1:
+        raise BlockirError("target_vars belong to different programs; say which to save with main_program")
+    return next(iter(programs.values()), None)
+
+
 def save_inference_model(dirname: str | os.PathLike[str], feeded_var_names: str | Sequence[str],
                          target_vars: Variable | str | Sequence[Variable | str], executor: Executor,
                          main_program: Program | None = None, model_filename: str | None = None,
@@ -372,15 +669,22 @@ def save_inference_model(dirname: str | os.PathLike[str], feeded_var_names: str 
     optimizer ops dropped, ``is_test`` set), pruned to what the targets need
     given the feeds, and framed by ``feed`` ops (reading the ``feed`` list, col
     i = the i-th feed) and ``fetch`` ops (writing the ``fetch`` list). It is
-    written to ``dirname/model_filename`` (default ``program.pb``), and the
-    persistable variables it reads to ``dirname/params/`` one file each, or to
-    the bundle ``dirname/params_filename``. Returns the target names.
+    written to ``dirname/model_filename`` (default ``program.pb``), after the
+    persistable variables it reads, which go to ``dirname/params/`` one file
+    each (with a manifest: see :func:`save_vars`), or to the bundle
+    ``dirname/params_filename``. Returns the target names.
+
+    Without ``main_program``, the program is the one ``target_vars`` belong to
+    when they are variables (so a program built in ``program_guard(main,
+    startup)`` needs no ``main_program=main``), else the default main program.
     """
     _check_executor(executor)
     feeds, targets = _names(feeded_var_names, "feeded_var_names"), _names(target_vars, "target_vars")
     if not targets:
         raise BlockirError("save_inference_model needs at least one target variable")
-    program = _default_program(main_program).clone()
+    if main_program is None:
+        main_program = _program_of(target_vars) or _default_program(None)
+    program = main_program.clone()
     block = program.global_block()
     for name in feeds:
         if not block.has_var(name):
@@ -406,8 +710,20 @@ def save_inference_model(dirname: str | os.PathLike[str], feeded_var_names: str 
     program_path = _inside(dirname, model_filename or PROGRAM_FILE, "model_filename")
     params_dir, params_file = _params_location(dirname, params_filename)
     save_vars(executor, params_dir, program, predicate=is_persistable, filename=params_file, scope=scope)
-    program.save(program_path)
+    program.save(str(program_path))
     return targets
+
+
+def _framing(block: Any, op_type: str, slot: str, path: Path) -> list[str]:
+    """The variables the ``feed`` (slot ``Out``) or ``fetch`` (slot ``X``) ops name, in the order of their ``col``."""
+    found = []
+    for op in block.ops:
+        if op.type == op_type:
+            names, col = op.outputs.get(slot, []) + op.inputs.get(slot, []), op.attrs.get("col", 0)
+            if len(names) != 1 or not isinstance(col, int):
+                raise BlockirError(f"{path}: a {op_type} op without one {slot} variable and an integer col: {op}")
+            found.append((col, names[0]))
+    return [name for _, name in sorted(found)]
 
 
 def load_inference_model(dirname: str | os.PathLike[str], executor: Executor, model_filename: str | None = None,
@@ -421,12 +737,12 @@ def load_inference_model(dirname: str | os.PathLike[str], executor: Executor, mo
     targets.
     """
     _check_executor(executor)
-    program = load_program(_inside(dirname, model_filename or PROGRAM_FILE, "model_filename"))
+    path = _inside(dirname, model_filename or PROGRAM_FILE, "model_filename")
+    program = load_program(path)
     block = program.global_block()
-    feeds = sorted((op.attrs.get("col", 0), op.output("Out")[0]) for op in block.ops if op.type == FEED_OP)
-    fetches = sorted((op.attrs.get("col", 0), op.input("X")[0]) for op in block.ops if op.type == FETCH_OP)
+    feeds, fetches = _framing(block, FEED_OP, "Out", path), _framing(block, FETCH_OP, "X", path)
     if not fetches:
         raise BlockirError(f"{dirname}: not an inference model (its program has no fetch ops)")
     params_dir, params_file = _params_location(dirname, params_filename)
     load_vars(executor, params_dir, program, predicate=is_persistable, filename=params_file, scope=scope)
-    return program, [n for _, n in feeds], [block.var(n) for _, n in fetches]
+    return program, feeds, [block.var(n) for n in fetches]

@@ -3,6 +3,11 @@
 from __future__ import annotations
 
 import os
+import re
+import stat
+import threading
+import tracemalloc
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -11,6 +16,7 @@ from hypothesis import strategies as st
 
 from blockir.errors import BlockirError, ProgramFormatError
 from blockir.ir import Program, load_program
+from blockir.ir.proto_io import MAX_PROGRAM_BYTES
 from blockir.proto import framework_pb2 as pb
 from tests.ir.strategies import programs
 
@@ -168,3 +174,66 @@ def test_invalid_utf8_is_refused() -> None:
     assert data.count(b"\x0a\x02zz") == 1
     with pytest.raises(ProgramFormatError, match="VarDesc.name is not valid UTF-8"):
         Program.parse(data.replace(b"\x0a\x02zz", b"\x0a\x02\xffz"))
+
+
+# -- reading within limits, writing atomically -----------------------------------------------------
+
+def test_a_program_file_larger_than_the_limit_is_refused_unread(tmp_path: Path) -> None:
+    path = tmp_path / "huge.pb"
+    with open(path, "wb") as f:
+        f.truncate(MAX_PROGRAM_BYTES + 1)  # sparse: nothing of it is on disk, or read
+    with pytest.raises(ProgramFormatError, match=f"huge.pb: {MAX_PROGRAM_BYTES + 1} bytes, more than the "
+                                                 f"{MAX_PROGRAM_BYTES} bytes a file of this kind may have"):
+        load_program(path)
+
+
+def test_an_endless_device_is_read_no_further_than_the_limit() -> None:
+    tracemalloc.start()
+    try:
+        with pytest.raises(ProgramFormatError, match=f"/dev/zero: more than the {MAX_PROGRAM_BYTES} bytes"):
+            load_program("/dev/zero")
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert peak < 1.25 * MAX_PROGRAM_BYTES
+
+
+def test_a_program_from_a_pipe(tmp_path: Path) -> None:
+    p = Program()
+    p.global_block().create_var("x", shape=[-1, 2])
+    fifo = tmp_path / "fifo"
+    os.mkfifo(fifo)
+    writer = threading.Thread(target=fifo.write_bytes, args=(p.serialize(),))
+    writer.start()
+    try:
+        assert str(load_program(fifo)) == str(p)
+    finally:
+        writer.join(timeout=10)
+
+
+@pytest.fixture
+def umask_027() -> Iterator[None]:
+    old = os.umask(0o027)
+    yield
+    os.umask(old)
+
+
+@pytest.mark.usefixtures("umask_027")
+def test_saved_programs_honour_the_umask(tmp_path: Path) -> None:
+    Program().save(str(tmp_path / "new" / "p.pb"))
+    assert stat.S_IMODE((tmp_path / "new" / "p.pb").stat().st_mode) == 0o640  # as open() gives it
+    assert stat.S_IMODE((tmp_path / "new").stat().st_mode) == 0o750
+
+
+@pytest.mark.parametrize(("where", "message"), [
+    ("a_file/p.pb", "a_file/p.pb: not a directory (a file is in the way)"),
+    ("a_file/sub/p.pb", "a_file/sub/p.pb: not a directory (a file is in the way)"),
+    ("a_dir", "a_dir: is a directory"),
+    ("/proc/self/p.pb", "/p.pb: cannot write ("),
+])
+def test_write_errors_are_one_error_naming_the_file(tmp_path: Path, where: str, message: str) -> None:
+    (tmp_path / "a_file").write_bytes(b"")
+    (tmp_path / "a_dir").mkdir()
+    with pytest.raises(BlockirError, match=re.escape(message)):
+        Program().save(str(tmp_path / where))
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["a_dir", "a_file"]  # no temporary file left

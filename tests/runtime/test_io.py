@@ -1,3 +1,6 @@
+import contextlib
+import errno
+import io
 import json
 import zipfile
 
@@ -65,16 +68,26 @@ def test_persistables_round_trip(tmp_path, exe, filename):
         _assert_same(loaded_scope.get(name), value)
 
 
+def _files(directory):
+    return sorted(str(p.relative_to(directory)) for p in directory.rglob("*") if p.is_file())
+
+
 def test_one_file_per_variable_layout(tmp_path, exe):
     program, values = _mixed_program(), _mixed_values()
     scope = bir.Scope()
     for name, value in values.items():
         scope.set(name, value)
     bir.io.save_persistables(exe, tmp_path, program, scope=scope)
-    files = sorted(str(p.relative_to(tmp_path)) for p in tmp_path.rglob("*") if p.is_file())
-    assert files == ["dense.npy", "emb@GRAD.npz", "scope/inner.w_0.npy", "seq.npz"]
-    np.testing.assert_array_equal(np.load(tmp_path / "dense.npy", allow_pickle=False), values["dense"])
-    with np.load(tmp_path / "seq.npz", allow_pickle=False) as npz:  # plain numpy reads the bundle's arrays
+    assert _files(tmp_path) == ["gen-000001/dense.npy", "gen-000001/emb@GRAD.npz", "gen-000001/scope/inner.w_0.npy",
+                                "gen-000001/seq.npz", "manifest.json"]
+    assert json.loads((tmp_path / "manifest.json").read_text()) == {
+        "format": "blockir.save", "version": 1, "generation": 1,
+        "vars": {"dense": {"kind": "dense", "file": "gen-000001/dense.npy"},
+                 "seq": {"kind": "lod_tensor", "file": "gen-000001/seq.npz"},
+                 "emb@GRAD": {"kind": "selected_rows", "file": "gen-000001/emb@GRAD.npz"},
+                 "scope/inner.w_0": {"kind": "dense", "file": "gen-000001/scope/inner.w_0.npy"}}}
+    np.testing.assert_array_equal(np.load(tmp_path / "gen-000001/dense.npy", allow_pickle=False), values["dense"])
+    with np.load(tmp_path / "gen-000001/seq.npz", allow_pickle=False) as npz:  # plain numpy reads the bundle's arrays
         arrays = {k: npz[k] for k in npz.files if k != "index"}
     assert any(np.array_equal(a, values["seq"].data) for a in arrays.values())
 
@@ -144,18 +157,18 @@ def test_a_failed_save_leaves_the_old_file_intact(tmp_path, exe, monkeypatch):
     program = linear_program()
     bir.io.save_persistables(exe, tmp_path, program, scope=scope)
     bir.io.save_persistables(exe, tmp_path, program, filename="all", scope=scope)
-    before = {p.name: p.read_bytes() for p in tmp_path.iterdir()}
+    before = {p.name: p.read_bytes() for p in tmp_path.rglob("*") if p.is_file()}
 
     def broken(*args, **kwargs):
-        raise OSError("disk full")
+        raise OSError(errno.ENOSPC, "No space left on device")
 
     monkeypatch.setattr(np.lib.format, "write_array", broken)
     scope.set("w", values["w"] + 1)
-    with pytest.raises(OSError, match="disk full"):
+    with pytest.raises(BlockirError, match=r"gen-000002/\w\.npy: cannot write \(No space left on device\)"):
         bir.io.save_persistables(exe, tmp_path, program, scope=scope)
-    with pytest.raises(OSError, match="disk full"):
+    with pytest.raises(BlockirError, match="all: cannot write \\(No space left on device\\)"):
         bir.io.save_persistables(exe, tmp_path, program, filename="all", scope=scope)
-    assert {p.name: p.read_bytes() for p in tmp_path.iterdir()} == before  # no temporary left either
+    assert {p.name: p.read_bytes() for p in tmp_path.rglob("*") if p.is_file()} == before  # no temporary left
 
 
 def test_object_arrays_are_never_saved(tmp_path, exe):
@@ -171,7 +184,7 @@ def test_pickled_files_are_never_loaded(tmp_path, exe):
     program = bir.Program()
     program.global_block().create_var("o", shape=(2,), dtype="float32", persistable=True)
     np.save(tmp_path / "o.npy", np.array([object(), None], dtype=object), allow_pickle=True)
-    with pytest.raises(BlockirError, match="not a numpy array file without Python objects"):
+    with pytest.raises(BlockirError, match="o.npy: holds Python objects, which are never loaded"):
         bir.io.load_persistables(exe, tmp_path, program, scope=bir.Scope())
     # The same inside a bundle.
     with zipfile.ZipFile(tmp_path / "bundle", "w") as zf:
@@ -179,7 +192,7 @@ def test_pickled_files_are_never_loaded(tmp_path, exe):
             np.lib.format.write_array(m, np.array([object(), None], dtype=object), allow_pickle=True)
         zf.writestr("index.json", json.dumps({"format": "blockir.vars", "version": 1,
                                               "vars": {"o": {"kind": "dense", "arrays": {"data": "0.npy"}}}}))
-    with pytest.raises(BlockirError, match="not a numpy array file without Python objects"):
+    with pytest.raises(BlockirError, match=r"bundle\[0.npy\]: holds Python objects, which are never loaded"):
         bir.io.load_persistables(exe, tmp_path, program, filename="bundle", scope=bir.Scope())
 
 
@@ -200,8 +213,8 @@ def test_inference_model_round_trip(tmp_path, exe):
     text = str(program)
     assert bir.io.save_inference_model(tmp_path, ["x"], ["out"], exe, main_program=program, scope=scope) == ["out"]
     assert str(program) == text  # the program saved is a pruned clone
-    assert (tmp_path / "program.pb").is_file() and sorted(p.name for p in (tmp_path / "params").iterdir()) == \
-        ["b.npy", "w.npy"]  # the sgd op and its lr and gw were pruned away
+    assert (tmp_path / "program.pb").is_file() and _files(tmp_path / "params") == \
+        ["gen-000001/b.npy", "gen-000001/w.npy", "manifest.json"]  # the sgd op and its lr and gw were pruned away
     served_scope = bir.Scope()
     loaded, feeds, fetches = bir.io.load_inference_model(tmp_path, exe, scope=served_scope)
     assert feeds == ["x"] and [v.name for v in fetches] == ["out"]
@@ -253,10 +266,53 @@ def test_truncated_and_unreadable_files(tmp_path, exe):
     init_linear(scope)
     program = linear_program(optimize=False)
     bir.io.save_params(exe, tmp_path, program, scope=scope)
-    data = (tmp_path / "w.npy").read_bytes()
-    (tmp_path / "w.npy").write_bytes(data[:len(data) - 4])
-    with pytest.raises(BlockirError, match="w.npy: not a numpy array file"):
+    data = (tmp_path / "gen-000001/w.npy").read_bytes()
+    (tmp_path / "gen-000001/w.npy").write_bytes(data[:len(data) - 4])
+    with pytest.raises(BlockirError, match=r"gen-000001/w.npy: truncated .npy file \(its header declares "
+                                           r"float32\[3, 2\], 24 bytes of data, and 20 follow\)"):
         bir.io.load_params(exe, tmp_path, program, scope=bir.Scope())
     (tmp_path / "adir").mkdir()
-    with pytest.raises(BlockirError, match="adir: cannot read"):
+    with pytest.raises(BlockirError, match="adir: is a directory"):
         bir.io.load_params(exe, tmp_path, program, filename="adir", scope=bir.Scope())
+
+
+def test_the_readme_example_saves_the_program_its_targets_belong_to(tmp_path, monkeypatch):
+    """The README's first example as written: built in program_guard(main, startup), saved without main_program."""
+    monkeypatch.chdir(tmp_path)
+    with bir.scope_guard(bir.Scope()), contextlib.redirect_stdout(io.StringIO()):
+        main, startup = bir.Program(), bir.Program()
+        with bir.program_guard(main, startup):
+            x = bir.data("x", shape=[-1, 784], dtype="float32")
+            label = bir.data("label", shape=[-1, 1], dtype="int64")
+            h = bir.layers.fc(x, size=256, act="relu")
+            pred = bir.layers.fc(h, size=10, act="softmax")
+            loss = bir.layers.mean(bir.layers.cross_entropy(pred, label))
+            acc = bir.layers.accuracy(pred, label)
+            bir.optimizer.Adam(learning_rate=1e-3).minimize(loss)
+
+        print(main)                     # the text form: one line per op, with its device
+        main.save("program.pb")         # binary ProgramDesc
+
+        exe = bir.Executor("cpu")
+        exe.run(startup)
+        xb = np.random.rand(64, 784).astype("float32")
+        yb = np.random.randint(0, 10, (64, 1)).astype("int64")
+        loss_v, acc_v = exe.run(main, feed={"x": xb, "label": yb}, fetch_list=[loss, acc])
+        bir.io.save_inference_model("model_dir", ["x"], [pred], exe)
+
+        expected, = exe.run(main, feed={"x": xb, "label": yb}, fetch_list=[pred])  # then updates the parameters
+        program, feeds, fetches = bir.io.load_inference_model("model_dir", exe)  # loads the saved ones back
+        served, = exe.run(program, feed={"x": xb})
+    assert feeds == ["x"] and [v.name for v in fetches] == [pred.name]
+    np.testing.assert_allclose(served, expected, rtol=1e-6)
+
+
+def test_targets_of_different_programs_need_main_program(tmp_path, exe):
+    scope = bir.Scope()
+    init_linear(scope)
+    one, two = linear_program(), linear_program()
+    targets = [one.global_block().var("out"), two.global_block().var("out")]
+    with pytest.raises(BlockirError, match="target_vars belong to different programs"):
+        bir.io.save_inference_model(tmp_path, ["x"], targets, exe, scope=scope)
+    # Given, main_program wins over the program the variables belong to.
+    bir.io.save_inference_model(tmp_path, ["x"], targets[:1], exe, main_program=two, scope=scope)
