@@ -94,27 +94,13 @@ def _name_value(item: str, option: str) -> tuple[str, str]:
     return name, value
 
 
-def _read_npy(path: str, name: str) -> np.ndarray:
-    """A ``.npy`` file's array, read without pickle; any problem is one error naming the file."""
-    try:
-        with open(path, "rb") as f:
-            if f.read(6) != b"\x93NUMPY":
-                raise BlockirError(f"--feed {name}={path}: not a .npy file")
-            f.seek(0)
-            return np.load(f, allow_pickle=False)
-    except OSError as e:
-        raise BlockirError(f"--feed {name}={path}: {e.strerror or e}") from None
-    except ValueError as e:  # truncated data, object arrays (which would need pickle)
-        raise BlockirError(f"--feed {name}={path}: cannot read the array: {e}") from None
-
-
 def _feeds(args: argparse.Namespace) -> dict[str, Any]:
     feeds: dict[str, Any] = {}
     for item in args.feed:
         name, path = _name_value(item, "--feed")
         if name in feeds:
             raise BlockirError(f"--feed {name} is given twice")
-        feeds[name] = _read_npy(path, name)
+        feeds[name] = blockir.io.load_array(path, f"--feed {name}")
     levels: dict[str, list[list[int]]] = {}
     for item in args.lod:
         name, offsets = _name_value(item, "--lod")
@@ -147,7 +133,8 @@ def _run(args: argparse.Namespace) -> int:
     if args.trace is not None:
         _output_file(args.trace, "--trace")
     program = load_program(args.program)
-    exe = blockir.Executor(args.place, scheduler=args.scheduler, num_threads=args.threads)
+    exe = blockir.Executor(args.place, scheduler=args.scheduler, num_threads=args.threads,
+                           check_nan_inf=args.check_nan_inf)
     scope = blockir.Scope()
     stored = [v for v in program.list_vars() if blockir.io.is_persistable(v)]
     params = _params_dir(args)
@@ -207,6 +194,7 @@ def _add_run(commands: argparse._SubParsersAction) -> None:
                    help="at most N worker threads for the dataflow scheduler (default: one per CPU stream)")
     p.add_argument("--trace", metavar="FILE.json", default=None,
                    help="write a Chrome trace-event JSON of the run (open in Perfetto or chrome://tracing)")
+    _add_check_nan_inf(p)
     p.set_defaults(func=_run)
 
 
@@ -260,8 +248,9 @@ def _train(args: argparse.Namespace) -> int:
     scope = blockir.Scope()
     saved = None
     try:
-        with blockir.Executor(args.place) as exe, \
-                blockir.AsyncExecutor(args.place, keep_workers=True) as async_exe:  # process mode: one set per job
+        async_exe = blockir.AsyncExecutor(args.place, keep_workers=True,  # process mode: one set of workers
+                                          check_nan_inf=args.check_nan_inf)
+        with blockir.Executor(args.place) as exe, async_exe:
             if args.startup is not None:
                 exe.run(load_program(args.startup), scope=scope)
             for epoch in range(args.epochs):
@@ -321,7 +310,13 @@ def _add_train(commands: argparse._SubParsersAction) -> None:
     p.add_argument("--skip-bad-lines", action="store_true", help="skip and count malformed lines instead of failing")
     p.add_argument("--place", metavar="DEVICE", default="cpu", help="device the program runs on (default cpu)")
     p.add_argument("--debug", action="store_true", help="print each worker's progress after each file")
+    _add_check_nan_inf(p)
     p.set_defaults(func=_train)
+
+
+def _add_check_nan_inf(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--check-nan-inf", action="store_true",
+                   help="stop at the first op that produces NaN or inf, naming it and its inputs' statistics")
 
 
 def _positive(text: str) -> int:

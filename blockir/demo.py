@@ -39,8 +39,8 @@ def build(seed: int = 7):
         h = bir.layers.fc(h, size=64, act="relu")
         pred = bir.layers.fc(h, size=3, act="softmax", name="pred")
         loss = bir.layers.mean(bir.layers.cross_entropy(pred, label))
-        test = main.clone()
         bir.optimizer.Adam(learning_rate=0.01).minimize(loss)
+    test = main.clone(for_test=True)  # Fluid's idiom: no backward or Adam ops, the same variables
     return main, startup, test, pred, loss
 
 

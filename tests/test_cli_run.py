@@ -118,11 +118,11 @@ def _unknown_op_program(path: Path) -> None:
 
 
 @pytest.mark.parametrize(("case", "message"), [
-    ("missing", "--feed x={d}/nope.npy: No such file or directory"),
-    ("text", "--feed x={d}/text.npy: not a .npy file"),
-    ("npz", "--feed x={d}/arrays.npz: not a .npy file"),
-    ("truncated", "--feed x={d}/cut.npy: cannot read the array"),
-    ("object", "--feed x={d}/obj.npy: cannot read the array"),
+    ("missing", "--feed x: {d}/nope.npy: no such file"),
+    ("text", "--feed x: {d}/text.npy: not a .npy array file"),
+    ("npz", "--feed x: {d}/arrays.npz: not a .npy array file"),
+    ("truncated", "--feed x: {d}/cut.npy: truncated .npy file"),
+    ("object", "--feed x: {d}/obj.npy: holds Python objects"),
     ("no-feed", "missing feed 'x'"),
     ("wrong-shape", "feed 'x': wrong shape: expected float32[-1, 5] (-1 = any size), got float32[2, 3]"),
     ("bad-syntax", "--feed 'x': expected NAME=VALUE"),

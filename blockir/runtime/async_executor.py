@@ -62,7 +62,7 @@ from blockir.ops.values import LoDTensor
 from blockir.runtime.data_feed import DataFeedDesc
 from blockir.runtime.device import get_device
 from blockir.runtime.executor import Executor, _name
-from blockir.runtime.multislot import MultiSlotReader
+from blockir.runtime.multislot import MultiSlotReader, slot_layout
 from blockir.runtime.place import Place, as_place
 from blockir.runtime.plan import Plan
 from blockir.runtime.scope import Scope, global_scope
@@ -231,7 +231,12 @@ class AsyncExecutor:
         results: list[_Result] = [(WorkerStats(k), np.zeros(len(job.fetch_names)), None) for k in range(workers)]
 
         def work(k: int, plan: Plan) -> None:
-            results[k] = job.work(k, plan, Scope(root), next_file, stop, progress)
+            try:
+                results[k] = job.work(k, plan, Scope(root), next_file, stop, progress)
+            except BaseException as e:  # before its batches (opening the reader): reported as a process worker's
+                stop.set()
+                error = BlockirError(f"async worker {k} failed: {e}")
+                results[k] = WorkerStats(k), np.zeros(len(job.fetch_names)), error
 
         with ExitStack() as stack:
             plans = stack.enter_context(self._plans(program, job, workers))
@@ -712,6 +717,7 @@ def _thread_num(thread_num: int | None, desc: DataFeedDesc) -> int:
 
 def _bind(program: Program, desc: DataFeedDesc) -> list[_Binding]:
     """The used slots, each bound to the program variable of its name; every data variable needs one."""
+    slot_layout(desc)  # a slot the readers cannot parse fails here, before any worker starts
     block = program.global_block()
     used = [s for s in desc.slots if s.is_used]
     missing = [s.name for s in used if s.name not in block.vars]

@@ -73,7 +73,8 @@ class _Slot:
         return f"slot '{self.name}' ({'float' if self.is_float else 'uint64'})"
 
 
-def _slots(desc: DataFeedDesc) -> list[_Slot]:
+def slot_layout(desc: DataFeedDesc) -> list[_Slot]:
+    """The slots of ``desc`` as the reader parses them; a DataFeedError for a slot it cannot read."""
     slots = []
     for s in desc.slots:
         shape = None
@@ -367,7 +368,7 @@ class MultiSlotReader:
             raise DataFeedError(f"chunk_size must be positive, got {chunk_size}")
         if prefetch < 0:
             raise DataFeedError(f"prefetch must be >= 0, got {prefetch}")
-        self._slots = _slots(desc)
+        self._slots = slot_layout(desc)
         if not any(s.used for s in self._slots):
             raise DataFeedError(f"{desc.source}: no slot is used (is_used: true, or set_use_slots)")
         self.batch_size = desc.batch_size
@@ -492,7 +493,7 @@ def write_multislot(path: str | os.PathLike[str], instances: Iterable[Mapping[st
 
     A slot's values are a number, a sequence or an array (flattened). Returns how many were written.
     """
-    slots = _slots(desc)
+    slots = slot_layout(desc)
     written = 0
     with open(path, "w", encoding="ascii") as f:
         for instance in instances:

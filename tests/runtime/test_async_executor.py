@@ -586,3 +586,38 @@ def test_stress_many_runs_with_failures_leave_nothing_behind(tmp_path: Path, des
             assert not kept  # a failed run ends the kept workers
     executors[1].close()
     assert multiprocessing.active_children() == [] and set(os.listdir("/dev/shm")) <= blocks
+
+
+def _mean_program() -> bir.Program:
+    main_p, startup = bir.Program(), bir.Program()
+    with bir.unique_name.guard(), bir.program_guard(main_p, startup):
+        bir.layers.mean(bir.data("x", shape=[-1, 3], dtype="float32"))
+    return main_p
+
+
+def _dense_desc(shape: str) -> bir.DataFeedDesc:
+    return bir.DataFeedDesc('name: "MultiSlotDataFeed"\nbatch_size: 2\nmulti_slot_desc {\n'
+                            f'  slots {{ name: "x" type: "float" is_dense: true is_used: true {shape}}}\n}}\n')
+
+
+@pytest.mark.parametrize("mode", ["thread", "process"])
+def test_a_slot_the_reader_cannot_parse_fails_before_the_workers(tmp_path: Path, mode: str) -> None:
+    """A dense slot without a shape: one error naming the data feed (it used to be lost in a thread worker)."""
+    (tmp_path / "part-0").write_text("3 1 2 3\n")
+    with bir.AsyncExecutor("cpu") as exe, pytest.raises(bir.BlockirError, match="dense slot 'x' has no shape"):
+        exe.run_from_files(_mean_program(), _dense_desc(""), [str(tmp_path / "part-0")], 1, [], mode=mode)
+
+
+def test_a_thread_worker_failing_before_its_batches_is_reported(tmp_path: Path,
+                                                                monkeypatch: pytest.MonkeyPatch) -> None:
+    """Whatever fails in a thread worker reaches the caller, also outside the batch loop."""
+    import blockir.runtime.async_executor as ae
+
+    def broken(*args: object, **kwargs: object) -> None:
+        raise OSError("the reader could not start")
+
+    monkeypatch.setattr(ae, "MultiSlotReader", broken)
+    (tmp_path / "part-0").write_text("3 1 2 3\n")
+    with bir.AsyncExecutor("cpu") as exe, pytest.raises(bir.BlockirError,
+                                                        match="async worker 0 failed: the reader could not start"):
+        exe.run_from_files(_mean_program(), _dense_desc("shape: 3 "), [str(tmp_path / "part-0")], 1, [])
