@@ -55,7 +55,7 @@ from bench_reader import time_reading
 from threadpoolctl import threadpool_limits
 
 import blockir as bir
-from blockir.runtime.multislot import MultiSlotReader
+from blockir.datafeed.multislot import MultiSlotReader
 
 REPO = Path(__file__).resolve().parent.parent
 BLAS_ONE_THREAD = {"OPENBLAS_NUM_THREADS": "1", "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}

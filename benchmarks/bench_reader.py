@@ -32,7 +32,7 @@ import numpy as np
 from bench_executor import Timings, alternate
 
 import blockir as bir
-from blockir.runtime.multislot import CHUNK_SIZE, MultiSlotReader, write_multislot
+from blockir.datafeed.multislot import CHUNK_SIZE, MultiSlotReader, write_multislot
 
 TEXT = """multi_slot_desc {
   slots { name: "words" type: "uint64" is_used: true }

@@ -15,8 +15,11 @@ except PackageNotFoundError:  # running from a source tree that was not installe
 
 from blockir.dsl import (ParamAttr, append_backward, data, default_main_program, default_startup_program,
                          device_guard, initializer, layers, name_scope, optimizer, program_guard, unique_name)
-from blockir.runtime import CPUPlace, Executor, Scope, global_scope, io, reader, scope_guard
-from blockir.runtime import AsyncExecutor, DataFeedDesc
+from blockir.runtime import CPUPlace, Executor, Scope, global_scope, scope_guard
+from blockir import io
+from blockir.datafeed import DataFeedDesc
+from blockir.datafeed import staged as reader  # bir.reader.staged(...), as in Fluid
+from blockir.parallel import AsyncExecutor
 from blockir.dsl.concurrency import select as _build_select
 from blockir.runtime.channel import select as _select_now
 from blockir.dsl.concurrency import ChannelList, Select, channel, channel_list, go, make_channel

@@ -32,8 +32,8 @@ from typing import Any, NamedTuple
 import numpy as np
 
 import blockir as bir
-from blockir.runtime.async_executor import MODES
-from blockir.runtime.multislot import MultiSlotReader, write_multislot
+from blockir.parallel.async_executor import MODES
+from blockir.datafeed.multislot import MultiSlotReader, write_multislot
 
 PROTOTXT = """\
 name: "MultiSlotDataFeed"

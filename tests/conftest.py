@@ -20,3 +20,13 @@ def _fresh_names(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
     monkeypatch.setattr(framework, "_name_scope", framework.NameScope())
     with bir.unique_name.guard():
         yield
+
+
+@pytest.fixture
+def exe() -> bir.Executor:
+    return bir.Executor("cpu")
+
+
+@pytest.fixture
+def scope() -> bir.Scope:
+    return bir.Scope()

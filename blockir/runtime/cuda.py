@@ -40,7 +40,7 @@ from typing import Any, Callable
 
 import numpy as np
 
-from blockir.ops.io import MEMCPY, map_arrays
+from blockir.ops.transfer import MEMCPY, map_arrays
 from blockir.runtime.device import Device, Event, Stream, device_kind, get_device
 
 __all__ = ["CUDADevice", "CUDAEvent", "CUDAStream", "device_names", "make_device"]

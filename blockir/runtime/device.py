@@ -38,7 +38,7 @@ from typing import Any, Callable, Protocol
 import numpy as np
 
 from blockir.errors import BlockirError
-from blockir.ops.io import copy_value
+from blockir.ops.transfer import copy_value
 from blockir.ops.values import LoDTensor, SelectedRows
 from blockir.passes.place import HOST, checked_device, device_kind
 

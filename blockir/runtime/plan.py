@@ -51,7 +51,7 @@ from blockir.ir.core import Block, Operator, Program, Variable
 from blockir.ir.dtypes import VarKind
 from blockir.ir.schema import EMPTY_VAR, KernelContext, OpSchema, Slot, lookup
 from blockir.ir.verify import column_problems, op_problems
-from blockir.ops.io import map_arrays
+from blockir.ops.transfer import map_arrays
 from blockir.ops.values import LoDTensor, SelectedRows, describe_value
 from blockir.passes.deps import dependency_graph
 from blockir.passes.streams import op_stream

@@ -1,18 +1,7 @@
 import numpy as np
-import pytest
 
 import blockir as bir
 from tests.runtime import schemas  # noqa: F401  (registers the rt_* test ops)
-
-
-@pytest.fixture
-def exe() -> bir.Executor:
-    return bir.Executor("cpu")
-
-
-@pytest.fixture
-def scope() -> bir.Scope:
-    return bir.Scope()
 
 
 def linear_program(optimize: bool = True) -> bir.Program:

@@ -12,7 +12,7 @@ import blockir as bir
 from blockir.errors import BlockirError
 from blockir.ir import Program
 from blockir.ir.schema import OpSchema, Slot, find, register
-from blockir.ops.io import copy_value
+from blockir.ops.transfer import copy_value
 from blockir.passes import Place, place_startup
 from blockir.runtime.plan import compile_plan
 from tests.passes.test_copies import mlp

@@ -37,7 +37,7 @@ from typing import TYPE_CHECKING, Any, Callable, Iterable, Iterator, cast
 import numpy as np
 
 from blockir.errors import BlockirError
-from blockir.ops.io import map_arrays
+from blockir.ops.transfer import map_arrays
 from blockir.runtime.device import HOST, Device, Event, get_device
 from blockir.runtime.place import Place
 

@@ -9,8 +9,8 @@ import pytest
 
 import blockir as bir
 from blockir.errors import BlockirError, NanInfError
-from blockir.runtime.async_executor import MODES
-from tests.runtime.test_async_executor import PROTOTXT, bow, started, write_parts
+from blockir.parallel.async_executor import MODES
+from tests.parallel.test_async_executor import PROTOTXT, bow, started, write_parts
 
 
 @pytest.mark.timeout(120)

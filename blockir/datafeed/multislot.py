@@ -38,9 +38,9 @@ import numpy as np
 
 from blockir.errors import DataFeedError
 from blockir.ops.values import LoDTensor
-from blockir.runtime.data_feed import DataFeedDesc
+from blockir.datafeed.desc import DataFeedDesc
 from blockir.runtime.device import HOST
-from blockir.runtime.reader import staged
+from blockir.datafeed.staged import staged
 
 __all__ = ["MultiSlotReader", "write_multislot"]
 

@@ -20,7 +20,7 @@ import blockir as bir
 from blockir.errors import DataFeedError
 from blockir.ops.values import LoDTensor
 from blockir.proto import data_feed_pb2 as pb
-from blockir.runtime.multislot import MultiSlotReader, write_multislot
+from blockir.datafeed.multislot import MultiSlotReader, write_multislot
 
 # Modelled on Paddle's text-classification example (train_data/data.prototxt), with the label dense.
 PADDLE_PROTOTXT = """\

@@ -8,13 +8,16 @@ match the Python session's.
 
 from __future__ import annotations
 
+import argparse
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 
 import numpy as np
 
 import blockir as bir
+from blockir.cli.common import output_dir, positive
 
 
 def make_data(n: int, seed: int) -> tuple[np.ndarray, np.ndarray]:
@@ -85,3 +88,22 @@ def run(workdir: str | Path, epochs: int = 40, out=print) -> int:  # noqa: ANN00
     if accuracy <= 0.9:
         out(f"the test accuracy {accuracy:.4f} is not above 0.9: train for more epochs (--epochs)")
     return 0 if same and accuracy > 0.9 else 1
+
+
+def command(args: argparse.Namespace) -> int:
+    if args.workdir is not None:
+        output_dir(args.workdir, "--workdir")
+        return run(args.workdir, epochs=args.epochs)
+    with tempfile.TemporaryDirectory(prefix="blockir-demo-") as workdir:
+        return run(workdir, epochs=args.epochs)
+
+
+def add(commands: argparse._SubParsersAction) -> None:
+    p = commands.add_parser("demo", help="train a model, save it and serve it with `blockir run` (CPU)",
+                            description="Build an MLP with the DSL, train it on generated data, save it with "
+                                        "save_inference_model and serve it with `blockir run`; exit 0 when the "
+                                        "served predictions match the Python session's.")
+    p.add_argument("--workdir", metavar="DIR", default=None,
+                   help="where the model and arrays go (default: a temporary directory, removed afterwards)")
+    p.add_argument("--epochs", metavar="N", type=positive, default=40, help="training epochs (default 40)")
+    p.set_defaults(func=command)

@@ -6,7 +6,7 @@
     loss, acc = async_exe.run_from_files(main, desc, files, thread_num=4, fetch=[avg_cost, acc])
 
 The files go into a queue; each worker has its own
-:class:`~blockir.runtime.multislot.MultiSlotReader`, which takes the next file from the queue when it
+:class:`~blockir.datafeed.multislot.MultiSlotReader`, which takes the next file from the queue when it
 is done with the one before (so batches run on across the worker's files and only its last one may
 be smaller; where a core is spare, it parses ahead in a thread), and runs the program once per batch
 through its own compiled plan, in its own child scope of the root scope. Batches feed the program's
@@ -59,10 +59,10 @@ from threadpoolctl import ThreadpoolController
 from blockir.errors import BlockirError, DataFeedError
 from blockir.ir.core import Program, Variable
 from blockir.ops.values import LoDTensor
-from blockir.runtime.data_feed import DataFeedDesc
+from blockir.datafeed.desc import DataFeedDesc
 from blockir.runtime.device import get_device
 from blockir.runtime.executor import Executor, _name
-from blockir.runtime.multislot import MultiSlotReader, slot_layout
+from blockir.datafeed.multislot import MultiSlotReader, slot_layout
 from blockir.runtime.place import Place, as_place
 from blockir.runtime.plan import Plan
 from blockir.runtime.scope import Scope, global_scope
@@ -674,7 +674,7 @@ def _start_method() -> Any:
     Python, importing and running the script; ``fork`` would copy the caller's threads' state."""
     if "forkserver" not in mp.get_all_start_methods():
         return mp.get_context("spawn")
-    from blockir.runtime import _forkserver_main  # here: the forkserver imports it after this module
+    from blockir.parallel import _forkserver_main  # here: the forkserver imports it after this module
 
     ctx = mp.get_context("forkserver")
     ctx.set_forkserver_preload([__name__, _forkserver_main.__name__])

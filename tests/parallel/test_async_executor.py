@@ -16,11 +16,12 @@ import pytest
 from threadpoolctl import ThreadpoolController, threadpool_limits
 
 import blockir as bir
-from blockir.cli import _Progress, main as cli_main
+from blockir.cli import main as cli_main
+from blockir.cli.train import Progress
 from blockir.errors import BlockirError
 from blockir.runtime import executor as executor_module
-from blockir.runtime.async_executor import MODES, _blas_share
-from blockir.runtime.multislot import MultiSlotReader, write_multislot
+from blockir.parallel.async_executor import MODES, _blas_share
+from blockir.datafeed.multislot import MultiSlotReader, write_multislot
 
 VOCAB = 200
 PROTOTXT = """\
@@ -435,7 +436,7 @@ def test_plans_compiled_for_a_run_serve_the_next(tmp_path: Path, desc: bir.DataF
 
 FORKSERVER_SCRIPT = """import sys
 import blockir as bir
-from blockir.runtime.multislot import write_multislot
+from blockir.datafeed.multislot import write_multislot
 
 with open(sys.argv[1], "a") as log:  # each time this script runs, and as what
     log.write(__name__ + "\\n")
@@ -506,7 +507,7 @@ def test_readers_parse_ahead_in_a_thread_only_where_a_core_is_spare(tmp_path: Pa
 
 
 def test_cli_progress_line_shows_the_rate_and_averaged_fetches(capsys: pytest.CaptureFixture[str]) -> None:
-    progress = _Progress(2, ["loss", "acc"], enabled=True)
+    progress = Progress(2, ["loss", "acc"], enabled=True)
     progress(100, 2, np.array([1.5, 1.0]))
     progress(28, 1, np.array([0.0, 0.25]))  # within 0.2 s of the last line: not shown
     assert "epoch 2: 100 instances, " in capsys.readouterr().err
@@ -611,7 +612,7 @@ def test_a_slot_the_reader_cannot_parse_fails_before_the_workers(tmp_path: Path,
 def test_a_thread_worker_failing_before_its_batches_is_reported(tmp_path: Path,
                                                                 monkeypatch: pytest.MonkeyPatch) -> None:
     """Whatever fails in a thread worker reaches the caller, also outside the batch loop."""
-    import blockir.runtime.async_executor as ae
+    import blockir.parallel.async_executor as ae
 
     def broken(*args: object, **kwargs: object) -> None:
         raise OSError("the reader could not start")

@@ -74,7 +74,7 @@ from blockir.ir.core import Program, Variable
 from blockir.ir.dtypes import VarKind
 from blockir.ir.proto_io import (atomic_file, load_program, make_dirs, os_errors, read_limited, stale_temporaries,
                                  sync_dir)
-from blockir.ops.io import map_arrays
+from blockir.ops.transfer import map_arrays
 from blockir.ops.values import LoDTensor, SelectedRows
 from blockir.passes import inference, prune
 from blockir.runtime.executor import Executor

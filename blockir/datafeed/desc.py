@@ -6,7 +6,7 @@
     print(desc.desc())
 
 The schema is ``proto/blockir/data_feed.proto`` (Paddle's field numbers, so Paddle's files load).
-:class:`~blockir.runtime.multislot.MultiSlotReader` reads the files such a description describes.
+:class:`~blockir.datafeed.multislot.MultiSlotReader` reads the files such a description describes.
 """
 
 from __future__ import annotations

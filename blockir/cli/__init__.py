@@ -1,0 +1,58 @@
+"""The ``blockir`` command.
+
+Each command is a module of this package with ``add(commands)``, which adds its
+subparser, and ``command(args)``, which runs it and returns the exit status. Every :class:`BlockirError` becomes one
+``blockir: error: ...`` message on stderr and exit status 2, without a traceback.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from collections.abc import Callable, Sequence
+
+import blockir
+from blockir.cli import demo, opt, passes, run, show, train
+from blockir.cli.common import Parser
+from blockir.errors import BlockirError
+
+Command = Callable[[argparse.Namespace], int]
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The argument parser of the ``blockir`` command, one subparser per command."""
+    parser = Parser(
+        prog="blockir", description="blockir: a dataflow-graph IR, compiler and executor for ML programs.")
+    parser.add_argument("--version", action="version", version=f"blockir {blockir.__version__}")
+    commands = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
+    show.add(commands)
+    run.add(commands)
+    train.add(commands)
+    demo.add(commands)
+    opt.add(commands)
+    passes.add(commands)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Run the ``blockir`` command with ``argv`` (default: ``sys.argv[1:]``); return the exit status."""
+    parser = build_parser()
+    try:
+        args = parser.parse_args(argv)
+        func: Command = args.func
+        return func(args)
+    except SystemExit as e:  # --help and --version (argparse already printed)
+        return e.code if isinstance(e.code, int) else 2 if e.code else 0
+    except BlockirError as e:
+        print(f"blockir: error: {e}", file=sys.stderr)
+        return 2
+    except BrokenPipeError:  # the reader went away (`blockir show p.pb | head`): stop quietly
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 1
+    except OSError as e:  # a file the checks could not foresee (a disk that filled up, a file that vanished)
+        print(f"blockir: error: {e.filename or 'I/O'}: {e.strerror or e}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt as e:
+        print(f"blockir: interrupted{f' ({e})' if str(e) else ''}", file=sys.stderr)
+        return 130
