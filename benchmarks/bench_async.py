@@ -84,18 +84,27 @@ def started_net() -> tuple[Any, bir.Scope]:
     return net, scope
 
 
-def epoch(net: Any, desc: bir.DataFeedDesc, files: Sequence[str], workers: int, mode: str,
-          scope: bir.Scope, keep_workers: bool = False) -> Callable[[], None]:
+def epoch(
+    net: Any,
+    desc: bir.DataFeedDesc,
+    files: Sequence[str],
+    workers: int,
+    mode: str,
+    scope: bir.Scope,
+    keep_workers: bool = False,
+) -> Callable[[], None]:
     """One epoch of ``files`` by ``run_from_files``."""
     async_exe = bir.AsyncExecutor("cpu", keep_workers=keep_workers)
 
     def run() -> None:
         async_exe.run_from_files(net.main, desc, files, workers, [net.avg_cost, net.acc], mode=mode, scope=scope)
+
     return run
 
 
-def in_memory(net: Any, desc: bir.DataFeedDesc, files: Sequence[str], scope: bir.Scope,
-              exe: bir.Executor) -> Callable[[], None]:
+def in_memory(
+    net: Any, desc: bir.DataFeedDesc, files: Sequence[str], scope: bir.Scope, exe: bir.Executor
+) -> Callable[[], None]:
     """One epoch of the same batches, read beforehand, by the loop of one worker."""
     batches = list(MultiSlotReader(desc, files))
     plan = exe.plan(net.main, ["words", "label"], [net.avg_cost, net.acc])
@@ -106,6 +115,7 @@ def in_memory(net: Any, desc: bir.DataFeedDesc, files: Sequence[str], scope: bir
         for batch in batches:
             fetched = plan.run({"words": batch["words"], "label": batch["label"]}, child)
             sums += [float(v.flat[0]) for v in fetched]
+
     return run
 
 
@@ -159,26 +169,33 @@ def main() -> None:
     os.environ.update(BLAS_ONE_THREAD)  # read by the numpy of the worker processes, started later
     ab = example()
     goals: list[tuple[str, bool]] = []
-    with tempfile.TemporaryDirectory() as tmp, threadpool_limits(limits=1), \
-            bir.Executor("cpu", scheduler="sequential") as exe:
+    with (
+        tempfile.TemporaryDirectory() as tmp,
+        threadpool_limits(limits=1),
+        bir.Executor("cpu", scheduler="sequential") as exe,
+    ):
         corpus = ab.write_corpus(Path(tmp) / "data", args.parts, args.docs)
         desc = bir.DataFeedDesc(corpus.prototxt)
         files = corpus.train_files
         size = sum(os.path.getsize(f) for f in files)
         docs = args.parts * args.docs
-        print(f"bow_net on {args.parts} files x {args.docs:,} documents ({size / 1e6:.1f} MB), batch {desc.batch_size}, "
-              f"{os.cpu_count()} cores, BLAS 1 thread, medians of {args.repeats} rounds\n")
+        print(
+            f"bow_net on {args.parts} files x {args.docs:,} documents ({size / 1e6:.1f} MB), batch {desc.batch_size}, "
+            f"{os.cpu_count()} cores, BLAS 1 thread, medians of {args.repeats} rounds\n"
+        )
 
         print("1. reading the training files")
         reading = time_reading(desc, [Path(f) for f in files], args.repeats)
         for name, seconds in reading.seconds.items():
-            row(name, f"{size / seconds / 1e6:8.1f} MB/s {docs / seconds:11,.0f}/s",
-                f"{reading.ratio[name]:6.1f}x read")
+            row(
+                name, f"{size / seconds / 1e6:8.1f} MB/s {docs / seconds:11,.0f}/s", f"{reading.ratio[name]:6.1f}x read"
+            )
 
         print("\n2. training throughput, one epoch per turn (instances/s)")
         net, scope = started_net()
-        contenders = {f"{mode} x{n}": epoch(net, desc, files, n, mode, scope, keep_workers=True)
-                      for mode, n in CONTENDERS}
+        contenders = {
+            f"{mode} x{n}": epoch(net, desc, files, n, mode, scope, keep_workers=True) for mode, n in CONTENDERS
+        }
         contenders["process x2, new workers"] = epoch(net, desc, files, 2, "process", scope)
         first = per_call(contenders["process x1"], 1)
         training = alternate(contenders, n=1, repeats=args.repeats)
@@ -188,33 +205,60 @@ def main() -> None:
         processes = 1 / training.ratio["process x2"]
         process_pair = training.ratio["process x1"] / training.ratio["process x2"]
         row("process x2", "", f"{process_pair:5.2f}x process x1")
-        row("first process run (forkserver, workers)", f"{first:8.2f} s",
-            f"{first - training.seconds['process x1']:+.2f} s")
-        row("goal: process x2", f"{processes:5.2f}x thread x1", f">= {GOAL_PROCESSES}x", verdict(processes >= GOAL_PROCESSES))
+        row(
+            "first process run (forkserver, workers)",
+            f"{first:8.2f} s",
+            f"{first - training.seconds['process x1']:+.2f} s",
+        )
+        row(
+            "goal: process x2",
+            f"{processes:5.2f}x thread x1",
+            f">= {GOAL_PROCESSES}x",
+            verdict(processes >= GOAL_PROCESSES),
+        )
         row("aim: thread x2", f"{threads:5.2f}x thread x1", f">= {GOAL_THREADS}x", verdict(threads >= GOAL_THREADS))
-        half = files[:max(1, len(files) // 2)]
-        pair = alternate({"memory x1": in_memory(net, desc, half, scope, exe),
-                          "files x1": epoch(net, desc, half, 1, "thread", scope)}, n=1, repeats=3 * args.repeats)
+        half = files[: max(1, len(files) // 2)]
+        pair = alternate(
+            {
+                "memory x1": in_memory(net, desc, half, scope, exe),
+                "files x1": epoch(net, desc, half, 1, "thread", scope),
+            },
+            n=1,
+            repeats=3 * args.repeats,
+        )
         half_docs = len(half) * args.docs
         for name, seconds in pair.seconds.items():
             row(f"{name} ({len(half)} files)", f"{half_docs / seconds:11,.0f}/s", f"{pair.ratio[name]:5.3f}x memory x1")
         files_over_memory = pair.ratio["files x1"]
-        row("goal: files / memory (1 worker)", f"{files_over_memory:5.3f}x", f"<= {GOAL_FILES}x",
-            verdict(files_over_memory <= GOAL_FILES))
-        goals += [("process x2 speed-up", processes >= GOAL_PROCESSES),
-                  ("files vs memory", files_over_memory <= GOAL_FILES)]
+        row(
+            "goal: files / memory (1 worker)",
+            f"{files_over_memory:5.3f}x",
+            f"<= {GOAL_FILES}x",
+            verdict(files_over_memory <= GOAL_FILES),
+        )
+        goals += [
+            ("process x2 speed-up", processes >= GOAL_PROCESSES),
+            ("files vs memory", files_over_memory <= GOAL_FILES),
+        ]
 
-        print(f"\n3. held-out accuracy after one epoch ({ab.HELDOUT_DOCS:,} documents, "
-              f"Bayes {corpus.bayes_accuracy:.4f})")
-        accuracy = {f"{mode} x{n}": ab.train(corpus, n, mode, out=Path(tmp) / f"{mode}-{n}", verbose=False)["accuracy"]
-                    for mode, n in [("thread", 1), ("thread", 2), ("process", 2)]}
+        print(
+            f"\n3. held-out accuracy after one epoch ({ab.HELDOUT_DOCS:,} documents, Bayes {corpus.bayes_accuracy:.4f})"
+        )
+        accuracy = {
+            f"{mode} x{n}": ab.train(corpus, n, mode, out=Path(tmp) / f"{mode}-{n}", verbose=False)["accuracy"]
+            for mode, n in [("thread", 1), ("thread", 2), ("process", 2)]
+        }
         single = accuracy["thread x1"]
         error = ab.standard_error(single, ab.HELDOUT_DOCS)
         for name, value in accuracy.items():
             row(name, f"{value:.4f}", f"{(value - single) * 100:+5.2f} points")
         gap = max(abs(v - single) for v in accuracy.values())
-        row(f"goal: within {GOAL_ACCURACY * 100:.0f} point", f"{gap * 100:.2f} points", f"(1 s.e. {error * 100:.2f})",
-            verdict(gap <= GOAL_ACCURACY))
+        row(
+            f"goal: within {GOAL_ACCURACY * 100:.0f} point",
+            f"{gap * 100:.2f} points",
+            f"(1 s.e. {error * 100:.2f})",
+            verdict(gap <= GOAL_ACCURACY),
+        )
         goals.append(("accuracy", gap <= GOAL_ACCURACY))
 
         print("\n4. peak RSS growth while training (2 thread workers, 2 files, a fresh process each)")

@@ -29,8 +29,9 @@ import statistics
 import sys
 import time
 import tracemalloc
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Callable, NamedTuple
+from typing import Any, NamedTuple
 
 import numpy as np
 
@@ -132,8 +133,10 @@ def alternate(contenders: dict[str, Callable[[], Any]], n: int, repeats: int, se
             time.sleep(settle)
             times[name].append(per_call(fn, n))
     base = next(iter(times.values()))
-    return Timings({name: statistics.median(t) for name, t in times.items()},
-                   {name: statistics.median(a / b for a, b in zip(t, base)) for name, t in times.items()})
+    return Timings(
+        {name: statistics.median(t) for name, t in times.items()},
+        {name: statistics.median(a / b for a, b in zip(t, base)) for name, t in times.items()},
+    )
 
 
 def peak_memory(fn: Callable[[], Any]) -> int:
@@ -196,8 +199,13 @@ def main() -> None:
         step_ratio[batch] = t.ratio["blockir"]
         goal = f"goal <= {GOAL_STEP:.2f}x" if batch == 64 else ""
         rows.append((f"MLP step, batch {batch}: numpy", f"{t.seconds['numpy'] * 1e3:8.3f} ms", ""))
-        rows.append((f"MLP step, batch {batch}: blockir", f"{t.seconds['blockir'] * 1e3:8.3f} ms",
-                     f"{t.ratio['blockir']:5.2f}x numpy  {goal}"))
+        rows.append(
+            (
+                f"MLP step, batch {batch}: blockir",
+                f"{t.seconds['blockir'] * 1e3:8.3f} ms",
+                f"{t.ratio['blockir']:5.2f}x numpy  {goal}",
+            )
+        )
         # Timed against numpy in rounds of its own, with a pause before each turn: the idle worker threads
         # of torch's (OpenMP) and numpy's (OpenBLAS) thread pools spin for a while after their last task,
         # taking the cores from the other library's threads.
@@ -207,13 +215,23 @@ def main() -> None:
             continue
         t = alternate({"numpy": ref_fn, "torch": torch_fn}, args.steps, args.repeats, settle=TORCH_SETTLE)
         torch_ratio[batch] = t.ratio["torch"]
-        rows.append((f"MLP step, batch {batch}: torch", f"{t.seconds['torch'] * 1e3:8.3f} ms",
-                     f"{t.ratio['torch']:5.2f}x numpy (numpy {t.seconds['numpy'] * 1e3:.3f} ms in these rounds)"))
+        rows.append(
+            (
+                f"MLP step, batch {batch}: torch",
+                f"{t.seconds['torch'] * 1e3:8.3f} ms",
+                f"{t.ratio['torch']:5.2f}x numpy (numpy {t.seconds['numpy'] * 1e3:.3f} ms in these rounds)",
+            )
+        )
 
     exe_us, direct_us = dispatch_overhead(1000, args.repeats)
     dispatch_us = exe_us - direct_us
-    rows.append(("dispatch overhead per op (1,000 scale ops)", f"{dispatch_us:8.3f} us",
-                 f"goal <= {GOAL_DISPATCH_US:.1f} us (run {exe_us:.2f} us/op, kernel alone {direct_us:.2f})"))
+    rows.append(
+        (
+            "dispatch overhead per op (1,000 scale ops)",
+            f"{dispatch_us:8.3f} us",
+            f"goal <= {GOAL_DISPATCH_US:.1f} us (run {exe_us:.2f} us/op, kernel alone {direct_us:.2f})",
+        )
+    )
 
     memory_ratio: dict[int, float] = {}
     for batch in (64, 256):
@@ -222,18 +240,28 @@ def main() -> None:
         goal = f"goal <= {GOAL_MEMORY:.1f}x" if batch == 64 else ""
         memory_ratio[batch] = bir_peak / ref_peak
         rows.append((f"peak traced memory, step at batch {batch}: numpy", f"{ref_peak / 1024:8.1f} KiB", ""))
-        rows.append((f"peak traced memory, step at batch {batch}: blockir", f"{bir_peak / 1024:8.1f} KiB",
-                     f"{bir_peak / ref_peak:5.2f}x numpy  {goal}"))
+        rows.append(
+            (
+                f"peak traced memory, step at batch {batch}: blockir",
+                f"{bir_peak / 1024:8.1f} KiB",
+                f"{bir_peak / ref_peak:5.2f}x numpy  {goal}",
+            )
+        )
 
     width = max(len(r[0]) for r in rows)
     for label, value, note in rows:
         print(f"{label:<{width}}  {value:>14}  {note}")
     met = step_ratio[64] <= GOAL_STEP and dispatch_us <= GOAL_DISPATCH_US and memory_ratio[64] <= GOAL_MEMORY
-    torch = (f"; torch/numpy step {torch_ratio[64]:.2f}x at batch 64, {torch_ratio[256]:.2f}x at batch 256"
-             if torch_ratio else "")
-    print(f"summary: blockir/numpy step {step_ratio[64]:.2f}x at batch 64, {step_ratio[256]:.2f}x at batch 256; "
-          f"dispatch {dispatch_us:.2f} us/op; peak memory {memory_ratio[64]:.2f}x at batch 64, "
-          f"{memory_ratio[256]:.2f}x at batch 256{torch}; goals {'met' if met else 'NOT met'}")
+    torch = (
+        f"; torch/numpy step {torch_ratio[64]:.2f}x at batch 64, {torch_ratio[256]:.2f}x at batch 256"
+        if torch_ratio
+        else ""
+    )
+    print(
+        f"summary: blockir/numpy step {step_ratio[64]:.2f}x at batch 64, {step_ratio[256]:.2f}x at batch 256; "
+        f"dispatch {dispatch_us:.2f} us/op; peak memory {memory_ratio[64]:.2f}x at batch 64, "
+        f"{memory_ratio[256]:.2f}x at batch 256{torch}; goals {'met' if met else 'NOT met'}"
+    )
 
 
 if __name__ == "__main__":

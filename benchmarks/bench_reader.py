@@ -25,8 +25,9 @@ from __future__ import annotations
 import argparse
 import os
 import tempfile
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
-from typing import Any, Callable, Iterator, Sequence
+from typing import Any
 
 import numpy as np
 from bench_executor import Timings, alternate
@@ -38,10 +39,12 @@ TEXT = """multi_slot_desc {
   slots { name: "words" type: "uint64" is_used: true }
   slots { name: "label" type: "uint64" is_dense: true is_used: true shape: 1 }
 }"""
-CTR = ("multi_slot_desc {\n"
-       + "".join(f'  slots {{ name: "c{i}" type: "uint64" is_used: true }}\n' for i in range(8))
-       + '  slots { name: "dense" type: "float" is_dense: true is_used: true shape: 13 }\n'
-       + '  slots { name: "click" type: "uint64" is_dense: true is_used: true shape: 1 }\n}')
+CTR = (
+    "multi_slot_desc {\n"
+    + "".join(f'  slots {{ name: "c{i}" type: "uint64" is_used: true }}\n' for i in range(8))
+    + '  slots { name: "dense" type: "float" is_dense: true is_used: true shape: 13 }\n'
+    + '  slots { name: "click" type: "uint64" is_dense: true is_used: true shape: 1 }\n}'
+)
 
 
 def text_instances(rng: np.random.Generator) -> Iterator[dict[str, Any]]:
@@ -73,6 +76,7 @@ def read_bytes(paths: Sequence[Path]) -> Callable[[], None]:
             with open(path, "rb") as f:
                 while f.read(CHUNK_SIZE):
                     pass
+
     return run
 
 
@@ -80,6 +84,7 @@ def read_batches(desc: bir.DataFeedDesc, paths: Sequence[Path]) -> Callable[[], 
     def run() -> None:
         for _ in MultiSlotReader(desc, paths):
             pass
+
     return run
 
 
@@ -93,16 +98,20 @@ def read_python(desc: bir.DataFeedDesc, paths: Sequence[Path]) -> Callable[[], N
                     tokens, pos, instance = line.split(), 0, []
                     for convert in slots:
                         n = int(tokens[pos])
-                        instance.append([convert(t) for t in tokens[pos + 1:pos + 1 + n]])
+                        instance.append([convert(t) for t in tokens[pos + 1 : pos + 1 + n]])
                         pos += 1 + n
+
     return run
 
 
 def time_reading(desc: bir.DataFeedDesc, paths: Sequence[Path], repeats: int) -> Timings:
     """Full passes over ``paths`` by ``read``, ``reader`` and ``python`` (see the module's doc), in alternating
     rounds: median seconds of each, and ratios to ``read``."""
-    return alternate({"read": read_bytes(paths), "reader": read_batches(desc, paths),
-                      "python": read_python(desc, paths)}, n=1, repeats=repeats)
+    return alternate(
+        {"read": read_bytes(paths), "reader": read_batches(desc, paths), "python": read_python(desc, paths)},
+        n=1,
+        repeats=repeats,
+    )
 
 
 def main() -> None:
@@ -123,10 +132,14 @@ def main() -> None:
             size = os.path.getsize(path)
             timings = time_reading(desc, [path], args.repeats)
             for contender, seconds in timings.seconds.items():
-                print(f"{name:5} {contender:9} {size / seconds / 1e6:8.1f} {count / seconds:13,.0f} "
-                      f"{timings.ratio[contender]:8.1f}")
+                print(
+                    f"{name:5} {contender:9} {size / seconds / 1e6:8.1f} {count / seconds:13,.0f} "
+                    f"{timings.ratio[contender]:8.1f}"
+                )
             speedup = timings.ratio["python"] / timings.ratio["reader"]
-            print(f"{name:5} ({size / 1e6:.1f} MB, {count:,} instances; the reader {speedup:.1f}x faster than python)\n")
+            print(
+                f"{name:5} ({size / 1e6:.1f} MB, {count:,} instances; the reader {speedup:.1f}x faster than python)\n"
+            )
 
 
 if __name__ == "__main__":

@@ -20,7 +20,8 @@ from __future__ import annotations
 import argparse
 import os
 import threading
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 import numpy as np
 from bench_executor import alternate
@@ -50,8 +51,11 @@ def branches(size: int, depth: int) -> tuple[Program, dict[str, np.ndarray]]:
         ends.append(prev)
     block.create_var("out", shape=(size, size), dtype="float32")
     block.append_op("elementwise_add", {"X": ends[0], "Y": ends[1]}, {"Out": "out"}, {"op_device": "cpu"})
-    return program, {v.name: (rng.normal(size=(size, size)) / np.sqrt(size)).astype("float32")
-                     for v in block.vars.values() if v.persistable}
+    return program, {
+        v.name: (rng.normal(size=(size, size)) / np.sqrt(size)).astype("float32")
+        for v in block.vars.values()
+        if v.persistable
+    }
 
 
 def chain(n: int) -> tuple[Program, dict[str, np.ndarray]]:
@@ -86,8 +90,9 @@ def ceiling(size: int, depth: int, repeats: int) -> float:
     return 1 / alternate({"serial": serial, "threads": threaded}, 3, repeats).ratio["threads"]
 
 
-def runner(program: tuple[Program, dict[str, np.ndarray]], feed: dict[str, np.ndarray], fetch: str,
-           scheduler: str) -> Callable[[], Any]:
+def runner(
+    program: tuple[Program, dict[str, np.ndarray]], feed: dict[str, np.ndarray], fetch: str, scheduler: str
+) -> Callable[[], Any]:
     program, weights = program
     exe, scope = bir.Executor("cpu", scheduler=scheduler), bir.Scope()
     for name, value in weights.items():
@@ -95,7 +100,9 @@ def runner(program: tuple[Program, dict[str, np.ndarray]], feed: dict[str, np.nd
     return lambda: exe.run(program, feed=feed, fetch_list=[fetch], scope=scope)[0]
 
 
-def compare(program: tuple[Program, dict[str, np.ndarray]], feed: dict[str, np.ndarray], fetch: str, n: int, repeats: int) -> tuple[float, float, float]:
+def compare(
+    program: tuple[Program, dict[str, np.ndarray]], feed: dict[str, np.ndarray], fetch: str, n: int, repeats: int
+) -> tuple[float, float, float]:
     """(sequential s/run, dataflow s/run, sequential / dataflow), checking both compute the same."""
     seq, flow = runner(program, feed, fetch, "sequential"), runner(program, feed, fetch, "dataflow")
     np.testing.assert_array_equal(seq(), flow())
@@ -115,13 +122,16 @@ def main() -> None:
         x = np.random.default_rng(1).normal(size=(args.size, args.size)).astype("float32")
         seq, flow, speedup = compare(branches(args.size, args.depth), {"x": x}, "out", 3, args.repeats)
         machine = ceiling(args.size, args.depth, args.repeats)
-    print(f"two branches of {args.depth} matmuls [{args.size}]^2 on cpu:0 and cpu:1, BLAS 1 thread: "
-          f"sequential {seq * 1e3:.1f} ms, dataflow {flow * 1e3:.1f} ms, speed-up {speedup:.2f}x "
-          f"(goal >= {GOAL_BRANCHES}x); two plain threads against one on this machine: {machine:.2f}x")
-    seq, flow, speedup = compare(chain(args.chain), {"t0": np.zeros(1, "float32")}, f"t{args.chain}", 20,
-                                 args.repeats)
-    print(f"chain of {args.chain} scale ops on the host: sequential {seq * 1e3:.2f} ms, dataflow "
-          f"{flow * 1e3:.2f} ms, dataflow / sequential {1 / speedup:.3f}x (goal <= {GOAL_CHAIN}x)")
+    print(
+        f"two branches of {args.depth} matmuls [{args.size}]^2 on cpu:0 and cpu:1, BLAS 1 thread: "
+        f"sequential {seq * 1e3:.1f} ms, dataflow {flow * 1e3:.1f} ms, speed-up {speedup:.2f}x "
+        f"(goal >= {GOAL_BRANCHES}x); two plain threads against one on this machine: {machine:.2f}x"
+    )
+    seq, flow, speedup = compare(chain(args.chain), {"t0": np.zeros(1, "float32")}, f"t{args.chain}", 20, args.repeats)
+    print(
+        f"chain of {args.chain} scale ops on the host: sequential {seq * 1e3:.2f} ms, dataflow "
+        f"{flow * 1e3:.2f} ms, dataflow / sequential {1 / speedup:.3f}x (goal <= {GOAL_CHAIN}x)"
+    )
 
 
 if __name__ == "__main__":

@@ -32,7 +32,8 @@ import os
 import threading
 import time
 import zlib
-from typing import Any, Callable, Iterator
+from collections.abc import Callable, Iterator
+from typing import Any
 
 import numpy as np
 from bench_executor import alternate
@@ -123,8 +124,7 @@ def calibrated(batch: int, target: float) -> Loader:
     return Loader(batch, side)
 
 
-def compare(name: str, loader: Loader, step: Callable[[dict[str, np.ndarray]], Any], steps: int,
-            repeats: int) -> None:
+def compare(name: str, loader: Loader, step: Callable[[dict[str, np.ndarray]], Any], steps: int, repeats: int) -> None:
     """Time the five contenders and print a line."""
     loaded = list(loader(RECORDS))
 
@@ -150,16 +150,19 @@ def compare(name: str, loader: Loader, step: Callable[[dict[str, np.ndarray]], A
         compute()
         worker.join()
 
-    seconds = alternate({"load": load, "compute": compute, "unstaged": unstaged, "staged": staged,
-                         "threads": threads}, 1, repeats).seconds
+    seconds = alternate(
+        {"load": load, "compute": compute, "unstaged": unstaged, "staged": staged, "threads": threads}, 1, repeats
+    ).seconds
     per_step = {k: t / steps for k, t in seconds.items()}
     ratio = per_step["staged"] / max(per_step["load"], per_step["compute"])
-    print(f"{name:6s} load {per_step['load'] * 1e3:6.1f} ms  compute {per_step['compute'] * 1e3:6.1f} ms  "
-          f"per step: unstaged {per_step['unstaged'] * 1e3:6.1f} ms, staged {per_step['staged'] * 1e3:6.1f} ms  "
-          f"staged / max(load, compute) {ratio:.2f}x (goal <= {GOAL}x), unstaged / staged "
-          f"{per_step['unstaged'] / per_step['staged']:.2f}x; this machine's ceiling, load and compute in two "
-          f"plain threads: {per_step['threads'] * 1e3:.1f} ms, "
-          f"{per_step['threads'] / max(per_step['load'], per_step['compute']):.2f}x")
+    print(
+        f"{name:6s} load {per_step['load'] * 1e3:6.1f} ms  compute {per_step['compute'] * 1e3:6.1f} ms  "
+        f"per step: unstaged {per_step['unstaged'] * 1e3:6.1f} ms, staged {per_step['staged'] * 1e3:6.1f} ms  "
+        f"staged / max(load, compute) {ratio:.2f}x (goal <= {GOAL}x), unstaged / staged "
+        f"{per_step['unstaged'] / per_step['staged']:.2f}x; this machine's ceiling, load and compute in two "
+        f"plain threads: {per_step['threads'] * 1e3:.1f} ms, "
+        f"{per_step['threads'] / max(per_step['load'], per_step['compute']):.2f}x"
+    )
 
 
 def main() -> None:
@@ -177,10 +180,12 @@ def main() -> None:
             step(batch)
         target = min(timed(lambda: step(batch)) for _ in range(RECORDS))  # as Loader.seconds
         decoding = calibrated(args.batch, target)
-        print(f"numpy {np.__version__}, {os.cpu_count()} cores, BLAS 1 thread, {args.repeats} rounds of "
-              f"{args.steps} steps; MLP 784-{args.hidden}-{args.hidden}-10, batch {args.batch}, step "
-              f"{target * 1e3:.1f} ms; decode: records of {decoding.side}x{decoding.side} images, "
-              f"read: {target * 1e3:.1f} ms waited")
+        print(
+            f"numpy {np.__version__}, {os.cpu_count()} cores, BLAS 1 thread, {args.repeats} rounds of "
+            f"{args.steps} steps; MLP 784-{args.hidden}-{args.hidden}-10, batch {args.batch}, step "
+            f"{target * 1e3:.1f} ms; decode: records of {decoding.side}x{decoding.side} images, "
+            f"read: {target * 1e3:.1f} ms waited"
+        )
         compare("decode", decoding, step, args.steps, args.repeats)
         compare("read", Loader(args.batch, SIDE, wait=target), step, args.steps, args.repeats)
 

@@ -1,6 +1,7 @@
 """blockir: a dataflow-graph IR, compiler and executor for machine-learning programs."""
 
-from importlib.metadata import PackageNotFoundError, version as _version
+from importlib.metadata import PackageNotFoundError
+from importlib.metadata import version as _version
 from typing import Any
 
 from blockir import ir, ops, passes
@@ -13,17 +14,29 @@ try:
 except PackageNotFoundError:  # running from a source tree that was not installed
     __version__ = "0.0.0"
 
-from blockir.dsl import (ParamAttr, append_backward, data, default_main_program, default_startup_program,
-                         device_guard, initializer, layers, name_scope, optimizer, program_guard, unique_name)
-from blockir.runtime import CPUPlace, Executor, Scope, global_scope, scope_guard
 from blockir import io
 from blockir.datafeed import DataFeedDesc
 from blockir.datafeed import staged as reader  # bir.reader.staged(...), as in Fluid
-from blockir.parallel import AsyncExecutor
-from blockir.dsl.concurrency import select as _build_select
-from blockir.runtime.channel import select as _select_now
+from blockir.dsl import (
+    ParamAttr,
+    append_backward,
+    data,
+    default_main_program,
+    default_startup_program,
+    device_guard,
+    initializer,
+    layers,
+    name_scope,
+    optimizer,
+    program_guard,
+    unique_name,
+)
 from blockir.dsl.concurrency import ChannelList, Select, channel, channel_list, go, make_channel
+from blockir.dsl.concurrency import select as _build_select
+from blockir.parallel import AsyncExecutor
+from blockir.runtime import CPUPlace, Executor, Scope, global_scope, scope_guard
 from blockir.runtime.channel import Channel
+from blockir.runtime.channel import select as _select_now
 
 
 def select(cases: Any = None, default: bool = False, timeout: float | None = None) -> Any:
@@ -36,10 +49,22 @@ def select(cases: Any = None, default: bool = False, timeout: float | None = Non
         return _build_select()
     return _select_now(cases, default, timeout)
 
-__all__ = ["BlockirError", "LoDTensor", "Program", "SelectedRows", "__version__", "ir",
-           "load_program", "ops", "passes"]
-__all__ += ["ParamAttr", "append_backward", "data", "default_main_program", "default_startup_program",
-            "device_guard", "initializer", "layers", "name_scope", "optimizer", "program_guard", "unique_name"]
+
+__all__ = ["BlockirError", "LoDTensor", "Program", "SelectedRows", "__version__", "ir", "load_program", "ops", "passes"]
+__all__ += [
+    "ParamAttr",
+    "append_backward",
+    "data",
+    "default_main_program",
+    "default_startup_program",
+    "device_guard",
+    "initializer",
+    "layers",
+    "name_scope",
+    "optimizer",
+    "program_guard",
+    "unique_name",
+]
 __all__ += ["CPUPlace", "Executor", "Scope", "global_scope", "io", "reader", "scope_guard"]
 __all__ += ["AsyncExecutor", "DataFeedDesc"]
 __all__ += ["Channel", "ChannelClosedError", "ChannelTimeout", "DeadlockError", "select"]

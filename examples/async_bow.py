@@ -32,8 +32,8 @@ from typing import Any, NamedTuple
 import numpy as np
 
 import blockir as bir
-from blockir.parallel.async_executor import MODES
 from blockir.datafeed.multislot import MultiSlotReader, write_multislot
+from blockir.parallel.async_executor import MODES
 
 PROTOTXT = """\
 name: "MultiSlotDataFeed"
@@ -82,13 +82,15 @@ def _write_docs(path: Path, n: int, seed: int) -> np.ndarray:
     words, labels, signal = bow_classifier.make_corpus(n, seed)
     ids, offsets = words.data[:, 0], words.lod[0]
     desc = bir.DataFeedDesc(PROTOTXT)
-    write_multislot(path, ({"words": ids[offsets[i]:offsets[i + 1]], "label": int(labels[i, 0])} for i in range(n)),
-                    desc)
+    write_multislot(
+        path, ({"words": ids[offsets[i] : offsets[i + 1]], "label": int(labels[i, 0])} for i in range(n)), desc
+    )
     return signal
 
 
-def write_corpus(directory: str | Path, parts: int = 12, docs_per_part: int = 2000,
-                 heldout_docs: int = HELDOUT_DOCS, seed: int = 0) -> Corpus:
+def write_corpus(
+    directory: str | Path, parts: int = 12, docs_per_part: int = 2000, heldout_docs: int = HELDOUT_DOCS, seed: int = 0
+) -> Corpus:
     """Write ``data.prototxt``, ``train_data/part-<i>`` (``parts`` files of ``docs_per_part`` documents) and
     ``heldout`` into ``directory``; every file has documents of its own (seeds ``seed + i``)."""
     directory = Path(directory)
@@ -105,8 +107,15 @@ def write_corpus(directory: str | Path, parts: int = 12, docs_per_part: int = 20
     return Corpus(prototxt, train_files, str(heldout), bow_classifier.bayes_accuracy(signal))
 
 
-def bow_net(dict_dim: int, emb_dim: int = 128, hid_dim: int = 128, hid_dim2: int = 96, class_dim: int = 2,
-            learning_rate: float = 0.01, seed: int = 1) -> BowNet:
+def bow_net(
+    dict_dim: int,
+    emb_dim: int = 128,
+    hid_dim: int = 128,
+    hid_dim2: int = 96,
+    class_dim: int = 2,
+    learning_rate: float = 0.01,
+    seed: int = 1,
+) -> BowNet:
     """Paddle's bow_net on the data variables ``words`` (ids, one LoD level) and ``label``, minimized by Adagrad.
 
     Names are fresh for each net, so a ``seed`` gives the same initial weights at every call."""
@@ -132,14 +141,22 @@ def evaluate(model_dir: str | Path, desc: bir.DataFeedDesc, path: str) -> float:
     program, feeds, fetches = bir.io.load_inference_model(model_dir, exe, scope=scope)
     right = total = 0
     for batch in MultiSlotReader(desc, path):
-        probs, = exe.run(program, feed={name: batch[name] for name in feeds}, fetch_list=fetches, scope=scope)
+        (probs,) = exe.run(program, feed={name: batch[name] for name in feeds}, fetch_list=fetches, scope=scope)
         right += int((probs.argmax(axis=1) == batch["label"][:, 0]).sum())
         total += len(probs)
     return right / total
 
 
-def train(corpus: Corpus, workers: int, mode: str = "thread", epochs: int = 1, out: str | Path | None = None,
-          batch_size: int = 32, learning_rate: float = 0.01, verbose: bool = True) -> dict[str, Any]:
+def train(
+    corpus: Corpus,
+    workers: int,
+    mode: str = "thread",
+    epochs: int = 1,
+    out: str | Path | None = None,
+    batch_size: int = 32,
+    learning_rate: float = 0.01,
+    verbose: bool = True,
+) -> dict[str, Any]:
     """Train bow_net on ``corpus`` with ``workers`` Hogwild workers (threads or processes), saving and scoring
     the inference model after each epoch (under ``out``, default: next to the data).
 
@@ -155,19 +172,37 @@ def train(corpus: Corpus, workers: int, mode: str = "thread", epochs: int = 1, o
     epoch_accuracy, seconds, instances = [], 0.0, 0
     with bir.AsyncExecutor("cpu", keep_workers=True) as async_exe:  # process mode: the same workers each epoch
         for epoch in range(epochs):
-            cost, train_acc = async_exe.run_from_files(net.main, dataset, corpus.train_files, thread_num=workers,
-                                                       fetch=[net.avg_cost, net.acc], mode=mode, scope=scope)
+            cost, train_acc = async_exe.run_from_files(
+                net.main,
+                dataset,
+                corpus.train_files,
+                thread_num=workers,
+                fetch=[net.avg_cost, net.acc],
+                mode=mode,
+                scope=scope,
+            )
             seconds += async_exe.last_stats.seconds
             instances += async_exe.last_stats.instances
             model = out / f"epoch{epoch}.model"
             bir.io.save_inference_model(model, ["words"], [net.prediction], exe, main_program=net.main, scope=scope)
             epoch_accuracy.append(evaluate(model, dataset, corpus.heldout))
             if verbose:
-                print(f"{mode} x{workers} epoch {epoch}: cost {cost:.4f}, train accuracy {train_acc:.4f}, "
-                      f"held-out accuracy {epoch_accuracy[-1]:.4f} ({async_exe.last_stats.seconds:.1f}s)", flush=True)
-    return {"workers": workers, "mode": mode, "accuracy": epoch_accuracy[-1], "epoch_accuracy": epoch_accuracy,
-            "cost": cost, "train_accuracy": train_acc, "seconds": seconds,
-            "instances_per_second": instances / seconds, "model": str(model)}
+                print(
+                    f"{mode} x{workers} epoch {epoch}: cost {cost:.4f}, train accuracy {train_acc:.4f}, "
+                    f"held-out accuracy {epoch_accuracy[-1]:.4f} ({async_exe.last_stats.seconds:.1f}s)",
+                    flush=True,
+                )
+    return {
+        "workers": workers,
+        "mode": mode,
+        "accuracy": epoch_accuracy[-1],
+        "epoch_accuracy": epoch_accuracy,
+        "cost": cost,
+        "train_accuracy": train_acc,
+        "seconds": seconds,
+        "instances_per_second": instances / seconds,
+        "model": str(model),
+    }
 
 
 def standard_error(accuracy: float, n: int) -> float:
@@ -175,8 +210,15 @@ def standard_error(accuracy: float, n: int) -> float:
     return math.sqrt(accuracy * (1 - accuracy) / n)
 
 
-def main(workers: Sequence[int] = (1, 2, 4), mode: str = "thread", epochs: int = 1, parts: int = 12,
-         docs: int = 4000, workdir: str | Path | None = None, verbose: bool = True) -> dict[str, Any]:
+def main(
+    workers: Sequence[int] = (1, 2, 4),
+    mode: str = "thread",
+    epochs: int = 1,
+    parts: int = 12,
+    docs: int = 4000,
+    workdir: str | Path | None = None,
+    verbose: bool = True,
+) -> dict[str, Any]:
     """Write the corpus (into ``workdir``, default a temporary directory) and train with each worker count.
 
     Returns ``bayes_accuracy`` and ``heldout_docs`` of the held-out file, and ``runs``: :func:`train`'s
@@ -190,10 +232,14 @@ def main(workers: Sequence[int] = (1, 2, 4), mode: str = "thread", epochs: int =
         base = runs[min(runs)]["accuracy"]
         print(f"\n{'workers':>7} {'mode':>7} {'test accuracy':>13} {'vs first':>9} {'instances/s':>12}")
         for n, run in runs.items():
-            print(f"{n:7d} {mode:>7} {run['accuracy']:13.4f} {run['accuracy'] - base:+9.4f} "
-                  f"{run['instances_per_second']:12,.0f}")
-        print(f"held out: {HELDOUT_DOCS:,} documents (standard error {standard_error(base, HELDOUT_DOCS):.4f}); "
-              f"the Bayes rule's accuracy on them: {bayes:.4f}")
+            print(
+                f"{n:7d} {mode:>7} {run['accuracy']:13.4f} {run['accuracy'] - base:+9.4f} "
+                f"{run['instances_per_second']:12,.0f}"
+            )
+        print(
+            f"held out: {HELDOUT_DOCS:,} documents (standard error {standard_error(base, HELDOUT_DOCS):.4f}); "
+            f"the Bayes rule's accuracy on them: {bayes:.4f}"
+        )
     return {"bayes_accuracy": bayes, "heldout_docs": HELDOUT_DOCS, "runs": runs}
 
 

@@ -56,14 +56,15 @@ def bayes_accuracy(signal: np.ndarray) -> float:
     return (1 - NOISE) * (1 - ties) + 0.5 * ties
 
 
-def batches(words: bir.LoDTensor, labels: np.ndarray, batch: int,
-            rng: np.random.Generator) -> Iterator[tuple[bir.LoDTensor, np.ndarray]]:
+def batches(
+    words: bir.LoDTensor, labels: np.ndarray, batch: int, rng: np.random.Generator
+) -> Iterator[tuple[bir.LoDTensor, np.ndarray]]:
     """Shuffled mini-batches of whole documents."""
     offsets = np.asarray(words.lod[0])
     order = rng.permutation(len(labels))
     for i in range(0, len(order), batch):
-        docs = order[i:i + batch]
-        parts = [words.data[offsets[d]:offsets[d + 1]] for d in docs]
+        docs = order[i : i + batch]
+        parts = [words.data[offsets[d] : offsets[d + 1]] for d in docs]
         yield bir.LoDTensor.from_lengths(np.concatenate(parts), [len(p) for p in parts]), labels[docs]
 
 
@@ -83,8 +84,9 @@ def build(emb_dim: int = 32, hidden: int = 32, lr: float = 0.02, seed: int = 1):
     return main, startup, test, pred, loss
 
 
-def main(epochs: int = 3, train_docs: int = 50_000, test_docs: int = 10_000, batch: int = 64,
-         verbose: bool = True) -> dict[str, float]:
+def main(
+    epochs: int = 3, train_docs: int = 50_000, test_docs: int = 10_000, batch: int = 64, verbose: bool = True
+) -> dict[str, float]:
     """Train and evaluate; return the test ``accuracy``, the test set's ``bayes_accuracy``, ``agreement``
     (how often the model predicts the sign of the signal where it is not tied) and training ``seconds``."""
     train_words, train_labels, _ = make_corpus(train_docs, seed=0)
@@ -95,12 +97,14 @@ def main(epochs: int = 3, train_docs: int = 50_000, test_docs: int = 10_000, bat
     rng = np.random.default_rng(0)
     t0 = time.perf_counter()
     for epoch in range(epochs):
-        losses = [exe.run(main_prog, feed={"words": w, "label": y}, fetch_list=[loss], scope=scope)[0][0]
-                  for w, y in batches(train_words, train_labels, batch, rng)]
+        losses = [
+            exe.run(main_prog, feed={"words": w, "label": y}, fetch_list=[loss], scope=scope)[0][0]
+            for w, y in batches(train_words, train_labels, batch, rng)
+        ]
         if verbose:
             print(f"epoch {epoch + 1}  loss {np.mean(losses):.4f}  ({time.perf_counter() - t0:.1f}s)")
     seconds = time.perf_counter() - t0
-    probs, = exe.run(test, feed={"words": test_words, "label": test_labels}, fetch_list=[pred], scope=scope)
+    (probs,) = exe.run(test, feed={"words": test_words, "label": test_labels}, fetch_list=[pred], scope=scope)
     predicted = np.argmax(probs, axis=1)
     decided = test_signal != 0
     metrics = {
@@ -110,8 +114,10 @@ def main(epochs: int = 3, train_docs: int = 50_000, test_docs: int = 10_000, bat
         "seconds": seconds,
     }
     if verbose:
-        print(f"test accuracy {metrics['accuracy']:.4f}; the Bayes rule's {metrics['bayes_accuracy']:.4f}; "
-              f"the model agrees with it on {metrics['agreement']:.2%} of the documents without a tie")
+        print(
+            f"test accuracy {metrics['accuracy']:.4f}; the Bayes rule's {metrics['bayes_accuracy']:.4f}; "
+            f"the model agrees with it on {metrics['agreement']:.2%} of the documents without a tie"
+        )
     return metrics
 
 

@@ -57,14 +57,15 @@ def main(epochs: int = 30, batch: int = 32, model_dir: str | None = None, verbos
         order = rng.permutation(len(x_train))
         losses = []
         for i in range(0, len(order), batch):
-            idx = order[i:i + batch]
-            loss_v, = exe.run(main_prog, feed={"x": x_train[idx], "label": y_train[idx]}, fetch_list=[loss],
-                              scope=scope)
+            idx = order[i : i + batch]
+            (loss_v,) = exe.run(
+                main_prog, feed={"x": x_train[idx], "label": y_train[idx]}, fetch_list=[loss], scope=scope
+            )
             losses.append(float(loss_v[0]))
         if verbose and (epoch % 5 == 4 or epoch == epochs - 1):
             print(f"epoch {epoch + 1:3d}  loss {np.mean(losses):.4f}  ({time.perf_counter() - t0:.1f}s)")
     seconds = time.perf_counter() - t0
-    probs, = exe.run(test, feed={"x": x_test, "label": y_test}, fetch_list=[pred], scope=scope)
+    (probs,) = exe.run(test, feed={"x": x_test, "label": y_test}, fetch_list=[pred], scope=scope)
     accuracy = float((np.argmax(probs, axis=1) == y_test[:, 0]).mean())
     if verbose:
         print(f"test accuracy {accuracy:.4f}")

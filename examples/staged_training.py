@@ -16,7 +16,7 @@ from __future__ import annotations
 import argparse
 import time
 import zlib
-from typing import Iterator
+from collections.abc import Iterator
 
 import numpy as np
 
@@ -38,14 +38,18 @@ def load_digits(seed: int = 0) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.n
 def compress(x: np.ndarray, y: np.ndarray, batch: int, seed: int) -> list[tuple[bytes, bytes]]:
     """The training set as shuffled, zlib-compressed batches: what a data file would hold."""
     order = np.random.default_rng(seed).permutation(len(x))
-    return [(zlib.compress(x[idx].tobytes()), zlib.compress(y[idx].tobytes()))
-            for idx in (order[i:i + batch] for i in range(0, len(order), batch))]
+    return [
+        (zlib.compress(x[idx].tobytes()), zlib.compress(y[idx].tobytes()))
+        for idx in (order[i : i + batch] for i in range(0, len(order), batch))
+    ]
 
 
 def decode(shards: list[tuple[bytes, bytes]]) -> Iterator[dict[str, np.ndarray]]:
     for image, label in shards:
-        yield {"image": np.frombuffer(zlib.decompress(image), "float32").reshape(-1, 64),
-               "label": np.frombuffer(zlib.decompress(label), "int64").reshape(-1, 1)}
+        yield {
+            "image": np.frombuffer(zlib.decompress(image), "float32").reshape(-1, 64),
+            "label": np.frombuffer(zlib.decompress(label), "int64").reshape(-1, 1),
+        }
 
 
 def net(image: bir.ir.Variable, label: bir.ir.Variable, hidden: int = 128) -> tuple:
@@ -63,7 +67,7 @@ def build(places: list[str], capacity: int, lr: float = 3e-3, seed: int = 1):
         image = bir.data("image", shape=[-1, 64], dtype="float32")
         label = bir.data("label", shape=[-1, 1], dtype="int64")
         chans = bir.channel_list.make("chan_list", places=places, capacity=capacity)
-        for i, place in enumerate(chans.places):
+        for i in range(len(chans.places)):
             bir.channel.send(chans[i], [image, label])
     with bir.unique_name.guard(), bir.program_guard(main_program, startup):
         chans = bir.channel_list.make("chan_list", places=places, capacity=capacity)  # the same channels
@@ -72,13 +76,15 @@ def build(places: list[str], capacity: int, lr: float = 3e-3, seed: int = 1):
             _, loss = net(image, label)
             bir.optimizer.Adam(learning_rate=lr).minimize(loss)
     with bir.unique_name.guard(), bir.program_guard(test_program, Program()):  # same parameter names
-        pred, _ = net(bir.data("image", shape=[-1, 64], dtype="float32"),
-                      bir.data("label", shape=[-1, 1], dtype="int64"))
+        pred, _ = net(
+            bir.data("image", shape=[-1, 64], dtype="float32"), bir.data("label", shape=[-1, 1], dtype="int64")
+        )
     return concurrent_program, main_program, startup, test_program, loss, pred
 
 
-def main(epochs: int = 20, batch: int = 32, capacity: int = 4, place: str = "cpu:0",
-         verbose: bool = True) -> dict[str, float]:
+def main(
+    epochs: int = 20, batch: int = 32, capacity: int = 4, place: str = "cpu:0", verbose: bool = True
+) -> dict[str, float]:
     """Train; return the test ``accuracy`` and the training ``seconds``."""
     if capacity < 1:
         raise SystemExit(f"staged_training: --capacity must be >= 1 (the caller fills the channel), got {capacity}")
@@ -104,7 +110,7 @@ def main(epochs: int = 20, batch: int = 32, capacity: int = 4, place: str = "cpu
                 print(f"epoch {epoch + 1:3d}  loss {np.mean(losses):.4f}  ({time.perf_counter() - t0:.1f}s)")
         seconds = time.perf_counter() - t0
         assert len(scope.get("chan_list.0")) == 0
-        probs, = exe.run(test, feed={"image": x_test, "label": y_test}, fetch_list=[pred], scope=scope)
+        (probs,) = exe.run(test, feed={"image": x_test, "label": y_test}, fetch_list=[pred], scope=scope)
     accuracy = float((np.argmax(probs, axis=1) == y_test[:, 0]).mean())
     if verbose:
         print(f"test accuracy {accuracy:.4f}")

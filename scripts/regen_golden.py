@@ -21,8 +21,13 @@ from tests.passes.golden_cases import GOLDEN, after_path, cases, expected_after 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description="Regenerate the golden .after.txt files of the pass tests.")
-    parser.add_argument("paths", nargs="*", type=Path, default=[GOLDEN],
-                        help="pass directories or .before.txt files (default: all of tests/passes/golden)")
+    parser.add_argument(
+        "paths",
+        nargs="*",
+        type=Path,
+        default=[GOLDEN],
+        help="pass directories or .before.txt files (default: all of tests/passes/golden)",
+    )
     parser.add_argument("--check", action="store_true", help="write nothing; exit 1 if any .after.txt differs")
     args = parser.parse_args(argv)
     selected = [c for p in args.paths for c in ([p] if p.is_file() else cases(p))]

@@ -23,8 +23,9 @@ from blockir.cli import main
 
 ROOT = Path(__file__).resolve().parent.parent
 DOCUMENTS = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
-_BLOCK = re.compile(r"^(?:<!-- doc-test: skip(?P<reason>[^\n]*?)-->\n)?```(?P<lang>\w*)\n(?P<code>.*?)^```$",
-                    re.MULTILINE | re.DOTALL)
+_BLOCK = re.compile(
+    r"^(?:<!-- doc-test: skip(?P<reason>[^\n]*?)-->\n)?```(?P<lang>\w*)\n(?P<code>.*?)^```$", re.MULTILINE | re.DOTALL
+)
 
 
 @dataclass(frozen=True)
@@ -46,8 +47,15 @@ def blocks(document: Path) -> list[Block]:
     for m in _BLOCK.finditer(text):
         fence = m.start("lang") - 3
         reason = m.group("reason")
-        found.append(Block(document, text.count("\n", 0, fence) + 2, m.group("lang"), m.group("code"),
-                           None if reason is None else reason.strip()))
+        found.append(
+            Block(
+                document,
+                text.count("\n", 0, fence) + 2,
+                m.group("lang"),
+                m.group("code"),
+                None if reason is None else reason.strip(),
+            )
+        )
     return found
 
 

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import importlib.util
 import subprocess
-import threading
 import sys
+import threading
 import time
 from pathlib import Path
 from types import ModuleType
@@ -40,7 +40,7 @@ def test_mlp_digits_reaches_95_percent_in_under_a_minute_and_saves_a_servable_mo
     exe, served = bir.Executor("cpu"), bir.Scope()
     program, feeds, fetches = bir.io.load_inference_model(str(tmp_path), exe, scope=served)
     assert feeds == ["x"]
-    probs, = exe.run(program, feed={"x": x_test}, fetch_list=fetches, scope=served)
+    (probs,) = exe.run(program, feed={"x": x_test}, fetch_list=fetches, scope=served)
     assert float((probs.argmax(axis=1) == y_test[:, 0]).mean()) == metrics["accuracy"]
 
 
@@ -92,7 +92,7 @@ def test_async_bow_reaches_the_single_worker_accuracy_with_2_and_4_workers(tmp_p
     program, feeds, fetches = bir.io.load_inference_model(runs[4]["model"], exe, scope=served)
     assert feeds == ["words"]
     docs = bir.LoDTensor.from_lengths(np.array([[1], [7], [30], [52], [60], [99]]), [3, 3])
-    probs, = exe.run(program, feed={"words": docs}, fetch_list=fetches, scope=served)
+    (probs,) = exe.run(program, feed={"words": docs}, fetch_list=fetches, scope=served)
     assert probs.argmax(axis=1).tolist() == [1, 0]
 
 
@@ -106,14 +106,18 @@ def test_async_bow_worker_processes_reach_the_accuracy_of_one_thread(tmp_path):
     assert run["model"] == str(tmp_path / "process-2" / "epoch1.model")
 
 
-@pytest.mark.parametrize("script, args", [
-    ("mlp_digits.py", ["--epochs", "2"]),
-    ("bow_classifier.py", ["--epochs", "1", "--train-docs", "2000"]),
-    ("staged_training.py", ["--epochs", "1", "--place", "cpu:1"]),
-    ("async_bow.py", ["--workers", "1", "2", "--mode", "process", "--parts", "2", "--docs", "500"]),
-])
+@pytest.mark.parametrize(
+    "script, args",
+    [
+        ("mlp_digits.py", ["--epochs", "2"]),
+        ("bow_classifier.py", ["--epochs", "1", "--train-docs", "2000"]),
+        ("staged_training.py", ["--epochs", "1", "--place", "cpu:1"]),
+        ("async_bow.py", ["--workers", "1", "2", "--mode", "process", "--parts", "2", "--docs", "500"]),
+    ],
+)
 def test_examples_run_as_scripts(script, args, tmp_path):
-    done = subprocess.run([sys.executable, str(EXAMPLES / script), *args], capture_output=True, text=True,
-                          timeout=120, cwd=tmp_path)
+    done = subprocess.run(
+        [sys.executable, str(EXAMPLES / script), *args], capture_output=True, text=True, timeout=120, cwd=tmp_path
+    )
     assert done.returncode == 0, done.stderr
     assert "test accuracy" in done.stdout

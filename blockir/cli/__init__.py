@@ -22,8 +22,7 @@ Command = Callable[[argparse.Namespace], int]
 
 def build_parser() -> argparse.ArgumentParser:
     """The argument parser of the ``blockir`` command, one subparser per command."""
-    parser = Parser(
-        prog="blockir", description="blockir: a dataflow-graph IR, compiler and executor for ML programs.")
+    parser = Parser(prog="blockir", description="blockir: a dataflow-graph IR, compiler and executor for ML programs.")
     parser.add_argument("--version", action="version", version=f"blockir {blockir.__version__}")
     commands = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
     show.add(commands)

@@ -66,5 +66,8 @@ def name_value(item: str, option: str) -> tuple[str, str]:
 
 
 def add_check_nan_inf(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--check-nan-inf", action="store_true",
-                   help="stop at the first op that produces NaN or inf, naming it and its inputs' statistics")
+    p.add_argument(
+        "--check-nan-inf",
+        action="store_true",
+        help="stop at the first op that produces NaN or inf, naming it and its inputs' statistics",
+    )

@@ -54,19 +54,23 @@ def run(workdir: str | Path, epochs: int = 40, out=print) -> int:  # noqa: ANN00
     x_train, y_train = make_data(3000, seed=0)
     x_test, y_test = make_data(600, seed=1)
     main, startup, test, pred, loss = build()
-    out(f"the model ({len(test.global_block().ops)} ops; training adds backward and Adam ops, "
-        f"{sum(len(b.ops) for b in main.blocks)} in all):")
+    out(
+        f"the model ({len(test.global_block().ops)} ops; training adds backward and Adam ops, "
+        f"{sum(len(b.ops) for b in main.blocks)} in all):"
+    )
     out(str(test))
     exe, scope = bir.Executor("cpu"), bir.Scope()
     exe.run(startup, scope=scope)
     rng = np.random.default_rng(0)
     for epoch in range(epochs):
         order = rng.permutation(len(x_train))
-        losses = [exe.run(main, feed={"x": x_train[b], "label": y_train[b]}, fetch_list=[loss], scope=scope)[0]
-                  for b in np.array_split(order, len(order) // 64)]
+        losses = [
+            exe.run(main, feed={"x": x_train[b], "label": y_train[b]}, fetch_list=[loss], scope=scope)[0]
+            for b in np.array_split(order, len(order) // 64)
+        ]
         if epoch % 10 == 9:
             out(f"epoch {epoch + 1:3d}  loss {float(np.mean(losses)):.4f}")
-    probs, = exe.run(test, feed={"x": x_test, "label": y_test}, fetch_list=[pred], scope=scope)
+    (probs,) = exe.run(test, feed={"x": x_test, "label": y_test}, fetch_list=[pred], scope=scope)
     accuracy = float((probs.argmax(axis=1) == y_test[:, 0]).mean())
     out(f"test accuracy {accuracy:.4f}")
 
@@ -74,8 +78,17 @@ def run(workdir: str | Path, epochs: int = 40, out=print) -> int:  # noqa: ANN00
     with bir.scope_guard(scope):
         bir.io.save_inference_model(str(model_dir), ["x"], [pred], exe, main_program=main)
     np.save(work / "batch.npy", x_test[:8])
-    cmd = [sys.executable, "-m", "blockir.cli", "run", str(model_dir / "program.pb"),
-           "--feed", f"x={work / 'batch.npy'}", "--out", str(work / "out.npz")]
+    cmd = [
+        sys.executable,
+        "-m",
+        "blockir.cli",
+        "run",
+        str(model_dir / "program.pb"),
+        "--feed",
+        f"x={work / 'batch.npy'}",
+        "--out",
+        str(work / "out.npz"),
+    ]
     out("$ blockir run " + " ".join(cmd[4:]))
     done = subprocess.run(cmd, capture_output=True, text=True)
     if done.returncode != 0:
@@ -83,8 +96,7 @@ def run(workdir: str | Path, epochs: int = 40, out=print) -> int:  # noqa: ANN00
         return 1
     served = np.load(work / "out.npz", allow_pickle=False)[pred.name]
     same = np.allclose(served, probs[:8], rtol=1e-5, atol=1e-6)
-    out(f"served predictions {'match' if same else 'DIFFER FROM'} the Python session: "
-        f"{served.argmax(axis=1).tolist()}")
+    out(f"served predictions {'match' if same else 'DIFFER FROM'} the Python session: {served.argmax(axis=1).tolist()}")
     if accuracy <= 0.9:
         out(f"the test accuracy {accuracy:.4f} is not above 0.9: train for more epochs (--epochs)")
     return 0 if same and accuracy > 0.9 else 1
@@ -99,11 +111,18 @@ def command(args: argparse.Namespace) -> int:
 
 
 def add(commands: argparse._SubParsersAction) -> None:
-    p = commands.add_parser("demo", help="train a model, save it and serve it with `blockir run` (CPU)",
-                            description="Build an MLP with the DSL, train it on generated data, save it with "
-                                        "save_inference_model and serve it with `blockir run`; exit 0 when the "
-                                        "served predictions match the Python session's.")
-    p.add_argument("--workdir", metavar="DIR", default=None,
-                   help="where the model and arrays go (default: a temporary directory, removed afterwards)")
+    p = commands.add_parser(
+        "demo",
+        help="train a model, save it and serve it with `blockir run` (CPU)",
+        description="Build an MLP with the DSL, train it on generated data, save it with "
+        "save_inference_model and serve it with `blockir run`; exit 0 when the "
+        "served predictions match the Python session's.",
+    )
+    p.add_argument(
+        "--workdir",
+        metavar="DIR",
+        default=None,
+        help="where the model and arrays go (default: a temporary directory, removed afterwards)",
+    )
     p.add_argument("--epochs", metavar="N", type=positive, default=40, help="training epochs (default 40)")
     p.set_defaults(func=command)

@@ -17,9 +17,15 @@ def command(args: argparse.Namespace) -> int:
         output_dir(args.dump_dir, "--dump-dir")
     program = load_program(args.program)
     try:
-        result, _ = blockir.passes.run(program, args.pipeline, print_after_all=args.print_after_all,
-                                       print_after_change=args.print_after_change, dump_dir=args.dump_dir,
-                                       timing=args.timing, verify=args.verify)
+        result, _ = blockir.passes.run(
+            program,
+            args.pipeline,
+            print_after_all=args.print_after_all,
+            print_after_change=args.print_after_change,
+            dump_dir=args.dump_dir,
+            timing=args.timing,
+            verify=args.verify,
+        )
     except VerifyError as e:  # the input is invalid (a pass's invalid output is a PassError)
         raise VerifyError(f"{args.program}: {e}", e.problems) from None
     if args.output is None:
@@ -31,25 +37,42 @@ def command(args: argparse.Namespace) -> int:
 
 
 def add(commands: argparse._SubParsersAction) -> None:
-    p = commands.add_parser("opt", help="run a pipeline of compiler passes over a program",
-                            description="Apply a pass pipeline to a binary ProgramDesc and write the result. "
-                                        "Pipelines use MLIR's syntax: passes separated by commas, options in "
-                                        "braces separated by spaces, list values by commas, e.g. "
-                                        "'prune{targets=loss,acc keep_side_effects=false},deps'. "
-                                        "`blockir passes` lists the passes and their options.")
+    p = commands.add_parser(
+        "opt",
+        help="run a pipeline of compiler passes over a program",
+        description="Apply a pass pipeline to a binary ProgramDesc and write the result. "
+        "Pipelines use MLIR's syntax: passes separated by commas, options in "
+        "braces separated by spaces, list values by commas, e.g. "
+        "'prune{targets=loss,acc keep_side_effects=false},deps'. "
+        "`blockir passes` lists the passes and their options.",
+    )
     p.add_argument("program", metavar="PROGRAM.pb", help="the program file")
     p.add_argument("-p", "--pipeline", required=True, metavar="PIPELINE", help="the passes to run")
-    p.add_argument("-o", "--output", metavar="OUT.pb", default=None,
-                   help="where to write the result (default: print its text form)")
+    p.add_argument(
+        "-o",
+        "--output",
+        metavar="OUT.pb",
+        default=None,
+        help="where to write the result (default: print its text form)",
+    )
     printing = p.add_mutually_exclusive_group()
     printing.add_argument("--print-after-all", action="store_true", help="print the program after every pass")
-    printing.add_argument("--print-after-change", action="store_true",
-                          help="print the program after every pass that changed it")
-    p.add_argument("--dump-dir", metavar="DIR", default=None,
-                   help="write the input and the program after each pass (after each changing pass with "
-                        "--print-after-change) to DIR/NN-PASS.txt and .pb, and the pass report to DIR/report.txt, "
-                        "instead of printing them")
+    printing.add_argument(
+        "--print-after-change", action="store_true", help="print the program after every pass that changed it"
+    )
+    p.add_argument(
+        "--dump-dir",
+        metavar="DIR",
+        default=None,
+        help="write the input and the program after each pass (after each changing pass with "
+        "--print-after-change) to DIR/NN-PASS.txt and .pb, and the pass report to DIR/report.txt, "
+        "instead of printing them",
+    )
     p.add_argument("--timing", action="store_true", help="print how long each pass took")
-    p.add_argument("--no-verify", dest="verify", action="store_false",
-                   help="do not verify the input and the program after each pass")
+    p.add_argument(
+        "--no-verify",
+        dest="verify",
+        action="store_false",
+        help="do not verify the input and the program after each pass",
+    )
     p.set_defaults(func=command)

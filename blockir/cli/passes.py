@@ -13,7 +13,10 @@ def command(args: argparse.Namespace) -> int:
 
 
 def add(commands: argparse._SubParsersAction) -> None:
-    p = commands.add_parser("passes", help="list the compiler passes with their options",
-                            description="List every registered pass: its name, a one-line summary and its "
-                                        "options with their types and defaults.")
+    p = commands.add_parser(
+        "passes",
+        help="list the compiler passes with their options",
+        description="List every registered pass: its name, a one-line summary and its "
+        "options with their types and defaults.",
+    )
     p.set_defaults(func=command)

@@ -55,19 +55,23 @@ def command(args: argparse.Namespace) -> int:
     if args.trace is not None:
         output_file(args.trace, "--trace")
     program = load_program(args.program)
-    exe = blockir.Executor(args.place, scheduler=args.scheduler, num_threads=args.threads,
-                           check_nan_inf=args.check_nan_inf)
+    exe = blockir.Executor(
+        args.place, scheduler=args.scheduler, num_threads=args.threads, check_nan_inf=args.check_nan_inf
+    )
     scope = blockir.Scope()
     stored = [v for v in program.list_vars() if blockir.io.is_persistable(v)]
     params = _params_dir(args)
     if stored and params is None:
-        raise BlockirError(f"{args.program}: the program reads {len(stored)} persistable variables "
-                           f"({', '.join(v.name for v in stored[:3])}{', ...' if len(stored) > 3 else ''}) "
-                           f"and there is no params/ directory beside it; give --params DIR")
+        raise BlockirError(
+            f"{args.program}: the program reads {len(stored)} persistable variables "
+            f"({', '.join(v.name for v in stored[:3])}{', ...' if len(stored) > 3 else ''}) "
+            f"and there is no params/ directory beside it; give --params DIR"
+        )
     if stored:
         directory, filename = (params.parent, params.name) if params.is_file() else (params, None)
-        blockir.io.load_vars(exe, directory, program, predicate=blockir.io.is_persistable, filename=filename,
-                             scope=scope)
+        blockir.io.load_vars(
+            exe, directory, program, predicate=blockir.io.is_persistable, filename=filename, scope=scope
+        )
     fetch = args.fetch or None
     if fetch is None and not any(op.type == "fetch" for op in program.global_block().ops):
         raise BlockirError(f"{args.program}: the program has no fetch ops; name what to fetch with --fetch NAME")
@@ -75,8 +79,12 @@ def command(args: argparse.Namespace) -> int:
         values = exe.run(program, feed=_feeds(args), fetch_list=fetch, scope=scope, trace=args.trace)
     if args.trace is not None:
         print(f"wrote the trace to {args.trace} (open it in https://ui.perfetto.dev)", file=sys.stderr)
-    names = fetch or [op.input("X")[0] for op in sorted(
-        (op for op in program.global_block().ops if op.type == "fetch"), key=lambda op: op.attrs.get("col", 0))]
+    names = fetch or [
+        op.input("X")[0]
+        for op in sorted(
+            (op for op in program.global_block().ops if op.type == "fetch"), key=lambda op: op.attrs.get("col", 0)
+        )
+    ]
     arrays = {name: np.asarray(value) for name, value in zip(names, values)}
     if args.out is not None:
         from blockir.ir.proto_io import atomic_file
@@ -92,29 +100,67 @@ def command(args: argparse.Namespace) -> int:
 
 
 def add(commands: argparse._SubParsersAction) -> None:
-    p = commands.add_parser("run", help="run a program on fed .npy arrays and print or save what it fetches",
-                            description="Run a binary ProgramDesc (by default on the host CPU, ops placed on "
-                                        "other devices there). Persistable variables are loaded "
-                                        "from --params (default: the params/ directory beside the program, as "
-                                        "written by save_inference_model). Without --fetch, the program's fetch "
-                                        "ops name what to fetch.")
+    p = commands.add_parser(
+        "run",
+        help="run a program on fed .npy arrays and print or save what it fetches",
+        description="Run a binary ProgramDesc (by default on the host CPU, ops placed on "
+        "other devices there). Persistable variables are loaded "
+        "from --params (default: the params/ directory beside the program, as "
+        "written by save_inference_model). Without --fetch, the program's fetch "
+        "ops name what to fetch.",
+    )
     p.add_argument("program", metavar="PROGRAM.pb", help="the program file")
-    p.add_argument("--params", metavar="DIR", default=None,
-                   help="directory of saved variables (one file each), or a bundle file of them")
-    p.add_argument("--feed", metavar="NAME=FILE.npy", action="append", default=[],
-                   help="feed variable NAME with the array in FILE.npy (repeat for several)")
-    p.add_argument("--lod", metavar="NAME=0,2,5", action="append", default=[],
-                   help="LoD offsets of a fed sequence variable, one option per level, outermost first")
+    p.add_argument(
+        "--params",
+        metavar="DIR",
+        default=None,
+        help="directory of saved variables (one file each), or a bundle file of them",
+    )
+    p.add_argument(
+        "--feed",
+        metavar="NAME=FILE.npy",
+        action="append",
+        default=[],
+        help="feed variable NAME with the array in FILE.npy (repeat for several)",
+    )
+    p.add_argument(
+        "--lod",
+        metavar="NAME=0,2,5",
+        action="append",
+        default=[],
+        help="LoD offsets of a fed sequence variable, one option per level, outermost first",
+    )
     p.add_argument("--fetch", metavar="NAME", action="append", default=[], help="variable to fetch (repeatable)")
-    p.add_argument("--out", metavar="FILE.npz", default=None,
-                   help="write the fetched arrays to this .npz file instead of printing them")
-    p.add_argument("--place", metavar="DEVICE", default="cpu",
-                   help="device for the ops the program places nowhere: cpu, cpu:N, cuda:N (default cpu)")
-    p.add_argument("--scheduler", choices=SCHEDULERS, default="dataflow",
-                   help="dataflow (default): ops on several streams run concurrently; sequential: in program order")
-    p.add_argument("--threads", metavar="N", type=positive, default=None,
-                   help="at most N worker threads for the dataflow scheduler (default: one per CPU stream)")
-    p.add_argument("--trace", metavar="FILE.json", default=None,
-                   help="write a Chrome trace-event JSON of the run (open in Perfetto or chrome://tracing)")
+    p.add_argument(
+        "--out",
+        metavar="FILE.npz",
+        default=None,
+        help="write the fetched arrays to this .npz file instead of printing them",
+    )
+    p.add_argument(
+        "--place",
+        metavar="DEVICE",
+        default="cpu",
+        help="device for the ops the program places nowhere: cpu, cpu:N, cuda:N (default cpu)",
+    )
+    p.add_argument(
+        "--scheduler",
+        choices=SCHEDULERS,
+        default="dataflow",
+        help="dataflow (default): ops on several streams run concurrently; sequential: in program order",
+    )
+    p.add_argument(
+        "--threads",
+        metavar="N",
+        type=positive,
+        default=None,
+        help="at most N worker threads for the dataflow scheduler (default: one per CPU stream)",
+    )
+    p.add_argument(
+        "--trace",
+        metavar="FILE.json",
+        default=None,
+        help="write a Chrome trace-event JSON of the run (open in Perfetto or chrome://tracing)",
+    )
     add_check_nan_inf(p)
     p.set_defaults(func=command)

@@ -20,10 +20,13 @@ def command(args: argparse.Namespace) -> int:
 
 
 def add(commands: argparse._SubParsersAction) -> None:
-    p = commands.add_parser("show", help="print a binary ProgramDesc in the text form",
-                            description="Print a binary ProgramDesc (.pb) in blockir's text form, "
-                                        "the same text as print(program).")
+    p = commands.add_parser(
+        "show",
+        help="print a binary ProgramDesc in the text form",
+        description="Print a binary ProgramDesc (.pb) in blockir's text form, the same text as print(program).",
+    )
     p.add_argument("program", metavar="PROGRAM.pb", help="the program file")
-    p.add_argument("--verify", action="store_true",
-                   help="verify the program first; print its problems and fail if it is invalid")
+    p.add_argument(
+        "--verify", action="store_true", help="verify the program first; print its problems and fail if it is invalid"
+    )
     p.set_defaults(func=command)

@@ -69,8 +69,11 @@ def command(args: argparse.Namespace) -> int:
     scope = blockir.Scope()
     saved = None
     try:
-        async_exe = blockir.AsyncExecutor(args.place, keep_workers=True,  # process mode: one set of workers
-                                          check_nan_inf=args.check_nan_inf)
+        async_exe = blockir.AsyncExecutor(
+            args.place,
+            keep_workers=True,  # process mode: one set of workers
+            check_nan_inf=args.check_nan_inf,
+        )
         with blockir.Executor(args.place) as exe, async_exe:
             if args.startup is not None:
                 exe.run(load_program(args.startup), scope=scope)
@@ -81,53 +84,105 @@ def command(args: argparse.Namespace) -> int:
                     blockir.io.save_persistables(exe, saved, program, scope=scope)
                     print(f"saved the persistables to {saved}", flush=True)
     except KeyboardInterrupt:
-        raise KeyboardInterrupt(f"the last saved persistables are in {saved}" if saved else "nothing was saved") \
-            from None
+        raise KeyboardInterrupt(
+            f"the last saved persistables are in {saved}" if saved else "nothing was saved"
+        ) from None
     return 0
 
 
-def _train_epoch(args: argparse.Namespace, async_exe: Any, program: Any, desc: Any, files: list[str],
-                 scope: Any, epoch: int) -> None:
+def _train_epoch(
+    args: argparse.Namespace, async_exe: Any, program: Any, desc: Any, files: list[str], scope: Any, epoch: int
+) -> None:
     """One pass of ``blockir train`` over the files, with a progress line on a terminal and a summary line."""
     progress = Progress(epoch, args.fetch, sys.stderr.isatty())
-    fetched = async_exe.run_from_files(program, desc, files, args.threads, args.fetch, debug=args.debug,
-                                       mode=args.mode, skip_bad_lines=args.skip_bad_lines, scope=scope,
-                                       progress=progress)
+    fetched = async_exe.run_from_files(
+        program,
+        desc,
+        files,
+        args.threads,
+        args.fetch,
+        debug=args.debug,
+        mode=args.mode,
+        skip_bad_lines=args.skip_bad_lines,
+        scope=scope,
+        progress=progress,
+    )
     if progress.enabled:
         print(file=sys.stderr)
     stats = async_exe.last_stats
     assert stats is not None
     means = "".join(f"  {name}={value:.6g}" for name, value in zip(args.fetch, fetched))
     skipped = f", {stats.skipped_lines} bad lines skipped" if stats.skipped_lines else ""
-    print(f"epoch {epoch}: {stats.instances} instances in {stats.seconds:.2f}s "
-          f"({stats.instances_per_second:.0f}/s, {len(stats.workers)} workers{skipped}){means}", flush=True)
+    print(
+        f"epoch {epoch}: {stats.instances} instances in {stats.seconds:.2f}s "
+        f"({stats.instances_per_second:.0f}/s, {len(stats.workers)} workers{skipped}){means}",
+        flush=True,
+    )
 
 
 def add(commands: argparse._SubParsersAction) -> None:
-    p = commands.add_parser("train", help="train a program on MultiSlot files with Hogwild workers",
-                            description="Run the startup program, then train the main program on MultiSlot "
-                                        "data files (described by a DataFeedDesc in protobuf text format) with "
-                                        "AsyncExecutor workers updating shared parameters, one pass over the "
-                                        "files per epoch; print the averaged fetches after each epoch and save "
-                                        "the persistables into SAVE_DIR/epochN/.")
-    p.add_argument("program", metavar="MAIN.pb", nargs="?",
-                   help="the main (training) program file (it may also follow the --files list)")
-    p.add_argument("--startup", metavar="STARTUP.pb", default=None,
-                   help="the startup program, run once first (initializes the parameters)")
+    p = commands.add_parser(
+        "train",
+        help="train a program on MultiSlot files with Hogwild workers",
+        description="Run the startup program, then train the main program on MultiSlot "
+        "data files (described by a DataFeedDesc in protobuf text format) with "
+        "AsyncExecutor workers updating shared parameters, one pass over the "
+        "files per epoch; print the averaged fetches after each epoch and save "
+        "the persistables into SAVE_DIR/epochN/.",
+    )
+    p.add_argument(
+        "program",
+        metavar="MAIN.pb",
+        nargs="?",
+        help="the main (training) program file (it may also follow the --files list)",
+    )
+    p.add_argument(
+        "--startup",
+        metavar="STARTUP.pb",
+        default=None,
+        help="the startup program, run once first (initializes the parameters)",
+    )
     p.add_argument("--data-feed", required=True, metavar="DATA.prototxt", help="the DataFeedDesc text file")
-    p.add_argument("--files", required=True, nargs="+", action="extend", metavar="PATTERN",
-                   help="data files or glob patterns (quote them: 'train_data/part-*')")
-    p.add_argument("--threads", metavar="N", type=positive, default=None,
-                   help="workers (default: the data feed's thread_num, else 1); at most one per file")
+    p.add_argument(
+        "--files",
+        required=True,
+        nargs="+",
+        action="extend",
+        metavar="PATTERN",
+        help="data files or glob patterns (quote them: 'train_data/part-*')",
+    )
+    p.add_argument(
+        "--threads",
+        metavar="N",
+        type=positive,
+        default=None,
+        help="workers (default: the data feed's thread_num, else 1); at most one per file",
+    )
     p.add_argument("--epochs", metavar="N", type=positive, default=1, help="passes over the files (default 1)")
-    p.add_argument("--batch-size", metavar="N", type=positive, default=None,
-                   help="instances per batch (default: the data feed's batch_size)")
-    p.add_argument("--fetch", metavar="NAME", nargs="+", action="extend", default=[],
-                   help="variables to average and print after each epoch (last dimension 1)")
-    p.add_argument("--save-dir", metavar="DIR", default=None,
-                   help="save the persistables into DIR/epochN/ after each epoch")
-    p.add_argument("--mode", choices=MODES, default="thread",
-                   help="thread (default): workers are threads; process: processes over shared-memory parameters")
+    p.add_argument(
+        "--batch-size",
+        metavar="N",
+        type=positive,
+        default=None,
+        help="instances per batch (default: the data feed's batch_size)",
+    )
+    p.add_argument(
+        "--fetch",
+        metavar="NAME",
+        nargs="+",
+        action="extend",
+        default=[],
+        help="variables to average and print after each epoch (last dimension 1)",
+    )
+    p.add_argument(
+        "--save-dir", metavar="DIR", default=None, help="save the persistables into DIR/epochN/ after each epoch"
+    )
+    p.add_argument(
+        "--mode",
+        choices=MODES,
+        default="thread",
+        help="thread (default): workers are threads; process: processes over shared-memory parameters",
+    )
     p.add_argument("--skip-bad-lines", action="store_true", help="skip and count malformed lines instead of failing")
     p.add_argument("--place", metavar="DEVICE", default="cpu", help="device the program runs on (default cpu)")
     p.add_argument("--debug", action="store_true", help="print each worker's progress after each file")

@@ -55,8 +55,9 @@ class DataFeedDesc:
                 raise DataFeedError(f"{where} has type '{slot.type}', expected 'uint64' or 'float'")
             dims = list(slot.shape)
             if any(d <= 0 for d in dims[1:]) or (dims and dims[0] <= 0 and dims[0] != -1):
-                raise DataFeedError(f"{where} has shape {dims}: dimensions must be positive "
-                                    "(only the first may be -1, the batch)")
+                raise DataFeedError(
+                    f"{where} has shape {dims}: dimensions must be positive (only the first may be -1, the batch)"
+                )
         if self.proto.batch_size <= 0:
             raise DataFeedError(f"{self.source}: batch_size must be positive, got {self.proto.batch_size}")
         if self.proto.thread_num < 0:
@@ -112,8 +113,10 @@ class DataFeedDesc:
         declared = [slot.name for slot in self.slots]
         unknown = sorted(chosen.difference(declared))
         if unknown:
-            raise DataFeedError(f"{method}: no slot named {', '.join(map(repr, unknown))}; "
-                                f"{self.source} declares {', '.join(declared) or 'no slots'}")
+            raise DataFeedError(
+                f"{method}: no slot named {', '.join(map(repr, unknown))}; "
+                f"{self.source} declares {', '.join(declared) or 'no slots'}"
+            )
         return chosen
 
     def desc(self) -> str:
@@ -127,8 +130,7 @@ class DataFeedDesc:
 
 def _read(path_or_text: str | os.PathLike[str]) -> tuple[str, str]:
     """(text, source): the source is the file's path or ``<text>``."""
-    if isinstance(path_or_text, str) and any(c in path_or_text for c in "\n{:") \
-            and not os.path.isfile(path_or_text):
+    if isinstance(path_or_text, str) and any(c in path_or_text for c in "\n{:") and not os.path.isfile(path_or_text):
         return path_or_text, "<text>"
     path = os.fspath(path_or_text)
     try:

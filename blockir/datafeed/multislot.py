@@ -36,11 +36,11 @@ from typing import IO, Any
 
 import numpy as np
 
+from blockir.datafeed.desc import DataFeedDesc
+from blockir.datafeed.staged import staged
 from blockir.errors import DataFeedError
 from blockir.ops.values import LoDTensor
-from blockir.datafeed.desc import DataFeedDesc
 from blockir.runtime.device import HOST
-from blockir.datafeed.staged import staged
 
 __all__ = ["MultiSlotReader", "write_multislot"]
 
@@ -81,8 +81,10 @@ def slot_layout(desc: DataFeedDesc) -> list[_Slot]:
         if s.is_dense:
             dims = list(s.shape)
             if not dims:
-                raise DataFeedError(f"{desc.source}: dense slot '{s.name}' has no shape; give the values "
-                                    f"per instance (`shape: 1` for one value)")
+                raise DataFeedError(
+                    f"{desc.source}: dense slot '{s.name}' has no shape; give the values "
+                    f"per instance (`shape: 1` for one value)"
+                )
             shape = tuple(dims[1:] if dims[0] == -1 else dims)
         slots.append(_Slot(s.name, s.type == "float", s.is_used, shape))
     return slots
@@ -98,8 +100,7 @@ def _tokens(a: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     return edges[0::2], edges[1::2]
 
 
-def _window(a: np.ndarray, first: np.ndarray, starts: np.ndarray, ends: np.ndarray, width: int,
-            pad: int) -> np.ndarray:
+def _window(a: np.ndarray, first: np.ndarray, starts: np.ndarray, ends: np.ndarray, width: int, pad: int) -> np.ndarray:
     """The bytes ``first + j`` for ``j < width``: row ``j``, one column per token (so that the work per
     position runs over contiguous rows), ``pad`` outside the token."""
     at = first + np.arange(width)[:, None]
@@ -151,8 +152,15 @@ def _parse_floats(a: np.ndarray, starts: np.ndarray, ends: np.ndarray) -> tuple[
     n_frac = e_at - frac_at
     n_digits = dot_at - body + n_frac
     n_exp = ends - exp_at
-    fast = (ok_whole & ok_frac & ok_exp & (ends - starts <= width) & (n_digits >= 1) & (n_digits <= 19)
-            & ((e_at == ends) | ((n_exp >= 1) & (n_exp <= 3))))
+    fast = (
+        ok_whole
+        & ok_frac
+        & ok_exp
+        & (ends - starts <= width)
+        & (n_digits >= 1)
+        & (n_digits <= 19)
+        & ((e_at == ends) | ((n_exp >= 1) & (n_exp <= 3)))
+    )
     mant = whole * _POW10_INT[np.minimum(n_frac, 19)] + frac
     exp10 = np.where(exp_sign & (after_e == _MINUS), -exp.astype(np.int64), exp.astype(np.int64)) - n_frac
     fast &= (mant < _FLOAT_EXACT) & (np.abs(exp10) <= 22)
@@ -161,7 +169,7 @@ def _parse_floats(a: np.ndarray, starts: np.ndarray, ends: np.ndarray) -> tuple[
     values = np.where(c[0] == _MINUS, -values, values)
     ok = fast.copy()
     for i in np.flatnonzero(~fast):
-        token = a[starts[i]:ends[i]].tobytes()
+        token = a[starts[i] : ends[i]].tobytes()
         with suppress(ValueError):  # not a number: stays not ok
             values[i] = float(token) if b"_" not in token else math.nan  # Python reads 1_0 as 10
             ok[i] = b"_" not in token
@@ -249,13 +257,14 @@ def _parse(data: bytes, slots: list[_Slot]) -> _Chunk:
     return _Chunk(len(newlines), columns, len(lines), bad, first_bad)
 
 
-def _explain(kind: int, slots: list[_Slot], k: int, data: bytes, starts: np.ndarray, ends: np.ndarray,
-             token: int, end: int) -> str:
+def _explain(
+    kind: int, slots: list[_Slot], k: int, data: bytes, starts: np.ndarray, ends: np.ndarray, token: int, end: int
+) -> str:
     """What is wrong with a bad line, from the kind of problem, the slot and the token concerned."""
     slot = slots[k]
     if kind == _MISSING:
         return f"expected the count of {slot.describe()}, found the end of the line"
-    text = data[starts[token]:ends[token]].decode("utf-8", "replace")
+    text = data[starts[token] : ends[token]].decode("utf-8", "replace")
     if kind == _COUNT:
         left = end - token - 1
         if not _is_digits(text):
@@ -264,8 +273,7 @@ def _explain(kind: int, slots: list[_Slot], k: int, data: bytes, starts: np.ndar
             return f"{slot.describe()} has count 0; every slot needs at least one value"
         return f"{slot.describe()} has count {text} but only {left} tokens are left on the line"
     if kind == _DENSE:
-        return (f"dense {slot.describe()} has {text} values, expected {slot.width} "
-                f"(shape {list(slot.shape or ())})")
+        return f"dense {slot.describe()} has {text} values, expected {slot.width} (shape {list(slot.shape or ())})"
     if kind == _TRAILING:
         return f"{end - token} tokens after the last slot '{slot.name}', starting with '{text}'"
     if slot.is_float:
@@ -306,8 +314,9 @@ def _open(path: str, pipe_command: str, running: list[subprocess.Popen[bytes]]) 
             return
         with tempfile.TemporaryFile() as stderr:
             # Its own process group, so that stopping early ends the whole command (pipelines too).
-            proc = subprocess.Popen(pipe_command, shell=True, stdin=file, stdout=subprocess.PIPE, stderr=stderr,
-                                    start_new_session=True)
+            proc = subprocess.Popen(
+                pipe_command, shell=True, stdin=file, stdout=subprocess.PIPE, stderr=stderr, start_new_session=True
+            )
             assert proc.stdout is not None
             running.append(proc)
             try:
@@ -322,8 +331,10 @@ def _open(path: str, pipe_command: str, running: list[subprocess.Popen[bytes]]) 
             if proc.returncode != 0:
                 stderr.seek(0)
                 said = stderr.read()[-4000:].decode("utf-8", "replace").strip()
-                raise DataFeedError(f"{path}: pipe_command '{pipe_command}' failed with exit status "
-                                    f"{proc.returncode}: {said or '(no stderr)'}")
+                raise DataFeedError(
+                    f"{path}: pipe_command '{pipe_command}' failed with exit status "
+                    f"{proc.returncode}: {said or '(no stderr)'}"
+                )
 
 
 def _kill(proc: subprocess.Popen[bytes]) -> None:
@@ -362,8 +373,15 @@ class MultiSlotReader:
     is numpy work on whole chunks, so it overlaps training that runs meanwhile).
     """
 
-    def __init__(self, desc: DataFeedDesc, files: str | os.PathLike[str] | Iterable[str | os.PathLike[str]],
-                 skip_bad_lines: bool = False, *, chunk_size: int = CHUNK_SIZE, prefetch: int = 0) -> None:
+    def __init__(
+        self,
+        desc: DataFeedDesc,
+        files: str | os.PathLike[str] | Iterable[str | os.PathLike[str]],
+        skip_bad_lines: bool = False,
+        *,
+        chunk_size: int = CHUNK_SIZE,
+        prefetch: int = 0,
+    ) -> None:
         if chunk_size <= 0:
             raise DataFeedError(f"chunk_size must be positive, got {chunk_size}")
         if prefetch < 0:
@@ -373,8 +391,9 @@ class MultiSlotReader:
             raise DataFeedError(f"{desc.source}: no slot is used (is_used: true, or set_use_slots)")
         self.batch_size = desc.batch_size
         self.pipe_command = desc.pipe_command
-        self.files: Iterable[str | os.PathLike[str]] = \
+        self.files: Iterable[str | os.PathLike[str]] = (
             [files] if isinstance(files, (str, os.PathLike)) else files if isinstance(files, Iterator) else list(files)
+        )
         self.file: str | None = None
         self.batch_files: list[str] = []
         self.skip_bad_lines = skip_bad_lines
@@ -419,8 +438,11 @@ class MultiSlotReader:
                     chunk = _parse(data, self._slots)
                     if chunk.first_bad is not None and not self.skip_bad_lines:
                         at, what = chunk.first_bad
-                        piped = "" if self.pipe_command.strip() in ("", "cat") else \
-                            f" (output of pipe_command '{self.pipe_command}')"
+                        piped = (
+                            ""
+                            if self.pipe_command.strip() in ("", "cat")
+                            else f" (output of pipe_command '{self.pipe_command}')"
+                        )
                         raise DataFeedError(f"{path}:{line + at + 1}{piped}: {what}")
                     self.instances += chunk.instances
                     self.skipped_lines += chunk.bad
@@ -468,14 +490,20 @@ class _Batcher:
         n = self.size if final else self.size - self.size % bs
         if n == 0:
             return
-        merged = [(np.concatenate([c for c, _ in parts]), np.concatenate([v for _, v in parts]))
-                  for parts in self.parts]
+        merged = [
+            (np.concatenate([c for c, _ in parts]), np.concatenate([v for _, v in parts])) for parts in self.parts
+        ]
         offsets = [np.concatenate(([0], np.cumsum(counts))) for counts, _ in merged]
         for lo in range(0, n, bs):
             hi = min(lo + bs, n)
-            yield self._files(hi - lo), {slot.name: _value(slot, values[off[lo]:off[hi]], off[lo:hi + 1] - off[lo])
-                                         for slot, (_, values), off in zip(self.slots, merged, offsets)}
-        self.parts = [[(counts[n:], values[off[n]:])] for (counts, values), off in zip(merged, offsets)]
+            yield (
+                self._files(hi - lo),
+                {
+                    slot.name: _value(slot, values[off[lo] : off[hi]], off[lo : hi + 1] - off[lo])
+                    for slot, (_, values), off in zip(self.slots, merged, offsets)
+                },
+            )
+        self.parts = [[(counts[n:], values[off[n] :])] for (counts, values), off in zip(merged, offsets)]
         self.size -= n
 
 
@@ -510,8 +538,13 @@ def _field(slot: _Slot, instance: Mapping[str, Any]) -> str:
     if slot.name not in instance:
         raise ValueError(f"no slot '{slot.name}'")
     value = instance[slot.name]
-    values = value.ravel().tolist() if isinstance(value, np.ndarray) else \
-        list(value) if isinstance(value, (list, tuple, range)) else [value]
+    values = (
+        value.ravel().tolist()
+        if isinstance(value, np.ndarray)
+        else list(value)
+        if isinstance(value, (list, tuple, range))
+        else [value]
+    )
     if not values or (slot.shape is not None and len(values) != slot.width):
         expected = "at least 1" if slot.shape is None else str(slot.width)
         raise ValueError(f"{slot.describe()} has {len(values)} values, expected {expected}")

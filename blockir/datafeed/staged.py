@@ -32,7 +32,8 @@ import itertools
 import threading
 import weakref
 from collections import deque
-from typing import TYPE_CHECKING, Any, Callable, Iterable, Iterator, cast
+from collections.abc import Callable, Iterable, Iterator
+from typing import TYPE_CHECKING, Any, cast
 
 import numpy as np
 
@@ -126,7 +127,7 @@ class _PinnedSlot:
         host = np.asarray(array)
         if i == len(self._buffers) or self._buffers[i][1] < host.nbytes:
             buffer = (self._cupy.cuda.alloc_pinned_memory(max(host.nbytes, 1)), host.nbytes)
-            self._buffers[i:i + 1] = [buffer]
+            self._buffers[i : i + 1] = [buffer]
         pinned = np.frombuffer(self._buffers[i][0], host.dtype, host.size).reshape(host.shape)
         np.copyto(pinned, host)
         return pinned
@@ -241,8 +242,9 @@ class StagedReader(Iterator[Any]):
         self.capacity = capacity
         self._state = _State(capacity, _stage_for(device))
         self._closed = False
-        self._state.thread = threading.Thread(target=self._state.produce, args=(iterator,),
-                                              name=f"blockir-staged-{device.name}", daemon=True)
+        self._state.thread = threading.Thread(
+            target=self._state.produce, args=(iterator,), name=f"blockir-staged-{device.name}", daemon=True
+        )
         self._close = weakref.finalize(self, self._state.shutdown)
         self._state.thread.start()
 

@@ -7,6 +7,19 @@ from blockir.dsl.layers import data
 from blockir.dsl.param_attr import ParamAttr
 from blockir.dsl.variable import Parameter, Variable
 
-__all__ = ["ParamAttr", "Parameter", "Variable", "append_backward", "data", "default_main_program",
-           "default_startup_program", "device_guard", "initializer", "layers", "name_scope", "optimizer",
-           "program_guard", "unique_name"]
+__all__ = [
+    "ParamAttr",
+    "Parameter",
+    "Variable",
+    "append_backward",
+    "data",
+    "default_main_program",
+    "default_startup_program",
+    "device_guard",
+    "initializer",
+    "layers",
+    "name_scope",
+    "optimizer",
+    "program_guard",
+    "unique_name",
+]

@@ -38,9 +38,11 @@ __all__ = ["append_backward"]
 RENAME = "@RENAME@"
 
 
-def append_backward(loss: core.Variable, parameter_list: Sequence[str | core.Variable] | None = None,
-                    no_grad_set: Iterable[str | core.Variable] | None = None) -> list[tuple[core.Variable,
-                                                                                             core.Variable]]:
+def append_backward(
+    loss: core.Variable,
+    parameter_list: Sequence[str | core.Variable] | None = None,
+    no_grad_set: Iterable[str | core.Variable] | None = None,
+) -> list[tuple[core.Variable, core.Variable]]:
     """Append the gradient ops of ``loss`` to its block; return ``[(param, param@GRAD), ...]``.
 
     ``parameter_list``: the parameters (names or variables) to differentiate
@@ -75,14 +77,20 @@ def _loss_block(loss: core.Variable) -> Block:
         raise BlockirError(f"append_backward: loss must be a variable of a program, got {loss!r}")
     block = loss.block
     if block.idx != 0:
-        raise BlockirError(f"append_backward: loss {loss.name!r} is in block {block.idx}; only losses of the "
-                           "global block are supported")
+        raise BlockirError(
+            f"append_backward: loss {loss.name!r} is in block {block.idx}; only losses of the "
+            "global block are supported"
+        )
     if loss.dtype not in FLOAT_DTYPES or loss.shape is None or any(d < 0 for d in loss.shape):
-        raise BlockirError(f"append_backward: loss {loss.name!r} must be a float tensor of known shape, got "
-                           f"{loss.dtype} {list(loss.shape or ())} (reduce it, e.g. with layers.mean)")
+        raise BlockirError(
+            f"append_backward: loss {loss.name!r} must be a float tensor of known shape, got "
+            f"{loss.dtype} {list(loss.shape or ())} (reduce it, e.g. with layers.mean)"
+        )
     if block.has_var(grad_name(loss.name)):
-        raise BlockirError(f"append_backward: {grad_name(loss.name)!r} exists already; the program has been "
-                           "differentiated for this loss")
+        raise BlockirError(
+            f"append_backward: {grad_name(loss.name)!r} exists already; the program has been "
+            "differentiated for this loss"
+        )
     return block
 
 
@@ -188,10 +196,18 @@ class _Pending:
 
 def _loss_gradient(block: Block, loss: core.Variable, analysis: _Analysis) -> _Pending:
     op = analysis.producer.get(loss.name)
-    spec = OpSpec("fill_constant", {}, {"Out": [grad_name(loss.name)]},
-                  {"shape": list(loss.shape), "dtype": DTYPE_TO_PROTO[loss.dtype], "value": 1.0})
-    return _Pending(spec, op.device if op else "", op.attrs.get("op_namescope", "") if op else "",
-                    role=OpRole.BACKWARD | OpRole.LOSS)
+    spec = OpSpec(
+        "fill_constant",
+        {},
+        {"Out": [grad_name(loss.name)]},
+        {"shape": list(loss.shape), "dtype": DTYPE_TO_PROTO[loss.dtype], "value": 1.0},
+    )
+    return _Pending(
+        spec,
+        op.device if op else "",
+        op.attrs.get("op_namescope", "") if op else "",
+        role=OpRole.BACKWARD | OpRole.LOSS,
+    )
 
 
 def _mark_loss_op(analysis: _Analysis) -> None:
@@ -210,16 +226,22 @@ def _mark_loss_op(analysis: _Analysis) -> None:
 def _gradient_ops(op: Operator, analysis: _Analysis) -> list[_Pending]:
     schema = find(op.type)
     if schema is None or schema.grad is None:
-        raise BlockirError(f"append_backward: op {op.type!r} has no gradient but lies between a variable that "
-                           f"needs one and the loss; mark its inputs stop_gradient or list them in no_grad_set\n"
-                           f"  op: {op}")
+        raise BlockirError(
+            f"append_backward: op {op.type!r} has no gradient but lies between a variable that "
+            f"needs one and the loss; mark its inputs stop_gradient or list them in no_grad_set\n"
+            f"  op: {op}"
+        )
     if op.sub_blocks():
         raise BlockirError(f"append_backward: ops with sub-blocks are not differentiable\n  op: {op}")
     device, namescope = op.device, op.attrs.get("op_namescope", "")
     pending = []
     for spec in schema.grad(_GradContext(op, schema, analysis)):
-        spec = OpSpec(spec.type, {k: list(v) for k, v in spec.inputs.items()},
-                      {k: list(v) for k, v in spec.outputs.items()}, dict(spec.attrs))
+        spec = OpSpec(
+            spec.type,
+            {k: list(v) for k, v in spec.inputs.items()},
+            {k: list(v) for k, v in spec.outputs.items()},
+            dict(spec.attrs),
+        )
         if any(n != EMPTY_VAR for names in spec.outputs.values() for n in names):
             pending.append(_Pending(spec, device, namescope))
     return pending
@@ -287,9 +309,20 @@ def _materialize(block: Block, pending: list[_Pending], analysis: _Analysis) -> 
                 continue
             base = name.split(RENAME)[0]
             if base not in forward_of:
-                raise BlockirError(f"append_backward: gradient op {item.spec.type} writes {name!r}, which is not "
-                                   "the gradient of a variable needing one")
+                raise BlockirError(
+                    f"append_backward: gradient op {item.spec.type} writes {name!r}, which is not "
+                    "the gradient of a variable needing one"
+                )
             fwd = block.find_var_recursive(forward_of[base])
             block.add_var(Variable(name, dtype=fwd.dtype, shape=fwd.shape, lod_level=fwd.lod_level))
-        framework.append_op(block, item.spec.type, item.spec.inputs, item.spec.outputs, item.spec.attrs,
-                            role=item.role, role_var=item.role_var, device=item.device, namescope=item.namescope)
+        framework.append_op(
+            block,
+            item.spec.type,
+            item.spec.inputs,
+            item.spec.outputs,
+            item.spec.attrs,
+            role=item.role,
+            role_var=item.role_var,
+            device=item.device,
+            namescope=item.namescope,
+        )

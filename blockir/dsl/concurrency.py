@@ -24,8 +24,8 @@ producer program is usually built first), else it is an error.
 from __future__ import annotations
 
 import contextlib
+from collections.abc import Iterator, Sequence
 from types import SimpleNamespace
-from typing import Iterator, Sequence
 
 from blockir.dsl import framework, unique_name
 from blockir.dsl.variable import Variable
@@ -34,8 +34,19 @@ from blockir.ir import core
 from blockir.ir.core import Block, outer_temporaries
 from blockir.ir.dtypes import VarKind, to_dtype
 
-__all__ = ["ChannelList", "Select", "channel", "channel_close", "channel_list", "channel_list_make", "channel_recv",
-           "channel_send", "go", "make_channel", "select"]
+__all__ = [
+    "ChannelList",
+    "Select",
+    "channel",
+    "channel_close",
+    "channel_list",
+    "channel_list_make",
+    "channel_recv",
+    "channel_send",
+    "go",
+    "make_channel",
+    "select",
+]
 
 _Layout = tuple[tuple[tuple[int, ...], str, int], ...]  # per value: shape, dtype, lod_level
 _layouts: dict[str, _Layout] = {}  # channel name -> the layout of the last message built for it
@@ -51,8 +62,13 @@ def _check_channel(ch: object, what: str) -> core.Variable:
     return ch
 
 
-def make_channel(dtype: str = "float32", capacity: int = 0, place: str | None = None, name: str | None = None,
-                 bytes_limit: int | None = None) -> Variable:
+def make_channel(
+    dtype: str = "float32",
+    capacity: int = 0,
+    place: str | None = None,
+    name: str | None = None,
+    bytes_limit: int | None = None,
+) -> Variable:
     """A channel variable of the main program and the ``channel_create`` op that makes (or finds) it.
 
     ``capacity`` 0 is unbuffered; ``place`` is the channel's device (its ops run
@@ -69,11 +85,18 @@ def make_channel(dtype: str = "float32", capacity: int = 0, place: str | None = 
     block = _main_block()
     if name in block.vars:
         raise BlockirError(f"make_channel: the program already has a variable {name!r}")
-    var = block.add_var(Variable(name, kind=VarKind.CHANNEL, dtype=to_dtype(dtype), capacity=capacity,
-                                 persistable=True, device=device))
-    framework.append_op(block, "channel_create", {}, {"Out": [var]},
-                        {"capacity": capacity, "bytes_limit": -1 if bytes_limit is None else bytes_limit},
-                        layer="make_channel", device=device)
+    var = block.add_var(
+        Variable(name, kind=VarKind.CHANNEL, dtype=to_dtype(dtype), capacity=capacity, persistable=True, device=device)
+    )
+    framework.append_op(
+        block,
+        "channel_create",
+        {},
+        {"Out": [var]},
+        {"capacity": capacity, "bytes_limit": -1 if bytes_limit is None else bytes_limit},
+        layer="make_channel",
+        device=device,
+    )
     return var
 
 
@@ -93,25 +116,33 @@ def _layout(ch: core.Variable, like: Sequence[core.Variable] | None, what: str) 
         return tuple((tuple(v.shape or ()), v.dtype or "float32", v.lod_level) for v in like)
     layout = _layouts.get(ch.name)
     if layout is None:
-        raise BlockirError(f"{what} on {ch.name!r}: the layout of its messages is unknown: build the program "
-                           "that sends on it first, or give like=[variables shaped as the message]")
+        raise BlockirError(
+            f"{what} on {ch.name!r}: the layout of its messages is unknown: build the program "
+            "that sends on it first, or give like=[variables shaped as the message]"
+        )
     return layout
 
 
 def _received_vars(ch: core.Variable, layout: _Layout) -> list[Variable]:
     block = framework.default_main_program().current_block()
-    return [block.add_var(Variable(unique_name.generate(f"{ch.name}.recv"), shape=shape, dtype=dtype,
-                                   lod_level=lod, stop_gradient=True)) for shape, dtype, lod in layout]
+    return [
+        block.add_var(
+            Variable(
+                unique_name.generate(f"{ch.name}.recv"), shape=shape, dtype=dtype, lod_level=lod, stop_gradient=True
+            )
+        )
+        for shape, dtype, lod in layout
+    ]
 
 
 def _status_var() -> Variable:
     block = framework.default_main_program().current_block()
-    return block.add_var(Variable(unique_name.generate("channel.status"), shape=(1,), dtype="bool",
-                                  stop_gradient=True))
+    return block.add_var(Variable(unique_name.generate("channel.status"), shape=(1,), dtype="bool", stop_gradient=True))
 
 
-def channel_recv(ch: core.Variable, status: bool = False,
-                 like: Sequence[core.Variable] | None = None) -> list[Variable]:
+def channel_recv(
+    ch: core.Variable, status: bool = False, like: Sequence[core.Variable] | None = None
+) -> list[Variable]:
     """Receive one message from ``ch``: its values, plus a bool[1] status variable when ``status``
     (false once the channel is closed and drained; the values are then zero-row)."""
     ch = _check_channel(ch, "channel.recv")
@@ -127,8 +158,9 @@ def channel_recv(ch: core.Variable, status: bool = False,
 def channel_close(ch: core.Variable) -> None:
     """Close ``ch``: receivers drain what is buffered, then get a false status; senders fail."""
     ch = _check_channel(ch, "channel.close")
-    framework.append_op(framework.default_main_program().current_block(), "channel_close", {"Channel": [ch]}, {},
-                        layer="channel.close")
+    framework.append_op(
+        framework.default_main_program().current_block(), "channel_close", {"Channel": [ch]}, {}, layer="channel.close"
+    )
 
 
 @contextlib.contextmanager
@@ -182,8 +214,9 @@ class Select:
             self.blocks.append(block)
             yield yielded
 
-    def send(self, ch: core.Variable, values: core.Variable | Sequence[core.Variable]
-             ) -> contextlib.AbstractContextManager[None]:
+    def send(
+        self, ch: core.Variable, values: core.Variable | Sequence[core.Variable]
+    ) -> contextlib.AbstractContextManager[None]:
         """A case sending ``values`` on ``ch``; its block runs after the send."""
         values = [values] if isinstance(values, core.Variable) else list(values)
         index = self._channel_index(ch, "select.send")
@@ -191,8 +224,9 @@ class Select:
         self.sent.extend(values)
         return self._case("send", index, len(values), None)  # type: ignore[return-value]
 
-    def recv(self, ch: core.Variable, like: Sequence[core.Variable] | None = None
-             ) -> contextlib.AbstractContextManager[list[Variable]]:
+    def recv(
+        self, ch: core.Variable, like: Sequence[core.Variable] | None = None
+    ) -> contextlib.AbstractContextManager[list[Variable]]:
         """A case receiving from ``ch``; yields the received variables and the status variable last."""
         index = self._channel_index(ch, "select.recv")
         outs = _received_vars(ch, _layout(ch, like, "select.recv"))
@@ -212,12 +246,19 @@ class Select:
             raise BlockirError("select: no cases")
         block = framework.default_main_program().current_block()
         reads = sorted({n for b in self.blocks for n in outer_temporaries(b)} - {v.name for v in self.outs})
-        framework.append_op(block, "select",
-                            {"Channel": self.channels, "X": self.sent,
-                             "Reads": [block.find_var_recursive(n) for n in reads]},
-                            {"Out": self.outs, "Status": self.statuses},
-                            {"case_kinds": self.kinds, "case_channel": self.case_channel, "case_count": self.counts,
-                             "cases": [b.idx for b in self.blocks]}, layer="select")
+        framework.append_op(
+            block,
+            "select",
+            {"Channel": self.channels, "X": self.sent, "Reads": [block.find_var_recursive(n) for n in reads]},
+            {"Out": self.outs, "Status": self.statuses},
+            {
+                "case_kinds": self.kinds,
+                "case_channel": self.case_channel,
+                "case_count": self.counts,
+                "cases": [b.idx for b in self.blocks],
+            },
+            layer="select",
+        )
 
 
 @contextlib.contextmanager
@@ -243,8 +284,7 @@ def channel_list_make(name: str, places: Sequence[str], capacity: int = 0, dtype
     if isinstance(places, str) or not places:
         raise BlockirError(f"channel_list.make {name!r}: places must be a non-empty list of devices, got {places!r}")
     devices = [framework.check_device(p) for p in places]
-    return ChannelList([make_channel(dtype, capacity, d, name=f"{name}.{i}") for i, d in enumerate(devices)],
-                       devices)
+    return ChannelList([make_channel(dtype, capacity, d, name=f"{name}.{i}") for i, d in enumerate(devices)], devices)
 
 
 channel = SimpleNamespace(send=channel_send, recv=channel_recv, close=channel_close)  # bir.channel.send(...)

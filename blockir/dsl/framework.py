@@ -25,8 +25,15 @@ from blockir.ir.core import Block, Operator, Program
 from blockir.ir.schema import OpRole, find
 from blockir.ir.verify import is_valid_device
 
-__all__ = ["default_main_program", "default_startup_program", "device_guard", "name_scope",
-           "program_guard", "switch_main_program", "switch_startup_program"]
+__all__ = [
+    "default_main_program",
+    "default_startup_program",
+    "device_guard",
+    "name_scope",
+    "program_guard",
+    "switch_main_program",
+    "switch_startup_program",
+]
 
 _main_program = Program()
 _startup_program = Program()
@@ -164,10 +171,20 @@ def derive_seed(program_seed: int, op_type: str, output: str) -> int:
     return int.from_bytes(digest[:4], "little") % (2**31 - 1) + 1
 
 
-def append_op(block: Block, type: str, inputs: dict[str, Any] | None = None,
-              outputs: dict[str, Any] | None = None, attrs: dict[str, Any] | None = None, *,
-              layer: str | None = None, role: int = OpRole.FORWARD, role_var: list[str] | None = None,
-              device: str | None = None, namescope: str | None = None, infer: bool = True) -> Operator:
+def append_op(
+    block: Block,
+    type: str,
+    inputs: dict[str, Any] | None = None,
+    outputs: dict[str, Any] | None = None,
+    attrs: dict[str, Any] | None = None,
+    *,
+    layer: str | None = None,
+    role: int = OpRole.FORWARD,
+    role_var: list[str] | None = None,
+    device: str | None = None,
+    namescope: str | None = None,
+    infer: bool = True,
+) -> Operator:
     """Append a DSL op to ``block`` with the common attributes and inferred output shapes.
 
     ``device`` / ``namescope`` default (None) to the current guards; a string

@@ -15,8 +15,17 @@ from blockir.errors import BlockirError
 from blockir.ir.core import Block, Variable
 from blockir.ir.dtypes import DTYPE_TO_PROTO, FLOAT_DTYPES
 
-__all__ = ["Constant", "ConstantInitializer", "Initializer", "Normal", "NormalInitializer", "Uniform",
-           "UniformInitializer", "Xavier", "XavierInitializer"]
+__all__ = [
+    "Constant",
+    "ConstantInitializer",
+    "Initializer",
+    "Normal",
+    "NormalInitializer",
+    "Uniform",
+    "UniformInitializer",
+    "Xavier",
+    "XavierInitializer",
+]
 
 
 class Initializer:
@@ -108,8 +117,9 @@ class XavierInitializer(_RandomInitializer):
     the receptive field multiplies both) unless given.
     """
 
-    def __init__(self, uniform: bool = True, fan_in: float | None = None, fan_out: float | None = None,
-                 seed: int = 0) -> None:
+    def __init__(
+        self, uniform: bool = True, fan_in: float | None = None, fan_out: float | None = None, seed: int = 0
+    ) -> None:
         super().__init__(seed)
         self.uniform = bool(uniform)
         self.fan_in, self.fan_out = fan_in, fan_out

@@ -55,14 +55,18 @@ class LayerHelper:
         if not isinstance(value, core.Variable):
             raise BlockirError(f"layers.{self.layer_type}: {arg} must be a Variable, got {type(value).__name__}")
         if value.block is None or value.block.program is not self.main_program:
-            raise BlockirError(f"layers.{self.layer_type}: {arg} {value.name!r} does not belong to the program "
-                               "being built (use program_guard)")
+            raise BlockirError(
+                f"layers.{self.layer_type}: {arg} {value.name!r} does not belong to the program "
+                "being built (use program_guard)"
+            )
         return value
 
     def check_dtype(self, var: core.Variable, arg: str, allowed: Sequence[str] | frozenset[str]) -> None:
         if var.dtype not in allowed:
-            raise self.error(f"{arg} {var.name!r} has dtype {var.dtype}, expected one of "
-                             f"{', '.join(sorted(allowed))} (shape {list(var.shape or ())})")
+            raise self.error(
+                f"{arg} {var.name!r} has dtype {var.dtype}, expected one of "
+                f"{', '.join(sorted(allowed))} (shape {list(var.shape or ())})"
+            )
 
     def check_float(self, var: core.Variable, arg: str) -> None:
         self.check_dtype(var, arg, FLOAT_DTYPES)
@@ -76,8 +80,14 @@ class LayerHelper:
         name = unique_name.generate(f"{self.name}.tmp")
         return self.block.add_var(Variable(name, dtype=dtype, shape=(), stop_gradient=stop_gradient))
 
-    def create_parameter(self, attr: ParamAttr, shape: Sequence[int], dtype: str, is_bias: bool = False,
-                         default_initializer: Initializer | None = None) -> Parameter:
+    def create_parameter(
+        self,
+        attr: ParamAttr,
+        shape: Sequence[int],
+        dtype: str,
+        is_bias: bool = False,
+        default_initializer: Initializer | None = None,
+    ) -> Parameter:
         """A parameter of the main program's global block, initialised in the startup program.
 
         A name that exists already shares that parameter (shapes and dtypes must agree).
@@ -92,13 +102,24 @@ class LayerHelper:
         if main_block.has_var(name):
             return self._shared_parameter(main_block.var(name), shape, dtype)
         init = attr.initializer or default_initializer or (Constant(0.0) if is_bias else Xavier())
-        param = main_block.add_var(Parameter(name, shape, dtype, trainable=attr.trainable,
-                                             learning_rate=attr.learning_rate, device=attr.device))
+        param = main_block.add_var(
+            Parameter(
+                name, shape, dtype, trainable=attr.trainable, learning_rate=attr.learning_rate, device=attr.device
+            )
+        )
         self.init_in_startup(param, init, attr.device)
         return param
 
-    def create_global_var(self, name: str, shape: Sequence[int], dtype: str, value: float,
-                          persistable: bool = True, force_cpu: bool = False, device: str | None = None) -> Variable:
+    def create_global_var(
+        self,
+        name: str,
+        shape: Sequence[int],
+        dtype: str,
+        value: float,
+        persistable: bool = True,
+        force_cpu: bool = False,
+        device: str | None = None,
+    ) -> Variable:
         """A variable of the main program's global block filled with ``value`` by the startup program."""
         var = Variable(name, dtype=dtype, shape=shape, persistable=persistable, stop_gradient=True)
         self.main_program.global_block().add_var(var)
@@ -115,17 +136,25 @@ class LayerHelper:
         if not isinstance(existing, Parameter):
             raise self.error(f"{existing.name!r} already exists and is not a parameter")
         if existing.shape != shape or existing.dtype != dtype:
-            raise self.error(f"parameter {existing.name!r} exists with shape {list(existing.shape or ())} "
-                             f"{existing.dtype}; this layer needs {list(shape)} {dtype}")
+            raise self.error(
+                f"parameter {existing.name!r} exists with shape {list(existing.shape or ())} "
+                f"{existing.dtype}; this layer needs {list(shape)} {dtype}"
+            )
         return existing
 
     # -- ops -----------------------------------------------------------------
-    def append_op(self, type: str, inputs: dict[str, Any] | None = None, outputs: dict[str, Any] | None = None,
-                  attrs: dict[str, Any] | None = None) -> Operator:
+    def append_op(
+        self,
+        type: str,
+        inputs: dict[str, Any] | None = None,
+        outputs: dict[str, Any] | None = None,
+        attrs: dict[str, Any] | None = None,
+    ) -> Operator:
         return framework.append_op(self.block, type, inputs, outputs, attrs, layer=self.layer_type)
 
-    def unary(self, op_type: str, x: core.Variable, attrs: dict[str, Any] | None = None,
-              out_dtype: str | None = None) -> Variable:
+    def unary(
+        self, op_type: str, x: core.Variable, attrs: dict[str, Any] | None = None, out_dtype: str | None = None
+    ) -> Variable:
         """``Out = op_type(X=x)`` into a new temporary."""
         out = self.create_tmp(out_dtype or x.dtype)
         self.append_op(op_type, {"X": [x]}, {"Out": [out]}, attrs)

@@ -20,10 +20,34 @@ from blockir.errors import BlockirError
 from blockir.ir import core
 from blockir.ir.dtypes import DTYPE_TO_PROTO, to_dtype
 
-__all__ = ["accuracy", "assign", "cast", "concat", "cross_entropy", "data", "elementwise_add", "elementwise_div",
-           "elementwise_mul", "elementwise_sub", "embedding", "fc", "fill_constant", "matmul", "mean",
-           "reduce_mean", "reduce_sum", "relu", "reshape", "scale", "sequence_pool", "sigmoid", "softmax",
-           "softmax_with_cross_entropy", "square_error_cost", "tanh"]
+__all__ = [
+    "accuracy",
+    "assign",
+    "cast",
+    "concat",
+    "cross_entropy",
+    "data",
+    "elementwise_add",
+    "elementwise_div",
+    "elementwise_mul",
+    "elementwise_sub",
+    "embedding",
+    "fc",
+    "fill_constant",
+    "matmul",
+    "mean",
+    "reduce_mean",
+    "reduce_sum",
+    "relu",
+    "reshape",
+    "scale",
+    "sequence_pool",
+    "sigmoid",
+    "softmax",
+    "softmax_with_cross_entropy",
+    "square_error_cost",
+    "tanh",
+]
 
 _POOL_TYPES = ("SUM", "AVERAGE", "SQRT", "MAX", "LAST", "FIRST")
 _LABEL_DTYPES = ("int64",)
@@ -45,15 +69,24 @@ def data(name: str, shape: Sequence[int | None], dtype: Any = "float32", lod_lev
     if not isinstance(lod_level, int) or lod_level < 0:
         raise BlockirError(f"data {name!r}: lod_level must be a non-negative int, got {lod_level!r}")
     block = framework.default_main_program().global_block()
-    var = Variable(name, dtype=to_dtype(dtype), shape=dims, lod_level=lod_level, stop_gradient=True,
-                   need_check_feed=True)
+    var = Variable(
+        name, dtype=to_dtype(dtype), shape=dims, lod_level=lod_level, stop_gradient=True, need_check_feed=True
+    )
     return block.add_var(var)
 
 
 # -- fully connected and embedding ------------------------------------------------
 
-def fc(input: core.Variable | Sequence[core.Variable], size: int, num_flatten_dims: int = 1,
-       param_attr: Any = None, bias_attr: Any = None, act: str | None = None, name: str | None = None) -> Variable:
+
+def fc(
+    input: core.Variable | Sequence[core.Variable],
+    size: int,
+    num_flatten_dims: int = 1,
+    param_attr: Any = None,
+    bias_attr: Any = None,
+    act: str | None = None,
+    name: str | None = None,
+) -> Variable:
     """``act(sum_i flatten(input_i) @ W_i + b)``.
 
     Each input is flattened to a matrix at ``num_flatten_dims`` (-1: all but the
@@ -79,15 +112,19 @@ def fc(input: core.Variable | Sequence[core.Variable], size: int, num_flatten_di
         rank = len(x.shape)
         flatten = rank - 1 if num_flatten_dims == -1 else num_flatten_dims
         if not 1 <= flatten < rank:
-            raise helper.error(f"num_flatten_dims={num_flatten_dims} is out of range for input {x.name!r} of "
-                               f"shape {list(x.shape)}")
+            raise helper.error(
+                f"num_flatten_dims={num_flatten_dims} is out of range for input {x.name!r} of shape {list(x.shape)}"
+            )
         if any(d < 0 for d in x.shape[flatten:]):
-            raise helper.error(f"input {x.name!r} of shape {list(x.shape)}: the dims from num_flatten_dims="
-                               f"{flatten} on make the weight's height and must be known")
+            raise helper.error(
+                f"input {x.name!r} of shape {list(x.shape)}: the dims from num_flatten_dims="
+                f"{flatten} on make the weight's height and must be known"
+            )
         w = helper.create_parameter(attr, [math.prod(x.shape[flatten:]), size], dtype)
         product = helper.create_tmp(dtype)
-        helper.append_op("mul", {"X": [x], "Y": [w]}, {"Out": [product]},
-                         {"x_num_col_dims": flatten, "y_num_col_dims": 1})
+        helper.append_op(
+            "mul", {"X": [x], "Y": [w]}, {"Out": [product]}, {"x_num_col_dims": flatten, "y_num_col_dims": 1}
+        )
         products.append(product)
     if len(products) == 1:
         pre_bias = products[0]
@@ -109,8 +146,14 @@ def _param_attrs(helper: LayerHelper, arg: Any, count: int) -> list[ParamAttr]:
     return attrs * count if len(attrs) == 1 else attrs  # type: ignore[return-value]
 
 
-def embedding(input: core.Variable, size: Sequence[int], is_sparse: bool = False, padding_idx: int | None = None,
-              param_attr: Any = None, dtype: Any = "float32") -> Variable:
+def embedding(
+    input: core.Variable,
+    size: Sequence[int],
+    is_sparse: bool = False,
+    padding_idx: int | None = None,
+    param_attr: Any = None,
+    dtype: Any = "float32",
+) -> Variable:
     """Rows of a ``size = [vocab, dim]`` table for int64 ids of shape [N, 1] (``lookup_table``).
 
     ``is_sparse=True`` makes the table's gradient a SelectedRows. Ids equal to
@@ -133,12 +176,17 @@ def embedding(input: core.Variable, size: Sequence[int], is_sparse: bool = False
         raise helper.error("param_attr=False: the table cannot be omitted")
     w = helper.create_parameter(attr, size, to_dtype(dtype))
     out = helper.create_tmp(w.dtype)
-    helper.append_op("lookup_table", {"W": [w], "Ids": [input]}, {"Out": [out]},
-                     {"is_sparse": bool(is_sparse), "padding_idx": padding})
+    helper.append_op(
+        "lookup_table",
+        {"W": [w], "Ids": [input]},
+        {"Out": [out]},
+        {"is_sparse": bool(is_sparse), "padding_idx": padding},
+    )
     return out
 
 
 # -- activations ---------------------------------------------------------------------
+
 
 def _activation(op_type: str, x: core.Variable, name: str | None, attrs: dict[str, Any] | None = None) -> Variable:
     helper = LayerHelper(op_type, name)
@@ -168,8 +216,10 @@ def softmax(input: core.Variable, axis: int = -1, name: str | None = None) -> Va
 
 # -- arithmetic ----------------------------------------------------------------------------
 
-def _elementwise(op_type: str, x: core.Variable, y: core.Variable, axis: int, act: str | None,
-                 name: str | None) -> Variable:
+
+def _elementwise(
+    op_type: str, x: core.Variable, y: core.Variable, axis: int, act: str | None, name: str | None
+) -> Variable:
     helper = LayerHelper(op_type, name)
     helper.check_variable(x, "x")
     helper.check_variable(y, "y")
@@ -178,80 +228,106 @@ def _elementwise(op_type: str, x: core.Variable, y: core.Variable, axis: int, ac
     return helper.append_activation(out, act)
 
 
-def elementwise_add(x: core.Variable, y: core.Variable, axis: int = -1, act: str | None = None,
-                    name: str | None = None) -> Variable:
+def elementwise_add(
+    x: core.Variable, y: core.Variable, axis: int = -1, act: str | None = None, name: str | None = None
+) -> Variable:
     """x + y with broadcasting (``axis``: where y's dims start in x's; -1: numpy rules)."""
     return _elementwise("elementwise_add", x, y, axis, act, name)
 
 
-def elementwise_sub(x: core.Variable, y: core.Variable, axis: int = -1, act: str | None = None,
-                    name: str | None = None) -> Variable:
+def elementwise_sub(
+    x: core.Variable, y: core.Variable, axis: int = -1, act: str | None = None, name: str | None = None
+) -> Variable:
     """x - y with broadcasting."""
     return _elementwise("elementwise_sub", x, y, axis, act, name)
 
 
-def elementwise_mul(x: core.Variable, y: core.Variable, axis: int = -1, act: str | None = None,
-                    name: str | None = None) -> Variable:
+def elementwise_mul(
+    x: core.Variable, y: core.Variable, axis: int = -1, act: str | None = None, name: str | None = None
+) -> Variable:
     """x * y with broadcasting."""
     return _elementwise("elementwise_mul", x, y, axis, act, name)
 
 
-def elementwise_div(x: core.Variable, y: core.Variable, axis: int = -1, act: str | None = None,
-                    name: str | None = None) -> Variable:
+def elementwise_div(
+    x: core.Variable, y: core.Variable, axis: int = -1, act: str | None = None, name: str | None = None
+) -> Variable:
     """x / y with broadcasting."""
     return _elementwise("elementwise_div", x, y, axis, act, name)
 
 
-def matmul(x: core.Variable, y: core.Variable, transpose_x: bool = False, transpose_y: bool = False,
-           alpha: float = 1.0, name: str | None = None) -> Variable:
+def matmul(
+    x: core.Variable,
+    y: core.Variable,
+    transpose_x: bool = False,
+    transpose_y: bool = False,
+    alpha: float = 1.0,
+    name: str | None = None,
+) -> Variable:
     """alpha * op(x) @ op(y), batched over leading dims."""
     helper = LayerHelper("matmul", name)
     helper.check_variable(x, "x")
     helper.check_variable(y, "y")
     out = helper.create_tmp(x.dtype)
-    helper.append_op("matmul", {"X": [x], "Y": [y]}, {"Out": [out]},
-                     {"transpose_X": bool(transpose_x), "transpose_Y": bool(transpose_y), "alpha": float(alpha)})
+    helper.append_op(
+        "matmul",
+        {"X": [x], "Y": [y]},
+        {"Out": [out]},
+        {"transpose_X": bool(transpose_x), "transpose_Y": bool(transpose_y), "alpha": float(alpha)},
+    )
     return out
 
 
-def scale(x: core.Variable, scale: float = 1.0, bias: float = 0.0, bias_after_scale: bool = True,
-          act: str | None = None, name: str | None = None) -> Variable:
+def scale(
+    x: core.Variable,
+    scale: float = 1.0,
+    bias: float = 0.0,
+    bias_after_scale: bool = True,
+    act: str | None = None,
+    name: str | None = None,
+) -> Variable:
     """scale * x + bias (or scale * (x + bias) when ``bias_after_scale`` is False)."""
     helper = LayerHelper("scale", name)
     helper.check_variable(x, "x")
-    out = helper.unary("scale", x, {"scale": float(scale), "bias": float(bias),
-                                    "bias_after_scale": bool(bias_after_scale)})
+    out = helper.unary(
+        "scale", x, {"scale": float(scale), "bias": float(bias), "bias_after_scale": bool(bias_after_scale)}
+    )
     return helper.append_activation(out, act)
 
 
 # -- reductions ---------------------------------------------------------------------
+
 
 def mean(x: core.Variable, name: str | None = None) -> Variable:
     """The mean of all elements, shape [1]."""
     return _activation("mean", x, name)
 
 
-def _reduce(op_type: str, input: core.Variable, dim: int | Sequence[int] | None, keep_dim: bool,
-            name: str | None) -> Variable:
+def _reduce(
+    op_type: str, input: core.Variable, dim: int | Sequence[int] | None, keep_dim: bool, name: str | None
+) -> Variable:
     helper = LayerHelper(op_type, name)
     helper.check_variable(input, "input")
     dims = [0] if dim is None else [dim] if isinstance(dim, int) else list(dim)
     return helper.unary(op_type, input, {"dim": dims, "keep_dim": bool(keep_dim), "reduce_all": dim is None})
 
 
-def reduce_sum(input: core.Variable, dim: int | Sequence[int] | None = None, keep_dim: bool = False,
-               name: str | None = None) -> Variable:
+def reduce_sum(
+    input: core.Variable, dim: int | Sequence[int] | None = None, keep_dim: bool = False, name: str | None = None
+) -> Variable:
     """Sum over ``dim`` (an int or a list; None: every dim)."""
     return _reduce("reduce_sum", input, dim, keep_dim, name)
 
 
-def reduce_mean(input: core.Variable, dim: int | Sequence[int] | None = None, keep_dim: bool = False,
-                name: str | None = None) -> Variable:
+def reduce_mean(
+    input: core.Variable, dim: int | Sequence[int] | None = None, keep_dim: bool = False, name: str | None = None
+) -> Variable:
     """Mean over ``dim`` (an int or a list; None: every dim)."""
     return _reduce("reduce_mean", input, dim, keep_dim, name)
 
 
 # -- losses and metrics -------------------------------------------------------------------
+
 
 def _check_label(helper: LayerHelper, input: core.Variable, label: core.Variable, soft_label: bool) -> None:
     helper.check_variable(input, "input")
@@ -263,29 +339,42 @@ def _check_label(helper: LayerHelper, input: core.Variable, label: core.Variable
         helper.check_dtype(label, "label", _LABEL_DTYPES)
 
 
-def cross_entropy(input: core.Variable, label: core.Variable, soft_label: bool = False,
-                  ignore_index: int = -100) -> Variable:
+def cross_entropy(
+    input: core.Variable, label: core.Variable, soft_label: bool = False, ignore_index: int = -100
+) -> Variable:
     """-log(input[label]) per row, for probabilities ``input`` [N, C] and int64 labels [N, 1]
     (``soft_label``: -sum(label * log(input)) with label [N, C])."""
     helper = LayerHelper("cross_entropy")
     _check_label(helper, input, label, soft_label)
     out = helper.create_tmp(input.dtype)
-    helper.append_op("cross_entropy", {"X": [input], "Label": [label]}, {"Y": [out]},
-                     {"soft_label": bool(soft_label), "ignore_index": ignore_index})
+    helper.append_op(
+        "cross_entropy",
+        {"X": [input], "Label": [label]},
+        {"Y": [out]},
+        {"soft_label": bool(soft_label), "ignore_index": ignore_index},
+    )
     return out
 
 
-def softmax_with_cross_entropy(logits: core.Variable, label: core.Variable, soft_label: bool = False,
-                               ignore_index: int = -100, return_softmax: bool = False,
-                               axis: int = -1) -> Variable | tuple[Variable, Variable]:
+def softmax_with_cross_entropy(
+    logits: core.Variable,
+    label: core.Variable,
+    soft_label: bool = False,
+    ignore_index: int = -100,
+    return_softmax: bool = False,
+    axis: int = -1,
+) -> Variable | tuple[Variable, Variable]:
     """cross_entropy(softmax(logits), label), computed stably; with ``return_softmax``, (loss, softmax)."""
     helper = LayerHelper("softmax_with_cross_entropy")
     _check_label(helper, logits, label, soft_label)
     softmax_out = helper.create_tmp(logits.dtype)
     loss = helper.create_tmp(logits.dtype)
-    helper.append_op("softmax_with_cross_entropy", {"Logits": [logits], "Label": [label]},
-                     {"Softmax": [softmax_out], "Loss": [loss]},
-                     {"soft_label": bool(soft_label), "ignore_index": ignore_index, "axis": axis})
+    helper.append_op(
+        "softmax_with_cross_entropy",
+        {"Logits": [logits], "Label": [label]},
+        {"Softmax": [softmax_out], "Loss": [loss]},
+        {"soft_label": bool(soft_label), "ignore_index": ignore_index, "axis": axis},
+    )
     return (loss, softmax_out) if return_softmax else loss
 
 
@@ -313,12 +402,16 @@ def accuracy(input: core.Variable, label: core.Variable, k: int = 1) -> Variable
     acc = helper.create_tmp("float32", stop_gradient=True)
     correct = helper.create_tmp("int64", stop_gradient=True)
     total = helper.create_tmp("int64", stop_gradient=True)
-    helper.append_op("accuracy", {"Out": [values], "Indices": [indices], "Label": [label]},
-                     {"Accuracy": [acc], "Correct": [correct], "Total": [total]})
+    helper.append_op(
+        "accuracy",
+        {"Out": [values], "Indices": [indices], "Label": [label]},
+        {"Accuracy": [acc], "Correct": [correct], "Total": [total]},
+    )
     return acc
 
 
 # -- tensors --------------------------------------------------------------------------------
+
 
 def concat(input: Sequence[core.Variable], axis: int = 0, name: str | None = None) -> Variable:
     """Join ``input`` along ``axis``."""
@@ -337,8 +430,11 @@ def reshape(x: core.Variable, shape: Sequence[int], act: str | None = None, name
     """``x`` with a new shape: 0 copies the input's dim, one -1 is inferred (``reshape2``)."""
     helper = LayerHelper("reshape", name)
     helper.check_variable(x, "x")
-    if isinstance(shape, (str, bytes)) or not isinstance(shape, Sequence) or \
-            any(isinstance(d, bool) or not isinstance(d, int) for d in shape):
+    if (
+        isinstance(shape, (str, bytes))
+        or not isinstance(shape, Sequence)
+        or any(isinstance(d, bool) or not isinstance(d, int) for d in shape)
+    ):
         raise helper.error(f"shape must be a list of ints, got {shape!r}")
     out = helper.create_tmp(x.dtype)
     x_shape = helper.create_tmp(x.dtype, stop_gradient=True)
@@ -351,12 +447,14 @@ def cast(x: core.Variable, dtype: Any) -> Variable:
     helper = LayerHelper("cast")
     helper.check_variable(x, "x")
     out_dtype = to_dtype(dtype)
-    return helper.unary("cast", x, {"in_dtype": DTYPE_TO_PROTO[x.dtype], "out_dtype": DTYPE_TO_PROTO[out_dtype]},
-                        out_dtype)
+    return helper.unary(
+        "cast", x, {"in_dtype": DTYPE_TO_PROTO[x.dtype], "out_dtype": DTYPE_TO_PROTO[out_dtype]}, out_dtype
+    )
 
 
-def fill_constant(shape: Sequence[int], dtype: Any, value: float, force_cpu: bool = False,
-                  out: core.Variable | None = None) -> Variable:
+def fill_constant(
+    shape: Sequence[int], dtype: Any, value: float, force_cpu: bool = False, out: core.Variable | None = None
+) -> Variable:
     """A tensor of ``shape`` filled with ``value`` (no gradient flows through it)."""
     helper = LayerHelper("fill_constant")
     dims = list(shape)
@@ -367,9 +465,11 @@ def fill_constant(shape: Sequence[int], dtype: Any, value: float, force_cpu: boo
         out = helper.create_tmp(dtype, stop_gradient=True)
     else:
         helper.check_variable(out, "out")
-    helper.append_op("fill_constant", outputs={"Out": [out]},
-                     attrs={"shape": dims, "dtype": DTYPE_TO_PROTO[dtype], "value": float(value),
-                            "force_cpu": bool(force_cpu)})
+    helper.append_op(
+        "fill_constant",
+        outputs={"Out": [out]},
+        attrs={"shape": dims, "dtype": DTYPE_TO_PROTO[dtype], "value": float(value), "force_cpu": bool(force_cpu)},
+    )
     return out  # type: ignore[return-value]
 
 
@@ -386,6 +486,7 @@ def assign(input: core.Variable, output: core.Variable | None = None) -> Variabl
 
 # -- sequences --------------------------------------------------------------------------------
 
+
 def sequence_pool(input: core.Variable, pool_type: str, is_test: bool = False, pad_value: float = 0.0) -> Variable:
     """One row per sequence of a LoD level-1 ``input``: sum, average, sqrt (sum / sqrt(len)), max, last or
     first. Empty sequences give ``pad_value``."""
@@ -396,7 +497,10 @@ def sequence_pool(input: core.Variable, pool_type: str, is_test: bool = False, p
         raise helper.error(f"pool_type {pool_type!r} is not one of {', '.join(p.lower() for p in _POOL_TYPES)}")
     out = helper.create_tmp(input.dtype)
     max_index = helper.create_tmp("int32", stop_gradient=True)
-    helper.append_op("sequence_pool", {"X": [input]}, {"Out": [out], "MaxIndex": [max_index]},
-                     {"pooltype": pooltype, "is_test": bool(is_test), "pad_value": float(pad_value)})
+    helper.append_op(
+        "sequence_pool",
+        {"X": [input]},
+        {"Out": [out], "MaxIndex": [max_index]},
+        {"pooltype": pooltype, "is_test": bool(is_test), "pad_value": float(pad_value)},
+    )
     return out
-

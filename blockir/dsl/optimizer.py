@@ -26,8 +26,17 @@ from blockir.ir.core import Block, Operator, Program
 from blockir.ir.dtypes import FLOAT_DTYPES
 from blockir.ir.schema import OpRole
 
-__all__ = ["SGD", "Adagrad", "AdagradOptimizer", "Adam", "AdamOptimizer", "Momentum", "MomentumOptimizer",
-           "Optimizer", "SGDOptimizer"]
+__all__ = [
+    "SGD",
+    "Adagrad",
+    "AdagradOptimizer",
+    "Adam",
+    "AdamOptimizer",
+    "Momentum",
+    "MomentumOptimizer",
+    "Optimizer",
+    "SGDOptimizer",
+]
 
 ParamsGrads = list[tuple[core.Variable, core.Variable]]
 
@@ -40,28 +49,39 @@ class Optimizer:
     def __init__(self, learning_rate: float | core.Variable) -> None:
         if isinstance(learning_rate, core.Variable):
             if learning_rate.dtype not in FLOAT_DTYPES or tuple(learning_rate.shape or ()) != (1,):
-                raise BlockirError(f"{type(self).__name__}: a learning-rate variable must be a float tensor of "
-                                   f"shape [1], got {learning_rate.name!r}: {learning_rate.dtype} "
-                                   f"{list(learning_rate.shape or ())}")
+                raise BlockirError(
+                    f"{type(self).__name__}: a learning-rate variable must be a float tensor of "
+                    f"shape [1], got {learning_rate.name!r}: {learning_rate.dtype} "
+                    f"{list(learning_rate.shape or ())}"
+                )
         elif isinstance(learning_rate, bool) or not isinstance(learning_rate, (int, float)) or learning_rate <= 0:
-            raise BlockirError(f"{type(self).__name__}: learning_rate must be a positive number or a variable, "
-                               f"got {learning_rate!r}")
+            raise BlockirError(
+                f"{type(self).__name__}: learning_rate must be a positive number or a variable, got {learning_rate!r}"
+            )
         self._learning_rate = learning_rate
         self._lr_vars: dict[Program, core.Variable] = {}
         self._accumulators: dict[tuple[str, str], core.Variable] = {}
         self._startup: Program | None = None
 
     # -- the public API --------------------------------------------------------
-    def minimize(self, loss: core.Variable, startup_program: Program | None = None,
-                 parameter_list: Sequence[str | core.Variable] | None = None,
-                 no_grad_set: Iterable[str | core.Variable] | None = None) -> tuple[list[Operator], ParamsGrads]:
+    def minimize(
+        self,
+        loss: core.Variable,
+        startup_program: Program | None = None,
+        parameter_list: Sequence[str | core.Variable] | None = None,
+        no_grad_set: Iterable[str | core.Variable] | None = None,
+    ) -> tuple[list[Operator], ParamsGrads]:
         """Append the backward pass of ``loss`` and the update ops; return (update ops, [(param, grad)])."""
         params_grads = self.backward(loss, startup_program, parameter_list, no_grad_set)
         return self.apply_gradients(params_grads), params_grads
 
-    def backward(self, loss: core.Variable, startup_program: Program | None = None,
-                 parameter_list: Sequence[str | core.Variable] | None = None,
-                 no_grad_set: Iterable[str | core.Variable] | None = None) -> ParamsGrads:
+    def backward(
+        self,
+        loss: core.Variable,
+        startup_program: Program | None = None,
+        parameter_list: Sequence[str | core.Variable] | None = None,
+        no_grad_set: Iterable[str | core.Variable] | None = None,
+    ) -> ParamsGrads:
         """The gradients of ``loss`` (:func:`append_backward`); remembers ``startup_program`` for the state."""
         self._startup = startup_program
         return append_backward(loss, parameter_list, no_grad_set)
@@ -84,30 +104,59 @@ class Optimizer:
         return ops
 
     # -- what subclasses use --------------------------------------------------------
-    def append_update(self, helper: LayerHelper, block: Block, param: core.Variable, grad: core.Variable,
-                      lr: core.Variable, device: str | None) -> Operator:
+    def append_update(
+        self,
+        helper: LayerHelper,
+        block: Block,
+        param: core.Variable,
+        grad: core.Variable,
+        lr: core.Variable,
+        device: str | None,
+    ) -> Operator:
         """Append the update op of one parameter."""
         state_in, state_out, attrs = self.state(helper, param, device)
         inputs = {"Param": [param], "Grad": [grad], "LearningRate": [lr], **state_in}
         outputs = {"ParamOut": [param], **state_out}
-        return framework.append_op(block, self.op_type, inputs, outputs, attrs, role=OpRole.OPTIMIZE,
-                                   role_var=[param.name, grad.name], device=device)
+        return framework.append_op(
+            block,
+            self.op_type,
+            inputs,
+            outputs,
+            attrs,
+            role=OpRole.OPTIMIZE,
+            role_var=[param.name, grad.name],
+            device=device,
+        )
 
-    def state(self, helper: LayerHelper, param: core.Variable,
-              device: str | None) -> tuple[dict[str, list[Any]], dict[str, list[Any]], dict[str, Any]]:
+    def state(
+        self, helper: LayerHelper, param: core.Variable, device: str | None
+    ) -> tuple[dict[str, list[Any]], dict[str, list[Any]], dict[str, Any]]:
         """(state inputs, state outputs, attributes) of the update op of ``param``; none for plain SGD."""
         return {}, {}, {}
 
-    def accumulator(self, helper: LayerHelper, name: str, param: core.Variable, device: str | None,
-                    fill_value: float = 0.0, shape: Sequence[int] | None = None) -> core.Variable:
+    def accumulator(
+        self,
+        helper: LayerHelper,
+        name: str,
+        param: core.Variable,
+        device: str | None,
+        fill_value: float = 0.0,
+        shape: Sequence[int] | None = None,
+    ) -> core.Variable:
         """The persistable state ``<param>_<name>_N`` (shape of ``param`` unless given), filled at startup."""
         key = (name, param.name)
         if key in self._accumulators:
-            raise BlockirError(f"{type(self).__name__}: accumulator {name!r} of parameter {param.name!r} exists "
-                               "already (minimize was called twice with this optimizer)")
-        var = helper.create_global_var(unique_name.generate(f"{param.name}_{name}"),
-                                       param.shape if shape is None else shape, param.dtype, fill_value,
-                                       device=device)
+            raise BlockirError(
+                f"{type(self).__name__}: accumulator {name!r} of parameter {param.name!r} exists "
+                "already (minimize was called twice with this optimizer)"
+            )
+        var = helper.create_global_var(
+            unique_name.generate(f"{param.name}_{name}"),
+            param.shape if shape is None else shape,
+            param.dtype,
+            fill_value,
+            device=device,
+        )
         self._accumulators[key] = var
         return var
 
@@ -117,8 +166,9 @@ class Optimizer:
             if isinstance(self._learning_rate, core.Variable):
                 self._lr_vars[program] = self._learning_rate
             else:
-                self._lr_vars[program] = helper.create_global_var(unique_name.generate("learning_rate"), [1], dtype,
-                                                                  float(self._learning_rate))
+                self._lr_vars[program] = helper.create_global_var(
+                    unique_name.generate("learning_rate"), [1], dtype, float(self._learning_rate)
+                )
         return self._lr_vars[program]
 
     def _param_lr(self, helper: LayerHelper, block: Block, param: core.Variable, device: str | None) -> core.Variable:
@@ -126,10 +176,20 @@ class Optimizer:
         factor = getattr(param, "optimize_attr", {}).get("learning_rate", 1.0)
         if factor == 1.0:
             return lr
-        scaled = block.add_var(Variable(unique_name.generate(f"{param.name}_learning_rate"), dtype=lr.dtype,
-                                        shape=(1,), stop_gradient=True))
-        framework.append_op(block, "scale", {"X": [lr]}, {"Out": [scaled]}, {"scale": factor},
-                            role=OpRole.LR_SCHED | OpRole.OPTIMIZE, device=device)
+        scaled = block.add_var(
+            Variable(
+                unique_name.generate(f"{param.name}_learning_rate"), dtype=lr.dtype, shape=(1,), stop_gradient=True
+            )
+        )
+        framework.append_op(
+            block,
+            "scale",
+            {"X": [lr]},
+            {"Out": [scaled]},
+            {"scale": factor},
+            role=OpRole.LR_SCHED | OpRole.OPTIMIZE,
+            device=device,
+        )
         return scaled
 
 
@@ -162,11 +222,15 @@ class MomentumOptimizer(Optimizer):
         self._momentum = float(momentum)
         self._use_nesterov = bool(use_nesterov)
 
-    def state(self, helper: LayerHelper, param: core.Variable,
-              device: str | None) -> tuple[dict[str, list[Any]], dict[str, list[Any]], dict[str, Any]]:
+    def state(
+        self, helper: LayerHelper, param: core.Variable, device: str | None
+    ) -> tuple[dict[str, list[Any]], dict[str, list[Any]], dict[str, Any]]:
         velocity = self.accumulator(helper, "velocity", param, device)
-        return ({"Velocity": [velocity]}, {"VelocityOut": [velocity]},
-                {"mu": self._momentum, "use_nesterov": self._use_nesterov})
+        return (
+            {"Velocity": [velocity]},
+            {"VelocityOut": [velocity]},
+            {"mu": self._momentum, "use_nesterov": self._use_nesterov},
+        )
 
 
 class AdagradOptimizer(Optimizer):
@@ -174,14 +238,16 @@ class AdagradOptimizer(Optimizer):
 
     op_type = "adagrad"
 
-    def __init__(self, learning_rate: float | core.Variable, epsilon: float = 1e-6,
-                 initial_accumulator_value: float = 0.0) -> None:
+    def __init__(
+        self, learning_rate: float | core.Variable, epsilon: float = 1e-6, initial_accumulator_value: float = 0.0
+    ) -> None:
         super().__init__(learning_rate)
         self._epsilon = float(epsilon)
         self._initial = float(initial_accumulator_value)
 
-    def state(self, helper: LayerHelper, param: core.Variable,
-              device: str | None) -> tuple[dict[str, list[Any]], dict[str, list[Any]], dict[str, Any]]:
+    def state(
+        self, helper: LayerHelper, param: core.Variable, device: str | None
+    ) -> tuple[dict[str, list[Any]], dict[str, list[Any]], dict[str, Any]]:
         moment = self.accumulator(helper, "moment", param, device, fill_value=self._initial)
         return {"Moment": [moment]}, {"MomentOut": [moment]}, {"epsilon": self._epsilon}
 
@@ -194,8 +260,14 @@ class AdamOptimizer(Optimizer):
 
     op_type = "adam"
 
-    def __init__(self, learning_rate: float | core.Variable = 1e-3, beta1: float = 0.9, beta2: float = 0.999,
-                 epsilon: float = 1e-8, lazy_mode: bool = False) -> None:
+    def __init__(
+        self,
+        learning_rate: float | core.Variable = 1e-3,
+        beta1: float = 0.9,
+        beta2: float = 0.999,
+        epsilon: float = 1e-8,
+        lazy_mode: bool = False,
+    ) -> None:
         super().__init__(learning_rate)
         for name, beta in (("beta1", beta1), ("beta2", beta2)):
             if not 0 <= beta < 1:
@@ -204,15 +276,18 @@ class AdamOptimizer(Optimizer):
         self._epsilon = float(epsilon)
         self._lazy_mode = bool(lazy_mode)
 
-    def state(self, helper: LayerHelper, param: core.Variable,
-              device: str | None) -> tuple[dict[str, list[Any]], dict[str, list[Any]], dict[str, Any]]:
+    def state(
+        self, helper: LayerHelper, param: core.Variable, device: str | None
+    ) -> tuple[dict[str, list[Any]], dict[str, list[Any]], dict[str, Any]]:
         m1 = self.accumulator(helper, "moment1", param, device)
         m2 = self.accumulator(helper, "moment2", param, device)
         b1 = self.accumulator(helper, "beta1_pow_acc", param, device, fill_value=self._beta1, shape=[1])
         b2 = self.accumulator(helper, "beta2_pow_acc", param, device, fill_value=self._beta2, shape=[1])
-        return ({"Moment1": [m1], "Moment2": [m2], "Beta1Pow": [b1], "Beta2Pow": [b2]},
-                {"Moment1Out": [m1], "Moment2Out": [m2], "Beta1PowOut": [b1], "Beta2PowOut": [b2]},
-                {"beta1": self._beta1, "beta2": self._beta2, "epsilon": self._epsilon, "lazy_mode": self._lazy_mode})
+        return (
+            {"Moment1": [m1], "Moment2": [m2], "Beta1Pow": [b1], "Beta2Pow": [b2]},
+            {"Moment1Out": [m1], "Moment2Out": [m2], "Beta1PowOut": [b1], "Beta2PowOut": [b2]},
+            {"beta1": self._beta1, "beta2": self._beta2, "epsilon": self._epsilon, "lazy_mode": self._lazy_mode},
+        )
 
 
 SGD = SGDOptimizer

@@ -21,8 +21,14 @@ class ParamAttr:
     optimizer ops) run there.
     """
 
-    def __init__(self, name: str | None = None, initializer: Initializer | None = None,
-                 learning_rate: float = 1.0, trainable: bool = True, device: str | None = None) -> None:
+    def __init__(
+        self,
+        name: str | None = None,
+        initializer: Initializer | None = None,
+        learning_rate: float = 1.0,
+        trainable: bool = True,
+        device: str | None = None,
+    ) -> None:
         if name is not None and (not isinstance(name, str) or not name):
             raise BlockirError(f"ParamAttr: name must be a non-empty string or None, got {name!r}")
         if initializer is not None and not isinstance(initializer, Initializer):
@@ -56,5 +62,7 @@ class ParamAttr:
         raise BlockirError(f"cannot use {arg!r} as a ParamAttr (expected ParamAttr, str, Initializer, bool or None)")
 
     def __repr__(self) -> str:
-        return (f"ParamAttr(name={self.name!r}, initializer={self.initializer!r}, "
-                f"learning_rate={self.learning_rate}, trainable={self.trainable}, device={self.device!r})")
+        return (
+            f"ParamAttr(name={self.name!r}, initializer={self.initializer!r}, "
+            f"learning_rate={self.learning_rate}, trainable={self.trainable}, device={self.device!r})"
+        )

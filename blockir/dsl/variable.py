@@ -61,10 +61,25 @@ class Parameter(Variable):
     ``device`` (``""`` when not pinned), which is saved with the program.
     """
 
-    def __init__(self, name: str, shape: tuple[int, ...], dtype: str, *, trainable: bool = True,
-                 learning_rate: float = 1.0, device: str | None = None) -> None:
-        super().__init__(name, dtype=dtype, shape=shape, persistable=True, is_parameter=True,
-                         stop_gradient=not trainable, device=device or "")
+    def __init__(
+        self,
+        name: str,
+        shape: tuple[int, ...],
+        dtype: str,
+        *,
+        trainable: bool = True,
+        learning_rate: float = 1.0,
+        device: str | None = None,
+    ) -> None:
+        super().__init__(
+            name,
+            dtype=dtype,
+            shape=shape,
+            persistable=True,
+            is_parameter=True,
+            stop_gradient=not trainable,
+            device=device or "",
+        )
         self.trainable = trainable
         self.optimize_attr = {"learning_rate": float(learning_rate)}
 

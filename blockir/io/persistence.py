@@ -63,17 +63,25 @@ import stat
 import struct
 import tokenize
 import zipfile
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
-from typing import IO, Any, Callable, Iterable, Iterator, Sequence, cast
+from typing import IO, Any, cast
 
 import numpy as np
 
 from blockir.errors import BlockirError
 from blockir.ir.core import Program, Variable
 from blockir.ir.dtypes import VarKind
-from blockir.ir.proto_io import (atomic_file, load_program, make_dirs, os_errors, read_limited, stale_temporaries,
-                                 sync_dir)
+from blockir.ir.proto_io import (
+    atomic_file,
+    load_program,
+    make_dirs,
+    os_errors,
+    read_limited,
+    stale_temporaries,
+    sync_dir,
+)
 from blockir.ops.transfer import map_arrays
 from blockir.ops.values import LoDTensor, SelectedRows
 from blockir.passes import inference, prune
@@ -81,9 +89,24 @@ from blockir.runtime.executor import Executor
 from blockir.runtime.plan import FEED_OP, FETCH_OP, describe_value, shape_matches
 from blockir.runtime.scope import Scope, global_scope
 
-__all__ = ["MANIFEST_FILE", "MAX_INDEX_BYTES", "MAX_STREAM_BYTES", "PARAMS_DIR", "PROGRAM_FILE", "is_parameter",
-           "is_persistable", "load_array", "load_inference_model", "load_params", "load_persistables", "load_vars",
-           "save_inference_model", "save_params", "save_persistables", "save_vars"]
+__all__ = [
+    "MANIFEST_FILE",
+    "MAX_INDEX_BYTES",
+    "MAX_STREAM_BYTES",
+    "PARAMS_DIR",
+    "PROGRAM_FILE",
+    "is_parameter",
+    "is_persistable",
+    "load_array",
+    "load_inference_model",
+    "load_params",
+    "load_persistables",
+    "load_vars",
+    "save_inference_model",
+    "save_params",
+    "save_persistables",
+    "save_vars",
+]
 
 PROGRAM_FILE = "program.pb"  # save_inference_model's default model_filename
 PARAMS_DIR = "params"  # where save_inference_model puts one file per parameter by default
@@ -101,8 +124,17 @@ _GENERATION = re.compile(r"gen-(\d+)")
 _NPY_MAGIC = b"\x93NUMPY"
 _NPY_MAX_HEADER = 10000  # the longest header numpy itself parses
 _ELEMENT_KINDS = "biufc"  # bool, integers, floats, complex: what tensors hold
-_NOT_SAVED = frozenset({VarKind.FEED_MINIBATCH, VarKind.FETCH_LIST, VarKind.READER, VarKind.RAW,
-                        VarKind.STEP_SCOPES, VarKind.CHANNEL, VarKind.CHANNEL_LIST})
+_NOT_SAVED = frozenset(
+    {
+        VarKind.FEED_MINIBATCH,
+        VarKind.FETCH_LIST,
+        VarKind.READER,
+        VarKind.RAW,
+        VarKind.STEP_SCOPES,
+        VarKind.CHANNEL,
+        VarKind.CHANNEL_LIST,
+    }
+)
 
 
 def is_persistable(var: Variable) -> bool:
@@ -117,6 +149,7 @@ def is_parameter(var: Variable) -> bool:
 
 # -- paths ------------------------------------------------------------------------
 
+
 def _inside(dirname: str | os.PathLike[str], relative: str, what: str) -> Path:
     """``dirname/relative``; an error when ``relative`` is absolute or leads outside ``dirname``."""
     if not isinstance(relative, str) or not relative or "\0" in relative:
@@ -124,13 +157,18 @@ def _inside(dirname: str | os.PathLike[str], relative: str, what: str) -> Path:
     parts = relative.replace("\\", "/").split("/")
     base = Path(dirname).resolve()
     target = (base / relative).resolve()
-    if (PurePosixPath(relative.replace("\\", "/")).is_absolute() or any(p in ("", ".", "..") for p in parts)
-            or not target.is_relative_to(base) or target == base):
+    if (
+        PurePosixPath(relative.replace("\\", "/")).is_absolute()
+        or any(p in ("", ".", "..") for p in parts)
+        or not target.is_relative_to(base)
+        or target == base
+    ):
         raise BlockirError(f"{what} {relative!r} would lead outside the directory {str(dirname)!r}; refused")
     return target
 
 
 # -- values <-> arrays ------------------------------------------------------------------
+
 
 def _host(array: Any, name: str) -> np.ndarray:
     a = np.asarray(array)
@@ -145,8 +183,10 @@ def _arrays(name: str, value: Any) -> tuple[dict[str, Any], dict[str, np.ndarray
         lod = {f"lod.{i}": np.asarray(level, dtype=np.int64) for i, level in enumerate(value.lod)}
         return {"kind": "lod_tensor", "lod_levels": len(value.lod)}, {"data": _host(value.data, name), **lod}
     if isinstance(value, SelectedRows):
-        return ({"kind": "selected_rows", "height": int(value.height)},
-                {"rows": np.asarray(value.rows, dtype=np.int64), "values": _host(value.values, name)})
+        return (
+            {"kind": "selected_rows", "height": int(value.height)},
+            {"rows": np.asarray(value.rows, dtype=np.int64), "values": _host(value.values, name)},
+        )
     return {"kind": "dense"}, {"data": _host(value, name)}
 
 
@@ -170,14 +210,17 @@ def _value(name: str, entry: dict[str, Any], read: Callable[[str], np.ndarray], 
 
 def _selected_rows(rows: np.ndarray, values: np.ndarray, height: int) -> SelectedRows:
     if rows.ndim != 1 or rows.dtype.kind not in "iu" or values.ndim < 1 or len(values) != len(rows):
-        raise BlockirError(f"selected rows need one integer row index per row of values, got rows "
-                           f"{rows.dtype}{list(rows.shape)} and values {values.dtype}{list(values.shape)}")
+        raise BlockirError(
+            f"selected rows need one integer row index per row of values, got rows "
+            f"{rows.dtype}{list(rows.shape)} and values {values.dtype}{list(values.shape)}"
+        )
     if height < 0 or rows.size and not 0 <= rows.min() <= rows.max() < height:
         raise BlockirError(f"selected rows index rows outside [0, {height})")
     return SelectedRows(rows, values, height)
 
 
 # -- .npy files ----------------------------------------------------------------------------------
+
 
 def _read_npy(f: io.BufferedIOBase, size: int, where: str) -> np.ndarray:
     """The array of the ``.npy`` data ``f`` holds (``size`` bytes from its position), read without pickle.
@@ -198,8 +241,9 @@ def _read_npy(f: io.BufferedIOBase, size: int, where: str) -> np.ndarray:
         raise BlockirError(f"{where}: truncated .npy file (its header is cut short or longer than the file)")
     read_header = np.lib.format.read_array_header_1_0 if width == 2 else np.lib.format.read_array_header_2_0
     try:  # version 3.0 is 2.0 with a UTF-8 header; headers of tensors are ASCII
-        shape, fortran_order, dtype = read_header(io.BytesIO(length_field + f.read(length)),
-                                                  max_header_size=_NPY_MAX_HEADER)
+        shape, fortran_order, dtype = read_header(
+            io.BytesIO(length_field + f.read(length)), max_header_size=_NPY_MAX_HEADER
+        )
     except (ValueError, TypeError, SyntaxError, RecursionError, tokenize.TokenError) as e:  # what parsing it raises
         raise BlockirError(f"{where}: not a .npy array file (bad header: {e})") from None
     if dtype.hasobject:
@@ -211,8 +255,10 @@ def _read_npy(f: io.BufferedIOBase, size: int, where: str) -> np.ndarray:
     count = math.prod(shape)
     nbytes, available = count * dtype.itemsize, size - offset
     if nbytes > available:
-        raise BlockirError(f"{where}: truncated .npy file (its header declares {dtype}{list(shape)}, {nbytes} bytes "
-                           f"of data, and {available} follow)")
+        raise BlockirError(
+            f"{where}: truncated .npy file (its header declares {dtype}{list(shape)}, {nbytes} bytes "
+            f"of data, and {available} follow)"
+        )
     array = np.empty(count, dtype)
     view, filled = array.view(np.uint8).data, 0
     while filled < nbytes:
@@ -247,6 +293,7 @@ def load_array(path: str | os.PathLike[str], what: str) -> np.ndarray:
 
 
 # -- bundles ----------------------------------------------------------------------------
+
 
 def _write_bundle(f: IO[bytes], values: dict[str, Any]) -> None:
     index: dict[str, Any] = {"format": _FORMAT, "version": _VERSION, "vars": {}}
@@ -294,18 +341,23 @@ class _Bundle:
     def _index(self, size: int) -> dict[str, Any]:
         for info in self.zip.infolist():
             if info.compress_type != zipfile.ZIP_STORED or info.flag_bits & 0x1:
-                raise BlockirError(f"{self.where}: member {info.filename!r} is compressed or encrypted; "
-                                   f"bundles store their members as they are")
+                raise BlockirError(
+                    f"{self.where}: member {info.filename!r} is compressed or encrypted; "
+                    f"bundles store their members as they are"
+                )
             if info.file_size != info.compress_size or info.header_offset + info.compress_size > size:
-                raise BlockirError(f"{self.where}: damaged bundle (member {info.filename!r} claims "
-                                   f"{info.file_size} bytes, more than the file holds)")
+                raise BlockirError(
+                    f"{self.where}: damaged bundle (member {info.filename!r} claims "
+                    f"{info.file_size} bytes, more than the file holds)"
+                )
         try:
             info = self.zip.getinfo(_INDEX)
         except KeyError:
             raise BlockirError(f"{self.where}: not a blockir variables file (a zip with {_INDEX})") from None
         if info.file_size > MAX_INDEX_BYTES:
-            raise BlockirError(f"{self.where}: its {_INDEX} has {info.file_size} bytes, more than the "
-                               f"{MAX_INDEX_BYTES} allowed")
+            raise BlockirError(
+                f"{self.where}: its {_INDEX} has {info.file_size} bytes, more than the {MAX_INDEX_BYTES} allowed"
+            )
         try:
             index = json.loads(self.zip.read(info))
         except (ValueError, RecursionError):
@@ -348,6 +400,7 @@ def _load_from_bundle(path: Path, name: str) -> Any:
 
 # -- one file per variable: the manifest and the generations ------------------------------------
 
+
 @dataclass
 class _Manifest:
     """A directory's manifest: the generation of the save that wrote it and each variable's entry."""
@@ -389,8 +442,12 @@ def _read_manifest(base: Path) -> _Manifest | None:
 
 
 def _write_manifest(base: Path, manifest: _Manifest) -> None:
-    doc = {"format": _MANIFEST_FORMAT, "version": _MANIFEST_VERSION, "generation": manifest.generation,
-           "vars": manifest.vars}
+    doc = {
+        "format": _MANIFEST_FORMAT,
+        "version": _MANIFEST_VERSION,
+        "generation": manifest.generation,
+        "vars": manifest.vars,
+    }
     with atomic_file(base / MANIFEST_FILE) as f:
         f.write(json.dumps(doc, indent=1).encode())
 
@@ -451,8 +508,11 @@ def _save_files(dirname: str | os.PathLike[str], values: dict[str, Any]) -> None
         shutil.rmtree(gen_dir, ignore_errors=True)
         raise
     _write_manifest(base, new)  # the save is complete from here on
-    stale = [] if old is None else [base / file for file in old.files() - new.files()
-                                    if _GENERATION.fullmatch(PurePosixPath(file).parts[0])]
+    stale = (
+        []
+        if old is None
+        else [base / file for file in old.files() - new.files() if _GENERATION.fullmatch(PurePosixPath(file).parts[0])]
+    )
     _remove_stale(base, new, stale + [path for pair in legacy.values() for path in pair])
 
 
@@ -486,11 +546,14 @@ def _load_file(dirname: str | os.PathLike[str], manifest: _Manifest | None, name
         return _load_npy(npy, str(npy))
     if npz.is_file():
         return _load_from_bundle(npz, name)
-    raise BlockirError(f"no saved value for variable {name!r} in {str(dirname)!r} (looked for {npy.name}, {npz.name}"
-                       f"{', ' + MANIFEST_FILE if manifest is None else ''})")
+    raise BlockirError(
+        f"no saved value for variable {name!r} in {str(dirname)!r} (looked for {npy.name}, {npz.name}"
+        f"{', ' + MANIFEST_FILE if manifest is None else ''})"
+    )
 
 
 # -- save / load variables --------------------------------------------------------------------
+
 
 def _default_program(program: Program | None) -> Program:
     if program is not None:
@@ -508,8 +571,9 @@ def _check_executor(executor: Executor) -> Executor:
     return executor
 
 
-def _select(program: Program, vars: Iterable[Variable | str] | None,
-            predicate: Callable[[Variable], bool] | None) -> list[Variable]:
+def _select(
+    program: Program, vars: Iterable[Variable | str] | None, predicate: Callable[[Variable], bool] | None
+) -> list[Variable]:
     block = program.global_block()
     if vars is not None:
         chosen = []
@@ -522,9 +586,15 @@ def _select(program: Program, vars: Iterable[Variable | str] | None,
     return [v for v in block.vars.values() if predicate is None or predicate(v)]
 
 
-def save_vars(executor: Executor, dirname: str | os.PathLike[str], main_program: Program | None = None,
-              vars: Iterable[Variable | str] | None = None, predicate: Callable[[Variable], bool] | None = None,
-              filename: str | None = None, scope: Scope | None = None) -> list[str]:
+def save_vars(
+    executor: Executor,
+    dirname: str | os.PathLike[str],
+    main_program: Program | None = None,
+    vars: Iterable[Variable | str] | None = None,
+    predicate: Callable[[Variable], bool] | None = None,
+    filename: str | None = None,
+    scope: Scope | None = None,
+) -> list[str]:
     """Save variables of ``main_program`` from ``scope`` (default: the global scope) under ``dirname``.
 
     The variables are ``vars`` if given, else those of the global block that
@@ -542,8 +612,9 @@ def save_vars(executor: Executor, dirname: str | os.PathLike[str], main_program:
     for var in chosen:
         holder = scope.find_var(var.name)
         if holder is None or holder.value is None:
-            raise BlockirError(f"cannot save variable {var.name!r}: it has no value in the scope "
-                               f"(run the startup program first)")
+            raise BlockirError(
+                f"cannot save variable {var.name!r}: it has no value in the scope (run the startup program first)"
+            )
         values[var.name] = holder.value
     if bundle is None:
         _save_files(dirname, values)
@@ -553,14 +624,24 @@ def save_vars(executor: Executor, dirname: str | os.PathLike[str], main_program:
     return list(values)
 
 
-def save_params(executor: Executor, dirname: str | os.PathLike[str], main_program: Program | None = None,
-                filename: str | None = None, scope: Scope | None = None) -> list[str]:
+def save_params(
+    executor: Executor,
+    dirname: str | os.PathLike[str],
+    main_program: Program | None = None,
+    filename: str | None = None,
+    scope: Scope | None = None,
+) -> list[str]:
     """Save the parameters (``is_parameter`` variables) of ``main_program``; see :func:`save_vars`."""
     return save_vars(executor, dirname, main_program, predicate=is_parameter, filename=filename, scope=scope)
 
 
-def save_persistables(executor: Executor, dirname: str | os.PathLike[str], main_program: Program | None = None,
-                      filename: str | None = None, scope: Scope | None = None) -> list[str]:
+def save_persistables(
+    executor: Executor,
+    dirname: str | os.PathLike[str],
+    main_program: Program | None = None,
+    filename: str | None = None,
+    scope: Scope | None = None,
+) -> list[str]:
     """Save every persistable variable (parameters, optimizer state, ...); see :func:`save_vars`."""
     return save_vars(executor, dirname, main_program, predicate=is_persistable, filename=filename, scope=scope)
 
@@ -574,13 +655,21 @@ def _check_loaded(var: Variable, value: Any, where: str) -> None:
     fits_dtype = var.dtype is None or array.dtype == np.dtype(var.dtype)
     fits_shape = declared is None or shape_matches(declared, array.shape)
     if not (fits_dtype and fits_shape):
-        raise BlockirError(f"{where}: variable {var.name!r} is saved as {describe_value(value)}, but the program "
-                           f"declares {var.dtype}{list(var.shape or ())}")
+        raise BlockirError(
+            f"{where}: variable {var.name!r} is saved as {describe_value(value)}, but the program "
+            f"declares {var.dtype}{list(var.shape or ())}"
+        )
 
 
-def load_vars(executor: Executor, dirname: str | os.PathLike[str], main_program: Program | None = None,
-              vars: Iterable[Variable | str] | None = None, predicate: Callable[[Variable], bool] | None = None,
-              filename: str | None = None, scope: Scope | None = None) -> list[str]:
+def load_vars(
+    executor: Executor,
+    dirname: str | os.PathLike[str],
+    main_program: Program | None = None,
+    vars: Iterable[Variable | str] | None = None,
+    predicate: Callable[[Variable], bool] | None = None,
+    filename: str | None = None,
+    scope: Scope | None = None,
+) -> list[str]:
     """Load variables saved by :func:`save_vars` into ``scope`` (default: the global scope).
 
     The variables are chosen as in :func:`save_vars`; each loaded value must
@@ -609,19 +698,30 @@ def load_vars(executor: Executor, dirname: str | os.PathLike[str], main_program:
     return list(loaded)
 
 
-def load_params(executor: Executor, dirname: str | os.PathLike[str], main_program: Program | None = None,
-                filename: str | None = None, scope: Scope | None = None) -> list[str]:
+def load_params(
+    executor: Executor,
+    dirname: str | os.PathLike[str],
+    main_program: Program | None = None,
+    filename: str | None = None,
+    scope: Scope | None = None,
+) -> list[str]:
     """Load the parameters of ``main_program``; see :func:`load_vars`."""
     return load_vars(executor, dirname, main_program, predicate=is_parameter, filename=filename, scope=scope)
 
 
-def load_persistables(executor: Executor, dirname: str | os.PathLike[str], main_program: Program | None = None,
-                      filename: str | None = None, scope: Scope | None = None) -> list[str]:
+def load_persistables(
+    executor: Executor,
+    dirname: str | os.PathLike[str],
+    main_program: Program | None = None,
+    filename: str | None = None,
+    scope: Scope | None = None,
+) -> list[str]:
     """Load every persistable variable of ``main_program``; see :func:`load_vars`."""
     return load_vars(executor, dirname, main_program, predicate=is_persistable, filename=filename, scope=scope)
 
 
 # -- inference models ------------------------------------------------------------------------
+
 
 def _names(items: str | Variable | Sequence[str | Variable], what: str) -> list[str]:
     items = [items] if isinstance(items, (str, Variable)) else list(items)
@@ -645,8 +745,10 @@ def _check_computable(program: Program, feeds: list[str]) -> None:
     for op in block.ops:
         for name in op.input_names():
             if name not in defined and not block.find_var_recursive(name).persistable:
-                raise BlockirError(f"the targets need {name!r}, which is neither fed ({', '.join(feeds) or 'no feeds'}) "
-                                   f"nor computed from the feeds and parameters; read by: {op}")
+                raise BlockirError(
+                    f"the targets need {name!r}, which is neither fed ({', '.join(feeds) or 'no feeds'}) "
+                    f"nor computed from the feeds and parameters; read by: {op}"
+                )
         defined.update(op.output_names())
 
 
@@ -659,10 +761,16 @@ def _program_of(targets: Variable | str | Sequence[Variable | str]) -> Program |
     return next(iter(programs.values()), None)
 
 
-def save_inference_model(dirname: str | os.PathLike[str], feeded_var_names: str | Sequence[str],
-                         target_vars: Variable | str | Sequence[Variable | str], executor: Executor,
-                         main_program: Program | None = None, model_filename: str | None = None,
-                         params_filename: str | None = None, scope: Scope | None = None) -> list[str]:
+def save_inference_model(
+    dirname: str | os.PathLike[str],
+    feeded_var_names: str | Sequence[str],
+    target_vars: Variable | str | Sequence[Variable | str],
+    executor: Executor,
+    main_program: Program | None = None,
+    model_filename: str | None = None,
+    params_filename: str | None = None,
+    scope: Scope | None = None,
+) -> list[str]:
     """Save the part of ``main_program`` computing ``target_vars`` from ``feeded_var_names``, with its parameters.
 
     The program is cloned, turned into an inference program (backward and
@@ -699,8 +807,10 @@ def save_inference_model(dirname: str | os.PathLike[str], feeded_var_names: str 
     _check_computable(program, feeds)
     for name, kind in ((FEED_VAR, VarKind.FEED_MINIBATCH), (FETCH_VAR, VarKind.FETCH_LIST)):
         if block.has_var(name) and block.var(name).kind is not kind:
-            raise BlockirError(f"the program has a variable named {name!r}, a name save_inference_model needs "
-                               f"for its {kind.text} variable")
+            raise BlockirError(
+                f"the program has a variable named {name!r}, a name save_inference_model needs "
+                f"for its {kind.text} variable"
+            )
         if not block.has_var(name):
             block.create_var(name, kind=kind, persistable=True)
     for col, name in reversed(list(enumerate(feeds))):
@@ -726,9 +836,13 @@ def _framing(block: Any, op_type: str, slot: str, path: Path) -> list[str]:
     return [name for _, name in sorted(found)]
 
 
-def load_inference_model(dirname: str | os.PathLike[str], executor: Executor, model_filename: str | None = None,
-                         params_filename: str | None = None,
-                         scope: Scope | None = None) -> tuple[Program, list[str], list[Variable]]:
+def load_inference_model(
+    dirname: str | os.PathLike[str],
+    executor: Executor,
+    model_filename: str | None = None,
+    params_filename: str | None = None,
+    scope: Scope | None = None,
+) -> tuple[Program, list[str], list[Variable]]:
     """Load a model saved by :func:`save_inference_model` (the same file name arguments).
 
     Loads its parameters into ``scope`` (default: the global scope) and returns

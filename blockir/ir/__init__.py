@@ -7,5 +7,15 @@ from blockir.ir.proto_io import load_program
 from blockir.ir.text import parse, parse_program
 from blockir.ir.verify import verify
 
-__all__ = ["AttrType", "Block", "Operator", "Program", "Variable", "VarKind", "load_program",
-           "parse", "parse_program", "verify"]
+__all__ = [
+    "AttrType",
+    "Block",
+    "Operator",
+    "Program",
+    "Variable",
+    "VarKind",
+    "load_program",
+    "parse",
+    "parse_program",
+    "verify",
+]

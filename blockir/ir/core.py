@@ -9,7 +9,8 @@ and the text form (:mod:`blockir.ir.text`) prints and parses back identically.
 from __future__ import annotations
 
 import itertools
-from typing import Any, Iterable, Iterator
+from collections.abc import Iterable, Iterator
+from typing import Any
 
 from blockir.errors import BlockirError
 from blockir.ir import attrs as _attrs
@@ -35,13 +36,34 @@ class Variable:
     pinned by ``ParamAttr(device=...)``).
     """
 
-    _FIELDS = ("name", "kind", "dtype", "shape", "lod_level", "persistable", "stop_gradient",
-               "is_parameter", "need_check_feed", "capacity", "device")
+    _FIELDS = (
+        "name",
+        "kind",
+        "dtype",
+        "shape",
+        "lod_level",
+        "persistable",
+        "stop_gradient",
+        "is_parameter",
+        "need_check_feed",
+        "capacity",
+        "device",
+    )
 
-    def __init__(self, name: str, kind: VarKind = VarKind.LOD_TENSOR, dtype: Any = "float32",
-                 shape: Iterable[int] | None = (), lod_level: int = 0, persistable: bool = False,
-                 stop_gradient: bool = False, is_parameter: bool = False,
-                 need_check_feed: bool = False, capacity: int = 0, device: str = "") -> None:
+    def __init__(
+        self,
+        name: str,
+        kind: VarKind = VarKind.LOD_TENSOR,
+        dtype: Any = "float32",
+        shape: Iterable[int] | None = (),
+        lod_level: int = 0,
+        persistable: bool = False,
+        stop_gradient: bool = False,
+        is_parameter: bool = False,
+        need_check_feed: bool = False,
+        capacity: int = 0,
+        device: str = "",
+    ) -> None:
         if not isinstance(name, str) or not name:
             raise BlockirError(f"variable name must be a non-empty string, got {name!r}")
         self.block: Block | None = None
@@ -83,10 +105,17 @@ class Variable:
 class Operator:
     """One op: type, inputs and outputs by slot (lists of variable names), typed attributes."""
 
-    def __init__(self, block: Block, type: str, inputs: dict[str, list[str]] | None = None,
-                 outputs: dict[str, list[str]] | None = None, attrs: dict[str, Any] | None = None,
-                 attr_types: dict[str, AttrType] | None = None, id: int | None = None,
-                 is_target: bool = False) -> None:
+    def __init__(
+        self,
+        block: Block,
+        type: str,
+        inputs: dict[str, list[str]] | None = None,
+        outputs: dict[str, list[str]] | None = None,
+        attrs: dict[str, Any] | None = None,
+        attr_types: dict[str, AttrType] | None = None,
+        id: int | None = None,
+        is_target: bool = False,
+    ) -> None:
         if not isinstance(type, str) or not type:
             raise BlockirError(f"op type must be a non-empty string, got {type!r}")
         self.block = block
@@ -197,8 +226,9 @@ class Operator:
 class Block:
     """A list of ops over a table of variables; may have a parent block (for sub-blocks)."""
 
-    def __init__(self, program: Program, idx: int, parent_idx: int = -1,
-                 forward_block_idx: int = -1, device: str = "") -> None:
+    def __init__(
+        self, program: Program, idx: int, parent_idx: int = -1, forward_block_idx: int = -1, device: str = ""
+    ) -> None:
         self.program = program
         self.idx = idx
         self.parent_idx = parent_idx
@@ -255,25 +285,37 @@ class Block:
         self.program._touch()
 
     # -- ops ---------------------------------------------------------------
-    def _make_op(self, type: str, inputs: dict[str, Any] | None, outputs: dict[str, Any] | None,
-                 attrs: dict[str, Any] | None) -> Operator:
+    def _make_op(
+        self, type: str, inputs: dict[str, Any] | None, outputs: dict[str, Any] | None, attrs: dict[str, Any] | None
+    ) -> Operator:
         op = Operator(self, type, _names(inputs), _names(outputs))
         for name, value in (attrs or {}).items():
             op.set_attr(name, value)
         return op
 
-    def append_op(self, type: str, inputs: dict[str, Any] | None = None,
-                  outputs: dict[str, Any] | None = None, attrs: dict[str, Any] | None = None,
-                  infer: bool = True) -> Operator:
+    def append_op(
+        self,
+        type: str,
+        inputs: dict[str, Any] | None = None,
+        outputs: dict[str, Any] | None = None,
+        attrs: dict[str, Any] | None = None,
+        infer: bool = True,
+    ) -> Operator:
         """Append an op; slot values may be Variables, names or lists of them.
 
         With ``infer`` the op's schema (when registered) sets its outputs' shape and dtype.
         """
         return self.insert_op(len(self.ops), type, inputs, outputs, attrs, infer)
 
-    def insert_op(self, index: int, type: str, inputs: dict[str, Any] | None = None,
-                  outputs: dict[str, Any] | None = None, attrs: dict[str, Any] | None = None,
-                  infer: bool = True) -> Operator:
+    def insert_op(
+        self,
+        index: int,
+        type: str,
+        inputs: dict[str, Any] | None = None,
+        outputs: dict[str, Any] | None = None,
+        attrs: dict[str, Any] | None = None,
+        infer: bool = True,
+    ) -> Operator:
         op = self._make_op(type, inputs, outputs, attrs)
         if infer:
             schema = find(type)
@@ -283,9 +325,14 @@ class Block:
         self.program._touch()
         return op
 
-    def prepend_op(self, type: str, inputs: dict[str, Any] | None = None,
-                   outputs: dict[str, Any] | None = None, attrs: dict[str, Any] | None = None,
-                   infer: bool = True) -> Operator:
+    def prepend_op(
+        self,
+        type: str,
+        inputs: dict[str, Any] | None = None,
+        outputs: dict[str, Any] | None = None,
+        attrs: dict[str, Any] | None = None,
+        infer: bool = True,
+    ) -> Operator:
         return self.insert_op(0, type, inputs, outputs, attrs, infer)
 
     def remove_op(self, op: Operator | int) -> Operator:
@@ -395,8 +442,11 @@ class Program:
             for var in block.vars.values():
                 var.copy_to(nb)
             for op in block.ops:
-                nb.ops.append(Operator(nb, op.type, op.inputs, op.outputs, op.attrs, op.attr_types,
-                                       id=op.id, is_target=op.is_target))
+                nb.ops.append(
+                    Operator(
+                        nb, op.type, op.inputs, op.outputs, op.attrs, op.attr_types, id=op.id, is_target=op.is_target
+                    )
+                )
         new.version, new.random_seed, new.device = self.version, self.random_seed, self.device
         new.current_block_idx = self.current_block_idx
         top = max((op.id for op in self.ops()), default=-1)
@@ -469,6 +519,7 @@ def strip_training(program: Program) -> bool:
 
 # -- what blocks read and write ------------------------------------------------
 
+
 def block_reads_writes(block: Block) -> tuple[set[str], set[str]]:
     """Outer variables a block (with its nested sub-blocks) reads and writes."""
     reads: set[str] = set()
@@ -496,5 +547,9 @@ def outer_temporaries(block: Block) -> list[str]:
     """The variables outside ``block`` that it (and its sub-blocks) read, other than persistables and
     channels, sorted: what a go or case block must be given when it starts."""
     reads, _ = block_reads_writes(block)
-    return sorted(n for n in reads if not (var := block.find_var_recursive(n)).persistable
-                  and var.kind not in (VarKind.CHANNEL, VarKind.CHANNEL_LIST))
+    return sorted(
+        n
+        for n in reads
+        if not (var := block.find_var_recursive(n)).persistable
+        and var.kind not in (VarKind.CHANNEL, VarKind.CHANNEL_LIST)
+    )

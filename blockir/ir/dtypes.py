@@ -59,8 +59,16 @@ def to_dtype(dtype: object) -> str:
     """Normalise a dtype given as a name, numpy dtype or numpy scalar type to its numpy name."""
     if isinstance(dtype, str) and dtype in DTYPE_TO_PROTO:
         return dtype
-    aliases = {"float": "float32", "double": "float64", "int": "int32", "long": "int64", "fp16": "float16",
-               "fp32": "float32", "fp64": "float64", "bf16": "bfloat16"}
+    aliases = {
+        "float": "float32",
+        "double": "float64",
+        "int": "int32",
+        "long": "int64",
+        "fp16": "float16",
+        "fp32": "float32",
+        "fp64": "float64",
+        "bf16": "bfloat16",
+    }
     if isinstance(dtype, str) and dtype in aliases:
         return aliases[dtype]
     try:

@@ -15,8 +15,9 @@ import glob
 import os
 import secrets
 import stat
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Any, BinaryIO, Iterator
+from typing import Any, BinaryIO
 
 from google.protobuf.message import DecodeError
 from google.protobuf.unknown_fields import UnknownFieldSet
@@ -29,15 +30,25 @@ from blockir.proto import framework_pb2 as pb
 
 # AttrType -> the Attr field holding its value.
 ATTR_FIELD = {
-    AttrType.INT: "i", AttrType.FLOAT: "f", AttrType.STRING: "s", AttrType.INTS: "ints",
-    AttrType.FLOATS: "floats", AttrType.STRINGS: "strings", AttrType.BOOLEAN: "b",
-    AttrType.BOOLEANS: "bools", AttrType.BLOCK: "block_idx", AttrType.LONG: "l",
-    AttrType.BLOCKS: "blocks_idx", AttrType.LONGS: "longs", AttrType.FLOAT64S: "float64s",
+    AttrType.INT: "i",
+    AttrType.FLOAT: "f",
+    AttrType.STRING: "s",
+    AttrType.INTS: "ints",
+    AttrType.FLOATS: "floats",
+    AttrType.STRINGS: "strings",
+    AttrType.BOOLEAN: "b",
+    AttrType.BOOLEANS: "bools",
+    AttrType.BLOCK: "block_idx",
+    AttrType.LONG: "l",
+    AttrType.BLOCKS: "blocks_idx",
+    AttrType.LONGS: "longs",
+    AttrType.FLOAT64S: "float64s",
     AttrType.FLOAT64: "float64",
 }
 
 
 # -- objects -> proto ----------------------------------------------------------
+
 
 def _tensor_desc(desc: Any, var: Variable) -> None:
     desc.data_type = DTYPE_TO_PROTO[var.dtype or "float32"]
@@ -105,6 +116,7 @@ def program_to_proto(program: Program) -> pb.ProgramDesc:
 
 # -- proto -> objects ----------------------------------------------------------
 
+
 def _dtype(code: int, where: str) -> str:
     try:
         return PROTO_TO_DTYPE[code]
@@ -131,8 +143,16 @@ def var_from_proto(d: pb.VarDesc, where: str) -> Variable:
     if tensor is not None:
         fields["dtype"] = _dtype(tensor.data_type, f"{where}: variable {d.name!r}")
         fields["shape"] = tuple(tensor.dims)
-    return Variable(d.name, kind, persistable=d.persistable, stop_gradient=d.stop_gradient,
-                    is_parameter=d.is_parameter, need_check_feed=d.need_check_feed, device=d.device, **fields)
+    return Variable(
+        d.name,
+        kind,
+        persistable=d.persistable,
+        stop_gradient=d.stop_gradient,
+        is_parameter=d.is_parameter,
+        need_check_feed=d.need_check_feed,
+        device=d.device,
+        **fields,
+    )
 
 
 def _attr_value(a: Any, where: str) -> tuple[Any, AttrType]:
@@ -220,8 +240,7 @@ _CHUNK = 1 << 20  # how much a read of a pipe or device asks for at a time
 
 
 @contextlib.contextmanager
-def os_errors(path: str | os.PathLike[str], doing: str,
-              error: type[BlockirError] = BlockirError) -> Iterator[None]:
+def os_errors(path: str | os.PathLike[str], doing: str, error: type[BlockirError] = BlockirError) -> Iterator[None]:
     """Turn an ``OSError`` raised in the ``with`` block into ``error("PATH: REASON")``.
 
     ``doing`` is what failed (``"read"``, ``"write"``). The reason is the

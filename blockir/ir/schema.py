@@ -28,8 +28,9 @@ where ``g`` names the forward op's inputs/outputs and their gradient variables
 from __future__ import annotations
 
 import difflib
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Callable
+from typing import TYPE_CHECKING, Any
 
 from blockir.errors import OpNotFoundError, ShapeError
 from blockir.ir.attrs import AttrType
@@ -165,8 +166,9 @@ class InferContext:
     def attr(self, name: str) -> Any:
         return self.op.attr(name)
 
-    def set_output(self, slot: str, shape: tuple[int, ...] | list[int], dtype: str,
-                   lod_level: int | None = None, index: int = 0) -> None:
+    def set_output(
+        self, slot: str, shape: tuple[int, ...] | list[int], dtype: str, lod_level: int | None = None, index: int = 0
+    ) -> None:
         names = self.op.outputs.get(slot, [])
         if index >= len(names):
             return

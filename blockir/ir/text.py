@@ -48,7 +48,8 @@ from __future__ import annotations
 import json
 import math
 import re
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 import numpy as np
 
@@ -57,8 +58,7 @@ from blockir.ir.attrs import INT32_MAX, INT32_MIN, INT64_MAX, INT64_MIN, LIST_TY
 from blockir.ir.core import Block, Operator, Program, Variable
 from blockir.ir.dtypes import VarKind, to_dtype
 
-__all__ = ["format_attr_value", "format_block", "format_op", "format_program", "format_var",
-           "parse", "parse_program"]
+__all__ = ["format_attr_value", "format_block", "format_op", "format_program", "format_var", "parse", "parse_program"]
 
 _PLAIN = re.compile(r"[A-Za-z0-9_.@/:-]+")
 _NUMBER = re.compile(r"-?(?:inf|nan|[0-9]+(\.[0-9]*)?([eE][+-]?[0-9]+)?)([Ld]?)")
@@ -72,11 +72,16 @@ _EMPTY_LIST[AttrType.BOOLEANS] = "bools"
 _EMPTY_LIST_OF = {spelling: t for t, spelling in _EMPTY_LIST.items()}
 _LIST_OF = {scalar: lst for lst, scalar in LIST_TYPES.items()}
 _DEVICE_ATTR = "op_device"
-_VAR_FLAGS = (("persistable", "persistable"), ("parameter", "is_parameter"),
-              ("stop_gradient", "stop_gradient"), ("need_check_feed", "need_check_feed"))
+_VAR_FLAGS = (
+    ("persistable", "persistable"),
+    ("parameter", "is_parameter"),
+    ("stop_gradient", "stop_gradient"),
+    ("need_check_feed", "need_check_feed"),
+)
 
 
 # -- printer ---------------------------------------------------------------------
+
 
 def _quote(s: str) -> str:
     out = ['"']
@@ -161,8 +166,11 @@ def format_op(op: Operator) -> str:
         lhs = ""
     line = f"{lhs}{_name(op.type)}({_slots(op.inputs)})"
     device = _suffix_device(op)
-    attrs = [f"{_name(k)}={format_attr_value(v, op.attr_types[k])}" for k, v in op.attrs.items()
-             if not (device and k == _DEVICE_ATTR)]
+    attrs = [
+        f"{_name(k)}={format_attr_value(v, op.attr_types[k])}"
+        for k, v in op.attrs.items()
+        if not (device and k == _DEVICE_ATTR)
+    ]
     if attrs:
         line += " {" + ", ".join(attrs) + "}"
     if device:
@@ -216,6 +224,7 @@ def format_program(program: Program) -> str:
 
 
 # -- parser ----------------------------------------------------------------------
+
 
 class _Parser:
     """A cursor over the lines of the text; every failure is a :class:`ParseError`."""
@@ -311,7 +320,7 @@ class _Parser:
         if i >= len(self.line):
             raise self.fail("unterminated string", start)
         try:
-            value = json.loads(self.line[start:i + 1])
+            value = json.loads(self.line[start : i + 1])
         except ValueError as e:
             raise self.fail(f"invalid string literal ({e.args[0].split(':')[0]})", start) from None
         self.pos = i + 1
@@ -371,7 +380,7 @@ class _Parser:
         m = _NUMBER.match(self.line, self.pos)
         if m is not None and not _PLAIN.match(self.line, m.end()):
             self.pos = m.end()
-            body = m.group()[:m.start(3) - m.start()]
+            body = m.group()[: m.start(3) - m.start()]
             is_int = _INTEGER.fullmatch(body) is not None
             if is_int and len(body) > _MAX_DIGITS:
                 raise self.fail("integer literal out of range", m.start())
@@ -406,8 +415,9 @@ class _Parser:
 
             self.sequence("]", item)
             if not items:
-                raise self.fail("an empty list needs its type: " + ", ".join(
-                    f"{v}[]" for v in _EMPTY_LIST.values()), start)
+                raise self.fail(
+                    "an empty list needs its type: " + ", ".join(f"{v}[]" for v in _EMPTY_LIST.values()), start
+                )
             value, t = [v for v, _ in items], _LIST_OF[items[0][1]]
         else:
             value, t = self.scalar()
@@ -465,10 +475,12 @@ class _Parser:
         idx_pos = self.mark()
         idx = self.integer("a block index", 0, INT32_MAX)
         if idx != len(program.blocks):
-            raise self.fail(f"block {idx} out of order: blocks are numbered from 0, expected block "
-                            f"{len(program.blocks)}", idx_pos)
-        opts = self.options({"parent": self.int32, "forward_block_idx": self.int32, "device": self.device_name},
-                            stop="{")
+            raise self.fail(
+                f"block {idx} out of order: blocks are numbered from 0, expected block {len(program.blocks)}", idx_pos
+            )
+        opts = self.options(
+            {"parent": self.int32, "forward_block_idx": self.int32, "device": self.device_name}, stop="{"
+        )
         if "parent" not in opts:
             raise self.fail("the block header needs parent=N", start)
         self.expect("{")
@@ -489,7 +501,7 @@ class _Parser:
         m = _PLAIN.match(self.line, self.pos)
         if m is None or m.group() != "var":
             return False
-        rest = self.line[m.end():].lstrip(" \t\r")
+        rest = self.line[m.end() :].lstrip(" \t\r")
         return rest.startswith("%")
 
     def var(self, block: Block) -> None:
@@ -517,8 +529,11 @@ class _Parser:
         if self.line.startswith("[", self.pos):
             self.pos += 1
             var.shape = tuple(self.sequence("]", lambda: self.integer("a dimension")))
-        spec: dict[str, Callable[[], Any] | None] = {"lod_level": self.int32, "capacity": self.integer,
-                                                     "device": self.device_name}
+        spec: dict[str, Callable[[], Any] | None] = {
+            "lod_level": self.int32,
+            "capacity": self.integer,
+            "device": self.device_name,
+        }
         spec.update((word, None) for word, _ in _VAR_FLAGS)
         opts = self.options(spec)
         var.lod_level = opts.get("lod_level", 0)
@@ -564,6 +579,7 @@ class _Parser:
         attrs: dict[str, Any] = {}
         types: dict[str, AttrType] = {}
         if self.eat("{"):
+
             def attr() -> None:
                 key = self.key("attribute", attrs)
                 attrs[key], types[key] = self.attr_value(key)

@@ -94,8 +94,9 @@ class _Verifier:
         if n == 0:
             self.problems.append("program: has no blocks")
         if self.program.device and not is_valid_device(self.program.device):
-            self.problems.append(f"program: device {self.program.device!r} is not well formed "
-                                 f"(expected {_DEVICE_FORMS})")
+            self.problems.append(
+                f"program: device {self.program.device!r} is not well formed (expected {_DEVICE_FORMS})"
+            )
         for i, block in enumerate(self.program.blocks):
             if block.idx != i:
                 self.block_problem(block, f"has idx {block.idx} but is at position {i} of the program")
@@ -108,14 +109,16 @@ class _Verifier:
                 if 0 <= last.parent_idx < n:  # the chain stopped on a block already in it
                     self.block_problem(block, f"its parents form a cycle through block {last.parent_idx}")
             if not -1 <= block.forward_block_idx < n:
-                self.block_problem(block, f"forward_block_idx {block.forward_block_idx} is not a block "
-                                          "of the program")
+                self.block_problem(block, f"forward_block_idx {block.forward_block_idx} is not a block of the program")
             if block.device and not is_valid_device(block.device):
                 self.block_problem(block, f"device {block.device!r} is not well formed (expected {_DEVICE_FORMS})")
             for var in block.vars.values():
                 if var.device and not is_valid_device(var.device):
-                    self.block_problem(block, f"variable {var.name!r} has device {var.device!r}, which is not "
-                                              f"well formed (expected {_DEVICE_FORMS})")
+                    self.block_problem(
+                        block,
+                        f"variable {var.name!r} has device {var.device!r}, which is not "
+                        f"well formed (expected {_DEVICE_FORMS})",
+                    )
 
     # -- variables ---------------------------------------------------------
     def lookup(self, block: Block, name: str) -> Variable | None:
@@ -153,16 +156,23 @@ class _Verifier:
                     continue
                 var = self.lookup(block, name)
                 if var is None:
-                    self.op_problem(block, index, op, f"input {name!r} (slot {slot}) is not declared in "
-                                                      "the block or its ancestors")
+                    self.op_problem(
+                        block, index, op, f"input {name!r} (slot {slot}) is not declared in the block or its ancestors"
+                    )
                 elif not (name in defined or var.persistable or var.need_check_feed):
-                    self.op_problem(block, index, op, f"input {name!r} (slot {slot}) is used before any "
-                                                      "op defines it (and it is not persistable or fed)")
+                    self.op_problem(
+                        block,
+                        index,
+                        op,
+                        f"input {name!r} (slot {slot}) is used before any "
+                        "op defines it (and it is not persistable or fed)",
+                    )
         for slot, names in op.outputs.items():
             for name in names:
                 if name != EMPTY_VAR and self.lookup(block, name) is None:
-                    self.op_problem(block, index, op, f"output {name!r} (slot {slot}) is not declared in "
-                                                      "the block or its ancestors")
+                    self.op_problem(
+                        block, index, op, f"output {name!r} (slot {slot}) is not declared in the block or its ancestors"
+                    )
         schema = find(op.type)
         if schema is None:
             if not self.allow_unknown_ops:
@@ -192,10 +202,16 @@ def _slot_problems(op: Operator, schema: OpSchema) -> list[str]:
     # A required input binds a variable (its kernel gets no None there). A required output is there, if only
     # as @EMPTY@ (its value unused); gradient outputs (X@GRAD) excepted: gradient makers leave out those of
     # the inputs that need no gradient.
-    problems += [f"required input slot {s.name} is missing" for s in schema.inputs
-                 if not s.optional and all(n == EMPTY_VAR for n in op.inputs.get(s.name, ()))]
-    problems += [f"required output slot {s.name} is missing" for s in schema.outputs
-                 if not s.optional and not s.name.endswith(GRAD_SUFFIX) and not op.outputs.get(s.name)]
+    problems += [
+        f"required input slot {s.name} is missing"
+        for s in schema.inputs
+        if not s.optional and all(n == EMPTY_VAR for n in op.inputs.get(s.name, ()))
+    ]
+    problems += [
+        f"required output slot {s.name} is missing"
+        for s in schema.outputs
+        if not s.optional and not s.name.endswith(GRAD_SUFFIX) and not op.outputs.get(s.name)
+    ]
     return problems
 
 
@@ -210,8 +226,11 @@ def _attr_problems(op: Operator, schema: OpSchema | None, unknown: bool) -> list
         elif expected is not None and t is not expected:
             problems.append(f"attribute {name!r} is {t.name}, expected {expected.name}")
     if schema is not None:
-        problems += [f"required attribute {a.name!r} is missing" for a in schema.attrs
-                     if a.default is REQUIRED and a.name not in op.attrs]
+        problems += [
+            f"required attribute {a.name!r} is missing"
+            for a in schema.attrs
+            if a.default is REQUIRED and a.name not in op.attrs
+        ]
     return problems
 
 
@@ -226,8 +245,10 @@ def _block_ref_problems(op: Operator, here: int) -> list[str]:
             if not 0 <= idx < len(blocks):
                 problems.append(f"attribute {name!r} refers to block {idx}, which does not exist")
             elif blocks[idx].parent_idx != here:
-                problems.append(f"attribute {name!r} refers to block {idx}, whose parent is block "
-                                f"{blocks[idx].parent_idx}, not this block")
+                problems.append(
+                    f"attribute {name!r} refers to block {idx}, whose parent is block "
+                    f"{blocks[idx].parent_idx}, not this block"
+                )
     return problems
 
 
@@ -270,5 +291,6 @@ def verify(program: Program, *, allow_unknown_ops: bool = False) -> None:
         v.check_ops()
     if v.problems:
         count = len(v.problems)
-        raise VerifyError(f"program is invalid ({count} problem{'s' if count > 1 else ''}):\n  "
-                          + "\n  ".join(v.problems), v.problems)
+        raise VerifyError(
+            f"program is invalid ({count} problem{'s' if count > 1 else ''}):\n  " + "\n  ".join(v.problems), v.problems
+        )

@@ -76,8 +76,10 @@ def _infer_select(ctx: InferContext) -> None:
     kinds, channels, counts = ctx.attr("case_kinds"), ctx.attr("case_channel"), ctx.attr("case_count")
     blocks = ctx.attr("cases")
     if not len(kinds) == len(channels) == len(counts) == len(blocks):
-        ctx.fail(f"case_kinds, case_channel, case_count and cases must have one entry per case, got "
-                 f"{len(kinds)}, {len(channels)}, {len(counts)} and {len(blocks)}")
+        ctx.fail(
+            f"case_kinds, case_channel, case_count and cases must have one entry per case, got "
+            f"{len(kinds)}, {len(channels)}, {len(counts)} and {len(blocks)}"
+        )
     if any(k not in ("send", "recv", "default") for k in kinds) or kinds.count("default") > 1:
         ctx.fail(f"case_kinds must be send, recv or default (at most one default), got {kinds}")
     n_channels = len(ctx.inputs("Channel"))
@@ -87,8 +89,10 @@ def _infer_select(ctx: InferContext) -> None:
     sent = sum(c for k, c in zip(kinds, counts) if k == "send")
     received = sum(c for k, c in zip(kinds, counts) if k == "recv")
     if sent != len(ctx.inputs("X")) or received != len(ctx.outputs("Out")):
-        ctx.fail(f"case_count {counts} needs {sent} value(s) in X and {received} in Out, got "
-                 f"{len(ctx.inputs('X'))} and {len(ctx.outputs('Out'))}")
+        ctx.fail(
+            f"case_count {counts} needs {sent} value(s) in X and {received} in Out, got "
+            f"{len(ctx.inputs('X'))} and {len(ctx.outputs('Out'))}"
+        )
 
 
 CHANNEL_CREATE = OpSchema(
@@ -135,12 +139,18 @@ GO = OpSchema(
 
 SELECT = OpSchema(
     "select",
-    inputs=(Slot("Channel", duplicable=True, no_grad=True),
-            Slot("X", duplicable=True, optional=True, lod=True, no_grad=True),
-            Slot("Reads", duplicable=True, optional=True, lod=True, no_grad=True)),
+    inputs=(
+        Slot("Channel", duplicable=True, no_grad=True),
+        Slot("X", duplicable=True, optional=True, lod=True, no_grad=True),
+        Slot("Reads", duplicable=True, optional=True, lod=True, no_grad=True),
+    ),
     outputs=(Slot("Out", duplicable=True, optional=True, lod=True), Slot("Status", duplicable=True, optional=True)),
-    attrs=(AttrDef("case_kinds", AttrType.STRINGS), AttrDef("case_channel", AttrType.INTS),
-           AttrDef("case_count", AttrType.INTS), AttrDef("cases", AttrType.BLOCKS)),
+    attrs=(
+        AttrDef("case_kinds", AttrType.STRINGS),
+        AttrDef("case_channel", AttrType.INTS),
+        AttrDef("case_count", AttrType.INTS),
+        AttrDef("cases", AttrType.BLOCKS),
+    ),
     infer=lambda ctx: (_infer_select(ctx), _status(ctx)),
     side_effects=True,
     doc="Do the channel operation of one ready case (uniformly at random), then run its block.",

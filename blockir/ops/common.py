@@ -24,8 +24,7 @@ import numpy as np
 from blockir.errors import BlockirError
 from blockir.ir.attrs import AttrType
 from blockir.ir.dtypes import PROTO_TO_DTYPE
-from blockir.ir.schema import (EMPTY_VAR, AttrDef, GradContext, InferContext, KernelContext, OpSchema, OpSpec,
-                               Slot)
+from blockir.ir.schema import EMPTY_VAR, AttrDef, GradContext, InferContext, KernelContext, OpSchema, OpSpec, Slot
 
 FLOATS = frozenset({"float16", "float32", "float64"})
 NUMBERS = FLOATS | {"int32", "int64"}
@@ -123,8 +122,12 @@ def same_dtype(ctx: InferContext, first: Any, second: Any) -> None:
         ctx.fail(f"{fmt(first)} and {fmt(second)} have different dtypes; cast one of them first")
 
 
-def merge_shapes(ctx: InferContext, slot: str, dtypes: frozenset[str], axis: int | None = None,
-                 ) -> tuple[Any, list[int]]:
+def merge_shapes(
+    ctx: InferContext,
+    slot: str,
+    dtypes: frozenset[str],
+    axis: int | None = None,
+) -> tuple[Any, list[int]]:
     """The first variable of duplicable input ``slot`` and the shape its variables share (known dims
     win over -1); fail unless all have the first one's dtype and rank, and compatible dims except on ``axis``."""
     first = check_dtype(ctx, slot, dtypes)
@@ -132,10 +135,12 @@ def merge_shapes(ctx: InferContext, slot: str, dtypes: frozenset[str], axis: int
     shape = list(first.shape)
     for var in xs[1:]:
         same_dtype(ctx, first, var)
-        if len(var.shape) != len(shape) or not all(compatible(a, b) for i, (a, b) in enumerate(zip(shape, var.shape))
-                                                   if i != axis):
-            ctx.fail(f"{slot} {fmt(var)} does not match {fmt(first)}"
-                     + (f" outside axis {axis}" if axis is not None else ""))
+        if len(var.shape) != len(shape) or not all(
+            compatible(a, b) for i, (a, b) in enumerate(zip(shape, var.shape)) if i != axis
+        ):
+            ctx.fail(
+                f"{slot} {fmt(var)} does not match {fmt(first)}" + (f" outside axis {axis}" if axis is not None else "")
+            )
         shape = [b if a < 0 else a for a, b in zip(shape, var.shape)]
     return first, shape
 
@@ -163,6 +168,7 @@ def infer_grads(*slots: str) -> Callable[[InferContext], None]:
         for slot in slots:
             for i in range(len(ctx.op.outputs.get(slot + "@GRAD", []))):
                 infer_like(ctx, slot, slot + "@GRAD", i)
+
     return infer
 
 
@@ -249,12 +255,16 @@ def broadcast_shapes(ctx: InferContext, x: Any, y: Any, axis: int) -> tuple[int,
         return out  # type: ignore[return-value]
     core = trim_ones(ys)
     if not 0 <= axis <= len(xs) - len(core):
-        ctx.fail(f"axis={axis} does not place Y {fmt(y)} within X {fmt(x)} (need 0 <= axis <= "
-                 f"{len(xs) - len(core)}, or -1 for numpy broadcasting)")
+        ctx.fail(
+            f"axis={axis} does not place Y {fmt(y)} within X {fmt(x)} (need 0 <= axis <= "
+            f"{len(xs) - len(core)}, or -1 for numpy broadcasting)"
+        )
     for i, d in enumerate(core):
         if d != 1 and not compatible(d, xs[axis + i]):
-            ctx.fail(f"Y {fmt(y)} does not match X {fmt(x)} at axis={axis}: Y dim {i} is {d}, "
-                     f"X dim {axis + i} is {xs[axis + i]}")
+            ctx.fail(
+                f"Y {fmt(y)} does not match X {fmt(x)} at axis={axis}: Y dim {i} is {d}, "
+                f"X dim {axis + i} is {xs[axis + i]}"
+            )
     return xs
 
 
@@ -281,11 +291,17 @@ def y_view(y: Any, x_rank: int, axis: int) -> Any:
 # -- families ---------------------------------------------------------------------------------------------
 
 
-def unary_family(op_type: str, kernel: Kernel, grad_kernel: Kernel | None = None, grad_input: str = "Out",
-                 dtypes: frozenset[str] = FLOATS, attrs: tuple[AttrDef, ...] = (),
-                 check: Callable[[InferContext, Any], None] | None = None,
-                 grad: Callable[[GradContext], list[OpSpec]] | None = None,
-                 doc: str = "") -> tuple[OpSchema, ...]:
+def unary_family(
+    op_type: str,
+    kernel: Kernel,
+    grad_kernel: Kernel | None = None,
+    grad_input: str = "Out",
+    dtypes: frozenset[str] = FLOATS,
+    attrs: tuple[AttrDef, ...] = (),
+    check: Callable[[InferContext, Any], None] | None = None,
+    grad: Callable[[GradContext], list[OpSpec]] | None = None,
+    doc: str = "",
+) -> tuple[OpSchema, ...]:
     """``Out = kernel(ctx, X)``, same shape and dtype as X, sharing X's LoD.
 
     ``check(ctx, x)`` validates attributes against X at inference. With
@@ -301,15 +317,30 @@ def unary_family(op_type: str, kernel: Kernel, grad_kernel: Kernel | None = None
         ctx.set_output("Out", x.shape, x.dtype, lod_level=x.lod_level)
 
     def forward(maker: Callable[[GradContext], list[OpSpec]] | None) -> OpSchema:
-        return OpSchema(op_type, inputs=(Slot("X"),), outputs=(Slot("Out"),), attrs=attrs, infer=infer,
-                        grad=maker, kernel=kernel, share_lod=(("X", "Out"),), doc=doc)
+        return OpSchema(
+            op_type,
+            inputs=(Slot("X"),),
+            outputs=(Slot("Out"),),
+            attrs=attrs,
+            infer=infer,
+            grad=maker,
+            kernel=kernel,
+            share_lod=(("X", "Out"),),
+            doc=doc,
+        )
 
     if grad_kernel is None:
         return (forward(grad),)
-    backward = OpSchema(f"{op_type}_grad", inputs=(Slot(grad_input), Slot("Out@GRAD")),
-                        outputs=(Slot("X@GRAD"),), attrs=attrs,
-                        infer=lambda ctx: infer_like(ctx, grad_input, "X@GRAD"), kernel=grad_kernel,
-                        share_lod=((grad_input, "X@GRAD"),), doc=f"Gradient of {op_type}.")
+    backward = OpSchema(
+        f"{op_type}_grad",
+        inputs=(Slot(grad_input), Slot("Out@GRAD")),
+        outputs=(Slot("X@GRAD"),),
+        attrs=attrs,
+        infer=lambda ctx: infer_like(ctx, grad_input, "X@GRAD"),
+        kernel=grad_kernel,
+        share_lod=((grad_input, "X@GRAD"),),
+        doc=f"Gradient of {op_type}.",
+    )
     return forward(lambda g: grad_op(g, backward, (grad_input, "Out@GRAD"), ("X",))), backward
 
 
@@ -341,8 +372,14 @@ class Broadcast:
         return out if self.y_view_shape == self.y_shape else out.reshape(self.y_shape)
 
 
-def binary_family(op_type: str, kernel: Kernel, grad_kernel: Kernel, grad_inputs: tuple[str, ...],
-                  dtypes: frozenset[str] = NUMBERS, doc: str = "") -> tuple[OpSchema, OpSchema]:
+def binary_family(
+    op_type: str,
+    kernel: Kernel,
+    grad_kernel: Kernel,
+    grad_inputs: tuple[str, ...],
+    dtypes: frozenset[str] = NUMBERS,
+    doc: str = "",
+) -> tuple[OpSchema, OpSchema]:
     """``Out = kernel(ctx, X, Y)`` with Paddle's ``axis`` broadcasting, and its gradient op.
 
     The gradient op reads ``grad_inputs`` (forward slots, e.g. ``("X", "Y", "Out@GRAD")``)
@@ -355,17 +392,35 @@ def binary_family(op_type: str, kernel: Kernel, grad_kernel: Kernel, grad_inputs
         same_dtype(ctx, x, y)
         ctx.set_output("Out", broadcast_shapes(ctx, x, y, ctx.attr("axis")), x.dtype, lod_level=x.lod_level)
 
-    backward = OpSchema(f"{op_type}_grad", inputs=tuple(Slot(s) for s in grad_inputs),
-                        outputs=(Slot("X@GRAD"), Slot("Y@GRAD")), attrs=_AXIS, infer=infer_grads("X", "Y"),
-                        kernel=grad_kernel, share_lod=(("X", "X@GRAD"),), doc=f"Gradient of {op_type}.")
-    forward = OpSchema(op_type, inputs=(Slot("X"), Slot("Y")), outputs=(Slot("Out"),), attrs=_AXIS, infer=infer,
-                       grad=lambda g: grad_op(g, backward, grad_inputs, ("X", "Y")), kernel=kernel,
-                       share_lod=(("X", "Out"),), doc=doc)
+    backward = OpSchema(
+        f"{op_type}_grad",
+        inputs=tuple(Slot(s) for s in grad_inputs),
+        outputs=(Slot("X@GRAD"), Slot("Y@GRAD")),
+        attrs=_AXIS,
+        infer=infer_grads("X", "Y"),
+        kernel=grad_kernel,
+        share_lod=(("X", "X@GRAD"),),
+        doc=f"Gradient of {op_type}.",
+    )
+    forward = OpSchema(
+        op_type,
+        inputs=(Slot("X"), Slot("Y")),
+        outputs=(Slot("Out"),),
+        attrs=_AXIS,
+        infer=infer,
+        grad=lambda g: grad_op(g, backward, grad_inputs, ("X", "Y")),
+        kernel=kernel,
+        share_lod=(("X", "Out"),),
+        doc=doc,
+    )
     return forward, backward
 
 
-REDUCE_ATTRS = (AttrDef("dim", AttrType.INTS, [0]), AttrDef("keep_dim", AttrType.BOOLEAN, False),
-                AttrDef("reduce_all", AttrType.BOOLEAN, False))
+REDUCE_ATTRS = (
+    AttrDef("dim", AttrType.INTS, [0]),
+    AttrDef("keep_dim", AttrType.BOOLEAN, False),
+    AttrDef("reduce_all", AttrType.BOOLEAN, False),
+)
 
 
 def reduce_axes(dims: Sequence[int], rank: int, reduce_all: bool) -> tuple[int, ...]:
@@ -382,8 +437,9 @@ def reduced_shape(shape: Sequence[int], axes: Sequence[int], keep_dim: bool) -> 
     return tuple(d for i, d in enumerate(shape) if i not in axes) or (1,)
 
 
-def reduce_family(op_type: str, kernel: Kernel, grad_kernel: Kernel, dtypes: frozenset[str],
-                  doc: str = "") -> tuple[OpSchema, OpSchema]:
+def reduce_family(
+    op_type: str, kernel: Kernel, grad_kernel: Kernel, dtypes: frozenset[str], doc: str = ""
+) -> tuple[OpSchema, OpSchema]:
     """``Out = kernel(ctx, X, axes)`` over the attributes ``dim``, ``keep_dim``, ``reduce_all``; its
     gradient kernel is ``grad_kernel(ctx, X, dOut, axes)``."""
 
@@ -400,13 +456,25 @@ def reduce_family(op_type: str, kernel: Kernel, grad_kernel: Kernel, dtypes: fro
         axes = reduce_axes(dims, len(x.shape), ctx.attr("reduce_all"))
         ctx.set_output("Out", reduced_shape(x.shape, axes, ctx.attr("keep_dim")), x.dtype)
 
-    backward = OpSchema(f"{op_type}_grad", inputs=(Slot("X"), Slot("Out@GRAD")), outputs=(Slot("X@GRAD"),),
-                        attrs=REDUCE_ATTRS, infer=infer_grads("X"),
-                        kernel=lambda ctx, x, dout: grad_kernel(ctx, x, dout, axes_of(ctx, x)),
-                        doc=f"Gradient of {op_type}: dOut broadcast back over the reduced dims.")
-    forward = OpSchema(op_type, inputs=(Slot("X"),), outputs=(Slot("Out"),), attrs=REDUCE_ATTRS, infer=infer,
-                       grad=lambda g: grad_op(g, backward, ("X", "Out@GRAD"), ("X",)),
-                       kernel=lambda ctx, x: kernel(ctx, x, axes_of(ctx, x)), doc=doc)
+    backward = OpSchema(
+        f"{op_type}_grad",
+        inputs=(Slot("X"), Slot("Out@GRAD")),
+        outputs=(Slot("X@GRAD"),),
+        attrs=REDUCE_ATTRS,
+        infer=infer_grads("X"),
+        kernel=lambda ctx, x, dout: grad_kernel(ctx, x, dout, axes_of(ctx, x)),
+        doc=f"Gradient of {op_type}: dOut broadcast back over the reduced dims.",
+    )
+    forward = OpSchema(
+        op_type,
+        inputs=(Slot("X"),),
+        outputs=(Slot("Out"),),
+        attrs=REDUCE_ATTRS,
+        infer=infer,
+        grad=lambda g: grad_op(g, backward, ("X", "Out@GRAD"), ("X",)),
+        kernel=lambda ctx, x: kernel(ctx, x, axes_of(ctx, x)),
+        doc=doc,
+    )
     return forward, backward
 
 

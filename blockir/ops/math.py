@@ -21,10 +21,34 @@ import numpy as np
 from blockir.ir.attrs import AttrType
 from blockir.ir.dtypes import DTYPE_TO_PROTO, VarKind
 from blockir.ir.schema import EMPTY_VAR, AttrDef, GradContext, InferContext, KernelContext, OpSchema, OpSpec, Slot
-from blockir.ops.common import (ALL_DTYPES, FLOATS, NUMBERS, Broadcast, binary_family, broadcast_dims, check_dtype,
-                                compatible, dtype_attr, expand_reduced, fill, fmt, grad_op, grad_outputs, infer_grads,
-                                kernel_error, merge_shapes, normalize_axis, np_dtype, numel, reduce_family,
-                                same_dtype, to_host, unary_family, unbroadcast, y_view)
+from blockir.ops.common import (
+    ALL_DTYPES,
+    FLOATS,
+    NUMBERS,
+    Broadcast,
+    binary_family,
+    broadcast_dims,
+    check_dtype,
+    compatible,
+    dtype_attr,
+    expand_reduced,
+    fill,
+    fmt,
+    grad_op,
+    grad_outputs,
+    infer_grads,
+    kernel_error,
+    merge_shapes,
+    normalize_axis,
+    np_dtype,
+    numel,
+    reduce_family,
+    same_dtype,
+    to_host,
+    unary_family,
+    unbroadcast,
+    y_view,
+)
 from blockir.ops.values import SelectedRows
 
 # -- mul -------------------------------------------------------------------------------------------
@@ -40,8 +64,10 @@ def _infer_mul(ctx: InferContext) -> None:
         if not 1 <= n < len(var.shape):
             ctx.fail(f"{name}={n} must be in [1, {len(var.shape)}) for {fmt(var)}")
     if not compatible(numel(x.shape[xn:]), numel(y.shape[:yn])):
-        ctx.fail(f"X {fmt(x)} flattened at x_num_col_dims={xn} has {numel(x.shape[xn:])} columns but Y "
-                 f"{fmt(y)} flattened at y_num_col_dims={yn} has {numel(y.shape[:yn])} rows")
+        ctx.fail(
+            f"X {fmt(x)} flattened at x_num_col_dims={xn} has {numel(x.shape[xn:])} columns but Y "
+            f"{fmt(y)} flattened at y_num_col_dims={yn} has {numel(y.shape[:yn])} rows"
+        )
     ctx.set_output("Out", (*x.shape[:xn], *y.shape[yn:]), x.dtype, lod_level=x.lod_level)
 
 
@@ -80,20 +106,35 @@ def _mul_grad(ctx: KernelContext, x: Any, y: Any, dout: Any) -> tuple[Any, Any]:
 
 
 MUL_GRAD = OpSchema(
-    "mul_grad", inputs=(Slot("X"), Slot("Y"), Slot("Out@GRAD")), outputs=(Slot("X@GRAD"), Slot("Y@GRAD")),
-    attrs=_MUL_ATTRS, infer=infer_grads("X", "Y"),
-    kernel=_mul_grad, share_lod=(("X", "X@GRAD"),), doc="Gradient of mul: dOut @ Y^T and X^T @ dOut.")
+    "mul_grad",
+    inputs=(Slot("X"), Slot("Y"), Slot("Out@GRAD")),
+    outputs=(Slot("X@GRAD"), Slot("Y@GRAD")),
+    attrs=_MUL_ATTRS,
+    infer=infer_grads("X", "Y"),
+    kernel=_mul_grad,
+    share_lod=(("X", "X@GRAD"),),
+    doc="Gradient of mul: dOut @ Y^T and X^T @ dOut.",
+)
 
 MUL = OpSchema(
-    "mul", inputs=(Slot("X"), Slot("Y")), outputs=(Slot("Out"),), attrs=_MUL_ATTRS, infer=_infer_mul,
-    grad=lambda g: grad_op(g, MUL_GRAD, ("X", "Y", "Out@GRAD"), ("X", "Y")), kernel=_mul,
+    "mul",
+    inputs=(Slot("X"), Slot("Y")),
+    outputs=(Slot("Out"),),
+    attrs=_MUL_ATTRS,
+    infer=_infer_mul,
+    grad=lambda g: grad_op(g, MUL_GRAD, ("X", "Y", "Out@GRAD"), ("X", "Y")),
+    kernel=_mul,
     share_lod=(("X", "Out"),),
-    doc="Matrix product of X and Y flattened to matrices at x_num_col_dims / y_num_col_dims (fc's product).")
+    doc="Matrix product of X and Y flattened to matrices at x_num_col_dims / y_num_col_dims (fc's product).",
+)
 
 # -- matmul ----------------------------------------------------------------------------------------
 
-_MATMUL_ATTRS = (AttrDef("transpose_X", AttrType.BOOLEAN, False), AttrDef("transpose_Y", AttrType.BOOLEAN, False),
-                 AttrDef("alpha", AttrType.FLOAT, 1.0))
+_MATMUL_ATTRS = (
+    AttrDef("transpose_X", AttrType.BOOLEAN, False),
+    AttrDef("transpose_Y", AttrType.BOOLEAN, False),
+    AttrDef("alpha", AttrType.FLOAT, 1.0),
+)
 
 
 def _infer_matmul(ctx: InferContext) -> None:
@@ -108,8 +149,10 @@ def _infer_matmul(ctx: InferContext) -> None:
     a = (1, xs[0]) if len(xs) == 1 else (xs[-1], xs[-2]) if ctx.attr("transpose_X") else xs[-2:]
     b = (ys[0], 1) if len(ys) == 1 else (ys[-1], ys[-2]) if ctx.attr("transpose_Y") else ys[-2:]
     if not compatible(a[1], b[0]):
-        ctx.fail(f"X {fmt(x)} and Y {fmt(y)} cannot be multiplied (transpose_X={ctx.attr('transpose_X')}, "
-                 f"transpose_Y={ctx.attr('transpose_Y')}): {a[1]} vs {b[0]}")
+        ctx.fail(
+            f"X {fmt(x)} and Y {fmt(y)} cannot be multiplied (transpose_X={ctx.attr('transpose_X')}, "
+            f"transpose_Y={ctx.attr('transpose_Y')}): {a[1]} vs {b[0]}"
+        )
     batch = broadcast_dims(xs[:-2], ys[:-2])
     if batch is None:
         ctx.fail(f"the batch dims of X {fmt(x)} and Y {fmt(y)} do not broadcast")
@@ -150,14 +193,25 @@ def _matmul_grad(ctx: KernelContext, x: Any, y: Any, dout: Any) -> tuple[Any, An
 
 
 MATMUL_GRAD = OpSchema(
-    "matmul_grad", inputs=(Slot("X"), Slot("Y"), Slot("Out@GRAD")), outputs=(Slot("X@GRAD"), Slot("Y@GRAD")),
-    attrs=_MATMUL_ATTRS, infer=infer_grads("X", "Y"),
-    kernel=_matmul_grad, doc="Gradient of matmul.")
+    "matmul_grad",
+    inputs=(Slot("X"), Slot("Y"), Slot("Out@GRAD")),
+    outputs=(Slot("X@GRAD"), Slot("Y@GRAD")),
+    attrs=_MATMUL_ATTRS,
+    infer=infer_grads("X", "Y"),
+    kernel=_matmul_grad,
+    doc="Gradient of matmul.",
+)
 
 MATMUL = OpSchema(
-    "matmul", inputs=(Slot("X"), Slot("Y")), outputs=(Slot("Out"),), attrs=_MATMUL_ATTRS, infer=_infer_matmul,
-    grad=lambda g: grad_op(g, MATMUL_GRAD, ("X", "Y", "Out@GRAD"), ("X", "Y")), kernel=_matmul,
-    doc="alpha * op(X) @ op(Y) (op transposes the last two dims when asked), batched with broadcasting.")
+    "matmul",
+    inputs=(Slot("X"), Slot("Y")),
+    outputs=(Slot("Out"),),
+    attrs=_MATMUL_ATTRS,
+    infer=_infer_matmul,
+    grad=lambda g: grad_op(g, MATMUL_GRAD, ("X", "Y", "Out@GRAD"), ("X", "Y")),
+    kernel=_matmul,
+    doc="alpha * op(X) @ op(Y) (op transposes the last two dims when asked), batched with broadcasting.",
+)
 
 # -- elementwise arithmetic ---------------------------------------------------------------------
 
@@ -229,16 +283,23 @@ def _div_grad(ctx: KernelContext, x: Any, y: Any, out: Any, dout: Any) -> tuple[
 
 
 _XY = ("X", "Y", "Out@GRAD")
-_BROADCAST_DOC = ("; Y broadcasts against X from dim `axis` (Paddle), or both ways with axis=-1 (numpy)")
-ELEMENTWISE_ADD, ELEMENTWISE_ADD_GRAD = binary_family("elementwise_add", _add, _add_grad, _XY,
-                                                      doc="Out = X + Y" + _BROADCAST_DOC)
-ELEMENTWISE_SUB, ELEMENTWISE_SUB_GRAD = binary_family("elementwise_sub", _sub, _sub_grad, _XY,
-                                                      doc="Out = X - Y" + _BROADCAST_DOC)
-ELEMENTWISE_MUL, ELEMENTWISE_MUL_GRAD = binary_family("elementwise_mul", _emul, _emul_grad, _XY,
-                                                      doc="Out = X * Y" + _BROADCAST_DOC)
-ELEMENTWISE_DIV, ELEMENTWISE_DIV_GRAD = binary_family("elementwise_div", _div, _div_grad,
-                                                      ("X", "Y", "Out", "Out@GRAD"),
-                                                      doc="Out = X / Y (integers truncate)" + _BROADCAST_DOC)
+_BROADCAST_DOC = "; Y broadcasts against X from dim `axis` (Paddle), or both ways with axis=-1 (numpy)"
+ELEMENTWISE_ADD, ELEMENTWISE_ADD_GRAD = binary_family(
+    "elementwise_add", _add, _add_grad, _XY, doc="Out = X + Y" + _BROADCAST_DOC
+)
+ELEMENTWISE_SUB, ELEMENTWISE_SUB_GRAD = binary_family(
+    "elementwise_sub", _sub, _sub_grad, _XY, doc="Out = X - Y" + _BROADCAST_DOC
+)
+ELEMENTWISE_MUL, ELEMENTWISE_MUL_GRAD = binary_family(
+    "elementwise_mul", _emul, _emul_grad, _XY, doc="Out = X * Y" + _BROADCAST_DOC
+)
+ELEMENTWISE_DIV, ELEMENTWISE_DIV_GRAD = binary_family(
+    "elementwise_div",
+    _div,
+    _div_grad,
+    ("X", "Y", "Out", "Out@GRAD"),
+    doc="Out = X / Y (integers truncate)" + _BROADCAST_DOC,
+)
 
 # -- activations -------------------------------------------------------------------------------------
 
@@ -291,8 +352,7 @@ def _square_grad(ctx: KernelContext, x: Any, dout: Any) -> Any:
 RELU, RELU_GRAD = unary_family("relu", _relu, _relu_grad, dtypes=NUMBERS, doc="Out = max(X, 0).")
 SIGMOID, SIGMOID_GRAD = unary_family("sigmoid", _sigmoid, _sigmoid_grad, doc="Out = 1 / (1 + exp(-X)).")
 TANH, TANH_GRAD = unary_family("tanh", _tanh, _tanh_grad, doc="Out = tanh(X).")
-SQUARE, SQUARE_GRAD = unary_family("square", _square, _square_grad, grad_input="X", dtypes=NUMBERS,
-                                   doc="Out = X * X.")
+SQUARE, SQUARE_GRAD = unary_family("square", _square, _square_grad, grad_input="X", dtypes=NUMBERS, doc="Out = X * X.")
 
 # -- softmax -----------------------------------------------------------------------------------------
 
@@ -320,13 +380,22 @@ def _softmax_grad(ctx: KernelContext, out: Any, dout: Any, *, reuse: Sequence[bo
     return dx
 
 
-SOFTMAX, SOFTMAX_GRAD = unary_family("softmax", _softmax, _softmax_grad, attrs=_SOFTMAX_ATTRS, check=_check_softmax,
-                                     doc="Normalized exponentials of X along `axis`.")
+SOFTMAX, SOFTMAX_GRAD = unary_family(
+    "softmax",
+    _softmax,
+    _softmax_grad,
+    attrs=_SOFTMAX_ATTRS,
+    check=_check_softmax,
+    doc="Normalized exponentials of X along `axis`.",
+)
 
 # -- scale, cast, assign: their gradients are ops of the same type ------------------------------------
 
-_SCALE_ATTRS = (AttrDef("scale", AttrType.FLOAT, 1.0), AttrDef("bias", AttrType.FLOAT, 0.0),
-                AttrDef("bias_after_scale", AttrType.BOOLEAN, True))
+_SCALE_ATTRS = (
+    AttrDef("scale", AttrType.FLOAT, 1.0),
+    AttrDef("bias", AttrType.FLOAT, 0.0),
+    AttrDef("bias_after_scale", AttrType.BOOLEAN, True),
+)
 
 
 def _scale(ctx: KernelContext, x: Any) -> Any:
@@ -342,12 +411,28 @@ def _scale(ctx: KernelContext, x: Any) -> Any:
 
 def _grad_scale(g: GradContext) -> list[OpSpec]:
     outputs = grad_outputs(g, "X")
-    return [OpSpec("scale", {"X": g.output_grad("Out")}, {"Out": outputs["X@GRAD"]},
-                   {"scale": g.op.attr("scale"), "bias": 0.0, "bias_after_scale": True})] if outputs else []
+    return (
+        [
+            OpSpec(
+                "scale",
+                {"X": g.output_grad("Out")},
+                {"Out": outputs["X@GRAD"]},
+                {"scale": g.op.attr("scale"), "bias": 0.0, "bias_after_scale": True},
+            )
+        ]
+        if outputs
+        else []
+    )
 
 
-(SCALE,) = unary_family("scale", _scale, dtypes=NUMBERS, attrs=_SCALE_ATTRS, grad=_grad_scale,
-                        doc="Out = scale * X + bias (bias_after_scale) or scale * (X + bias).")
+(SCALE,) = unary_family(
+    "scale",
+    _scale,
+    dtypes=NUMBERS,
+    attrs=_SCALE_ATTRS,
+    grad=_grad_scale,
+    doc="Out = scale * X + bias (bias_after_scale) or scale * (X + bias).",
+)
 
 _CAST_ATTRS = (AttrDef("in_dtype", AttrType.INT), AttrDef("out_dtype", AttrType.INT))
 
@@ -366,14 +451,31 @@ def _cast(ctx: KernelContext, x: Any) -> Any:
 
 def _grad_cast(g: GradContext) -> list[OpSpec]:
     outputs = grad_outputs(g, "X")
-    return [OpSpec("cast", {"X": g.output_grad("Out")}, {"Out": outputs["X@GRAD"]},
-                   {"in_dtype": g.op.attr("out_dtype"), "out_dtype": g.op.attr("in_dtype")})] if outputs else []
+    return (
+        [
+            OpSpec(
+                "cast",
+                {"X": g.output_grad("Out")},
+                {"Out": outputs["X@GRAD"]},
+                {"in_dtype": g.op.attr("out_dtype"), "out_dtype": g.op.attr("in_dtype")},
+            )
+        ]
+        if outputs
+        else []
+    )
 
 
 CAST = OpSchema(
-    "cast", inputs=(Slot("X"),), outputs=(Slot("Out"),), attrs=_CAST_ATTRS, infer=_infer_cast, grad=_grad_cast,
-    kernel=_cast, share_lod=(("X", "Out"),),
-    doc="X converted from in_dtype to out_dtype (proto VarType codes: BOOL=0, INT32=2, INT64=3, FP32=5, FP64=6).")
+    "cast",
+    inputs=(Slot("X"),),
+    outputs=(Slot("Out"),),
+    attrs=_CAST_ATTRS,
+    infer=_infer_cast,
+    grad=_grad_cast,
+    kernel=_cast,
+    share_lod=(("X", "Out"),),
+    doc="X converted from in_dtype to out_dtype (proto VarType codes: BOOL=0, INT32=2, INT64=3, FP32=5, FP64=6).",
+)
 
 
 def _infer_assign(ctx: InferContext) -> None:
@@ -397,8 +499,15 @@ def _grad_assign(g: GradContext) -> list[OpSpec]:
 
 
 ASSIGN = OpSchema(
-    "assign", inputs=(Slot("X"),), outputs=(Slot("Out"),), infer=_infer_assign, grad=_grad_assign, kernel=_assign,
-    share_lod=(("X", "Out"),), doc="Out = a copy of X (dense, LoDTensor or SelectedRows).")
+    "assign",
+    inputs=(Slot("X"),),
+    outputs=(Slot("Out"),),
+    infer=_infer_assign,
+    grad=_grad_assign,
+    kernel=_assign,
+    share_lod=(("X", "Out"),),
+    doc="Out = a copy of X (dense, LoDTensor or SelectedRows).",
+)
 
 # -- reductions --------------------------------------------------------------------------------------------
 
@@ -419,12 +528,24 @@ def _mean_grad(ctx: KernelContext, x: Any, dout: Any) -> Any:
     return fill(ctx.xp, dout.reshape(()) / max(x.size, 1), x.shape, dout.dtype)
 
 
-MEAN_GRAD = OpSchema("mean_grad", inputs=(Slot("X"), Slot("Out@GRAD")), outputs=(Slot("X@GRAD"),),
-                     infer=infer_grads("X"), kernel=_mean_grad, share_lod=(("X", "X@GRAD"),),
-                     doc="Gradient of mean: dOut / X.size everywhere.")
-MEAN = OpSchema("mean", inputs=(Slot("X"),), outputs=(Slot("Out"),), infer=_infer_mean,
-                grad=lambda g: grad_op(g, MEAN_GRAD, ("X", "Out@GRAD"), ("X",)), kernel=_mean,
-                doc="The mean of all elements of X, shape [1].")
+MEAN_GRAD = OpSchema(
+    "mean_grad",
+    inputs=(Slot("X"), Slot("Out@GRAD")),
+    outputs=(Slot("X@GRAD"),),
+    infer=infer_grads("X"),
+    kernel=_mean_grad,
+    share_lod=(("X", "X@GRAD"),),
+    doc="Gradient of mean: dOut / X.size everywhere.",
+)
+MEAN = OpSchema(
+    "mean",
+    inputs=(Slot("X"),),
+    outputs=(Slot("Out"),),
+    infer=_infer_mean,
+    grad=lambda g: grad_op(g, MEAN_GRAD, ("X", "Out@GRAD"), ("X",)),
+    kernel=_mean,
+    doc="The mean of all elements of X, shape [1].",
+)
 
 
 def _reduce_sum(ctx: KernelContext, x: Any, axes: tuple[int, ...]) -> Any:
@@ -446,10 +567,12 @@ def _reduce_mean_grad(ctx: KernelContext, x: Any, dout: Any, axes: tuple[int, ..
     return expand_reduced(ctx.xp, dout, x.shape, axes, 1.0 / max(count, 1))
 
 
-REDUCE_SUM, REDUCE_SUM_GRAD = reduce_family("reduce_sum", _reduce_sum, _reduce_sum_grad, NUMBERS,
-                                            doc="Sum of X over `dim` (every dim with reduce_all).")
-REDUCE_MEAN, REDUCE_MEAN_GRAD = reduce_family("reduce_mean", _reduce_mean, _reduce_mean_grad, FLOATS,
-                                              doc="Mean of X over `dim` (every dim with reduce_all).")
+REDUCE_SUM, REDUCE_SUM_GRAD = reduce_family(
+    "reduce_sum", _reduce_sum, _reduce_sum_grad, NUMBERS, doc="Sum of X over `dim` (every dim with reduce_all)."
+)
+REDUCE_MEAN, REDUCE_MEAN_GRAD = reduce_family(
+    "reduce_mean", _reduce_mean, _reduce_mean_grad, FLOATS, doc="Mean of X over `dim` (every dim with reduce_all)."
+)
 
 # -- sum (gradient accumulation) ---------------------------------------------------------------------------
 
@@ -488,14 +611,23 @@ def _sum(ctx: KernelContext, xs: list[Any]) -> Any:
 
 def _grad_sum(g: GradContext) -> list[OpSpec]:
     dout = g.output_grad("Out")
-    return [OpSpec("assign", {"X": dout}, {"Out": [name]}) for name in grad_outputs(g, "X").get("X@GRAD", [])
-            if name != EMPTY_VAR]
+    return [
+        OpSpec("assign", {"X": dout}, {"Out": [name]})
+        for name in grad_outputs(g, "X").get("X@GRAD", [])
+        if name != EMPTY_VAR
+    ]
 
 
 SUM = OpSchema(
-    "sum", inputs=(Slot("X", duplicable=True),), outputs=(Slot("Out"),), infer=_infer_sum, grad=_grad_sum,
-    kernel=_sum, share_lod=(("X", "Out"),),
-    doc="Out = sum of X (dense and/or SelectedRows; SelectedRows only gives a SelectedRows).")
+    "sum",
+    inputs=(Slot("X", duplicable=True),),
+    outputs=(Slot("Out"),),
+    infer=_infer_sum,
+    grad=_grad_sum,
+    kernel=_sum,
+    share_lod=(("X", "Out"),),
+    doc="Out = sum of X (dense and/or SelectedRows; SelectedRows only gives a SelectedRows).",
+)
 
 # -- concat and reshape2 ------------------------------------------------------------------------------------
 
@@ -522,12 +654,24 @@ def _concat_grad(ctx: KernelContext, xs: list[Any], dout: Any) -> list[Any]:
 
 _CONCAT_ATTRS = (AttrDef("axis", AttrType.INT, 0),)
 CONCAT_GRAD = OpSchema(
-    "concat_grad", inputs=(Slot("X", duplicable=True), Slot("Out@GRAD")), outputs=(Slot("X@GRAD", duplicable=True),),
-    attrs=_CONCAT_ATTRS, infer=infer_grads("X"), kernel=_concat_grad, doc="Gradient of concat: dOut split.")
+    "concat_grad",
+    inputs=(Slot("X", duplicable=True), Slot("Out@GRAD")),
+    outputs=(Slot("X@GRAD", duplicable=True),),
+    attrs=_CONCAT_ATTRS,
+    infer=infer_grads("X"),
+    kernel=_concat_grad,
+    doc="Gradient of concat: dOut split.",
+)
 CONCAT = OpSchema(
-    "concat", inputs=(Slot("X", duplicable=True),), outputs=(Slot("Out"),), attrs=_CONCAT_ATTRS,
-    infer=_infer_concat, grad=lambda g: grad_op(g, CONCAT_GRAD, ("X", "Out@GRAD"), ("X",)), kernel=_concat,
-    doc="The inputs joined along `axis`.")
+    "concat",
+    inputs=(Slot("X", duplicable=True),),
+    outputs=(Slot("Out"),),
+    attrs=_CONCAT_ATTRS,
+    infer=_infer_concat,
+    grad=lambda g: grad_op(g, CONCAT_GRAD, ("X", "Out@GRAD"), ("X",)),
+    kernel=_concat,
+    doc="The inputs joined along `axis`.",
+)
 
 
 def _infer_reshape2(ctx: InferContext) -> None:
@@ -541,7 +685,7 @@ def _infer_reshape2(ctx: InferContext) -> None:
     total = numel(xs)
     if -1 in target:
         k = target.index(-1)
-        rest = numel(shape[:k] + shape[k + 1:])
+        rest = numel(shape[:k] + shape[k + 1 :])
         if total >= 0 and rest > 0:
             if total % rest:
                 ctx.fail(f"X {fmt(x)} of {total} elements cannot be reshaped to {target}")
@@ -568,20 +712,33 @@ def _infer_reshape2_grad(ctx: InferContext) -> None:
 
 
 RESHAPE2_GRAD = OpSchema(
-    "reshape2_grad", inputs=(Slot("XShape"), Slot("Out@GRAD")), outputs=(Slot("X@GRAD"),),
-    attrs=(AttrDef("shape", AttrType.INTS),), infer=_infer_reshape2_grad,
+    "reshape2_grad",
+    inputs=(Slot("XShape"), Slot("Out@GRAD")),
+    outputs=(Slot("X@GRAD"),),
+    attrs=(AttrDef("shape", AttrType.INTS),),
+    infer=_infer_reshape2_grad,
     kernel=lambda ctx, xshape, dout: dout.reshape(xshape.shape[1:]),
-    doc="Gradient of reshape2: dOut reshaped to X's shape (read from XShape).")
+    doc="Gradient of reshape2: dOut reshaped to X's shape (read from XShape).",
+)
 RESHAPE2 = OpSchema(
-    "reshape2", inputs=(Slot("X"),), outputs=(Slot("Out"), Slot("XShape", no_grad=True)),
-    attrs=(AttrDef("shape", AttrType.INTS),), infer=_infer_reshape2,
-    grad=lambda g: grad_op(g, RESHAPE2_GRAD, ("XShape", "Out@GRAD"), ("X",)), kernel=_reshape2,
-    doc="X with a new shape: 0 copies X's dim at that position, one -1 is inferred.")
+    "reshape2",
+    inputs=(Slot("X"),),
+    outputs=(Slot("Out"), Slot("XShape", no_grad=True)),
+    attrs=(AttrDef("shape", AttrType.INTS),),
+    infer=_infer_reshape2,
+    grad=lambda g: grad_op(g, RESHAPE2_GRAD, ("XShape", "Out@GRAD"), ("X",)),
+    kernel=_reshape2,
+    doc="X with a new shape: 0 copies X's dim at that position, one -1 is inferred.",
+)
 
 # -- fill_constant ------------------------------------------------------------------------------------------
 
-_FILL_ATTRS = (AttrDef("shape", AttrType.LONGS), AttrDef("dtype", AttrType.INT, DTYPE_TO_PROTO["float32"]),
-               AttrDef("value", AttrType.FLOAT, 0.0), AttrDef("force_cpu", AttrType.BOOLEAN, False))
+_FILL_ATTRS = (
+    AttrDef("shape", AttrType.LONGS),
+    AttrDef("dtype", AttrType.INT, DTYPE_TO_PROTO["float32"]),
+    AttrDef("value", AttrType.FLOAT, 0.0),
+    AttrDef("force_cpu", AttrType.BOOLEAN, False),
+)
 
 
 def _infer_fill_constant(ctx: InferContext) -> None:
@@ -599,14 +756,50 @@ def _fill_constant(ctx: KernelContext) -> Any:
 
 
 FILL_CONSTANT = OpSchema(
-    "fill_constant", outputs=(Slot("Out"),), attrs=_FILL_ATTRS, infer=_infer_fill_constant, kernel=_fill_constant,
-    doc="A tensor of `shape` and `dtype` (proto code) filled with `value`; force_cpu asks placement for the host.")
+    "fill_constant",
+    outputs=(Slot("Out"),),
+    attrs=_FILL_ATTRS,
+    infer=_infer_fill_constant,
+    kernel=_fill_constant,
+    doc="A tensor of `shape` and `dtype` (proto code) filled with `value`; force_cpu asks placement for the host.",
+)
 
 SCHEMAS: tuple[OpSchema, ...] = (
-    MUL, MUL_GRAD, MATMUL, MATMUL_GRAD,
-    ELEMENTWISE_ADD, ELEMENTWISE_ADD_GRAD, ELEMENTWISE_SUB, ELEMENTWISE_SUB_GRAD,
-    ELEMENTWISE_MUL, ELEMENTWISE_MUL_GRAD, ELEMENTWISE_DIV, ELEMENTWISE_DIV_GRAD,
-    RELU, RELU_GRAD, SIGMOID, SIGMOID_GRAD, TANH, TANH_GRAD, SQUARE, SQUARE_GRAD, SOFTMAX, SOFTMAX_GRAD,
-    SCALE, CAST, ASSIGN, MEAN, MEAN_GRAD, REDUCE_SUM, REDUCE_SUM_GRAD, REDUCE_MEAN, REDUCE_MEAN_GRAD,
-    SUM, CONCAT, CONCAT_GRAD, RESHAPE2, RESHAPE2_GRAD, FILL_CONSTANT,
+    MUL,
+    MUL_GRAD,
+    MATMUL,
+    MATMUL_GRAD,
+    ELEMENTWISE_ADD,
+    ELEMENTWISE_ADD_GRAD,
+    ELEMENTWISE_SUB,
+    ELEMENTWISE_SUB_GRAD,
+    ELEMENTWISE_MUL,
+    ELEMENTWISE_MUL_GRAD,
+    ELEMENTWISE_DIV,
+    ELEMENTWISE_DIV_GRAD,
+    RELU,
+    RELU_GRAD,
+    SIGMOID,
+    SIGMOID_GRAD,
+    TANH,
+    TANH_GRAD,
+    SQUARE,
+    SQUARE_GRAD,
+    SOFTMAX,
+    SOFTMAX_GRAD,
+    SCALE,
+    CAST,
+    ASSIGN,
+    MEAN,
+    MEAN_GRAD,
+    REDUCE_SUM,
+    REDUCE_SUM_GRAD,
+    REDUCE_MEAN,
+    REDUCE_MEAN_GRAD,
+    SUM,
+    CONCAT,
+    CONCAT_GRAD,
+    RESHAPE2,
+    RESHAPE2_GRAD,
+    FILL_CONSTANT,
 )

@@ -36,8 +36,10 @@ def _check_label(ctx: InferContext, x: Any, label: Any, axis: int) -> None:
         if label.dtype != x.dtype:
             ctx.fail(f"soft Label {fmt(label)} must have the dtype of {fmt(x)}")
     elif label.dtype not in ID_DTYPES:
-        ctx.fail(f"Label {fmt(label)} must be int64 class indices (soft_label=False); use soft_label=True "
-                 "for a distribution over classes")
+        ctx.fail(
+            f"Label {fmt(label)} must be int64 class indices (soft_label=False); use soft_label=True "
+            "for a distribution over classes"
+        )
     for i, (d, e) in enumerate(zip(x.shape, label.shape)):
         want = d if soft or i != axis else 1
         if not compatible(want, e):
@@ -148,8 +150,11 @@ CROSS_ENTROPY = OpSchema(
 
 # -- softmax_with_cross_entropy -------------------------------------------------------------------
 
-_SWCE_ATTRS = (AttrDef("soft_label", AttrType.BOOLEAN, False), AttrDef("ignore_index", AttrType.LONG, -100),
-               AttrDef("axis", AttrType.INT, -1))
+_SWCE_ATTRS = (
+    AttrDef("soft_label", AttrType.BOOLEAN, False),
+    AttrDef("ignore_index", AttrType.LONG, -100),
+    AttrDef("axis", AttrType.INT, -1),
+)
 
 
 def _infer_softmax_with_cross_entropy(ctx: InferContext) -> None:
@@ -185,8 +190,9 @@ def _softmax_with_cross_entropy(ctx: KernelContext, logits: Any, label: Any) -> 
     return exp, loss
 
 
-def _softmax_with_cross_entropy_grad_kernel(ctx: KernelContext, label: Any, softmax: Any, dloss: Any,
-                                            dsoftmax: Any) -> Any:
+def _softmax_with_cross_entropy_grad_kernel(
+    ctx: KernelContext, label: Any, softmax: Any, dloss: Any, dsoftmax: Any
+) -> Any:
     """dLogits from dLoss, (Softmax - onehot(Label)) * dLoss (soft: (Softmax - Label) * dLoss; 0 for
     ignored rows), plus, when the Softmax output is used too, Softmax * (dSoftmax - sum(dSoftmax * Softmax))."""
     xp = ctx.xp
@@ -209,14 +215,19 @@ def _softmax_with_cross_entropy_grad_kernel(ctx: KernelContext, label: Any, soft
 
 SOFTMAX_WITH_CROSS_ENTROPY_GRAD = OpSchema(
     "softmax_with_cross_entropy_grad",
-    inputs=(Slot("Label", no_grad=True), Slot("Softmax"), Slot("Loss@GRAD", optional=True),
-            Slot("Softmax@GRAD", optional=True)),
+    inputs=(
+        Slot("Label", no_grad=True),
+        Slot("Softmax"),
+        Slot("Loss@GRAD", optional=True),
+        Slot("Softmax@GRAD", optional=True),
+    ),
     outputs=(Slot("Logits@GRAD"),),
     attrs=_SWCE_ATTRS,
     infer=lambda ctx: infer_like(ctx, "Softmax", "Logits@GRAD"),
     kernel=_softmax_with_cross_entropy_grad_kernel,
     doc="Gradient of softmax_with_cross_entropy with respect to Logits.",
 )
+
 
 def _grad_softmax_with_cross_entropy(g: GradContext) -> list[OpSpec]:
     """The gradient op reads the gradient of each output that has one (usually only Loss)."""
@@ -284,8 +295,7 @@ def _infer_accuracy(ctx: InferContext) -> None:
         ctx.fail(f"Indices {fmt(indices)} must be an int64 [N, k] tensor (the output of top_k)")
     if label.dtype not in ID_DTYPES:
         ctx.fail(f"Label {fmt(label)} must be int64 class indices")
-    if len(label.shape) != 2 or not compatible(label.shape[1], 1) or not compatible(label.shape[0],
-                                                                                      indices.shape[0]):
+    if len(label.shape) != 2 or not compatible(label.shape[1], 1) or not compatible(label.shape[0], indices.shape[0]):
         ctx.fail(f"Label {fmt(label)} must have shape [N, 1] for Indices {fmt(indices)}")
     ctx.set_output("Accuracy", (1,), "float32")
     ctx.set_output("Correct", (1,), "int64")
@@ -297,8 +307,9 @@ def _accuracy(ctx: KernelContext, out: Any, indices: Any, label: Any) -> tuple[A
     xp = ctx.xp
     rows = indices.shape[0]
     if label.size != rows:
-        raise kernel_error(ctx, f"Label {list(label.shape)} must have one entry per row of Indices "
-                                f"{list(indices.shape)}")
+        raise kernel_error(
+            ctx, f"Label {list(label.shape)} must have one entry per row of Indices {list(indices.shape)}"
+        )
     hits = (indices == label.reshape(rows, 1)).any(axis=1)
     correct = hits.sum(dtype="int64").reshape(1)
     accuracy = correct.astype("float32") / max(rows, 1)
@@ -339,8 +350,11 @@ def _flat_ids(ctx: KernelContext, ids: Any, height: int) -> Any:
     if flat.size:
         low, high = min_max(ctx.xp, flat)
         if low < 0 or high >= height:
-            raise kernel_error(ctx, f"id {low if low < 0 else high} is out of range for a table of height "
-                                    f"{height} (valid ids: 0..{height - 1})")
+            raise kernel_error(
+                ctx,
+                f"id {low if low < 0 else high} is out of range for a table of height "
+                f"{height} (valid ids: 0..{height - 1})",
+            )
     return flat
 
 
@@ -405,6 +419,12 @@ LOOKUP_TABLE = OpSchema(
 
 
 SCHEMAS: tuple[OpSchema, ...] = (
-    CROSS_ENTROPY, CROSS_ENTROPY_GRAD, SOFTMAX_WITH_CROSS_ENTROPY, SOFTMAX_WITH_CROSS_ENTROPY_GRAD,
-    TOP_K, ACCURACY, LOOKUP_TABLE, LOOKUP_TABLE_GRAD,
+    CROSS_ENTROPY,
+    CROSS_ENTROPY_GRAD,
+    SOFTMAX_WITH_CROSS_ENTROPY,
+    SOFTMAX_WITH_CROSS_ENTROPY_GRAD,
+    TOP_K,
+    ACCURACY,
+    LOOKUP_TABLE,
+    LOOKUP_TABLE_GRAD,
 )

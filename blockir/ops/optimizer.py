@@ -53,8 +53,9 @@ def _infer_update(ctx: InferContext) -> None:
     for slot, names in ctx.op.outputs.items():
         source = slot.removesuffix("Out")
         if names and names != ctx.op.inputs.get(source):
-            ctx.fail(f"updates in place: {slot} {names} must name the {source} variable "
-                     f"{ctx.op.inputs.get(source, [])}")
+            ctx.fail(
+                f"updates in place: {slot} {names} must name the {source} variable {ctx.op.inputs.get(source, [])}"
+            )
 
 
 def _gradient(ctx: KernelContext, param: Any, grad: Any) -> Any:
@@ -64,11 +65,15 @@ def _gradient(ctx: KernelContext, param: Any, grad: Any) -> Any:
     if isinstance(grad, SelectedRows):
         rows = grad.rows
         if grad.shape != param.shape or len(rows) != grad.values.shape[0]:
-            raise kernel_error(ctx, f"sparse Grad of shape {list(grad.shape)} with {len(rows)} rows and values "
-                                    f"{list(grad.values.shape)} does not match Param {list(param.shape)}")
+            raise kernel_error(
+                ctx,
+                f"sparse Grad of shape {list(grad.shape)} with {len(rows)} rows and values "
+                f"{list(grad.values.shape)} does not match Param {list(param.shape)}",
+            )
         if len(rows) and (int(rows.min()) < 0 or int(rows.max()) >= grad.height):
-            raise kernel_error(ctx, f"sparse Grad rows must lie in [0, {grad.height}), got "
-                                    f"{int(rows.min())}..{int(rows.max())}")
+            raise kernel_error(
+                ctx, f"sparse Grad rows must lie in [0, {grad.height}), got {int(rows.min())}..{int(rows.max())}"
+            )
     elif grad.shape != param.shape:
         raise kernel_error(ctx, f"Grad of shape {list(grad.shape)} does not match Param {list(param.shape)}")
     return grad
@@ -141,8 +146,7 @@ def _adagrad(ctx: KernelContext, param: Any, grad: Any, moment: Any, lr: Any) ->
     return param, moment
 
 
-def _adam_step(xp: Any, param: Any, m1: Any, m2: Any, g: Any, lr_t: Any, eps_t: Any, b1: float,
-               b2: float) -> None:
+def _adam_step(xp: Any, param: Any, m1: Any, m2: Any, g: Any, lr_t: Any, eps_t: Any, b1: float, b2: float) -> None:
     """One Adam step on arrays of one shape, all updated in place."""
     m1 *= b1
     m1 += (1 - b1) * g
@@ -155,8 +159,9 @@ def _adam_step(xp: Any, param: Any, m1: Any, m2: Any, g: Any, lr_t: Any, eps_t: 
     param -= step
 
 
-def _adam(ctx: KernelContext, param: Any, grad: Any, lr: Any, m1: Any, m2: Any, b1_pow: Any,
-          b2_pow: Any) -> tuple[Any, Any, Any, Any, Any]:
+def _adam(
+    ctx: KernelContext, param: Any, grad: Any, lr: Any, m1: Any, m2: Any, b1_pow: Any, b2_pow: Any
+) -> tuple[Any, Any, Any, Any, Any]:
     """Adam with bias correction, in place; also advances the beta powers (Beta1PowOut = Beta1Pow * beta1).
 
     lr_t = lr * sqrt(1 - beta2^t) / (1 - beta1^t); M1 = b1 M1 + (1 - b1) g;
@@ -187,8 +192,15 @@ def _adam(ctx: KernelContext, param: Any, grad: Any, lr: Any, m1: Any, m2: Any, 
     return param, m1, m2, b1_pow, b2_pow
 
 
-def _update_schema(type: str, inputs: tuple[str, ...], outputs: tuple[str, ...], attrs: tuple[AttrDef, ...],
-                   kernel: Any, doc: str, optional_outputs: tuple[str, ...] = ()) -> OpSchema:
+def _update_schema(
+    type: str,
+    inputs: tuple[str, ...],
+    outputs: tuple[str, ...],
+    attrs: tuple[AttrDef, ...],
+    kernel: Any,
+    doc: str,
+    optional_outputs: tuple[str, ...] = (),
+) -> OpSchema:
     return OpSchema(
         type,
         inputs=tuple(Slot(name, lod=name == "Grad", no_grad=True) for name in inputs),
@@ -201,24 +213,46 @@ def _update_schema(type: str, inputs: tuple[str, ...], outputs: tuple[str, ...],
     )
 
 
-SGD = _update_schema("sgd", ("Param", "Grad", "LearningRate"), ("ParamOut",), (), _sgd,
-                     "ParamOut = Param - LearningRate * Grad (in place).")
+SGD = _update_schema(
+    "sgd",
+    ("Param", "Grad", "LearningRate"),
+    ("ParamOut",),
+    (),
+    _sgd,
+    "ParamOut = Param - LearningRate * Grad (in place).",
+)
 
 MOMENTUM = _update_schema(
-    "momentum", ("Param", "Grad", "Velocity", "LearningRate"), ("ParamOut", "VelocityOut"),
-    (AttrDef("mu", AttrType.FLOAT), AttrDef("use_nesterov", AttrType.BOOLEAN, False)), _momentum,
-    "Momentum SGD, optionally Nesterov (in place).")
+    "momentum",
+    ("Param", "Grad", "Velocity", "LearningRate"),
+    ("ParamOut", "VelocityOut"),
+    (AttrDef("mu", AttrType.FLOAT), AttrDef("use_nesterov", AttrType.BOOLEAN, False)),
+    _momentum,
+    "Momentum SGD, optionally Nesterov (in place).",
+)
 
 ADAGRAD = _update_schema(
-    "adagrad", ("Param", "Grad", "Moment", "LearningRate"), ("ParamOut", "MomentOut"),
-    (AttrDef("epsilon", AttrType.FLOAT, 1e-6),), _adagrad, "Adagrad (in place).")
+    "adagrad",
+    ("Param", "Grad", "Moment", "LearningRate"),
+    ("ParamOut", "MomentOut"),
+    (AttrDef("epsilon", AttrType.FLOAT, 1e-6),),
+    _adagrad,
+    "Adagrad (in place).",
+)
 
 ADAM = _update_schema(
-    "adam", ("Param", "Grad", "LearningRate", "Moment1", "Moment2", "Beta1Pow", "Beta2Pow"),
+    "adam",
+    ("Param", "Grad", "LearningRate", "Moment1", "Moment2", "Beta1Pow", "Beta2Pow"),
     ("ParamOut", "Moment1Out", "Moment2Out", "Beta1PowOut", "Beta2PowOut"),
-    (AttrDef("beta1", AttrType.FLOAT, 0.9), AttrDef("beta2", AttrType.FLOAT, 0.999),
-     AttrDef("epsilon", AttrType.FLOAT, 1e-8), AttrDef("lazy_mode", AttrType.BOOLEAN, False)),
-    _adam, "Adam with bias correction; advances Beta1Pow/Beta2Pow (in place).",
-    optional_outputs=("Beta1PowOut", "Beta2PowOut"))
+    (
+        AttrDef("beta1", AttrType.FLOAT, 0.9),
+        AttrDef("beta2", AttrType.FLOAT, 0.999),
+        AttrDef("epsilon", AttrType.FLOAT, 1e-8),
+        AttrDef("lazy_mode", AttrType.BOOLEAN, False),
+    ),
+    _adam,
+    "Adam with bias correction; advances Beta1Pow/Beta2Pow (in place).",
+    optional_outputs=("Beta1PowOut", "Beta2PowOut"),
+)
 
 SCHEMAS: tuple[OpSchema, ...] = (SGD, MOMENTUM, ADAGRAD, ADAM)

@@ -9,7 +9,8 @@ randomness each time. The DSL derives each op's seed from the program's
 
 from __future__ import annotations
 
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 import numpy as np
 

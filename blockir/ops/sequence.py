@@ -41,12 +41,14 @@ class _Segments:
     def of(ctx: KernelContext, x: Any) -> _Segments:
         if not isinstance(x, LoDTensor) or not x.lod:
             shape = list(getattr(x, "shape", ()))
-            raise kernel_error(ctx, f"sequence_pool: X must be a LoDTensor with at least one LoD level, got a "
-                                    f"plain {type(x).__name__} of shape {shape}")
+            raise kernel_error(
+                ctx,
+                f"sequence_pool: X must be a LoDTensor with at least one LoD level, got a "
+                f"plain {type(x).__name__} of shape {shape}",
+            )
         offsets = np.asarray(x.lod[-1], dtype=np.int64)
         lengths = np.diff(offsets)
-        return _Segments(offsets[:-1], offsets[1:], lengths, lengths > 0,
-                         np.repeat(np.arange(len(lengths)), lengths))
+        return _Segments(offsets[:-1], offsets[1:], lengths, lengths > 0, np.repeat(np.arange(len(lengths)), lengths))
 
     @property
     def all_nonempty(self) -> bool:
@@ -129,8 +131,9 @@ def _sequence_pool(ctx: KernelContext, x: Any) -> tuple[Any, Any]:
         picks = seg.ends - 1 if pooltype == "LAST" else seg.starts
         pooled = flat[xp.asarray(picks[seg.nonempty])]
     else:
-        raise kernel_error(ctx, f"sequence_pool: unknown pooltype {pooltype!r}; expected one of "
-                                f"{', '.join(POOL_TYPES)}")
+        raise kernel_error(
+            ctx, f"sequence_pool: unknown pooltype {pooltype!r}; expected one of {', '.join(POOL_TYPES)}"
+        )
     out = _expand(xp, seg, pooled, pad).reshape(-1, *data.shape[1:])
     return (LoDTensor(out, x.lod[:-1]) if len(x.lod) > 1 else out), index
 

@@ -9,7 +9,8 @@ value's kind: a LoDTensor stays a LoDTensor with its LoD.
 
 from __future__ import annotations
 
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 import numpy as np
 
@@ -46,8 +47,9 @@ def _feed(ctx: KernelContext, feed_list: Any) -> Any:
     """Column ``col`` of the feed list, on the kernel's device (numpy arrays are not copied)."""
     col = ctx.attrs["col"]
     if not 0 <= col < len(feed_list):
-        raise kernel_error(ctx, f"feed: column {col} is missing from the feed list, which holds "
-                                f"{len(feed_list)} value(s)")
+        raise kernel_error(
+            ctx, f"feed: column {col} is missing from the feed list, which holds {len(feed_list)} value(s)"
+        )
     return map_arrays(feed_list[col], ctx.xp.asarray)
 
 

@@ -49,20 +49,21 @@ import weakref
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import ExitStack, contextmanager, suppress
 from dataclasses import dataclass, field
-from multiprocessing import connection as mp_connection, forkserver
+from multiprocessing import connection as mp_connection
+from multiprocessing import forkserver
 from multiprocessing.shared_memory import SharedMemory
 from typing import Any
 
 import numpy as np
 from threadpoolctl import ThreadpoolController
 
+from blockir.datafeed.desc import DataFeedDesc
+from blockir.datafeed.multislot import MultiSlotReader, slot_layout
 from blockir.errors import BlockirError, DataFeedError
 from blockir.ir.core import Program, Variable
 from blockir.ops.values import LoDTensor
-from blockir.datafeed.desc import DataFeedDesc
 from blockir.runtime.device import get_device
 from blockir.runtime.executor import Executor, _name
-from blockir.datafeed.multislot import MultiSlotReader, slot_layout
 from blockir.runtime.place import Place, as_place
 from blockir.runtime.plan import Plan
 from blockir.runtime.scope import Scope, global_scope
@@ -112,9 +113,11 @@ class _Binding:
             return batch_value
         assert isinstance(batch_value, LoDTensor)
         if len(batch_value.data) != len(batch_value.lod[0]) - 1:
-            raise BlockirError(f"slot {self.name!r} feeds a variable without LoD, so each instance needs "
-                               f"exactly one value; a batch of {len(batch_value.lod[0]) - 1} instances has "
-                               f"{len(batch_value.data)}")
+            raise BlockirError(
+                f"slot {self.name!r} feeds a variable without LoD, so each instance needs "
+                f"exactly one value; a batch of {len(batch_value.lod[0]) - 1} instances has "
+                f"{len(batch_value.data)}"
+            )
         return batch_value.data
 
 
@@ -127,8 +130,7 @@ class AsyncExecutor:
     :class:`~blockir.runtime.executor.Executor`'s option of that name does; the run fails with its error.
     """
 
-    def __init__(self, place: str | Place = "cpu", *, keep_workers: bool = False,
-                 check_nan_inf: bool = False) -> None:
+    def __init__(self, place: str | Place = "cpu", *, keep_workers: bool = False, check_nan_inf: bool = False) -> None:
         self.place: Place = as_place(place)
         get_device(str(self.place), "the async executor's place")
         self.keep_workers = keep_workers
@@ -150,10 +152,20 @@ class AsyncExecutor:
     def __exit__(self, *exc: object) -> None:
         self.close()
 
-    def run_from_files(self, program: Program, data_feed_desc: DataFeedDesc, filelist: Sequence[str | os.PathLike[str]],
-                       thread_num: int | None, fetch: Iterable[Any], debug: bool = False, *, mode: str = "thread",
-                       skip_bad_lines: bool = False, scope: Scope | None = None,
-                       progress: Progress | None = None) -> list[float]:
+    def run_from_files(
+        self,
+        program: Program,
+        data_feed_desc: DataFeedDesc,
+        filelist: Sequence[str | os.PathLike[str]],
+        thread_num: int | None,
+        fetch: Iterable[Any],
+        debug: bool = False,
+        *,
+        mode: str = "thread",
+        skip_bad_lines: bool = False,
+        scope: Scope | None = None,
+        progress: Progress | None = None,
+    ) -> list[float]:
         """Run ``program`` once per batch of the files, with ``thread_num`` workers; return the fetches.
 
         ``thread_num`` (None or 0: the desc's ``thread_num``, else 1) is capped at the number of files.
@@ -184,14 +196,14 @@ class AsyncExecutor:
         bindings = _bind(program, data_feed_desc)
         _check_fetches(program, fetch_names)
         root = global_scope() if scope is None else scope
-        job = _Job(data_feed_desc, bindings, fetch_names, skip_bad_lines, debug,
-                   _PREFETCH if workers < _cores() else 0)
+        job = _Job(data_feed_desc, bindings, fetch_names, skip_bad_lines, debug, _PREFETCH if workers < _cores() else 0)
         run = self._threads if mode == "thread" else self._processes
         start = time.perf_counter()
         results = run(program, job, files, workers, root, progress)
         stats = [r[0] for r in results]
-        self.last_stats = AsyncStats(sum(s.instances for s in stats), sum(s.skipped_lines for s in stats),
-                                     time.perf_counter() - start, stats)
+        self.last_stats = AsyncStats(
+            sum(s.instances for s in stats), sum(s.skipped_lines for s in stats), time.perf_counter() - start, stats
+        )
         errors = [r[2] for r in results if r[2] is not None]
         if errors:
             raise errors[0]
@@ -215,8 +227,9 @@ class AsyncExecutor:
             with self._lock:
                 self._idle += lent
 
-    def _threads(self, program: Program, job: _Job, files: list[str], workers: int, root: Scope,
-                 progress: Progress | None) -> list[_Result]:
+    def _threads(
+        self, program: Program, job: _Job, files: list[str], workers: int, root: Scope, progress: Progress | None
+    ) -> list[_Result]:
         todo: queue.SimpleQueue[str] = queue.SimpleQueue()
         for path in files:
             todo.put(path)
@@ -243,8 +256,9 @@ class AsyncExecutor:
             for _, name, _ in plans[0].writebacks:  # a persistable the program makes lands in the root, shared
                 if name not in root:
                     root.var(name)
-            threads = [threading.Thread(target=work, args=(k, plans[k]), name=f"blockir-async-{k}")
-                       for k in range(workers)]
+            threads = [
+                threading.Thread(target=work, args=(k, plans[k]), name=f"blockir-async-{k}") for k in range(workers)
+            ]
             try:
                 stack.enter_context(_blas_share(workers))
                 for t in threads:
@@ -258,16 +272,19 @@ class AsyncExecutor:
                         t.join()
         return results
 
-    def _processes(self, program: Program, job: _Job, files: list[str], workers: int, root: Scope,
-                   progress: Progress | None) -> list[_Result]:
+    def _processes(
+        self, program: Program, job: _Job, files: list[str], workers: int, root: Scope, progress: Progress | None
+    ) -> list[_Result]:
         with self._plans(program, job, 1) as plans:  # its errors come first, and it names the values
             plan = plans[0]
         made = {name for _, name, _ in plan.writebacks}
         missing = sorted(n for n in made if root.find_var(n) is None or root.find_var(n).value is None)
         if missing:
-            raise BlockirError(f"process mode shares the scope's values; persistable(s) "
-                               f"{', '.join(map(repr, missing))} that the program writes have none yet (set them "
-                               f"first, or use mode='thread')")
+            raise BlockirError(
+                f"process mode shares the scope's values; persistable(s) "
+                f"{', '.join(map(repr, missing))} that the program writes have none yet (set them "
+                f"first, or use mode='thread')"
+            )
         names = sorted(made | {name for _, name, *_ in plan.scope_inputs})
         with self._lock:
             pool = self._kept.pop() if self._kept else None
@@ -276,8 +293,16 @@ class AsyncExecutor:
             if pool is None:
                 pool = _Pool(str(self.place))
             with _SharedValues(root, names) as layout, _Control(len(job.fetch_names), pool.lock) as control:
-                spec = _ProcessSpec(program.serialize(), job, files, layout, workers, control.name,
-                                    progress is not None, self.check_nan_inf)
+                spec = _ProcessSpec(
+                    program.serialize(),
+                    job,
+                    files,
+                    layout,
+                    workers,
+                    control.name,
+                    progress is not None,
+                    self.check_nan_inf,
+                )
                 results = pool.run(spec, control, progress)
             keep = self.keep_workers and not pool.broken and all(error is None for *_, error in results)
             return results
@@ -290,8 +315,10 @@ class AsyncExecutor:
                 pool.close()
 
     def __repr__(self) -> str:
-        return (f"AsyncExecutor({str(self.place)!r}{', keep_workers=True' if self.keep_workers else ''}"
-                f"{', check_nan_inf=True' if self.check_nan_inf else ''})")
+        return (
+            f"AsyncExecutor({str(self.place)!r}{', keep_workers=True' if self.keep_workers else ''}"
+            f"{', check_nan_inf=True' if self.check_nan_inf else ''})"
+        )
 
 
 _Result = tuple[WorkerStats, np.ndarray, BlockirError | None]  # a worker's stats, sums of its fetches, error
@@ -316,8 +343,16 @@ class _Job:
     def __setstate__(self, state: dict[str, Any]) -> None:
         self.__dict__.update(state, desc=DataFeedDesc(state["desc"]))
 
-    def work(self, k: int, plan: Plan, scope: Scope, next_file: Callable[[], str | None], stop: Any,
-             progress: Progress | None, after_batch: Callable[[], None] | None = None) -> _Result:
+    def work(
+        self,
+        k: int,
+        plan: Plan,
+        scope: Scope,
+        next_file: Callable[[], str | None],
+        stop: Any,
+        progress: Progress | None,
+        after_batch: Callable[[], None] | None = None,
+    ) -> _Result:
         """Worker ``k``: batches of the files from ``next_file``, run through ``plan`` until there are no
         files left or ``stop`` is set; an error sets it. Batches run on across the worker's files."""
         start = time.perf_counter()
@@ -349,8 +384,9 @@ class _Job:
             self._report(k, stats, sums, reader, read)
         except BaseException as e:  # reported to the caller by run_from_files
             stop.set()
-            files = [reader.file] if isinstance(e, DataFeedError) or not reader.batch_files \
-                else reader.batch_files  # the file the reader failed on, or those of the batch that failed
+            files = (
+                [reader.file] if isinstance(e, DataFeedError) or not reader.batch_files else reader.batch_files
+            )  # the file the reader failed on, or those of the batch that failed
             error = BlockirError(f"async worker {k} failed on file {', '.join(map(str, files))}: {e}")
             error.__cause__ = e  # in the same process: the caller sees the original traceback too
             return stats, sums, error
@@ -364,9 +400,12 @@ class _Job:
         """With ``debug``: worker ``k``'s progress once the reader is done with a file."""
         if self.debug and reader.file is not None:
             means = "".join(f", {n}={s / max(stats.batches, 1):.6g}" for n, s in zip(self.fetch_names, sums))
-            print(f"async worker {k}: {reader.file}: {reader.instances - read[0]} instances, "
-                  f"{reader.skipped_lines - read[1]} skipped lines; {stats.instances} instances in "
-                  f"{stats.batches} batches run so far{means}", flush=True)
+            print(
+                f"async worker {k}: {reader.file}: {reader.instances - read[0]} instances, "
+                f"{reader.skipped_lines - read[1]} skipped lines; {stats.instances} instances in "
+                f"{stats.batches} batches run so far{means}",
+                flush=True,
+            )
         read[:] = reader.instances, reader.skipped_lines
 
 
@@ -389,8 +428,10 @@ class _SharedValues:
             if holder is None or holder.value is None:
                 raise BlockirError(f"variable {name!r} has no value in the scope (run the startup program first)")
             if not isinstance(holder.value, np.ndarray):
-                raise BlockirError(f"process mode shares dense host arrays; variable {name!r} holds "
-                                   f"{type(holder.value).__name__} on {holder.device}")
+                raise BlockirError(
+                    f"process mode shares dense host arrays; variable {name!r} holds "
+                    f"{type(holder.value).__name__} on {holder.device}"
+                )
             self.holders.append(holder)
         self.blocks: list[tuple[Any, SharedMemory, np.ndarray]] = []  # (holder, block, original array)
 
@@ -466,11 +507,11 @@ class _Control:
 
     def add(self, instances: int, batches: int, sums: np.ndarray) -> None:
         with self.lock:
-            self.values[self.COUNTS:] += [instances, batches, *sums]
+            self.values[self.COUNTS :] += [instances, batches, *sums]
 
     def counts(self) -> np.ndarray:
         with self.lock:
-            return self.values[self.COUNTS:].copy()
+            return self.values[self.COUNTS :].copy()
 
     def __enter__(self) -> _Control:
         return self
@@ -502,15 +543,19 @@ class _Pool:
             self.close()
         while len(self.workers) < spec.workers:
             mine, theirs = self.ctx.Pipe()
-            process = self.ctx.Process(target=_serve, args=(theirs, self.lock, self.place),
-                                       name=f"blockir-async-{len(self.workers)}", daemon=True)
+            process = self.ctx.Process(
+                target=_serve,
+                args=(theirs, self.lock, self.place),
+                name=f"blockir-async-{len(self.workers)}",
+                daemon=True,
+            )
             process.start()
             theirs.close()
             self.workers.append((process, mine))
         fetches = len(spec.job.fetch_names)
         results: dict[int, _Result] = {}
         try:
-            for k, (_, conn) in enumerate(self.workers[:spec.workers]):
+            for k, (_, conn) in enumerate(self.workers[: spec.workers]):
                 conn.send((k, spec))
             shown = np.zeros(2 + fetches)
             while len(results) < spec.workers:
@@ -526,8 +571,11 @@ class _Pool:
                     if not process.is_alive():
                         self.broken = True
                         control.set()
-                        results[k] = (WorkerStats(k), np.zeros(fetches), BlockirError(
-                            f"async worker {k} exited with status {process.exitcode} and no report"))
+                        results[k] = (
+                            WorkerStats(k),
+                            np.zeros(fetches),
+                            BlockirError(f"async worker {k} exited with status {process.exitcode} and no report"),
+                        )
                 if progress is not None:
                     now = control.counts()
                     if now[1] != shown[1]:
@@ -704,8 +752,9 @@ def _instances(value: Any) -> int:
 def _first(name: str, value: np.ndarray) -> float:
     """The first element of a fetched value whose last dimension is 1."""
     if value.ndim == 0 or value.shape[-1] != 1:
-        raise BlockirError(f"fetch {name!r}: the last dimension of a fetched variable must be 1, "
-                           f"got shape {list(value.shape)}")
+        raise BlockirError(
+            f"fetch {name!r}: the last dimension of a fetched variable must be 1, got shape {list(value.shape)}"
+        )
     return float(value.flat[0])
 
 
@@ -722,13 +771,17 @@ def _bind(program: Program, desc: DataFeedDesc) -> list[_Binding]:
     used = [s for s in desc.slots if s.is_used]
     missing = [s.name for s in used if s.name not in block.vars]
     if missing:
-        raise BlockirError(f"used slot(s) {', '.join(map(repr, missing))} of {desc.source} name no variable of "
-                           f"the program (set_use_slots chooses the slots to use)")
+        raise BlockirError(
+            f"used slot(s) {', '.join(map(repr, missing))} of {desc.source} name no variable of "
+            f"the program (set_use_slots chooses the slots to use)"
+        )
     names = {s.name for s in used}
     unfed = [v.name for v in block.vars.values() if v.need_check_feed and v.name not in names]
     if unfed:
-        raise BlockirError(f"data variable(s) {', '.join(map(repr, unfed))} of the program are fed by no used "
-                           f"slot of {desc.source} (used: {', '.join(sorted(names))})")
+        raise BlockirError(
+            f"data variable(s) {', '.join(map(repr, unfed))} of the program are fed by no used "
+            f"slot of {desc.source} (used: {', '.join(sorted(names))})"
+        )
     return [_Binding(s.name, not s.is_dense and block.vars[s.name].lod_level == 0) for s in used]
 
 
@@ -740,5 +793,6 @@ def _check_fetches(program: Program, names: list[str]) -> None:
         if var is None:
             raise BlockirError(f"fetch {name!r} is not a variable of the program")
         if var.shape is not None and (not var.shape or var.shape[-1] not in (1, -1)):
-            raise BlockirError(f"fetch {name!r}: the last dimension of a fetched variable must be 1, "
-                               f"it is declared {list(var.shape)}")
+            raise BlockirError(
+                f"fetch {name!r}: the last dimension of a fetched variable must be 1, it is declared {list(var.shape)}"
+            )

@@ -6,16 +6,51 @@ report; ``registered_passes()`` lists the passes by name. The plain functions
 """
 
 from blockir.passes.base import Pass, register_pass, registered_passes
-from blockir.passes.manager import (Instrument, PassRecord, PassReport, describe_passes, format_pass,
-                                    format_pipeline, note, parse_pipeline, pass_options, record_detail, run)
 from blockir.passes.copies import InsertCopies
 from blockir.passes.deps import Deps, dependency_graph
 from blockir.passes.inference import Inference, inference
+from blockir.passes.manager import (
+    Instrument,
+    PassRecord,
+    PassReport,
+    describe_passes,
+    format_pass,
+    format_pipeline,
+    note,
+    parse_pipeline,
+    pass_options,
+    record_detail,
+    run,
+)
 from blockir.passes.place import Place, place_startup
 from blockir.passes.prune import Prune, prune
 from blockir.passes.streams import Streams, op_stream, stream_waits
 
-__all__ = ["Deps", "Inference", "InsertCopies", "Instrument", "Pass", "PassRecord", "PassReport", "Place", "Prune",
-           "Streams", "dependency_graph", "describe_passes", "format_pass", "format_pipeline", "inference", "note",
-           "op_stream", "parse_pipeline", "pass_options", "place_startup", "prune", "record_detail", "register_pass",
-           "registered_passes", "run", "stream_waits"]
+__all__ = [
+    "Deps",
+    "Inference",
+    "InsertCopies",
+    "Instrument",
+    "Pass",
+    "PassRecord",
+    "PassReport",
+    "Place",
+    "Prune",
+    "Streams",
+    "dependency_graph",
+    "describe_passes",
+    "format_pass",
+    "format_pipeline",
+    "inference",
+    "note",
+    "op_stream",
+    "parse_pipeline",
+    "pass_options",
+    "place_startup",
+    "prune",
+    "record_detail",
+    "register_pass",
+    "registered_passes",
+    "run",
+    "stream_waits",
+]

@@ -34,10 +34,10 @@ from typing import ClassVar
 
 from blockir.errors import BlockirError
 from blockir.ir import Block, Operator, Program, VarKind
+from blockir.ir.core import block_reads_writes, op_reads_writes
 from blockir.ir.schema import EMPTY_VAR
 from blockir.passes.base import Pass, mark_created, register_pass
 from blockir.passes.place import HOST, Placement, checked_device, find_var
-from blockir.ir.core import block_reads_writes, op_reads_writes
 
 __all__ = ["COPY_OP", "InsertCopies", "copy_name"]
 
@@ -99,22 +99,36 @@ class _Walk:
         copies = self.copies.setdefault(name, {})
         if device not in copies:
             writer = self.writer.get(name)
-            copies[device] = self.insert_copy(index, name, copy_name(name, device), device, reader,
-                                              [writer, reader] if writer is not None else [reader])
+            copies[device] = self.insert_copy(
+                index,
+                name,
+                copy_name(name, device),
+                device,
+                reader,
+                [writer, reader] if writer is not None else [reader],
+            )
         return copies[device]
 
     def declare(self, src: str, dst: str, device: str, op: Operator) -> None:
         """Declare ``dst``, a copy of variable ``src`` on ``device`` (needed by ``op``), unless it exists."""
         var = self.block.find_var_recursive(src)
         if var.kind not in _COPYABLE:
-            raise BlockirError(f"insert-copies: {src!r} is a {var.kind.text} variable on {self.location(src)}, "
-                               f"which cannot be copied to {device}: {op}")
+            raise BlockirError(
+                f"insert-copies: {src!r} is a {var.kind.text} variable on {self.location(src)}, "
+                f"which cannot be copied to {device}: {op}"
+            )
         if find_var(self.block, dst) is None:
-            self.block.create_var(dst, kind=var.kind, dtype=var.dtype, shape=var.shape, lod_level=var.lod_level,
-                                  stop_gradient=var.stop_gradient, device=device)
+            self.block.create_var(
+                dst,
+                kind=var.kind,
+                dtype=var.dtype,
+                shape=var.shape,
+                lod_level=var.lod_level,
+                stop_gradient=var.stop_gradient,
+                device=device,
+            )
 
-    def insert_copy(self, index: int, src: str, dst: str, device: str, cause: Operator,
-                    origins: list[Operator]) -> str:
+    def insert_copy(self, index: int, src: str, dst: str, device: str, cause: Operator, origins: list[Operator]) -> str:
         """Insert ``dst = memcpy(src)`` onto ``device`` at ``index``, with the lineage ``origins``."""
         self.declare(src, dst, device, cause)
         attrs = {"dst_device": device}
@@ -175,4 +189,3 @@ class InsertCopies(Pass):
     def run(self, program: Program) -> bool:
         block = program.global_block()
         return _Walk(block, Placement(program), {}, _persistables(block)).run()
-

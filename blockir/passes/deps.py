@@ -25,10 +25,10 @@ from typing import ClassVar
 import networkx as nx
 
 from blockir.ir import Block, Program
+from blockir.ir.core import op_reads_writes
 from blockir.ir.schema import EMPTY_VAR
 from blockir.passes.base import Pass, register_pass
 from blockir.passes.manager import note, record_detail
-from blockir.ir.core import op_reads_writes
 
 __all__ = ["RAW", "WAR", "WAW", "Deps", "dependency_graph"]
 
@@ -83,8 +83,10 @@ def describe(graph: nx.DiGraph) -> str:
     """``block 0: 12 ops, 17 edges (RAW 11, WAR 4, WAW 2), critical path 9 ops``."""
     kinds = Counter(kind for _, _, deps in graph.edges(data="deps") for kind, _ in deps)
     path = nx.dag_longest_path_length(graph) + 1 if graph else 0
-    return (f"block {graph.graph['block']}: {graph.number_of_nodes()} ops, {graph.number_of_edges()} edges "
-            f"({', '.join(f'{k} {kinds[k]}' for k in (RAW, WAR, WAW))}), critical path {path} ops")
+    return (
+        f"block {graph.graph['block']}: {graph.number_of_nodes()} ops, {graph.number_of_edges()} edges "
+        f"({', '.join(f'{k} {kinds[k]}' for k in (RAW, WAR, WAW))}), critical path {path} ops"
+    )
 
 
 @register_pass

@@ -38,18 +38,31 @@ import sys
 import tempfile
 import time
 import typing
+from collections.abc import Sequence
 from contextvars import ContextVar
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Sequence, TextIO
+from typing import Any, TextIO
 
 from blockir.errors import BlockirError, PassError, PipelineError, VerifyError
 from blockir.ir import Program, verify
 from blockir.ir.proto_io import atomic_write
 from blockir.passes.base import Pass, registered_passes
 
-__all__ = ["Instrument", "OptionInfo", "PassRecord", "PassReport", "describe_passes", "format_pass",
-           "format_pipeline", "note", "pass_options", "parse_pipeline", "record_detail", "run"]
+__all__ = [
+    "Instrument",
+    "OptionInfo",
+    "PassRecord",
+    "PassReport",
+    "describe_passes",
+    "format_pass",
+    "format_pipeline",
+    "note",
+    "pass_options",
+    "parse_pipeline",
+    "record_detail",
+    "run",
+]
 
 _NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_-]*")
 _VALUE = re.compile(r"[^\s{}=]+")
@@ -58,6 +71,7 @@ _SCALARS: dict[type, str] = {bool: "bool", int: "int", float: "float", str: "str
 
 
 # -- options -----------------------------------------------------------------------------------
+
 
 @dataclass(frozen=True)
 class OptionInfo:
@@ -83,8 +97,10 @@ def pass_options(cls: type[Pass]) -> list[OptionInfo]:
         tp = hints[f.name]
         item = typing.get_args(tp) if typing.get_origin(tp) is tuple else (tp, ...)
         if item[0] not in _SCALARS or item[1:] != (...,):
-            raise BlockirError(f"option {f.name!r} of pass {cls.name!r} has type {tp}; options are bool, int, "
-                               f"float, str or tuple[X, ...] of those")
+            raise BlockirError(
+                f"option {f.name!r} of pass {cls.name!r} has type {tp}; options are bool, int, "
+                f"float, str or tuple[X, ...] of those"
+            )
         default = f.default_factory() if f.default_factory is not dataclasses.MISSING else f.default
         options.append(OptionInfo(f.name, tp, default, f.metadata.get("help", "")))
     return options
@@ -123,8 +139,11 @@ def _convert(text: str, tp: Any) -> Any:
 
 def format_pass(p: Pass) -> str:
     """``p`` in pipeline syntax: its name and the options that differ from their defaults."""
-    options = [f"{o.name}={_format_value(getattr(p, o.name))}" for o in pass_options(type(p))
-               if getattr(p, o.name) != o.default]
+    options = [
+        f"{o.name}={_format_value(getattr(p, o.name))}"
+        for o in pass_options(type(p))
+        if getattr(p, o.name) != o.default
+    ]
     return p.name + (f"{{{' '.join(options)}}}" if options else "")
 
 
@@ -136,8 +155,10 @@ def format_pipeline(passes: Sequence[Pass]) -> str:
 def _table(header: Sequence[str], rows: Sequence[Sequence[str]], left: int) -> list[str]:
     """Lines of a table; the first ``left`` columns are left-aligned, the others right-aligned."""
     widths = [max(len(r[i]) for r in [header, *rows]) for i in range(len(header))]
-    return ["  ".join(c.ljust(w) if i < left else c.rjust(w) for i, (c, w) in enumerate(zip(r, widths))).rstrip()
-            for r in [header, *rows]]
+    return [
+        "  ".join(c.ljust(w) if i < left else c.rjust(w) for i, (c, w) in enumerate(zip(r, widths))).rstrip()
+        for r in [header, *rows]
+    ]
 
 
 def describe_passes() -> str:
@@ -145,15 +166,22 @@ def describe_passes() -> str:
     lines = []
     for name, cls in sorted(registered_passes().items()):
         lines.append(f"{name}: {cls.summary}")
-        rows = [[o.name, o.type_name,
-                 "(required)" if o.default is dataclasses.MISSING else _format_value(o.default) or "(empty)", o.help]
-                for o in pass_options(cls)]
+        rows = [
+            [
+                o.name,
+                o.type_name,
+                "(required)" if o.default is dataclasses.MISSING else _format_value(o.default) or "(empty)",
+                o.help,
+            ]
+            for o in pass_options(cls)
+        ]
         if rows:
             lines.extend("    " + line for line in _table(["option", "type", "default", "help"], rows, 4)[1:])
     return "\n".join(lines)
 
 
 # -- parsing -----------------------------------------------------------------------------------
+
 
 class _Scanner:
     def __init__(self, text: str) -> None:
@@ -165,7 +193,7 @@ class _Scanner:
         return PipelineError(f"pipeline {self.text!r}, column {pos + 1}: {message}", self.text, pos)
 
     def peek(self) -> str:
-        return self.text[self.pos:self.pos + 1]
+        return self.text[self.pos : self.pos + 1]
 
     def skip_space(self) -> None:
         self.pos = _SPACE.match(self.text, self.pos).end()  # type: ignore[union-attr]
@@ -237,8 +265,10 @@ def _parse_pass(s: _Scanner) -> Pass:
     values = _parse_options(s, cls) if s.peek() == "{" else {}
     missing = [o.name for o in pass_options(cls) if o.default is dataclasses.MISSING and o.name not in values]
     if missing:
-        raise s.error(f"pass {name!r} needs option{'s' if len(missing) > 1 else ''} "
-                      f"{', '.join(f'{m}=VALUE' for m in missing)}", start)
+        raise s.error(
+            f"pass {name!r} needs option{'s' if len(missing) > 1 else ''} {', '.join(f'{m}=VALUE' for m in missing)}",
+            start,
+        )
     return cls(**values)
 
 
@@ -264,6 +294,7 @@ def parse_pipeline(text: str) -> list[Pass]:
 
 # -- notes and details from the running pass -------------------------------------------------------
 
+
 @dataclass
 class _PassLog:
     notes: list[str] = field(default_factory=list)
@@ -288,6 +319,7 @@ def record_detail(key: str, value: Any) -> None:
 
 
 # -- the report ------------------------------------------------------------------------------------
+
 
 @dataclass
 class PassRecord:
@@ -347,8 +379,10 @@ class PassReport:
 
     def timing_table(self) -> str:
         total = self.seconds
-        rows = [[str(r.index), r.label, f"{r.seconds * 1e3:.3f}", f"{100 * r.seconds / total if total else 0:.1f}%"]
-                for r in self.records]
+        rows = [
+            [str(r.index), r.label, f"{r.seconds * 1e3:.3f}", f"{100 * r.seconds / total if total else 0:.1f}%"]
+            for r in self.records
+        ]
         rows.append(["", "total", f"{total * 1e3:.3f}", "100.0%"])
         lines = _table(["#", "pass", "wall ms", "share"], rows, 2)
         return "\n".join(["pass timing:", *("  " + line for line in lines)])
@@ -359,8 +393,18 @@ class PassReport:
             changed = "yes" if r.changed else "no"
             if r.changed != r.returned:
                 changed += f" (pass said {'yes' if r.returned else 'no'})"
-            rows.append([str(r.index), r.label, changed, f"{r.seconds * 1e3:.3f}", str(r.ops_after),
-                         str(r.added), str(r.removed), str(r.modified)])
+            rows.append(
+                [
+                    str(r.index),
+                    r.label,
+                    changed,
+                    f"{r.seconds * 1e3:.3f}",
+                    str(r.ops_after),
+                    str(r.added),
+                    str(r.removed),
+                    str(r.modified),
+                ]
+            )
         rows.append(["", "total", "yes" if self.changed else "no", f"{self.seconds * 1e3:.3f}", "", "", "", ""])
         header = ["#", "pass", "changed", "time ms", "ops", "added", "removed", "modified"]
         lines = [f"pipeline: {self.pipeline or '(empty)'}", *("  " + line for line in _table(header, rows, 3))]
@@ -369,6 +413,7 @@ class PassReport:
 
 
 # -- instruments -------------------------------------------------------------------------------------
+
 
 class Instrument:
     """Hooks :func:`run` calls around a pipeline and each pass; override the ones you need.
@@ -462,6 +507,7 @@ class Timing(Instrument):
 
 # -- running -------------------------------------------------------------------------------------------
 
+
 @dataclass(frozen=True)
 class _Snapshot:
     data: bytes  # the serialized program
@@ -470,41 +516,66 @@ class _Snapshot:
     @staticmethod
     def of(program: Program) -> _Snapshot:
         desc = program.to_proto()
-        ops = {op.id: d.SerializeToString(deterministic=True)
-               for block, bd in zip(program.blocks, desc.blocks) for op, d in zip(block.ops, bd.ops)}
+        ops = {
+            op.id: d.SerializeToString(deterministic=True)
+            for block, bd in zip(program.blocks, desc.blocks)
+            for op, d in zip(block.ops, bd.ops)
+        }
         return _Snapshot(desc.SerializeToString(deterministic=True), ops)
 
 
-def _record(index: int, p: Pass, returned: bool, seconds: float, before: _Snapshot, after: _Snapshot,
-            log: _PassLog) -> PassRecord:
+def _record(
+    index: int, p: Pass, returned: bool, seconds: float, before: _Snapshot, after: _Snapshot, log: _PassLog
+) -> PassRecord:
     kept = before.ops.keys() & after.ops.keys()
     return PassRecord(
-        index=index, pass_=p, changed=before.data != after.data, returned=bool(returned), seconds=seconds,
-        ops_before=len(before.ops), ops_after=len(after.ops), added=len(after.ops.keys() - kept),
-        removed=len(before.ops.keys() - kept), modified=sum(before.ops[i] != after.ops[i] for i in kept),
-        digest=hashlib.sha256(after.data).hexdigest(), notes=log.notes, details=log.details)
+        index=index,
+        pass_=p,
+        changed=before.data != after.data,
+        returned=bool(returned),
+        seconds=seconds,
+        ops_before=len(before.ops),
+        ops_after=len(after.ops),
+        added=len(after.ops.keys() - kept),
+        removed=len(before.ops.keys() - kept),
+        modified=sum(before.ops[i] != after.ops[i] for i in kept),
+        digest=hashlib.sha256(after.data).hexdigest(),
+        notes=log.notes,
+        details=log.details,
+    )
 
 
-def _failure(what: str, cause: BaseException, passes: Sequence[Pass], index: int, received: bytes,
-             dump_dir: Path | None) -> PassError:
+def _failure(
+    what: str, cause: BaseException, passes: Sequence[Pass], index: int, received: bytes, dump_dir: Path | None
+) -> PassError:
     """A PassError for pass ``index``, after saving the program it received as a reproducer."""
     p = passes[index - 1]
     directory = dump_dir if dump_dir is not None else Path(tempfile.mkdtemp(prefix="blockir-repro-"))
     path = _numbered(directory, index, len(passes), p.name, ".input.pb")
     atomic_write(path, received)
-    before = [format_pass(q) for q in passes[:index - 1]]
+    before = [format_pass(q) for q in passes[: index - 1]]
     label = format_pass(p)
-    message = (f"pass {label!r} (pass {index} of {len(passes)}) {what}: {type(cause).__name__}: {cause}\n"
-               f"  passes before it: {', '.join(before) or '(none)'}\n"
-               f"  the program it received is saved as {path}; rerun it with:\n"
-               f"  blockir opt {shlex.quote(str(path))} -p {shlex.quote(label)} -o out.pb")
+    message = (
+        f"pass {label!r} (pass {index} of {len(passes)}) {what}: {type(cause).__name__}: {cause}\n"
+        f"  passes before it: {', '.join(before) or '(none)'}\n"
+        f"  the program it received is saved as {path}; rerun it with:\n"
+        f"  blockir opt {shlex.quote(str(path))} -p {shlex.quote(label)} -o out.pb"
+    )
     return PassError(message, p.name, before, str(path))
 
 
-def run(program: Program, pipeline: str | Sequence[Pass], *, print_after_all: bool = False,
-        print_after_change: bool = False, dump_dir: str | Path | None = None, timing: bool = False,
-        verify: bool = True, out: TextIO | None = None,
-        instruments: Sequence[Instrument] = ()) -> tuple[Program, PassReport]:
+def run(
+    program: Program,
+    pipeline: str | Sequence[Pass],
+    *,
+    print_after_all: bool = False,
+    print_after_change: bool = False,
+    dump_dir: str | Path | None = None,
+    timing: bool = False,
+    verify: bool = True,
+    out: TextIO | None = None,
+    instruments: Sequence[Instrument] = (),
+) -> tuple[Program, PassReport]:
     """Run ``pipeline`` (a string or passes) on a clone of ``program``; return the result and the report.
 
     ``program`` itself is never changed. ``print_after_all`` / ``print_after_change``

@@ -140,8 +140,10 @@ class Placement:
         if device is not None:
             return device
         if block.idx in self._resolving:
-            raise BlockirError(f"place: the default device of block {block.idx} depends on itself (its parents "
-                               "or the ops owning it form a cycle)")
+            raise BlockirError(
+                f"place: the default device of block {block.idx} depends on itself (its parents "
+                "or the ops owning it form a cycle)"
+            )
         self._resolving.add(block.idx)
         owner = self._owner.get(block.idx)
         parent = block.parent_block
@@ -172,10 +174,11 @@ class Placement:
         if schema is None or device_kind(device) in schema.devices:
             return device
         if self.strict or device_kind(HOST) not in schema.devices:
-            raise BlockirError(f"place: op type {op.type!r} has no kernel for {device} "
-                               f"(it has {', '.join(sorted(schema.devices)) or 'none'}): {op}")
-        self.notes.append(f"{op.type} has no {device_kind(device)} kernel: runs on the host instead of "
-                          f"{device}: {op}")
+            raise BlockirError(
+                f"place: op type {op.type!r} has no kernel for {device} "
+                f"(it has {', '.join(sorted(schema.devices)) or 'none'}): {op}"
+            )
+        self.notes.append(f"{op.type} has no {device_kind(device)} kernel: runs on the host instead of {device}: {op}")
         return HOST
 
     def _channel_device(self, op: Operator) -> str:
@@ -238,8 +241,9 @@ class Place(Pass):
     summary: ClassVar[str] = "decide the device of every op and variable (own device, block, program, default)"
 
     default: str = field(default="", metadata={"help": "device for ops the program places nowhere (else cpu)"})
-    strict: bool = field(default=False, metadata={"help": "an op without a kernel for its device is an error, "
-                                                          "not a fallback to cpu"})
+    strict: bool = field(
+        default=False, metadata={"help": "an op without a kernel for its device is an error, not a fallback to cpu"}
+    )
 
     def __post_init__(self) -> None:
         if self.default:

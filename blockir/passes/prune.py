@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 from typing import ClassVar
 
 from blockir.ir import Block, Operator, Program
-from blockir.ir.core import block_reads_writes, op_reads_writes
+from blockir.ir.core import op_reads_writes
 from blockir.ir.schema import find
 from blockir.passes.base import Pass, register_pass
 
@@ -43,8 +43,7 @@ def remove_unused_vars(block: Block, keep: Iterable[str] = ()) -> bool:
     return bool(unused)
 
 
-def prune(program: Program, targets: Iterable[str], feeds: Iterable[str] = (),
-          keep_side_effects: bool = True) -> bool:
+def prune(program: Program, targets: Iterable[str], feeds: Iterable[str] = (), keep_side_effects: bool = True) -> bool:
     """Cut the global block down to the ops the targets need; in place. Returns whether it changed."""
     block = program.global_block()
     targets, feeds = list(targets), set(feeds)
@@ -80,8 +79,10 @@ class Prune(Pass):
 
     targets: tuple[str, ...] = field(default=(), metadata={"help": "variables to keep computing"})
     feeds: tuple[str, ...] = field(default=(), metadata={"help": "variables given from outside"})
-    keep_side_effects: bool = field(default=True, metadata={
-        "help": "keep ops with side effects (optimizer updates, fetch, channel ops) even when unneeded"})
+    keep_side_effects: bool = field(
+        default=True,
+        metadata={"help": "keep ops with side effects (optimizer updates, fetch, channel ops) even when unneeded"},
+    )
 
     def run(self, program: Program) -> bool:
         return prune(program, self.targets, self.feeds, self.keep_side_effects)

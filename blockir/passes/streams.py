@@ -33,8 +33,9 @@ nothing.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import ClassVar, Sequence
+from typing import ClassVar
 
 import networkx as nx
 
@@ -69,8 +70,9 @@ def op_stream(op: Operator, device: str) -> str:
     return op.attrs.get(STREAM_ATTR) or compute_stream(device, 0)
 
 
-def stream_waits(block: Block | None, streams: Sequence[str],
-                 graph: nx.DiGraph | None = None) -> dict[int, tuple[int, ...]]:
+def stream_waits(
+    block: Block | None, streams: Sequence[str], graph: nx.DiGraph | None = None
+) -> dict[int, tuple[int, ...]]:
     """For each op index of ``block`` that must wait, the sorted indices of the ops on other streams it waits for.
 
     ``streams[i]`` is the stream of op ``i``; ``graph`` the block's dependencies
@@ -98,8 +100,7 @@ def stream_waits(block: Block | None, streams: Sequence[str],
                 raise BlockirError(f"stream_waits: the dependency {i} -> {j} of {where} goes against program order")
             if streams[i] != stream and clock.get(streams[i], -1) < i:
                 pending.append(i)
-        needed = sorted(i for i in pending
-                        if not any(k != i and clocks[k].get(streams[i], -1) >= i for k in pending))
+        needed = sorted(i for i in pending if not any(k != i and clocks[k].get(streams[i], -1) >= i for k in pending))
         for i in needed:
             for s, latest in clocks[i].items():
                 clock[s] = max(clock.get(s, -1), latest)
@@ -115,8 +116,9 @@ def describe(block: Block, streams: Sequence[str], waits: dict[int, tuple[int, .
     """``block 0: 12 ops on 3 streams (cpu/compute0, cpu/copy, cpu:1/compute0), 2 waits``."""
     used = sorted(set(streams))
     listed = f" ({', '.join(used)})" if used else ""
-    return (f"block {block.idx}: {len(streams)} ops on {len(used)} streams{listed}, "
-            f"{sum(map(len, waits.values()))} waits")
+    return (
+        f"block {block.idx}: {len(streams)} ops on {len(used)} streams{listed}, {sum(map(len, waits.values()))} waits"
+    )
 
 
 def _device(op: Operator, placement: Placement) -> str:
@@ -145,10 +147,12 @@ class Streams(Pass):
     name: ClassVar[str] = "streams"
     summary: ClassVar[str] = "put every op on a compute or copy stream of its device; record the cross-stream waits"
 
-    compute: int = field(default=1, metadata={"help": "compute streams per device; independent branches take "
-                                                      "them round-robin"})
-    copy: bool = field(default=True, metadata={"help": "memcpy ops run on a copy stream (false: on the compute "
-                                                       "streams)"})
+    compute: int = field(
+        default=1, metadata={"help": "compute streams per device; independent branches take them round-robin"}
+    )
+    copy: bool = field(
+        default=True, metadata={"help": "memcpy ops run on a copy stream (false: on the compute streams)"}
+    )
 
     def __post_init__(self) -> None:
         if isinstance(self.compute, bool) or not isinstance(self.compute, int) or self.compute < 1:
@@ -184,8 +188,11 @@ class Streams(Pass):
             elif self.copy and op.type == COPY_OP:
                 stream = copy_stream(self.source(block, op, where), device)
             else:
-                chained = [i for i in graph.predecessors(j) if devices[i] == device
-                           and streams[i].startswith(f"{device}/compute") and last[streams[i]] == i]
+                chained = [
+                    i
+                    for i in graph.predecessors(j)
+                    if devices[i] == device and streams[i].startswith(f"{device}/compute") and last[streams[i]] == i
+                ]
                 if chained:
                     stream = streams[max(chained)]
                 else:

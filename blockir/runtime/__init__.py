@@ -6,5 +6,17 @@ from blockir.runtime.place import CPUPlace, Place
 from blockir.runtime.plan import Plan
 from blockir.runtime.scope import Scope, ScopeVariable, global_scope, scope_guard
 
-__all__ = ["CPUPlace", "Channel", "Executor", "Place", "Plan", "Scope", "ScopeVariable", "blocked_on",
-           "global_scope", "register_thread", "scope_guard", "select"]
+__all__ = [
+    "CPUPlace",
+    "Channel",
+    "Executor",
+    "Place",
+    "Plan",
+    "Scope",
+    "ScopeVariable",
+    "blocked_on",
+    "global_scope",
+    "register_thread",
+    "scope_guard",
+    "select",
+]

@@ -105,8 +105,9 @@ class _Case:
 
     __slots__ = ("channel", "index", "is_send", "nbytes", "value", "waiter")
 
-    def __init__(self, waiter: _Waiter, index: int, channel: Channel, is_send: bool, value: Any = None,
-                 nbytes: int = 0) -> None:
+    def __init__(
+        self, waiter: _Waiter, index: int, channel: Channel, is_send: bool, value: Any = None, nbytes: int = 0
+    ) -> None:
         self.waiter, self.index, self.channel, self.is_send = waiter, index, channel, is_send
         self.value, self.nbytes = value, nbytes
         waiter.cases.append(self)
@@ -220,6 +221,7 @@ def _detect() -> None:
 
 def _operation(method: _F) -> _F:
     """A channel operation: registers its thread, which counts as running while inside it."""
+
     @functools.wraps(method)
     def run(*args: Any, **kwargs: Any) -> Any:
         state = _state_of()
@@ -232,6 +234,7 @@ def _operation(method: _F) -> _F:
         finally:
             with _registry_lock:
                 state.active -= 1
+
     return run  # type: ignore[return-value]
 
 
@@ -304,8 +307,9 @@ class Channel:
     ``channel #N`` without a name) are what errors call the channel.
     """
 
-    def __init__(self, capacity: int = 0, bytes_limit: int | None = None, place: str = "cpu",
-                 name: str | None = None) -> None:
+    def __init__(
+        self, capacity: int = 0, bytes_limit: int | None = None, place: str = "cpu", name: str | None = None
+    ) -> None:
         self.label = f"channel {name!r}" if name is not None else f"channel #{next(_channel_ids)}"
         if isinstance(capacity, bool) or not isinstance(capacity, int) or capacity < 0:
             raise BlockirError(f"{self.label}: capacity must be an int >= 0, got {capacity!r}")
@@ -313,8 +317,9 @@ class Channel:
             if isinstance(bytes_limit, bool) or not isinstance(bytes_limit, int) or bytes_limit < 0:
                 raise BlockirError(f"{self.label}: bytes_limit must be None or an int >= 0, got {bytes_limit!r}")
             if capacity == 0:
-                raise BlockirError(f"{self.label}: bytes_limit limits the buffer, and an unbuffered channel "
-                                   f"(capacity 0) has none")
+                raise BlockirError(
+                    f"{self.label}: bytes_limit limits the buffer, and an unbuffered channel (capacity 0) has none"
+                )
         self.name = name
         self.place = checked_device(place, self.label)
         self._capacity = capacity
@@ -348,8 +353,10 @@ class Channel:
 
     def __repr__(self) -> str:
         state = "closed" if self._closed else "open"
-        return (f"<{self.label} cap={self._capacity} len={len(self._buffer)} place={self.place} "
-                f"{state} senders={len(self._senders)} receivers={len(self._receivers)}>")
+        return (
+            f"<{self.label} cap={self._capacity} len={len(self._buffer)} place={self.place} "
+            f"{state} senders={len(self._senders)} receivers={len(self._receivers)}>"
+        )
 
     def __iter__(self) -> Iterator[Any]:
         """Receive until the channel is closed and drained (Go's ``for v := range ch``)."""
@@ -453,8 +460,9 @@ class Channel:
 
 
 @_operation
-def select(cases: Sequence[tuple[Any, ...]], default: bool = False,
-           timeout: float | None = None) -> tuple[int, Any, bool]:
+def select(
+    cases: Sequence[tuple[Any, ...]], default: bool = False, timeout: float | None = None
+) -> tuple[int, Any, bool]:
     """Go's ``select``: run one of ``cases`` that can proceed, blocking until one can.
 
     ``cases`` are ``("send", channel, value)`` and ``("recv", channel)``. Returns
@@ -495,18 +503,19 @@ def select(cases: Sequence[tuple[Any, ...]], default: bool = False,
             nbytes = message_nbytes(value) if is_send and ch._bytes_limit is not None else 0
             case = _Case(waiter, i, ch, is_send, value, nbytes)
             (ch._senders if is_send else ch._receivers).append(case)
-    description = f"select on ({', '.join(c.describe() for c in waiter.cases)})" if waiter.cases \
-        else "select with no cases"
+    description = (
+        f"select on ({', '.join(c.describe() for c in waiter.cases)})" if waiter.cases else "select with no cases"
+    )
     return _wait(waiter, timeout, description)
 
 
 def _parse_case(index: int, case: Any) -> tuple[bool, Channel, Any]:
     """``(is_send, channel, value)`` of a select case; an error naming the case when malformed."""
     shape_ok = isinstance(case, (tuple, list)) and (
-        (len(case) == 3 and case[0] == "send") or (len(case) == 2 and case[0] == "recv"))
+        (len(case) == 3 and case[0] == "send") or (len(case) == 2 and case[0] == "recv")
+    )
     if not shape_ok or not isinstance(case[1], Channel):
-        raise BlockirError(f"select case {index} must be ('send', channel, value) or ('recv', channel), "
-                           f"got {case!r}")
+        raise BlockirError(f"select case {index} must be ('send', channel, value) or ('recv', channel), got {case!r}")
     return case[0] == "send", case[1], case[2] if case[0] == "send" else None
 
 
@@ -545,8 +554,9 @@ class blocked_on:  # noqa: N801  (a context manager used like a function, as con
         if error is not None:
             raise error
 
-    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
-                 tb: TracebackType | None) -> None:
+    def __exit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
         assert self._state is not None
         with _registry_lock:
             self._state.outer.pop()

@@ -18,7 +18,8 @@ deadlock detection), and fails with the first error a go block raised.
 from __future__ import annotations
 
 import threading
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 from blockir.errors import BlockirError, ChannelClosedError, DeadlockError
 from blockir.ir.core import Block, Operator, Variable, outer_temporaries
@@ -68,8 +69,9 @@ class RunContext:
             threads = list(self._threads)
         if threads:
             try:
-                with blocked_on(f"a run waiting for {len(threads)} go block(s)",
-                                over=lambda: not any(t.is_alive() for t in threads)):
+                with blocked_on(
+                    f"a run waiting for {len(threads)} go block(s)", over=lambda: not any(t.is_alive() for t in threads)
+                ):
                     for thread in threads:
                         thread.join()
             except DeadlockError:
@@ -95,8 +97,9 @@ def _received(message: Any, ok: bool, outs: list[Variable], xp: Any, text: str) 
     return list(message)
 
 
-def control_kernel(op: Operator, device: str, compile_block: Callable[[Block, list[str], str], Any]
-                   ) -> Callable[..., Any]:
+def control_kernel(
+    op: Operator, device: str, compile_block: Callable[[Block, list[str], str], Any]
+) -> Callable[..., Any]:
     """The kernel of concurrency op ``op`` running on ``device``; ``compile_block(block, feeds, device)``
     compiles a sub-block into a plan fed ``feeds``, which live on ``device``."""
     block, text = op.block, str(op)
@@ -116,11 +119,14 @@ def control_kernel(op: Operator, device: str, compile_block: Callable[[Block, li
                 channel = Channel(capacity, None if limit < 0 else limit, place=device, name=out)
                 run.scope.set(out, channel, device)
                 return channel
+
         return create
 
     if op.type == "channel_send":
+
         def send(ctx: KernelContext, channel: Channel, values: list[Any]) -> None:
             channel.send(list(values))
+
         return send
 
     if op.type == "channel_recv":
@@ -129,11 +135,14 @@ def control_kernel(op: Operator, device: str, compile_block: Callable[[Block, li
         def recv(ctx: KernelContext, channel: Channel) -> tuple[list[Any], Any]:
             message, ok = channel.recv()
             return _received(message, ok, outs, ctx.xp, text), ctx.xp.asarray([ok])
+
         return recv
 
     if op.type == "channel_close":
+
         def close(ctx: KernelContext, channel: Channel) -> None:
             channel.close()
+
         return close
 
     if op.type == "go":
@@ -144,6 +153,7 @@ def control_kernel(op: Operator, device: str, compile_block: Callable[[Block, li
         def go(ctx: KernelContext, run: RunContext, values: list[Any]) -> None:
             feed = dict(zip(feeds, values))
             run.go(lambda scope: plan.run(feed, scope), f"block{sub.idx}")
+
         return go
 
     if op.type == "select":
@@ -151,8 +161,9 @@ def control_kernel(op: Operator, device: str, compile_block: Callable[[Block, li
     raise BlockirError(f"op type {op.type!r} is not a concurrency op: {text}")
 
 
-def _select_kernel(op: Operator, device: str, compile_block: Callable[[Block, list[str], str], Any]
-                   ) -> Callable[..., Any]:
+def _select_kernel(
+    op: Operator, device: str, compile_block: Callable[[Block, list[str], str], Any]
+) -> Callable[..., Any]:
     block, text = op.block, str(op)
     kinds, channel_of, counts = op.attr("case_kinds"), op.attr("case_channel"), op.attr("case_count")
     reads = op.input("Reads")
@@ -168,17 +179,23 @@ def _select_kernel(op: Operator, device: str, compile_block: Callable[[Block, li
         feeds = outer_temporaries(sub)
         unknown = [n for n in feeds if n not in reads and n not in out_names]
         if unknown:
-            raise BlockirError(f"select: case block {sub.idx} reads {', '.join(unknown)}, which the op does not "
-                               f"list in Reads: {text}")
+            raise BlockirError(
+                f"select: case block {sub.idx} reads {', '.join(unknown)}, which the op does not list in Reads: {text}"
+            )
         plans.append((compile_block(sub, feeds, device), feeds))
     recv_cases = [k for k, kind in enumerate(kinds) if kind == "recv"]
     waiting = [k for k, kind in enumerate(kinds) if kind != "default"]
     default = "default" in kinds
 
-    def run_select(ctx: KernelContext, run: RunContext, channels: list[Channel], xs: list[Any],
-                   read_values: list[Any]) -> tuple[list[Any], list[Any]]:
-        cases = [("send", channels[channel_of[k]], [xs[i] for i in sends[k]]) if kinds[k] == "send"
-                 else ("recv", channels[channel_of[k]]) for k in waiting]
+    def run_select(
+        ctx: KernelContext, run: RunContext, channels: list[Channel], xs: list[Any], read_values: list[Any]
+    ) -> tuple[list[Any], list[Any]]:
+        cases = [
+            ("send", channels[channel_of[k]], [xs[i] for i in sends[k]])
+            if kinds[k] == "send"
+            else ("recv", channels[channel_of[k]])
+            for k in waiting
+        ]
         index, message, ok = select(cases, default=default)
         chosen = kinds.index("default") if index < 0 else waiting[index]
         values = [_zero(v, ctx.xp) for v in outs]
@@ -192,6 +209,7 @@ def _select_kernel(op: Operator, device: str, compile_block: Callable[[Block, li
         known.update(zip(out_names, values))
         plan.run({n: known[n] for n in feeds}, Scope(run.scope))
         return values, status
+
     return run_select
 
 
@@ -200,4 +218,3 @@ def close_channels(values: list[Any], slots: tuple[int, ...]) -> None:
     for i in slots:
         if isinstance(values[i], Channel):
             values[i].close()
-

@@ -36,7 +36,8 @@ from __future__ import annotations
 
 import threading
 from collections import deque
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 import numpy as np
 
@@ -143,8 +144,9 @@ class CUDAStream(Stream):
         work launched on this stream so far is."""
         keep: list[Any] = []
         with self._gpu, self.cuda_stream:
-            copied = map_arrays(value, lambda a: self._copy_to_host(a, keep) if to_host else
-                                self._copy_to_device(a, keep))
+            copied = map_arrays(
+                value, lambda a: self._copy_to_host(a, keep) if to_host else self._copy_to_device(a, keep)
+            )
         with self._lock:
             while self._in_flight and self._in_flight[0][0].query():
                 self._in_flight.popleft()

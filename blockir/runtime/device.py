@@ -33,7 +33,8 @@ from __future__ import annotations
 
 import re
 import threading
-from typing import Any, Callable, Protocol
+from collections.abc import Callable
+from typing import Any, Protocol
 
 import numpy as np
 
@@ -42,8 +43,22 @@ from blockir.ops.transfer import copy_value
 from blockir.ops.values import LoDTensor, SelectedRows
 from blockir.passes.place import HOST, checked_device, device_kind
 
-__all__ = ["HOST", "CPUDevice", "CPUStream", "Device", "Event", "HostEvent", "Stream", "array_module",
-           "available_devices", "checked_device", "device_kind", "get_device", "transfer", "value_device"]
+__all__ = [
+    "HOST",
+    "CPUDevice",
+    "CPUStream",
+    "Device",
+    "Event",
+    "HostEvent",
+    "Stream",
+    "array_module",
+    "available_devices",
+    "checked_device",
+    "device_kind",
+    "get_device",
+    "transfer",
+    "value_device",
+]
 
 _STREAM_NAME = re.compile(r"compute(0|[1-9][0-9]*)|copy")
 
@@ -213,8 +228,10 @@ def get_device(name: str, where: object = None) -> Device:
                 made = cuda.make_device(index)
                 if made is None:
                     at = f": {where}" if where is not None else ""
-                    raise BlockirError(f"device {name} is not available on this machine (devices available: "
-                                       f"{', '.join(available_devices())}){at}")
+                    raise BlockirError(
+                        f"device {name} is not available on this machine (devices available: "
+                        f"{', '.join(available_devices())}){at}"
+                    )
                 _devices[name] = made
         return _devices[name]
 

@@ -52,8 +52,12 @@ def _program_var(program: Program, name: str) -> Variable:
 
 def _off_host(program: Program) -> bool:
     """Whether any op, block, variable or the program itself names a device other than the host."""
-    devices = {program.device, *(b.device for b in program.blocks), *(op.device for op in program.ops()),
-               *(v.device for v in program.list_vars())}
+    devices = {
+        program.device,
+        *(b.device for b in program.blocks),
+        *(op.device for op in program.ops()),
+        *(v.device for v in program.list_vars()),
+    }
     return any(checked_device(d, "a device of the program") != HOST for d in devices if d)
 
 
@@ -100,8 +104,15 @@ class Executor:
     runs (plans are cached per setting).
     """
 
-    def __init__(self, place: str | Place = "cpu", max_plans: int = 64, scheduler: str = "dataflow",
-                 num_threads: int | None = None, compute_streams: int = 1, check_nan_inf: bool = False) -> None:
+    def __init__(
+        self,
+        place: str | Place = "cpu",
+        max_plans: int = 64,
+        scheduler: str = "dataflow",
+        num_threads: int | None = None,
+        compute_streams: int = 1,
+        check_nan_inf: bool = False,
+    ) -> None:
         if not isinstance(max_plans, int) or max_plans < 1:
             raise BlockirError(f"max_plans must be a positive int, got {max_plans!r}")
         if scheduler not in SCHEDULERS:
@@ -120,22 +131,36 @@ class Executor:
         self._plans: dict[tuple, Plan] = {}  # (id, mutation, feed names, fetch names, GPU feeds, check) -> plan
         self._placements: dict[tuple, Program] = {}  # (id, mutation, GPU feeds) -> the program as it runs
 
-    def plan(self, program: Program, feed_names: Iterable[str] = (),
-             fetch_list: Iterable[Any] | None = None) -> Plan:
+    def plan(self, program: Program, feed_names: Iterable[str] = (), fetch_list: Iterable[Any] | None = None) -> Plan:
         """The (cached) plan that :meth:`run` uses for these feed names and fetch targets."""
         fetch = None if fetch_list is None else tuple(_name(f) for f in fetch_list)
         return self._plan(program, frozenset(feed_names), fetch)
 
-    def _plan(self, program: Program, feed_names: frozenset[str], fetch: tuple[str, ...] | None,
-              on_gpu: frozenset[tuple[str, str]] = frozenset()) -> Plan:
+    def _plan(
+        self,
+        program: Program,
+        feed_names: frozenset[str],
+        fetch: tuple[str, ...] | None,
+        on_gpu: frozenset[tuple[str, str]] = frozenset(),
+    ) -> Plan:
         check_nan_inf = bool(self.check_nan_inf)
         key = (id(program), program.mutation, feed_names, fetch, on_gpu, check_nan_inf)
         plan = self._plans.get(key)
         if plan is None:
-            plan = _remember(self._plans, key, compile_plan(self._placed(program, on_gpu), feed_names, fetch,
-                                                            self.place, self.scheduler, self.num_threads,
-                                                            check_nan_inf=check_nan_inf),
-                             self.max_plans)
+            plan = _remember(
+                self._plans,
+                key,
+                compile_plan(
+                    self._placed(program, on_gpu),
+                    feed_names,
+                    fetch,
+                    self.place,
+                    self.scheduler,
+                    self.num_threads,
+                    check_nan_inf=check_nan_inf,
+                ),
+                self.max_plans,
+            )
         return plan
 
     def _placed(self, program: Program, on_gpu: frozenset[tuple[str, str]]) -> Program:
@@ -158,9 +183,15 @@ class Executor:
             _remember(self._placements, key, placed, self.max_plans)
         return placed
 
-    def run(self, program: Program | None = None, feed: Mapping[str, Any] | None = None,
-            fetch_list: Iterable[Any] | None = None, scope: Scope | None = None,
-            return_numpy: bool = True, trace: str | os.PathLike[str] | None = None) -> list[Any]:
+    def run(
+        self,
+        program: Program | None = None,
+        feed: Mapping[str, Any] | None = None,
+        fetch_list: Iterable[Any] | None = None,
+        scope: Scope | None = None,
+        return_numpy: bool = True,
+        trace: str | os.PathLike[str] | None = None,
+    ) -> list[Any]:
         """Run ``program``'s global block once and return the fetched values, in ``fetch_list`` order.
 
         ``program`` defaults to the DSL's default main program. ``feed`` maps
@@ -190,8 +221,7 @@ class Executor:
         elif not isinstance(feed, Mapping):
             raise BlockirError(f"feed must be a dict of variable name -> value, got {type(feed).__name__}")
         fetch = None if fetch_list is None else tuple(_name(f) for f in fetch_list)
-        on_gpu = frozenset((name, device) for name, value in feed.items()
-                           if (device := value_device(value)) != HOST)
+        on_gpu = frozenset((name, device) for name, value in feed.items() if (device := value_device(value)) != HOST)
         plan = self._plan(program, frozenset(feed), fetch, on_gpu)
         if not self._finalizer.alive:
             raise BlockirError("this executor is closed")
@@ -213,4 +243,3 @@ class Executor:
 
     def __repr__(self) -> str:
         return f"Executor({str(self.place)!r}, scheduler={self.scheduler!r})"
-

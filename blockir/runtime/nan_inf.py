@@ -71,16 +71,21 @@ def checked(kernel: Callable[..., Any], op_text: str, inputs: Slots, outputs: Sl
         if counts:
             raise _error(op_text, counts, _per_variable(inputs, args, False))
         return result
+
     return kernel_checked
 
 
-def _error(op_text: str, bad: dict[str, tuple[str, int, int, Any]],
-           inputs: list[tuple[str, str, Any]]) -> NanInfError:
-    outputs = "\n".join(f"    {slot}={name}: {nan} NaN, {inf} inf among the {_array(value).size} values of "
-                        f"{describe_value(value)}" for name, (slot, nan, inf, value) in bad.items())
+def _error(op_text: str, bad: dict[str, tuple[str, int, int, Any]], inputs: list[tuple[str, str, Any]]) -> NanInfError:
+    outputs = "\n".join(
+        f"    {slot}={name}: {nan} NaN, {inf} inf among the {_array(value).size} values of {describe_value(value)}"
+        for name, (slot, nan, inf, value) in bad.items()
+    )
     stats = "\n".join(f"    {slot}={name}: {value_stats(value)}" for slot, name, value in inputs) or "    none"
-    return NanInfError(f"op produced NaN or inf (check_nan_inf)\n  in op: {op_text}\n  outputs:\n{outputs}\n"
-                       f"  inputs:\n{stats}", op_text, {name: (nan, inf) for name, (_, nan, inf, _) in bad.items()})
+    return NanInfError(
+        f"op produced NaN or inf (check_nan_inf)\n  in op: {op_text}\n  outputs:\n{outputs}\n  inputs:\n{stats}",
+        op_text,
+        {name: (nan, inf) for name, (_, nan, inf, _) in bad.items()},
+    )
 
 
 def value_stats(value: Any) -> str:
@@ -100,8 +105,10 @@ def value_stats(value: Any) -> str:
     if finite.size == 0:
         return f"{describe_value(value)} no finite element, {nan} NaN, {inf} inf"
     mean = finite.mean() if finite.dtype.kind == "c" else finite.mean(dtype=np.float64)
-    return (f"{describe_value(value)} min {_number(finite.min())} max {_number(finite.max())} "
-            f"mean {_number(mean)}, {nan} NaN, {inf} inf")
+    return (
+        f"{describe_value(value)} min {_number(finite.min())} max {_number(finite.max())} "
+        f"mean {_number(mean)}, {nan} NaN, {inf} inf"
+    )
 
 
 def _number(x: Any) -> str:

@@ -39,9 +39,10 @@ to the host (copied).
 from __future__ import annotations
 
 import inspect
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from operator import itemgetter
-from typing import Any, Callable, Mapping
+from typing import Any
 
 import networkx as nx
 import numpy as np
@@ -51,14 +52,13 @@ from blockir.ir.core import Block, Operator, Program, Variable
 from blockir.ir.dtypes import VarKind
 from blockir.ir.schema import EMPTY_VAR, KernelContext, OpSchema, Slot, lookup
 from blockir.ir.verify import column_problems, op_problems
+from blockir.ops.channel import CONTROL_OPS
 from blockir.ops.transfer import map_arrays
 from blockir.ops.values import LoDTensor, SelectedRows, describe_value
 from blockir.passes.deps import dependency_graph
 from blockir.passes.streams import op_stream
-from blockir.ops.channel import CONTROL_OPS
 from blockir.runtime.control import NEEDS_RUN, RunContext, close_channels, control_kernel
-from blockir.runtime.device import (HOST, array_module, checked_device, device_kind, get_device, transfer,
-                                    value_device)
+from blockir.runtime.device import HOST, array_module, checked_device, device_kind, get_device, transfer, value_device
 from blockir.runtime.nan_inf import checked
 from blockir.runtime.place import Place
 from blockir.runtime.scheduler import Gather, Scatter, Schedule, Step, WorkerPool, compile_schedule, execute, run_steps
@@ -84,6 +84,7 @@ def _declared(var: Variable) -> str:
 
 # -- feeds -------------------------------------------------------------------------
 
+
 @dataclass(frozen=True)
 class FeedSpec:
     """A fed variable: where it goes and what it must look like."""
@@ -103,16 +104,18 @@ class FeedSpec:
         try:
             dtype = np.dtype(var.dtype) if var.dtype else None
         except TypeError:  # bfloat16: numpy has no such type
-            raise BlockirError(f"feed {var.name!r}: a {var.dtype} variable cannot be fed (numpy has no "
-                               f"{var.dtype})") from None
+            raise BlockirError(
+                f"feed {var.name!r}: a {var.dtype} variable cannot be fed (numpy has no {var.dtype})"
+            ) from None
         return FeedSpec(slot, var.name, var.kind, dtype, var.shape, var.lod_level, device)
 
     def check(self, value: Any) -> Any:
         """The value to put in the slot; an error naming the variable when ``value`` does not fit it."""
         if device_kind(self.device) == "cuda" or value_device(value) != HOST:
             if value_device(value) != self.device:
-                raise BlockirError(f"feed {self.name!r}: the plan takes it on {self.device}, got a value on "
-                                   f"{value_device(value)}")
+                raise BlockirError(
+                    f"feed {self.name!r}: the plan takes it on {self.device}, got a value on {value_device(value)}"
+                )
         if self.kind is VarKind.SELECTED_ROWS:
             if not isinstance(value, SelectedRows):
                 raise BlockirError(f"feed {self.name!r}: expected SelectedRows, got {describe_value(value)}")
@@ -120,21 +123,26 @@ class FeedSpec:
             return value
         if isinstance(value, LoDTensor):
             if len(value.lod) != self.lod_level:
-                raise BlockirError(f"feed {self.name!r}: expected lod_level {self.lod_level}, got a LoDTensor "
-                                   f"with {len(value.lod)} LoD level(s)")
+                raise BlockirError(
+                    f"feed {self.name!r}: expected lod_level {self.lod_level}, got a LoDTensor "
+                    f"with {len(value.lod)} LoD level(s)"
+                )
             self._check_array(value.data, self.shape, value)
             return value if self.lod_level else value.data
         if self.lod_level:
-            raise BlockirError(f"feed {self.name!r}: expected a LoDTensor with {self.lod_level} LoD level(s), "
-                               f"got {describe_value(value)}")
+            raise BlockirError(
+                f"feed {self.name!r}: expected a LoDTensor with {self.lod_level} LoD level(s), "
+                f"got {describe_value(value)}"
+            )
         if not isinstance(value, np.ndarray) and value_device(value) == HOST:
             if isinstance(value, SelectedRows):
                 raise BlockirError(f"feed {self.name!r}: expected a dense tensor, got {describe_value(value)}")
             try:
                 value = np.asarray(value, dtype=self.dtype)
             except (TypeError, ValueError) as e:
-                raise BlockirError(f"feed {self.name!r}: cannot convert {type(value).__name__} to "
-                                   f"{self.dtype} ({e})") from None
+                raise BlockirError(
+                    f"feed {self.name!r}: cannot convert {type(value).__name__} to {self.dtype} ({e})"
+                ) from None
         self._check_array(value, self.shape, value)
         return value
 
@@ -146,11 +154,14 @@ class FeedSpec:
 
     def _mismatch(self, what: str, given: Any) -> BlockirError:
         shape = "?" if self.shape is None else list(self.shape)
-        return BlockirError(f"feed {self.name!r}: wrong {what}: expected {self.dtype}{shape} "
-                            f"(-1 = any size), got {describe_value(given)}")
+        return BlockirError(
+            f"feed {self.name!r}: wrong {what}: expected {self.dtype}{shape} "
+            f"(-1 = any size), got {describe_value(given)}"
+        )
 
 
 # -- steps -------------------------------------------------------------------------
+
 
 def _no_args(values: list) -> tuple:
     return ()
@@ -159,6 +170,7 @@ def _no_args(values: list) -> tuple:
 def _one_arg(i: int) -> Gather:
     def gather(values: list) -> tuple:
         return (values[i],)
+
     return gather
 
 
@@ -169,6 +181,7 @@ def _data(value: Any) -> Any:
 
 def _getter(slots: list[int | None], slot: Slot, unwrap: set[int]) -> Callable[[list], Any]:
     """Reads the argument of one input slot: a value, a list (duplicable slot) or None (absent)."""
+
     def one(i: int | None) -> Callable[[list], Any]:
         if i is None:
             return lambda values: None
@@ -181,8 +194,9 @@ def _getter(slots: list[int | None], slot: Slot, unwrap: set[int]) -> Callable[[
 
 
 def _make_gather(args: list[tuple[Slot, list[int | None]]], unwrap: set[int]) -> Gather:
-    simple = [s[0] for slot, s in args if not slot.duplicable and len(s) == 1 and s[0] is not None
-              and s[0] not in unwrap]
+    simple = [
+        s[0] for slot, s in args if not slot.duplicable and len(s) == 1 and s[0] is not None and s[0] not in unwrap
+    ]
     if len(simple) == len(args):
         if not simple:
             return _no_args
@@ -217,13 +231,17 @@ def _store(slots: list[int | None], duplicable: bool, lod_from: int | None) -> C
         for i, r in zip(slots, results):
             if i is not None:
                 values[i] = r if lod_from is None else _share_lod(r, values[lod_from])
+
     return store
 
 
 def _make_scatter(outs: list[tuple[Slot, list[int | None], bool, int | None]]) -> Scatter:
     """``outs``: per output slot of the schema, (slot, value slots, wanted, LoD source slot)."""
-    stores = [(k, _store(slots, slot.duplicable, lod_from)) for k, (slot, slots, wanted, lod_from)
-              in enumerate(outs) if wanted]
+    stores = [
+        (k, _store(slots, slot.duplicable, lod_from))
+        for k, (slot, slots, wanted, lod_from) in enumerate(outs)
+        if wanted
+    ]
     if not stores:
         return lambda values, result: None
     if len(outs) == 1:
@@ -235,10 +253,12 @@ def _make_scatter(outs: list[tuple[Slot, list[int | None], bool, int | None]]) -
     def scatter(values: list, result: Any) -> None:
         for k, store in stores:
             store(values, result[k])
+
     return scatter
 
 
 # -- compiling -------------------------------------------------------------------------
+
 
 @dataclass
 class _OpInfo:
@@ -286,8 +306,15 @@ def _op_info(op: Operator, block: Block, place: Place) -> _OpInfo:
     for name in (*op.input_names(), *op.output_names()):
         if name != EMPTY_VAR and not _has_var(block, name):
             raise BlockirError(f"op uses variable {name!r}, which the block does not declare: {text}")
-    return _OpInfo(op, schema, text, device, stream, [(s, op.inputs.get(s.name, [])) for s in schema.inputs],
-                   [(s, op.outputs.get(s.name, [])) for s in schema.outputs])
+    return _OpInfo(
+        op,
+        schema,
+        text,
+        device,
+        stream,
+        [(s, op.inputs.get(s.name, [])) for s in schema.inputs],
+        [(s, op.outputs.get(s.name, [])) for s in schema.outputs],
+    )
 
 
 def _has_var(block: Block, name: str) -> bool:
@@ -335,9 +362,17 @@ def _program_var(block: Block, name: str, what: str) -> Variable:
     return block.find_var_recursive(name)
 
 
-def compile_plan(program: Program, feed_names: frozenset[str], fetch_names: tuple[str, ...] | None,
-                 place: Place, scheduler: str = "sequential", num_threads: int | None = None,
-                 block: Block | None = None, feed_device: str = HOST, check_nan_inf: bool = False) -> Plan:
+def compile_plan(
+    program: Program,
+    feed_names: frozenset[str],
+    fetch_names: tuple[str, ...] | None,
+    place: Place,
+    scheduler: str = "sequential",
+    num_threads: int | None = None,
+    block: Block | None = None,
+    feed_device: str = HOST,
+    check_nan_inf: bool = False,
+) -> Plan:
     """Compile the global block of ``program`` for these feeds and fetches (None: the fetch ops' targets),
     to run in program order (``scheduler="sequential"``) or as a dataflow over streams and threads
     (``"dataflow"``, at most ``num_threads`` worker threads; None: one per CPU stream off the host).
@@ -353,12 +388,15 @@ def compile_plan(program: Program, feed_names: frozenset[str], fetch_names: tupl
     ops, feed_targets, fetch_targets = _feed_fetch_ops(block)
     missing = [n for n in feed_targets if n not in feed_names]
     if missing:
-        raise BlockirError(f"missing feed {', '.join(map(repr, missing))}: the program's feed ops take "
-                           f"{', '.join(feed_targets)}")
+        raise BlockirError(
+            f"missing feed {', '.join(map(repr, missing))}: the program's feed ops take {', '.join(feed_targets)}"
+        )
     fetch_names = tuple(fetch_targets) if fetch_names is None else fetch_names
     slots = _Slots()
-    feeds = tuple(FeedSpec.of(slots[n], _program_var(block, n, "feed"), _fed_on(block, n, feed_device))
-                  for n in sorted(feed_names, key=str))
+    feeds = tuple(
+        FeedSpec.of(slots[n], _program_var(block, n, "feed"), _fed_on(block, n, feed_device))
+        for n in sorted(feed_names, key=str)
+    )
     fetch_vars = [_program_var(block, n, "fetch") for n in fetch_names]
     infos = [_op_info(op, block, place) for op in ops]
 
@@ -387,8 +425,13 @@ def compile_plan(program: Program, feed_names: frozenset[str], fetch_names: tupl
     located = _locate(block, infos, feed_names, feed_device, external)
 
     # Backward: liveness, giving which outputs anybody reads and what dies after each op.
-    persistable_out = {n for info in infos for _, names in info.outputs for n in _bound(names)
-                       if block.find_var_recursive(n).persistable}
+    persistable_out = {
+        n
+        for info in infos
+        for _, names in info.outputs
+        for n in _bound(names)
+        if block.find_var_recursive(n).persistable
+    }
     live = {slots[n] for n in (*fetch_names, *persistable_out)}  # live after the op at hand
     frees: list[tuple[int, ...]] = []
     wants: list[tuple[bool, ...]] = []
@@ -409,28 +452,47 @@ def compile_plan(program: Program, feed_names: frozenset[str], fetch_names: tupl
         made.update(slots[n] for _, names in info.outputs for n in _bound(names))
 
     def compile_block(sub: Block, feeds: list[str], device: str) -> Plan:
-        return compile_plan(program, frozenset(feeds), (), place, block=sub, feed_device=device,
-                            check_nan_inf=check_nan_inf)
+        return compile_plan(
+            program, frozenset(feeds), (), place, block=sub, feed_device=device, check_nan_inf=check_nan_inf
+        )
 
     run_slot = slots[RUN_SLOT] if any(info.op.type in NEEDS_RUN for info in infos) else None
-    steps = tuple(_make_step(info, slots, may_lod, want, free, reuse, run_slot, compile_block, check_nan_inf)
-                  for info, want, free, reuse in zip(infos, wants, frees, reuses))
+    steps = tuple(
+        _make_step(info, slots, may_lod, want, free, reuse, run_slot, compile_block, check_nan_inf)
+        for info, want, free, reuse in zip(infos, wants, frees, reuses)
+    )
     schedule = None
     if scheduler == "dataflow" and any(s.stream != steps[0].stream for s in steps):
         schedule = _schedule(block, ops, infos, steps, slots, num_threads)
     else:  # in program order: an op on an asynchronous (CUDA) stream is done before the next one starts
         steps = tuple(_synchronous(s) for s in steps)
-    scope_inputs = tuple((slots[n], n, block.find_var_recursive(n).persistable, reader, _home(block, n))
-                         for n, reader in external.items())
+    scope_inputs = tuple(
+        (slots[n], n, block.find_var_recursive(n).persistable, reader, _home(block, n))
+        for n, reader in external.items()
+    )
     channels = tuple(i for n, i in slots.items() if n != RUN_SLOT and block.find_var_recursive(n).kind in _CHANNELS)
-    return Plan(num_slots=len(slots), steps=steps, feeds=feeds, scope_inputs=scope_inputs,
-                fetches=tuple((slots[v.name], v.name, v.persistable, located[v.name]) for v in fetch_vars),
-                writebacks=tuple((slots[n], n, located[n]) for n in sorted(persistable_out)), schedule=schedule,
-                copies_from=_copies_from(infos, slots), run_slot=run_slot, channels=channels)
+    return Plan(
+        num_slots=len(slots),
+        steps=steps,
+        feeds=feeds,
+        scope_inputs=scope_inputs,
+        fetches=tuple((slots[v.name], v.name, v.persistable, located[v.name]) for v in fetch_vars),
+        writebacks=tuple((slots[n], n, located[n]) for n in sorted(persistable_out)),
+        schedule=schedule,
+        copies_from=_copies_from(infos, slots),
+        run_slot=run_slot,
+        channels=channels,
+    )
 
 
-def _schedule(block: Block, ops: list[Operator], infos: list[_OpInfo], steps: tuple[Step, ...], slots: _Slots,
-              num_threads: int | None) -> Schedule:
+def _schedule(
+    block: Block,
+    ops: list[Operator],
+    infos: list[_OpInfo],
+    steps: tuple[Step, ...],
+    slots: _Slots,
+    num_threads: int | None,
+) -> Schedule:
     """The dataflow schedule of the steps (``ops``: the block's ops that are steps, in order)."""
     index = {id(op): k for k, op in enumerate(ops)}
     graph = nx.DiGraph()
@@ -439,8 +501,14 @@ def _schedule(block: Block, ops: list[Operator], infos: list[_OpInfo], steps: tu
         a, b = index.get(id(block.ops[i])), index.get(id(block.ops[j]))
         if a is not None and b is not None:
             graph.add_edge(a, b)
-    return compile_schedule(steps, graph, _reads(infos, slots), _writes(infos, slots), num_threads,
-                            any(info.op.type in CONTROL_OPS for info in infos))
+    return compile_schedule(
+        steps,
+        graph,
+        _reads(infos, slots),
+        _writes(infos, slots),
+        num_threads,
+        any(info.op.type in CONTROL_OPS for info in infos),
+    )
 
 
 def _synchronous(step: Step) -> Step:
@@ -455,6 +523,7 @@ def _synchronous(step: Step) -> Step:
         result = stream.launch(kernel, ctx, *args, **kwargs)
         stream.synchronize()
         return result
+
     return step._replace(kernel=launch_and_wait)
 
 
@@ -489,8 +558,9 @@ def _home(block: Block, name: str) -> str:
     return checked_device(device, f"variable {name!r}") if device else HOST
 
 
-def _locate(block: Block, infos: list[_OpInfo], feed_names: frozenset[str], feed_device: str,
-            external: dict[str, str]) -> dict[str, str]:
+def _locate(
+    block: Block, infos: list[_OpInfo], feed_names: frozenset[str], feed_device: str, external: dict[str, str]
+) -> dict[str, str]:
     """The device of every value after the plan ran; an error naming the op that reads a value from another device.
 
     Feeds are on the host, values from the scope where their variable lives, an op's outputs on its device;
@@ -503,8 +573,10 @@ def _locate(block: Block, infos: list[_OpInfo], feed_names: frozenset[str], feed
             for _, names in info.inputs:
                 for n in _bound(names):
                     if located[n] != info.device:
-                        raise BlockirError(f"op runs on {info.device} but reads {n!r}, which is on {located[n]} "
-                                           f"(insert a memcpy: the insert-copies pass does): {info.text}")
+                        raise BlockirError(
+                            f"op runs on {info.device} but reads {n!r}, which is on {located[n]} "
+                            f"(insert a memcpy: the insert-copies pass does): {info.text}"
+                        )
         for _, names in info.outputs:
             located.update(dict.fromkeys(_bound(names), info.device))
     return located
@@ -517,8 +589,9 @@ def _takes_reuse(kernel: Callable[..., Any]) -> bool:
         return False
 
 
-def _reuse_candidates(info: _OpInfo, slots: _Slots, may_lod: set[str], made: set[int],
-                      free: tuple[int, ...]) -> tuple[tuple[int, int], ...]:
+def _reuse_candidates(
+    info: _OpInfo, slots: _Slots, may_lod: set[str], made: set[int], free: tuple[int, ...]
+) -> tuple[tuple[int, int], ...]:
     """(argument position, slot) of the inputs this op's kernel may overwrite: values made earlier in the run
     that die here, read once by the op and not written by it, never LoD-carrying; none unless the kernel
     takes ``reuse``."""
@@ -526,14 +599,30 @@ def _reuse_candidates(info: _OpInfo, slots: _Slots, may_lod: set[str], made: set
         return ()
     read = [n for _, names in info.inputs for n in _bound(names)]
     written = {n for _, names in info.outputs for n in names}
-    return tuple((k, slots[names[0]]) for k, (slot, names) in enumerate(info.inputs)
-                 if not slot.duplicable and _bound(names) and read.count(names[0]) == 1 and names[0] not in written
-                 and names[0] not in may_lod and slots[names[0]] in made and slots[names[0]] in free)
+    return tuple(
+        (k, slots[names[0]])
+        for k, (slot, names) in enumerate(info.inputs)
+        if not slot.duplicable
+        and _bound(names)
+        and read.count(names[0]) == 1
+        and names[0] not in written
+        and names[0] not in may_lod
+        and slots[names[0]] in made
+        and slots[names[0]] in free
+    )
 
 
-def _make_step(info: _OpInfo, slots: _Slots, may_lod: set[str], wants: tuple[bool, ...],
-               free: tuple[int, ...], reuse: tuple[tuple[int, int], ...], run_slot: int | None,
-               compile_block: Callable[[Block, list[str], str], Plan], check_nan_inf: bool) -> Step:
+def _make_step(
+    info: _OpInfo,
+    slots: _Slots,
+    may_lod: set[str],
+    wants: tuple[bool, ...],
+    free: tuple[int, ...],
+    reuse: tuple[tuple[int, int], ...],
+    run_slot: int | None,
+    compile_block: Callable[[Block, list[str], str], Plan],
+    check_nan_inf: bool,
+) -> Step:
     def numbered(names: list[str]) -> list[int | None]:
         return [None if n == EMPTY_VAR else slots[n] for n in names]
 
@@ -544,8 +633,9 @@ def _make_step(info: _OpInfo, slots: _Slots, may_lod: set[str], wants: tuple[boo
         src = [n for n in _lod_sources(info, slot.name) if n in may_lod]
         if src:
             lod_src[slot.name] = slots[src[0]]
-    scatter = _make_scatter([(slot, numbered(names), want, lod_src.get(slot.name))
-                             for (slot, names), want in zip(info.outputs, wants)])
+    scatter = _make_scatter(
+        [(slot, numbered(names), want, lod_src.get(slot.name)) for (slot, names), want in zip(info.outputs, wants)]
+    )
     ctx = KernelContext(xp=array_module(info.device), attrs=_kernel_attrs(info), wants=wants, op_text=info.text)
     inputs = tuple((s.name, n, slots[n]) for s, names in info.inputs for n in _bound(names))
     kernel = info.schema.kernel
@@ -554,11 +644,23 @@ def _make_step(info: _OpInfo, slots: _Slots, may_lod: set[str], wants: tuple[boo
         if info.op.type in NEEDS_RUN:
             gather = _with_run(run_slot, gather)  # type: ignore[arg-type]
     elif check_nan_inf and info.op.type != COPY_OP:  # a copy makes no value its source did not hold
-        kernel = checked(kernel, info.text, [(s.name, s.duplicable, names) for s, names in info.inputs],
-                         [(s.name, s.duplicable, names if want else []) for (s, names), want
-                          in zip(info.outputs, wants)])
-    return Step(kernel, ctx, gather, scatter, free, reuse, inputs,  # type: ignore[arg-type]
-                info.stream, info.op.id)
+        kernel = checked(
+            kernel,
+            info.text,
+            [(s.name, s.duplicable, names) for s, names in info.inputs],
+            [(s.name, s.duplicable, names if want else []) for (s, names), want in zip(info.outputs, wants)],
+        )
+    return Step(
+        kernel,
+        ctx,
+        gather,
+        scatter,
+        free,
+        reuse,
+        inputs,  # type: ignore[arg-type]
+        info.stream,
+        info.op.id,
+    )
 
 
 def _with_run(run_slot: int, gather: Gather) -> Gather:
@@ -567,6 +669,7 @@ def _with_run(run_slot: int, gather: Gather) -> Gather:
 
 
 # -- running ---------------------------------------------------------------------------
+
 
 @dataclass(frozen=True)
 class Plan:
@@ -583,8 +686,14 @@ class Plan:
     run_slot: int | None = None  # the slot of the run context, for plans with go or select ops
     channels: tuple[int, ...] = ()  # the slots of channel variables, closed when a run fails
 
-    def run(self, feed: Mapping[str, Any], scope: Scope, return_numpy: bool = True,
-            pool: WorkerPool | None = None, tracer: Any = None) -> list[Any]:
+    def run(
+        self,
+        feed: Mapping[str, Any],
+        scope: Scope,
+        return_numpy: bool = True,
+        pool: WorkerPool | None = None,
+        tracer: Any = None,
+    ) -> list[Any]:
         """Run once: feeds checked, scope values read, steps run (by the schedule, on ``pool``'s workers,
         when the plan has one and a pool is given), persistables written back. ``tracer``: see
         :class:`blockir.runtime.trace.Tracer`."""
@@ -619,16 +728,19 @@ class Plan:
                 raise error
         for slot, name, device in self.writebacks:
             scope.set(name, values[slot], device)
-        return [_fetched(values[slot], name, persistable, device, return_numpy)
-                for slot, name, persistable, device in self.fetches]
+        return [
+            _fetched(values[slot], name, persistable, device, return_numpy)
+            for slot, name, persistable, device in self.fetches
+        ]
 
 
 def _missing_value(name: str, persistable: bool, reader: str) -> BlockirError:
     if persistable:
-        return BlockirError(f"persistable variable {name!r} has no value in the scope (run the startup "
-                            f"program first, or load it); read by: {reader}")
-    return BlockirError(f"variable {name!r} is neither fed, computed before use, nor in the scope; "
-                        f"read by: {reader}")
+        return BlockirError(
+            f"persistable variable {name!r} has no value in the scope (run the startup "
+            f"program first, or load it); read by: {reader}"
+        )
+    return BlockirError(f"variable {name!r} is neither fed, computed before use, nor in the scope; read by: {reader}")
 
 
 def _copy(array: Any) -> Any:

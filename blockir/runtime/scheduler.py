@@ -39,8 +39,9 @@ from __future__ import annotations
 import queue
 import sys
 import threading
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any, Callable, NamedTuple, Sequence
+from typing import Any, NamedTuple
 
 import networkx as nx
 
@@ -74,6 +75,7 @@ class Step(NamedTuple):
 
 # -- reusing dead buffers ---------------------------------------------------------------
 
+
 def _references(args: Sequence[Any], k: int) -> int:
     return sys.getrefcount(args[k])
 
@@ -100,8 +102,7 @@ def kernel_error(step: Step, values: list, args: Any, error: Exception) -> Execu
         if args is not None and values[i] is None:
             values[i] = args[k]
     inputs = ", ".join(f"{slot}={name}: {describe_value(values[i])}" for slot, name, i in step.inputs)
-    return ExecutionError(f"{type(error).__name__}: {error}\n  in op: {step.ctx.op_text}\n"
-                          f"  inputs: {inputs or 'none'}")
+    return ExecutionError(f"{type(error).__name__}: {error}\n  in op: {step.ctx.op_text}\n  inputs: {inputs or 'none'}")
 
 
 def run_steps(steps: tuple[Step, ...], values: list) -> None:
@@ -128,6 +129,7 @@ def run_steps(steps: tuple[Step, ...], values: list) -> None:
 
 # -- compiling a schedule ------------------------------------------------------------------
 
+
 @dataclass(frozen=True)
 class Schedule:
     """The steps of a plan arranged in lanes, with their cross-stream waits (see the module docstring)."""
@@ -150,13 +152,20 @@ class Schedule:
         return list({str(s): s for s in self.streams if s.is_async}.values())
 
 
-def compile_schedule(steps: tuple[Step, ...], graph: nx.DiGraph, reads: Sequence[set[int]],
-                     writes: Sequence[set[int]], num_threads: int | None, channels: bool = False) -> Schedule:
+def compile_schedule(
+    steps: tuple[Step, ...],
+    graph: nx.DiGraph,
+    reads: Sequence[set[int]],
+    writes: Sequence[set[int]],
+    num_threads: int | None,
+    channels: bool = False,
+) -> Schedule:
     """The schedule of ``steps``; ``graph`` is their dependency graph over step indices, ``reads`` /
     ``writes`` the value slots of each step; ``channels``: whether some step uses a channel."""
     n = len(steps)
-    streams = tuple(get_device(s.stream.rpartition("/")[0], s.ctx.op_text).stream(s.stream.rpartition("/")[2])
-                    for s in steps)
+    streams = tuple(
+        get_device(s.stream.rpartition("/")[0], s.ctx.op_text).stream(s.stream.rpartition("/")[2]) for s in steps
+    )
     lane_of = _lanes(steps, streams, num_threads)
     lanes = tuple(tuple(j for j in range(n) if lane_of[j] == lane) for lane in range(max(lane_of, default=0) + 1))
     raw = stream_waits(None, [s.stream for s in steps], graph)
@@ -171,22 +180,27 @@ def compile_schedule(steps: tuple[Step, ...], graph: nx.DiGraph, reads: Sequence
             gated[i] = gated[i] or lane_of[i] != lane_of[j]
             recorded[i] = recorded[i] or streams[i].is_async
     free, reuse = _frees(steps, streams, lane_of, waits, reads, writes)
-    return Schedule(streams, lanes, tuple(lane_of), tuple(waits), tuple(gated), tuple(recorded), free, reuse,
-                    channels)
+    return Schedule(streams, lanes, tuple(lane_of), tuple(waits), tuple(gated), tuple(recorded), free, reuse, channels)
 
 
 def _lanes(steps: tuple[Step, ...], streams: tuple[Stream, ...], num_threads: int | None) -> list[int]:
     """Per step, its lane: 0 for the host stream and asynchronous streams, workers 1..k for other CPU streams."""
-    worker_streams = list(dict.fromkeys(s.stream for s, st in zip(steps, streams)
-                                        if s.stream != HOST_STREAM and not st.is_async))
+    worker_streams = list(
+        dict.fromkeys(s.stream for s, st in zip(steps, streams) if s.stream != HOST_STREAM and not st.is_async)
+    )
     k = len(worker_streams) if num_threads is None else min(num_threads, len(worker_streams))
     lane = {name: 1 + i % k for i, name in enumerate(worker_streams)}
     return [lane.get(s.stream, 0) for s in steps]
 
 
-def _frees(steps: tuple[Step, ...], streams: tuple[Stream, ...], lane_of: list[int],
-           waits: list[tuple[int, ...]], reads: Sequence[set[int]], writes: Sequence[set[int]]
-           ) -> tuple[tuple[tuple[int, ...], ...], tuple[tuple[tuple[int, int], ...], ...]]:
+def _frees(
+    steps: tuple[Step, ...],
+    streams: tuple[Stream, ...],
+    lane_of: list[int],
+    waits: list[tuple[int, ...]],
+    reads: Sequence[set[int]],
+    writes: Sequence[set[int]],
+) -> tuple[tuple[tuple[int, ...], ...], tuple[tuple[tuple[int, int], ...], ...]]:
     """Per step, the slots of its sequential ``free`` that are safe to free there, and its reuse offers among them."""
     # Units of ordering: a lane's synchronous steps, or one asynchronous stream (launched from lane 0).
     unit = [str(streams[j]) if streams[j].is_async else lane_of[j] for j in range(len(steps))]
@@ -225,6 +239,7 @@ def _frees(steps: tuple[Step, ...], streams: tuple[Stream, ...], lane_of: list[i
 
 
 # -- running a schedule ------------------------------------------------------------------
+
 
 def _wait(schedule: Schedule, event: HostEvent, what: str) -> None:
     """``event.synchronize()``, counted as blocked by the channels' deadlock detection when the run uses
@@ -372,8 +387,10 @@ def execute(schedule: Schedule, steps: tuple[Step, ...], values: list, pool: Wor
     run = _Run(schedule, values)
     if schedule.channels:
         register_thread()  # the calling thread takes part before any worker can block waiting for it
-    done = [pool.submit(lane - 1, lambda lane=lane: _run_lane(schedule, steps, lane, run), schedule.channels)
-            for lane in range(1, len(schedule.lanes))]
+    done = [
+        pool.submit(lane - 1, lambda lane=lane: _run_lane(schedule, steps, lane, run), schedule.channels)
+        for lane in range(1, len(schedule.lanes))
+    ]
     try:
         _run_lane(schedule, steps, 0, run)
     finally:

@@ -19,7 +19,8 @@ loaded on the host reach the device that uses them on the next run.
 from __future__ import annotations
 
 import contextlib
-from typing import Any, Iterator
+from collections.abc import Iterator
+from typing import Any
 
 from blockir.errors import BlockirError
 from blockir.runtime.device import HOST

@@ -51,6 +51,7 @@ class Tracer:
                 return kernel(*args, **kwargs)
             finally:
                 self.op(j, step.stream, threading.current_thread().name, start, time.perf_counter_ns())
+
         return timed
 
     def events(self) -> list[dict[str, Any]]:
@@ -62,11 +63,13 @@ class Tracer:
         events: list[dict[str, Any]] = []
         for d in devices:
             events.append({"ph": "M", "name": "process_name", "pid": pid[d], "tid": 0, "args": {"name": d}})
-            events.append({"ph": "M", "name": "process_sort_index", "pid": pid[d], "tid": 0,
-                           "args": {"sort_index": pid[d]}})
+            events.append(
+                {"ph": "M", "name": "process_sort_index", "pid": pid[d], "tid": 0, "args": {"sort_index": pid[d]}}
+            )
         for s in streams:
-            events.append({"ph": "M", "name": "thread_name", "pid": pid[s.rpartition("/")[0]], "tid": tid[s],
-                           "args": {"name": s}})
+            events.append(
+                {"ph": "M", "name": "thread_name", "pid": pid[s.rpartition("/")[0]], "tid": tid[s], "args": {"name": s}}
+            )
         where: dict[int, tuple[int, int, float, float]] = {}  # step -> (pid, tid, start us, end us)
         for j, stream, thread, start, end in sorted(self.ops, key=lambda o: o[3]):
             step = self.steps[j]
@@ -75,16 +78,26 @@ class Tracer:
             where[j] = (p, t, ts, ts + dur)
             text = step.ctx.op_text
             name = text.split(" = ", 1)[-1].split("(", 1)[0]
-            events.append({"ph": "X", "name": name, "cat": "op", "pid": p, "tid": t, "ts": ts, "dur": dur,
-                           "args": {"id": step.op_id, "op": text, "thread": thread, "step": j}})
+            events.append(
+                {
+                    "ph": "X",
+                    "name": name,
+                    "cat": "op",
+                    "pid": p,
+                    "tid": t,
+                    "ts": ts,
+                    "dur": dur,
+                    "args": {"id": step.op_id, "op": text, "thread": thread, "step": j},
+                }
+            )
         for j, src in enumerate(self.copies_from):
             if src is not None and j in where and src in where:
                 sp, st, _, send = where[src]
                 dp, dt, dstart, _ = where[j]
-                events.append({"ph": "s", "name": "copy", "cat": "copy", "id": j, "pid": sp, "tid": st,
-                               "ts": send})
-                events.append({"ph": "f", "bp": "e", "name": "copy", "cat": "copy", "id": j, "pid": dp,
-                               "tid": dt, "ts": dstart})
+                events.append({"ph": "s", "name": "copy", "cat": "copy", "id": j, "pid": sp, "tid": st, "ts": send})
+                events.append(
+                    {"ph": "f", "bp": "e", "name": "copy", "cat": "copy", "id": j, "pid": dp, "tid": dt, "ts": dstart}
+                )
         return events
 
     def write(self, path: str | os.PathLike[str]) -> None:

@@ -60,16 +60,20 @@ def _other_message() -> bytes:
     return v.SerializeToString()
 
 
-@pytest.mark.parametrize(("content", "message"), [
-    (None, "no such file"),
-    (b"", "file is empty"),
-    (b"\x12\x34\x56\x78\x9a", "not a ProgramDesc (corrupt or truncated protobuf data)"),
-    ("truncated", "not a ProgramDesc (corrupt or truncated protobuf data)"),
-    (_other_message(), "not a ProgramDesc"),
-    (pb.BlockDesc(idx=0, parent_idx=-1).SerializeToString(), "not a ProgramDesc (it has only fields"),
-])
-def test_bad_files_give_one_line_and_status_2(tmp_path: Path, capsys: pytest.CaptureFixture[str],
-                                               content: bytes | str | None, message: str) -> None:
+@pytest.mark.parametrize(
+    ("content", "message"),
+    [
+        (None, "no such file"),
+        (b"", "file is empty"),
+        (b"\x12\x34\x56\x78\x9a", "not a ProgramDesc (corrupt or truncated protobuf data)"),
+        ("truncated", "not a ProgramDesc (corrupt or truncated protobuf data)"),
+        (_other_message(), "not a ProgramDesc"),
+        (pb.BlockDesc(idx=0, parent_idx=-1).SerializeToString(), "not a ProgramDesc (it has only fields"),
+    ],
+)
+def test_bad_files_give_one_line_and_status_2(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], content: bytes | str | None, message: str
+) -> None:
     path = tmp_path / "in.pb"
     if content == "truncated":
         content = sample_program().serialize()[:-1]
@@ -97,8 +101,15 @@ def test_help(capsys: pytest.CaptureFixture[str]) -> None:
     assert "--verify" in capsys.readouterr().out
 
 
-@pytest.mark.parametrize(("argv", "help_of"), [([], "blockir"), (["frobnicate"], "blockir"), (["show"], "blockir show"),
-                                               (["show", "a.pb", "--bogus"], "blockir")])
+@pytest.mark.parametrize(
+    ("argv", "help_of"),
+    [
+        ([], "blockir"),
+        (["frobnicate"], "blockir"),
+        (["show"], "blockir show"),
+        (["show", "a.pb", "--bogus"], "blockir"),
+    ],
+)
 def test_usage_errors(argv: list[str], help_of: str, capsys: pytest.CaptureFixture[str]) -> None:
     assert main(argv) == 2
     err = capsys.readouterr().err
@@ -107,11 +118,16 @@ def test_usage_errors(argv: list[str], help_of: str, capsys: pytest.CaptureFixtu
 
 
 def test_real_process(tmp_path: Path) -> None:
-    version = subprocess.run([sys.executable, "-m", "blockir.cli", "--version"], capture_output=True, text=True,
-                             timeout=60)
+    version = subprocess.run(
+        [sys.executable, "-m", "blockir.cli", "--version"], capture_output=True, text=True, timeout=60
+    )
     assert (version.returncode, version.stdout) == (0, f"blockir {blockir.__version__}\n")
-    missing = subprocess.run([sys.executable, "-m", "blockir.cli", "show", str(tmp_path / "nope.pb")],
-                             capture_output=True, text=True, timeout=60)
+    missing = subprocess.run(
+        [sys.executable, "-m", "blockir.cli", "show", str(tmp_path / "nope.pb")],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert missing.returncode == 2
     assert missing.stderr == f"blockir: error: {tmp_path / 'nope.pb'}: no such file\n"
 

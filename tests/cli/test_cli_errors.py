@@ -11,8 +11,8 @@ import signal
 import subprocess
 import sys
 import zipfile
+from collections.abc import Callable
 from pathlib import Path
-from typing import Callable
 
 import numpy as np
 import pytest
@@ -37,8 +37,10 @@ def _model(work: Path) -> None:
     main_p.save(str(work / "main.pb"))
     startup.save(str(work / "startup.pb"))
     np.save(work / "x.npy", np.ones((2, 3), "float32"))
-    (work / "data.prototxt").write_text('name: "MultiSlotDataFeed"\nbatch_size: 2\nmulti_slot_desc {\n'
-                                        '  slots { name: "x" type: "float" is_dense: true is_used: true shape: 3 }\n}\n')
+    (work / "data.prototxt").write_text(
+        'name: "MultiSlotDataFeed"\nbatch_size: 2\nmulti_slot_desc {\n'
+        '  slots { name: "x" type: "float" is_dense: true is_used: true shape: 3 }\n}\n'
+    )
     (work / "part-0").write_text("3 1 2 3\n3 4 5 6\n")
 
 
@@ -109,54 +111,116 @@ CASES: dict[str, tuple[Case, str]] = {
     "show: not a program": (lambda w: ["show", str(_write(w / "p.pb", b"\x12\x34\x56"))], "not a ProgramDesc"),
     "show --verify: feed without Out": (lambda w: ["show", str(_feed_without_out(w / "f.pb")), "--verify"], "Out"),
     # run: inputs
-    "run: feed file missing": (lambda w: [*RUN, str(w / "model/program.pb"), "--feed", f"x={w / 'no.npy'}"],
-                               "no.npy"),
-    "run: feed not .npy": (lambda w: [*RUN, str(w / "model/program.pb"), "--feed",
-                                      f"x={_write(w / 't.npy', b'hello')}"], "t.npy"),
-    "run: feed header of 2^40 elements": (lambda w: [*RUN, str(w / "model/program.pb"), "--feed",
-                                                     f"x={_huge_npy(w / 'h.npy')}"], "h.npy"),
-    "run: pickled feed": (lambda w: [*RUN, str(w / "model/program.pb"), "--feed",
-                                     f"x={_pickled_npy(w / 'o.npy')}"], "o.npy"),
-    "run: params header of 2^40 elements": (lambda w: [*RUN, str(w / "model/program.pb"), "--feed",
-                                                       f"x={w / 'x.npy'}", "--params", str(_huge_params(w))],
-                                            "fc_0.w_0"),
-    "run: bundle with flipped bytes": (lambda w: [*RUN, str(w / "main.pb"), "--feed", f"x={w / 'x.npy'}",
-                                                  "--fetch", "fc_0.tmp_2", "--params", str(_bundle_copy(w))],
-                                       "bad_params.npz"),
-    "run: bundle with a bad index": (lambda w: [*RUN, str(w / "main.pb"), "--feed", f"x={w / 'x.npy'}",
-                                                "--fetch", "fc_0.tmp_2", "--params", str(_bad_zip(w / "z.npz"))],
-                                     "z.npz"),
+    "run: feed file missing": (lambda w: [*RUN, str(w / "model/program.pb"), "--feed", f"x={w / 'no.npy'}"], "no.npy"),
+    "run: feed not .npy": (
+        lambda w: [*RUN, str(w / "model/program.pb"), "--feed", f"x={_write(w / 't.npy', b'hello')}"],
+        "t.npy",
+    ),
+    "run: feed header of 2^40 elements": (
+        lambda w: [*RUN, str(w / "model/program.pb"), "--feed", f"x={_huge_npy(w / 'h.npy')}"],
+        "h.npy",
+    ),
+    "run: pickled feed": (
+        lambda w: [*RUN, str(w / "model/program.pb"), "--feed", f"x={_pickled_npy(w / 'o.npy')}"],
+        "o.npy",
+    ),
+    "run: params header of 2^40 elements": (
+        lambda w: [*RUN, str(w / "model/program.pb"), "--feed", f"x={w / 'x.npy'}", "--params", str(_huge_params(w))],
+        "fc_0.w_0",
+    ),
+    "run: bundle with flipped bytes": (
+        lambda w: [
+            *RUN,
+            str(w / "main.pb"),
+            "--feed",
+            f"x={w / 'x.npy'}",
+            "--fetch",
+            "fc_0.tmp_2",
+            "--params",
+            str(_bundle_copy(w)),
+        ],
+        "bad_params.npz",
+    ),
+    "run: bundle with a bad index": (
+        lambda w: [
+            *RUN,
+            str(w / "main.pb"),
+            "--feed",
+            f"x={w / 'x.npy'}",
+            "--fetch",
+            "fc_0.tmp_2",
+            "--params",
+            str(_bad_zip(w / "z.npz")),
+        ],
+        "z.npz",
+    ),
     "run: feed op without Out": (lambda w: [*RUN, str(_feed_without_out(w / "f.pb")), "--fetch", "x"], "Out"),
-    "run: bad --lod": (lambda w: [*RUN, str(w / "model/program.pb"), "--feed", f"x={w / 'x.npy'}",
-                                  "--lod", "x=a,b"], "--lod"),
+    "run: bad --lod": (
+        lambda w: [*RUN, str(w / "model/program.pb"), "--feed", f"x={w / 'x.npy'}", "--lod", "x=a,b"],
+        "--lod",
+    ),
     # run: outputs
-    "run --out a directory": (lambda w: [*RUN, str(w / "model/program.pb"), "--feed", f"x={w / 'x.npy'}",
-                                         "--out", str(w)], "is a directory"),
-    "run --out /proc/x": (lambda w: [*RUN, str(w / "model/program.pb"), "--feed", f"x={w / 'x.npy'}",
-                                     "--out", "/proc/x"], "/proc/x"),
-    "run --trace in a missing directory": (lambda w: [*RUN, str(w / "model/program.pb"), "--feed",
-                                                      f"x={w / 'x.npy'}", "--trace", "/nonexistent/t.json"],
-                                           "/nonexistent"),
+    "run --out a directory": (
+        lambda w: [*RUN, str(w / "model/program.pb"), "--feed", f"x={w / 'x.npy'}", "--out", str(w)],
+        "is a directory",
+    ),
+    "run --out /proc/x": (
+        lambda w: [*RUN, str(w / "model/program.pb"), "--feed", f"x={w / 'x.npy'}", "--out", "/proc/x"],
+        "/proc/x",
+    ),
+    "run --trace in a missing directory": (
+        lambda w: [*RUN, str(w / "model/program.pb"), "--feed", f"x={w / 'x.npy'}", "--trace", "/nonexistent/t.json"],
+        "/nonexistent",
+    ),
     # opt
     "opt: bad pipeline": (lambda w: ["opt", str(w / "main.pb"), "-p", "nosuchpass"], "nosuchpass"),
     "opt -o a directory": (lambda w: ["opt", str(w / "main.pb"), "-p", "deps", "-o", str(w)], "is a directory"),
-    "opt --dump-dir a file": (lambda w: ["opt", str(w / "main.pb"), "-p", "deps", "--dump-dir", str(w / "x.npy")],
-                              "not a directory"),
+    "opt --dump-dir a file": (
+        lambda w: ["opt", str(w / "main.pb"), "-p", "deps", "--dump-dir", str(w / "x.npy")],
+        "not a directory",
+    ),
     # demo
     "demo --workdir a file": (lambda w: ["demo", "--workdir", str(w / "x.npy")], "not a directory"),
     "demo --epochs 0": (lambda w: ["demo", "--epochs", "0", "--workdir", str(w / "d")], "--epochs"),
     # train
-    "train: no data feed file": (lambda w: ["train", str(w / "main.pb"), "--data-feed", str(w / "no.prototxt"),
-                                            "--files", str(w / "part-0")], "no.prototxt"),
-    "train: files match nothing": (lambda w: ["train", str(w / "main.pb"), "--data-feed", str(w / "data.prototxt"),
-                                              "--files", str(w / "none-*")], "none-*"),
-    "train --save-dir /proc/sd": (lambda w: ["train", str(w / "main.pb"), "--data-feed", str(w / "data.prototxt"),
-                                             "--files", str(w / "part-0"), "--save-dir", "/proc/sd"], "/proc/sd"),
-    "train --save-dir a file": (lambda w: ["train", str(w / "main.pb"), "--data-feed", str(w / "data.prototxt"),
-                                           "--files", str(w / "part-0"), "--save-dir", str(w / "x.npy")],
-                                "not a directory"),
-    "train: no program": (lambda w: ["train", "--data-feed", str(w / "data.prototxt"), "--files", str(w / "part-0")],
-                          "MAIN.pb"),
+    "train: no data feed file": (
+        lambda w: ["train", str(w / "main.pb"), "--data-feed", str(w / "no.prototxt"), "--files", str(w / "part-0")],
+        "no.prototxt",
+    ),
+    "train: files match nothing": (
+        lambda w: ["train", str(w / "main.pb"), "--data-feed", str(w / "data.prototxt"), "--files", str(w / "none-*")],
+        "none-*",
+    ),
+    "train --save-dir /proc/sd": (
+        lambda w: [
+            "train",
+            str(w / "main.pb"),
+            "--data-feed",
+            str(w / "data.prototxt"),
+            "--files",
+            str(w / "part-0"),
+            "--save-dir",
+            "/proc/sd",
+        ],
+        "/proc/sd",
+    ),
+    "train --save-dir a file": (
+        lambda w: [
+            "train",
+            str(w / "main.pb"),
+            "--data-feed",
+            str(w / "data.prototxt"),
+            "--files",
+            str(w / "part-0"),
+            "--save-dir",
+            str(w / "x.npy"),
+        ],
+        "not a directory",
+    ),
+    "train: no program": (
+        lambda w: ["train", "--data-feed", str(w / "data.prototxt"), "--files", str(w / "part-0")],
+        "MAIN.pb",
+    ),
     # usage
     "no command": (lambda w: [], "COMMAND"),
     "unknown command": (lambda w: ["frobnicate"], "frobnicate"),
@@ -176,8 +240,9 @@ def _listing(root: Path) -> dict[str, bytes]:
 
 
 @pytest.mark.parametrize("case", list(CASES))
-def test_bad_path_gives_one_line_and_status_2(case: str, model_dir: Path, tmp_path: Path,
-                                              capsys: pytest.CaptureFixture[str]) -> None:
+def test_bad_path_gives_one_line_and_status_2(
+    case: str, model_dir: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     work = tmp_path / "work"
     work.mkdir()
     for name, data in _listing(model_dir).items():
@@ -199,11 +264,18 @@ def test_bad_path_gives_one_line_and_status_2(case: str, model_dir: Path, tmp_pa
 
 def _interrupt(argv: list[str], cwd: Path, after: str) -> subprocess.CompletedProcess[str]:
     """Run ``blockir ARGV`` in a process, send it SIGINT (Ctrl-C) once its stdout shows ``after``."""
+
     def sigint_default() -> None:  # a shell's background job starts with SIGINT ignored; a terminal's does not
         signal.signal(signal.SIGINT, signal.SIG_DFL)
 
-    proc = subprocess.Popen([sys.executable, "-m", "blockir.cli", *argv], cwd=cwd, stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True, preexec_fn=sigint_default)
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "blockir.cli", *argv],
+        cwd=cwd,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        preexec_fn=sigint_default,
+    )
     try:
         out = []
         assert proc.stdout is not None
@@ -225,17 +297,46 @@ def test_ctrl_c_in_demo_is_one_line_and_status_130(tmp_path: Path) -> None:
 
 def test_ctrl_c_in_train_says_what_was_saved(model_dir: Path, tmp_path: Path) -> None:
     (tmp_path / "part-0").write_text((model_dir / "part-0").read_text() * 200)
-    done = _interrupt(["train", str(model_dir / "main.pb"), "--startup", str(model_dir / "startup.pb"),
-                       "--data-feed", str(model_dir / "data.prototxt"), "--files", str(tmp_path / "part-0"),
-                       "--epochs", "100000", "--save-dir", str(tmp_path / "out")], tmp_path, "saved the persistables")
+    done = _interrupt(
+        [
+            "train",
+            str(model_dir / "main.pb"),
+            "--startup",
+            str(model_dir / "startup.pb"),
+            "--data-feed",
+            str(model_dir / "data.prototxt"),
+            "--files",
+            str(tmp_path / "part-0"),
+            "--epochs",
+            "100000",
+            "--save-dir",
+            str(tmp_path / "out"),
+        ],
+        tmp_path,
+        "saved the persistables",
+    )
     assert done.returncode == 130, done.stderr
     last = [line for line in done.stdout.splitlines() if line.startswith("saved the persistables to ")][-1]
     assert done.stderr == f"blockir: interrupted (the last saved persistables are in {last.split()[-1]})\n"
     assert Path(last.split()[-1]).parent == tmp_path / "out"
 
 
-def test_train_takes_the_program_after_the_files(model_dir: Path, tmp_path: Path,
-                                                 capsys: pytest.CaptureFixture[str]) -> None:
-    assert main(["train", "--data-feed", str(model_dir / "data.prototxt"), "--startup", str(model_dir / "startup.pb"),
-                 "--files", str(model_dir / "part-0"), str(model_dir / "main.pb")]) == 0
+def test_train_takes_the_program_after_the_files(
+    model_dir: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert (
+        main(
+            [
+                "train",
+                "--data-feed",
+                str(model_dir / "data.prototxt"),
+                "--startup",
+                str(model_dir / "startup.pb"),
+                "--files",
+                str(model_dir / "part-0"),
+                str(model_dir / "main.pb"),
+            ]
+        )
+        == 0
+    )
     assert capsys.readouterr().out.startswith("epoch 0: 2 instances in ")

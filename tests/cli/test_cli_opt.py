@@ -39,8 +39,7 @@ def model(tmp_path: Path) -> Path:
     return path
 
 
-def test_opt_writes_what_the_python_api_makes(model: Path, tmp_path: Path,
-                                              capsys: pytest.CaptureFixture[str]) -> None:
+def test_opt_writes_what_the_python_api_makes(model: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     out = tmp_path / "out.pb"
     assert main(["opt", str(model), "-p", "inference,prune{targets=fc_1.tmp_1}", "-o", str(out)]) == 0
     assert capsys.readouterr() == (f"wrote {out}\n", "")
@@ -55,8 +54,21 @@ def test_opt_without_output_prints_the_result(model: Path, capsys: pytest.Captur
 
 
 def test_print_after_change_and_timing(model: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    assert main(["opt", str(model), "-p", "deps,inference,deps", "-o", str(tmp_path / "o.pb"),
-                 "--print-after-change", "--timing"]) == 0
+    assert (
+        main(
+            [
+                "opt",
+                str(model),
+                "-p",
+                "deps,inference,deps",
+                "-o",
+                str(tmp_path / "o.pb"),
+                "--print-after-change",
+                "--timing",
+            ]
+        )
+        == 0
+    )
     out = capsys.readouterr().out
     assert out.count("# after pass") == 1 and "# after pass 2 of 3: inference (changed)\nprogram version=0" in out
     assert "pass timing:" in out and out.rstrip().endswith(f"wrote {tmp_path / 'o.pb'}")
@@ -76,31 +88,45 @@ def test_print_flags_exclude_each_other(model: Path, capsys: pytest.CaptureFixtu
 
 def test_dump_dir(model: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     dump = tmp_path / "passes"
-    assert main(["opt", str(model), "-p", "inference,deps", "-o", str(tmp_path / "o.pb"), "--dump-dir",
-                 str(dump)]) == 0
+    assert main(["opt", str(model), "-p", "inference,deps", "-o", str(tmp_path / "o.pb"), "--dump-dir", str(dump)]) == 0
     assert "# after" not in capsys.readouterr().out  # dumped, not printed
-    assert sorted(p.name for p in dump.iterdir()) == ["00-input.pb", "00-input.txt", "01-inference.pb",
-                                                      "01-inference.txt", "02-deps.pb", "02-deps.txt", "report.txt"]
+    assert sorted(p.name for p in dump.iterdir()) == [
+        "00-input.pb",
+        "00-input.txt",
+        "01-inference.pb",
+        "01-inference.txt",
+        "02-deps.pb",
+        "02-deps.txt",
+        "report.txt",
+    ]
     report = (dump / "report.txt").read_text()
     assert report.startswith("pipeline: inference,deps\n") and "2 deps: block 0:" in report
 
 
-@pytest.mark.parametrize("pipeline, message", [
-    ("inference,dep", "pipeline 'inference,dep', column 11: unknown pass 'dep' (did you mean 'deps'?)"),
-    ("prune{target=x}", "column 7: pass 'prune': unknown option 'target' (did you mean 'targets'?); "
-                        "valid options: targets, feeds, keep_side_effects"),
-    ("prune{targets=a", "unbalanced braces"),
-    ("deps,,inference", "column 6: expected a pass name, found ','"),
-])
-def test_bad_pipelines_fail_with_one_line(model: Path, pipeline: str, message: str,
-                                          capsys: pytest.CaptureFixture[str]) -> None:
+@pytest.mark.parametrize(
+    "pipeline, message",
+    [
+        ("inference,dep", "pipeline 'inference,dep', column 11: unknown pass 'dep' (did you mean 'deps'?)"),
+        (
+            "prune{target=x}",
+            "column 7: pass 'prune': unknown option 'target' (did you mean 'targets'?); "
+            "valid options: targets, feeds, keep_side_effects",
+        ),
+        ("prune{targets=a", "unbalanced braces"),
+        ("deps,,inference", "column 6: expected a pass name, found ','"),
+    ],
+)
+def test_bad_pipelines_fail_with_one_line(
+    model: Path, pipeline: str, message: str, capsys: pytest.CaptureFixture[str]
+) -> None:
     assert main(["opt", str(model), "-p", pipeline]) == 2
     out, err = capsys.readouterr()
     assert out == "" and err.startswith("blockir: error: ") and message in err and err.count("\n") == 1
 
 
-def test_a_failing_pass_leaves_a_reproducer_that_opt_reruns(model: Path, tmp_path: Path,
-                                                            capsys: pytest.CaptureFixture[str]) -> None:
+def test_a_failing_pass_leaves_a_reproducer_that_opt_reruns(
+    model: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     dump = tmp_path / "dump"
     assert main(["opt", str(model), "-p", "inference,test-cli-fail", "--dump-dir", str(dump)]) == 2
     err = capsys.readouterr().err
@@ -139,14 +165,21 @@ def test_passes_lists_every_pass_with_its_options(capsys: pytest.CaptureFixture[
         assert f"{name}: {cls.summary}\n" in out
     lines = out.splitlines()
     prune = lines.index(f"prune: {registered_passes()['prune'].summary}")
-    assert [line.split()[:3] for line in lines[prune + 1:prune + 4]] == [
-        ["targets", "list[str]", "(empty)"], ["feeds", "list[str]", "(empty)"], ["keep_side_effects", "bool", "true"]]
+    assert [line.split()[:3] for line in lines[prune + 1 : prune + 4]] == [
+        ["targets", "list[str]", "(empty)"],
+        ["feeds", "list[str]", "(empty)"],
+        ["keep_side_effects", "bool", "true"],
+    ]
     assert lines[prune + 1].endswith("variables to keep computing")
     assert [o.name for o in pass_options(registered_passes()["prune"])] == ["targets", "feeds", "keep_side_effects"]
 
 
 def test_exit_status_from_a_real_process(model: Path) -> None:
-    done = subprocess.run([sys.executable, "-m", "blockir.cli", "opt", str(model), "-p", "nope"],
-                          capture_output=True, text=True, timeout=60)
+    done = subprocess.run(
+        [sys.executable, "-m", "blockir.cli", "opt", str(model), "-p", "nope"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert done.returncode == 2 and done.stdout == ""
     assert done.stderr.startswith("blockir: error: pipeline 'nope', column 1: unknown pass 'nope'")

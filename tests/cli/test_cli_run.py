@@ -36,7 +36,7 @@ def model(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, np.ndarray, n
     for _ in range(5):
         exe.run(main_p, feed={"x": xb, "label": yb}, fetch_list=[loss], scope=scope)
     bir.io.save_inference_model(work / "model", ["x"], [pred], exe, main_program=main_p, scope=scope)
-    probs, = exe.run(test, feed={"x": xb, "label": yb}, fetch_list=[pred], scope=scope)
+    (probs,) = exe.run(test, feed={"x": xb, "label": yb}, fetch_list=[pred], scope=scope)
     np.save(work / "batch.npy", xb)
     return work, xb, probs, pred.name
 
@@ -44,8 +44,9 @@ def model(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, np.ndarray, n
 def test_run_writes_the_same_predictions(model, capsys: pytest.CaptureFixture[str]) -> None:
     work, _, probs, name = model
     out = work / "out.npz"
-    assert main(["run", str(work / "model" / "program.pb"), "--feed", f"x={work / 'batch.npy'}",
-                 "--out", str(out)]) == 0
+    assert (
+        main(["run", str(work / "model" / "program.pb"), "--feed", f"x={work / 'batch.npy'}", "--out", str(out)]) == 0
+    )
     assert capsys.readouterr().out == f"wrote {name} to {out}\n"
     with np.load(out, allow_pickle=False) as saved:
         assert list(saved) == [name]
@@ -55,8 +56,21 @@ def test_run_writes_the_same_predictions(model, capsys: pytest.CaptureFixture[st
 def test_run_prints_shape_dtype_and_preview(model, capsys: pytest.CaptureFixture[str]) -> None:
     work, _, probs, name = model
     hidden = "fc_0.tmp_2"
-    assert main(["run", str(work / "model" / "program.pb"), "--feed", f"x={work / 'batch.npy'}",
-                 "--fetch", hidden, "--fetch", name]) == 0
+    assert (
+        main(
+            [
+                "run",
+                str(work / "model" / "program.pb"),
+                "--feed",
+                f"x={work / 'batch.npy'}",
+                "--fetch",
+                hidden,
+                "--fetch",
+                name,
+            ]
+        )
+        == 0
+    )
     out = capsys.readouterr().out
     assert out.startswith(f"{hidden}: float32[16, 8]\n[[")
     assert f"\n{name}: float32[16, 3]\n" in out
@@ -70,16 +84,42 @@ def test_run_with_explicit_params_and_bundle(model, tmp_path: Path, capsys: pyte
     program.write_bytes((work / "model" / "program.pb").read_bytes())
     assert main(["run", str(program), "--feed", f"x={work / 'batch.npy'}"]) == 2
     assert "no params/ directory beside it; give --params DIR" in capsys.readouterr().err
-    assert main(["run", str(program), "--params", str(work / "model" / "params"), "--feed",
-                 f"x={work / 'batch.npy'}", "--out", str(tmp_path / "o.npz")]) == 0
+    assert (
+        main(
+            [
+                "run",
+                str(program),
+                "--params",
+                str(work / "model" / "params"),
+                "--feed",
+                f"x={work / 'batch.npy'}",
+                "--out",
+                str(tmp_path / "o.npz"),
+            ]
+        )
+        == 0
+    )
     with np.load(tmp_path / "o.npz") as saved:
         np.testing.assert_allclose(saved[name], probs, rtol=1e-6, atol=1e-7)
     # the same model with its parameters in one bundle file
     exe, scope = bir.Executor("cpu"), bir.Scope()
     loaded, _, _ = bir.io.load_inference_model(work / "model", exe, scope=scope)
     bir.io.save_vars(exe, tmp_path, loaded, predicate=bir.io.is_persistable, filename="all.params", scope=scope)
-    assert main(["run", str(program), "--params", str(tmp_path / "all.params"), "--feed",
-                 f"x={work / 'batch.npy'}", "--out", str(tmp_path / "b.npz")]) == 0
+    assert (
+        main(
+            [
+                "run",
+                str(program),
+                "--params",
+                str(tmp_path / "all.params"),
+                "--feed",
+                f"x={work / 'batch.npy'}",
+                "--out",
+                str(tmp_path / "b.npz"),
+            ]
+        )
+        == 0
+    )
     with np.load(tmp_path / "b.npz") as saved:
         np.testing.assert_allclose(saved[name], probs, rtol=1e-6, atol=1e-7)
 
@@ -92,19 +132,59 @@ def test_run_lod_feed(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> Non
     p.save(tmp_path / "p.pb")
     data = np.arange(10, dtype="float32").reshape(5, 2)
     np.save(tmp_path / "w.npy", data)
-    assert main(["run", str(tmp_path / "p.pb"), "--feed", f"words={tmp_path / 'w.npy'}", "--lod", "words=0,2,5",
-                 "--fetch", pooled.name, "--out", str(tmp_path / "o.npz")]) == 0
+    assert (
+        main(
+            [
+                "run",
+                str(tmp_path / "p.pb"),
+                "--feed",
+                f"words={tmp_path / 'w.npy'}",
+                "--lod",
+                "words=0,2,5",
+                "--fetch",
+                pooled.name,
+                "--out",
+                str(tmp_path / "o.npz"),
+            ]
+        )
+        == 0
+    )
     with np.load(tmp_path / "o.npz") as saved:
         np.testing.assert_array_equal(saved[pooled.name], [data[:2].sum(0), data[2:].sum(0)])
     capsys.readouterr()
-    assert main(["run", str(tmp_path / "p.pb"), "--feed", f"words={tmp_path / 'w.npy'}", "--lod", "words=0,2,4",
-                 "--fetch", pooled.name]) == 2
+    assert (
+        main(
+            [
+                "run",
+                str(tmp_path / "p.pb"),
+                "--feed",
+                f"words={tmp_path / 'w.npy'}",
+                "--lod",
+                "words=0,2,4",
+                "--fetch",
+                pooled.name,
+            ]
+        )
+        == 2
+    )
     assert "LoD level 0 ends at 4, expected 5" in capsys.readouterr().err
-    assert main(["run", str(tmp_path / "p.pb"), "--feed", f"words={tmp_path / 'w.npy'}", "--lod", "words=0,a",
-                 "--fetch", pooled.name]) == 2
+    assert (
+        main(
+            [
+                "run",
+                str(tmp_path / "p.pb"),
+                "--feed",
+                f"words={tmp_path / 'w.npy'}",
+                "--lod",
+                "words=0,a",
+                "--fetch",
+                pooled.name,
+            ]
+        )
+        == 2
+    )
     assert "offsets must be integers" in capsys.readouterr().err
-    assert main(["run", str(tmp_path / "p.pb"), "--feed", f"words={tmp_path / 'w.npy'}",
-                 "--fetch", pooled.name]) == 2
+    assert main(["run", str(tmp_path / "p.pb"), "--feed", f"words={tmp_path / 'w.npy'}", "--fetch", pooled.name]) == 2
     assert "words" in capsys.readouterr().err  # a sequence variable fed without its LoD
 
 
@@ -117,20 +197,24 @@ def _unknown_op_program(path: Path) -> None:
     p.save(path)
 
 
-@pytest.mark.parametrize(("case", "message"), [
-    ("missing", "--feed x: {d}/nope.npy: no such file"),
-    ("text", "--feed x: {d}/text.npy: not a .npy array file"),
-    ("npz", "--feed x: {d}/arrays.npz: not a .npy array file"),
-    ("truncated", "--feed x: {d}/cut.npy: truncated .npy file"),
-    ("object", "--feed x: {d}/obj.npy: holds Python objects"),
-    ("no-feed", "missing feed 'x'"),
-    ("wrong-shape", "feed 'x': wrong shape: expected float32[-1, 5] (-1 = any size), got float32[2, 3]"),
-    ("bad-syntax", "--feed 'x': expected NAME=VALUE"),
-    ("unknown-fetch", "fetch 'nosuch' is not a variable of the program"),
-    ("unknown-op", "no_such_op_anywhere"),
-])
-def test_run_bad_input_one_line_exit_2(model, tmp_path: Path, capsys: pytest.CaptureFixture[str], case: str,
-                                       message: str) -> None:
+@pytest.mark.parametrize(
+    ("case", "message"),
+    [
+        ("missing", "--feed x: {d}/nope.npy: no such file"),
+        ("text", "--feed x: {d}/text.npy: not a .npy array file"),
+        ("npz", "--feed x: {d}/arrays.npz: not a .npy array file"),
+        ("truncated", "--feed x: {d}/cut.npy: truncated .npy file"),
+        ("object", "--feed x: {d}/obj.npy: holds Python objects"),
+        ("no-feed", "missing feed 'x'"),
+        ("wrong-shape", "feed 'x': wrong shape: expected float32[-1, 5] (-1 = any size), got float32[2, 3]"),
+        ("bad-syntax", "--feed 'x': expected NAME=VALUE"),
+        ("unknown-fetch", "fetch 'nosuch' is not a variable of the program"),
+        ("unknown-op", "no_such_op_anywhere"),
+    ],
+)
+def test_run_bad_input_one_line_exit_2(
+    model, tmp_path: Path, capsys: pytest.CaptureFixture[str], case: str, message: str
+) -> None:
     work, xb, _, _ = model
     program = str(work / "model" / "program.pb")
     d = tmp_path
@@ -164,9 +248,22 @@ def test_run_bad_input_one_line_exit_2(model, tmp_path: Path, capsys: pytest.Cap
 
 def test_run_in_a_real_process(model, tmp_path: Path) -> None:
     work, _, probs, name = model
-    done = subprocess.run([sys.executable, "-m", "blockir.cli", "run", str(work / "model" / "program.pb"),
-                           "--feed", f"x={work / 'batch.npy'}", "--out", str(tmp_path / "o.npz")],
-                          capture_output=True, text=True, timeout=120)
+    done = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "blockir.cli",
+            "run",
+            str(work / "model" / "program.pb"),
+            "--feed",
+            f"x={work / 'batch.npy'}",
+            "--out",
+            str(tmp_path / "o.npz"),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert done.returncode == 0, done.stderr
     with np.load(tmp_path / "o.npz") as saved:
         np.testing.assert_allclose(saved[name], probs, rtol=1e-6, atol=1e-7)
@@ -196,12 +293,17 @@ def two_device_model(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Pa
     return work / "model" / "program.pb", work / "x.npy"
 
 
-def test_run_schedulers_places_and_trace_give_the_same_predictions(two_device_model, tmp_path: Path,
-                                                                   capsys: pytest.CaptureFixture[str]) -> None:
+def test_run_schedulers_places_and_trace_give_the_same_predictions(
+    two_device_model, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     program, batch = two_device_model
     results = []
-    for extra in ([], ["--scheduler", "sequential"], ["--threads", "1", "--trace", str(tmp_path / "run.json")],
-                  ["--place", "cpu:2"]):
+    for extra in (
+        [],
+        ["--scheduler", "sequential"],
+        ["--threads", "1", "--trace", str(tmp_path / "run.json")],
+        ["--place", "cpu:2"],
+    ):
         out = tmp_path / "out.npz"
         assert main(["run", str(program), "--feed", f"x={batch}", "--out", str(out), *extra]) == 0
         with np.load(out) as saved:
@@ -213,11 +315,14 @@ def test_run_schedulers_places_and_trace_give_the_same_predictions(two_device_mo
     assert {e["args"]["name"] for e in events if e["name"] == "process_name"} == {"cpu", "cpu:1"}
 
 
-@pytest.mark.parametrize("extra, message", [
-    (["--threads", "0"], "argument --threads: expected a positive integer, got '0'"),
-    (["--scheduler", "eager"], "argument --scheduler: invalid choice: 'eager'"),
-    (["--place", "cuda:99"], "device cuda:99 is not available on this machine (devices available: cpu, "),
-])
+@pytest.mark.parametrize(
+    "extra, message",
+    [
+        (["--threads", "0"], "argument --threads: expected a positive integer, got '0'"),
+        (["--scheduler", "eager"], "argument --scheduler: invalid choice: 'eager'"),
+        (["--place", "cuda:99"], "device cuda:99 is not available on this machine (devices available: cpu, "),
+    ],
+)
 def test_run_bad_scheduler_options_exit_2(two_device_model, extra, message, capsys) -> None:
     program, batch = two_device_model
     try:

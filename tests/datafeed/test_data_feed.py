@@ -17,10 +17,10 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import blockir as bir
+from blockir.datafeed.multislot import MultiSlotReader, write_multislot
 from blockir.errors import DataFeedError
 from blockir.ops.values import LoDTensor
 from blockir.proto import data_feed_pb2 as pb
-from blockir.datafeed.multislot import MultiSlotReader, write_multislot
 
 # Modelled on Paddle's text-classification example (train_data/data.prototxt), with the label dense.
 PADDLE_PROTOTXT = """\
@@ -63,7 +63,9 @@ def test_paddle_prototxt_loads(tmp_path: Path) -> None:
     desc = bir.DataFeedDesc(str(write(tmp_path / "data.prototxt", PADDLE_PROTOTXT)))
     assert (desc.name, desc.batch_size, desc.pipe_command, desc.thread_num) == ("MultiSlotDataFeed", 2, "cat", 0)
     assert [(s.name, s.type, s.is_dense, s.is_used, list(s.shape)) for s in desc.slots] == [
-        ("words", "uint64", False, True, []), ("label", "uint64", True, True, [1])]
+        ("words", "uint64", False, True, []),
+        ("label", "uint64", True, True, [1]),
+    ]
     assert isinstance(desc.proto, pb.DataFeedDesc)
     assert desc.source.endswith("data.prototxt")
 
@@ -80,11 +82,16 @@ def test_field_numbers_on_the_wire() -> None:
     slot = pb.Slot(name="w", type="uint64", is_dense=True, is_used=True, shape=[3, 2])
     # tag = field number << 3 | wire type: name=1, type=2 (length-delimited); is_dense=3, is_used=4,
     # shape=5 (varint, proto2 repeated: unpacked)
-    assert slot.SerializeToString() == b"\x0a\x01w" b"\x12\x06uint64" b"\x18\x01" b"\x20\x01" b"\x28\x03\x28\x02"
-    desc = pb.DataFeedDesc(name="n", batch_size=7, multi_slot_desc=pb.MultiSlotDesc(slots=[pb.Slot(name="a", type="f")]),
-                           pipe_command="zcat", thread_num=3)
-    slots = b"\x0a\x06" b"\x0a\x01a\x12\x01f"  # MultiSlotDesc.slots = 1
-    assert desc.SerializeToString() == (b"\x0a\x01n" b"\x10\x07" b"\x1a\x08" + slots + b"\x22\x04zcat" b"\x28\x03")
+    assert slot.SerializeToString() == b"\x0a\x01w\x12\x06uint64\x18\x01\x20\x01\x28\x03\x28\x02"
+    desc = pb.DataFeedDesc(
+        name="n",
+        batch_size=7,
+        multi_slot_desc=pb.MultiSlotDesc(slots=[pb.Slot(name="a", type="f")]),
+        pipe_command="zcat",
+        thread_num=3,
+    )
+    slots = b"\x0a\x06\x0a\x01a\x12\x01f"  # MultiSlotDesc.slots = 1
+    assert desc.SerializeToString() == (b"\x0a\x01n\x10\x07\x1a\x08" + slots + b"\x22\x04zcat\x28\x03")
 
 
 def test_setters_and_desc_round_trip(tmp_path: Path) -> None:
@@ -93,7 +100,10 @@ def test_setters_and_desc_round_trip(tmp_path: Path) -> None:
     desc.set_use_slots(["f", "words"])
     desc.set_dense_slots(["f"])
     assert [(s.name, s.is_used, s.is_dense) for s in desc.slots] == [
-        ("words", True, False), ("label", False, True), ("f", True, True)]
+        ("words", True, False),
+        ("label", False, True),
+        ("f", True, True),
+    ]
     text = desc.desc()
     assert "batch_size: 128" in text
     again = bir.DataFeedDesc(text)
@@ -119,20 +129,32 @@ def test_setters_name_unknown_slots() -> None:
     assert [s.is_used for s in desc.slots] == [True, True]
 
 
-@pytest.mark.parametrize("text, message", [
-    ('batch_size: 2\nmulti_slot_desc { slot { name: "a" } }',
-     r"data.prototxt:2:19 : Message type \"blockir.framework.MultiSlotDesc\" has no field named \"slot\""),
-    ("batch_size: two", r"data.prototxt:1:13 : .*Couldn't parse integer"),
-    ('multi_slot_desc { slots { name: "a" } }', r"data.prototxt: missing required fields: multi_slot_desc.slots\[0\].type"),
-    ('multi_slot_desc { slots { name: "a" type: "int64" } }',
-     r"data.prototxt: slot 'a' has type 'int64', expected 'uint64' or 'float'"),
-    ('multi_slot_desc { slots { name: "a" type: "float" } slots { name: "a" type: "float" } }',
-     r"slot 'a' is declared 2 times"),
-    ('multi_slot_desc { slots { name: "a" type: "float" shape: 2 shape: 0 } }', r"slot 'a' has shape \[2, 0\]"),
-    ('multi_slot_desc { slots { name: "a" type: "float" shape: 2 shape: -1 } }', r"only the first may be -1"),
-    ("batch_size: 0", "data.prototxt: batch_size must be positive, got 0"),
-    ("thread_num: -2", "data.prototxt: thread_num must not be negative, got -2"),
-])
+@pytest.mark.parametrize(
+    "text, message",
+    [
+        (
+            'batch_size: 2\nmulti_slot_desc { slot { name: "a" } }',
+            r"data.prototxt:2:19 : Message type \"blockir.framework.MultiSlotDesc\" has no field named \"slot\"",
+        ),
+        ("batch_size: two", r"data.prototxt:1:13 : .*Couldn't parse integer"),
+        (
+            'multi_slot_desc { slots { name: "a" } }',
+            r"data.prototxt: missing required fields: multi_slot_desc.slots\[0\].type",
+        ),
+        (
+            'multi_slot_desc { slots { name: "a" type: "int64" } }',
+            r"data.prototxt: slot 'a' has type 'int64', expected 'uint64' or 'float'",
+        ),
+        (
+            'multi_slot_desc { slots { name: "a" type: "float" } slots { name: "a" type: "float" } }',
+            r"slot 'a' is declared 2 times",
+        ),
+        ('multi_slot_desc { slots { name: "a" type: "float" shape: 2 shape: 0 } }', r"slot 'a' has shape \[2, 0\]"),
+        ('multi_slot_desc { slots { name: "a" type: "float" shape: 2 shape: -1 } }', r"only the first may be -1"),
+        ("batch_size: 0", "data.prototxt: batch_size must be positive, got 0"),
+        ("thread_num: -2", "data.prototxt: thread_num must not be negative, got -2"),
+    ],
+)
 def test_bad_descriptions_name_file_and_problem(tmp_path: Path, text: str, message: str) -> None:
     path = write(tmp_path / "data.prototxt", text)
     with pytest.raises(DataFeedError, match=message):
@@ -165,11 +187,14 @@ def test_reads_paddle_style_files(tmp_path: Path) -> None:
 
 
 def test_files_from_an_iterator_are_taken_as_needed_and_batches_name_their_files(tmp_path: Path) -> None:
-    desc = bir.DataFeedDesc('batch_size: 4 multi_slot_desc { slots { name: "x" type: "float" is_dense: true '
-                            'is_used: true shape: 1 } }')
+    desc = bir.DataFeedDesc(
+        'batch_size: 4 multi_slot_desc { slots { name: "x" type: "float" is_dense: true is_used: true shape: 1 } }'
+    )
     sizes = {"a": 3, "b": 6, "c": 1, "d": 0}
-    paths = {n: write(tmp_path / n, "".join(f"1 {10 * i + k}\n" for k in range(size)))
-             for i, (n, size) in enumerate(sizes.items())}
+    paths = {
+        n: write(tmp_path / n, "".join(f"1 {10 * i + k}\n" for k in range(size)))
+        for i, (n, size) in enumerate(sizes.items())
+    }
     taken: list[str] = []
 
     def files() -> Any:  # a worker's share of a queue: the next file only once the reader asks for it
@@ -181,16 +206,21 @@ def test_files_from_an_iterator_are_taken_as_needed_and_batches_name_their_files
     seen = []
     for batch in reader:
         seen.append((batch["x"][:, 0].tolist(), [Path(f).name for f in reader.batch_files], "".join(taken)))
-    assert seen == [([0, 1, 2, 10], ["a", "b"], "ab"), ([11, 12, 13, 14], ["b"], "ab"),
-                    ([15, 20], ["b", "c"], "abcd")]  # the last batch, smaller, once every file is read
+    assert seen == [
+        ([0, 1, 2, 10], ["a", "b"], "ab"),
+        ([11, 12, 13, 14], ["b"], "ab"),
+        ([15, 20], ["b", "c"], "abcd"),
+    ]  # the last batch, smaller, once every file is read
     assert reader.file == str(paths["d"]) and reader.instances == 10
     assert list(reader) == []  # an iterator of files is read once
 
 
 def test_dense_float_slots_take_their_shape(tmp_path: Path) -> None:
-    desc = bir.DataFeedDesc('batch_size: 2 multi_slot_desc { slots { name: "x" type: "float" is_dense: true '
-                            'is_used: true shape: -1 shape: 2 shape: 3 } slots { name: "y" type: "float" '
-                            'is_dense: true is_used: true shape: -1 } }')
+    desc = bir.DataFeedDesc(
+        'batch_size: 2 multi_slot_desc { slots { name: "x" type: "float" is_dense: true '
+        'is_used: true shape: -1 shape: 2 shape: 3 } slots { name: "y" type: "float" '
+        "is_dense: true is_used: true shape: -1 } }"
+    )
     path = write(tmp_path / "d", "".join(f"6 {' '.join(str(i + k) for k in range(6))} 1 {i}.5\n" for i in range(3)))
     got = batches(desc, path)
     assert got[0]["x"].shape == (2, 2, 3) and got[0]["x"].dtype == np.float32
@@ -199,8 +229,22 @@ def test_dense_float_slots_take_their_shape(tmp_path: Path) -> None:
 
 
 def test_float_forms(tmp_path: Path) -> None:
-    tokens = ["1", "-2.5", "+.5", "5.", "1e3", "-1.25E-2", "0.10000000149011612", "1" * 30, "nan", "-inf",
-              "123456789.123456789123", "1e-320", "3.4e39", "1e18446744073709551617"]
+    tokens = [
+        "1",
+        "-2.5",
+        "+.5",
+        "5.",
+        "1e3",
+        "-1.25E-2",
+        "0.10000000149011612",
+        "1" * 30,
+        "nan",
+        "-inf",
+        "123456789.123456789123",
+        "1e-320",
+        "3.4e39",
+        "1e18446744073709551617",
+    ]
     desc = bir.DataFeedDesc('multi_slot_desc { slots { name: "f" type: "float" is_used: true } }')
     values = batches(desc, write(tmp_path / "f", f"{len(tokens)} {' '.join(tokens)}\n"))[0]["f"].data[:, 0]
     with np.errstate(over="ignore"):
@@ -217,15 +261,20 @@ SLOT_NAMES = ("a", "b", "c", "d")
 def feeds(draw: st.DrawFn) -> tuple[str, list[tuple[str, bool, bool, tuple[int, ...] | None]]]:
     """A DataFeedDesc text and its slots: (name, is_float, used, dense shape or None)."""
     slots = []
-    for name in SLOT_NAMES[:draw(st.integers(1, 4))]:
+    for name in SLOT_NAMES[: draw(st.integers(1, 4))]:
         shape = draw(st.none() | st.lists(st.integers(1, 3), min_size=1, max_size=2).map(tuple))
         slots.append((name, draw(st.booleans()), draw(st.booleans()), shape))
     if not any(used for _, _, used, _ in slots):
         slots[0] = (slots[0][0], slots[0][1], True, slots[0][3])
-    text = "multi_slot_desc {\n" + "".join(
-        f'slots {{ name: "{n}" type: "{"float" if f else "uint64"}" is_used: {str(u).lower()} '
-        f'is_dense: {str(s is not None).lower()} {" ".join(f"shape: {d}" for d in s or ())} }}\n'
-        for n, f, u, s in slots) + "}\n"
+    text = (
+        "multi_slot_desc {\n"
+        + "".join(
+            f'slots {{ name: "{n}" type: "{"float" if f else "uint64"}" is_used: {str(u).lower()} '
+            f"is_dense: {str(s is not None).lower()} {' '.join(f'shape: {d}' for d in s or ())} }}\n"
+            for n, f, u, s in slots
+        )
+        + "}\n"
+    )
     return text, slots
 
 
@@ -247,7 +296,9 @@ def lines(draw: st.DrawFn, slots: list[Any], bad: bool) -> str:
         i = draw(st.integers(0, len(fields) - 1))
         fields[i] = draw(st.sampled_from(["0", "x", "1.5", "-3", "9223372036854775808", "1_0", "99", "", "2"]))
         if draw(st.booleans()):
-            fields = fields[:draw(st.integers(0, len(fields)))] + draw(st.lists(st.sampled_from(["7", "0.5"]), max_size=2))
+            fields = fields[: draw(st.integers(0, len(fields)))] + draw(
+                st.lists(st.sampled_from(["7", "0.5"]), max_size=2)
+            )
     sep = draw(st.sampled_from([" ", "  ", "\t", " \t"]))
     return draw(st.sampled_from(["", " "])) + sep.join(fields) + draw(st.sampled_from(["", " ", "\r"]))
 
@@ -264,7 +315,7 @@ def reference(text: bytes, slots: list[Any]) -> tuple[list[dict[str, list[Any]]]
             for name, is_float, used, shape in slots:
                 count = tokens[pos]
                 assert count.isdigit() and 1 <= int(count) <= len(tokens) - pos - 1
-                values = tokens[pos + 1:pos + 1 + int(count)]
+                values = tokens[pos + 1 : pos + 1 + int(count)]
                 assert shape is None or len(values) == math.prod(shape)
                 if is_float:
                     assert all(b"_" not in v for v in values)
@@ -283,9 +334,10 @@ def reference(text: bytes, slots: list[Any]) -> tuple[list[dict[str, list[Any]]]
     return instances, bad
 
 
-def assert_batches_equal(got: list[dict[str, Any]], instances: list[dict[str, list[Any]]], slots: list[Any],
-                         batch_size: int) -> None:
-    expected = [instances[i:i + batch_size] for i in range(0, len(instances), batch_size)]
+def assert_batches_equal(
+    got: list[dict[str, Any]], instances: list[dict[str, list[Any]]], slots: list[Any], batch_size: int
+) -> None:
+    expected = [instances[i : i + batch_size] for i in range(0, len(instances), batch_size)]
     assert len(got) == len(expected)
     for batch, want in zip(got, expected):
         assert list(batch) == [name for name, _, used, _ in slots if used]
@@ -307,10 +359,21 @@ def assert_batches_equal(got: list[dict[str, Any]], instances: list[dict[str, li
 
 
 @settings(max_examples=150)
-@given(data=st.data(), feed=feeds(), batch_size=st.integers(1, 5),
-       chunk_size=st.sampled_from([1, 7, 64, 1 << 19]), final_newline=st.booleans())
-def test_batches_equal_reference_parse(tmp_path_factory: pytest.TempPathFactory, data: st.DataObject,
-                                       feed: Any, batch_size: int, chunk_size: int, final_newline: bool) -> None:
+@given(
+    data=st.data(),
+    feed=feeds(),
+    batch_size=st.integers(1, 5),
+    chunk_size=st.sampled_from([1, 7, 64, 1 << 19]),
+    final_newline=st.booleans(),
+)
+def test_batches_equal_reference_parse(
+    tmp_path_factory: pytest.TempPathFactory,
+    data: st.DataObject,
+    feed: Any,
+    batch_size: int,
+    chunk_size: int,
+    final_newline: bool,
+) -> None:
     text, slots = feed
     body = "\n".join(data.draw(st.lists(lines(slots, bad=False), max_size=12)))
     raw = (body + "\n" if final_newline and body else body).encode()
@@ -326,8 +389,9 @@ def test_batches_equal_reference_parse(tmp_path_factory: pytest.TempPathFactory,
 
 @settings(max_examples=150)
 @given(data=st.data(), feed=feeds(), batch_size=st.integers(1, 4), chunk_size=st.sampled_from([3, 50, 1 << 19]))
-def test_bad_lines_against_reference(tmp_path_factory: pytest.TempPathFactory, data: st.DataObject,
-                                     feed: Any, batch_size: int, chunk_size: int) -> None:
+def test_bad_lines_against_reference(
+    tmp_path_factory: pytest.TempPathFactory, data: st.DataObject, feed: Any, batch_size: int, chunk_size: int
+) -> None:
     text, slots = feed
     raw = "".join(line + "\n" for line in data.draw(st.lists(lines(slots, bad=True), max_size=12))).encode()
     path = write(tmp_path_factory.mktemp("feed") / "part", raw)
@@ -392,13 +456,17 @@ def test_line_numbers_count_across_chunks(tmp_path: Path) -> None:
 def test_prefetching_chunks_gives_the_same_batches_and_errors_in_order(tmp_path: Path) -> None:
     desc = bir.DataFeedDesc(PADDLE_PROTOTXT)
     lines = [f"{1 + i % 3} {' '.join(str(i + k) for k in range(1 + i % 3))} 1 {i % 2}\n" for i in range(500)]
-    paths = [write(tmp_path / f"part-{j}", "".join(lines[j * 100:(j + 1) * 100])) for j in range(5)]
+    paths = [write(tmp_path / f"part-{j}", "".join(lines[j * 100 : (j + 1) * 100])) for j in range(5)]
     threads = threading.active_count()
     plain = batches(desc, paths, chunk_size=64)
     ahead = batches(desc, paths, chunk_size=64, prefetch=2)
     assert len(plain) == len(ahead) == 250
-    assert all(a["words"].lod == b["words"].lod and np.array_equal(a["words"].data, b["words"].data)
-               and np.array_equal(a["label"], b["label"]) for a, b in zip(plain, ahead))
+    assert all(
+        a["words"].lod == b["words"].lod
+        and np.array_equal(a["words"].data, b["words"].data)
+        and np.array_equal(a["label"], b["label"])
+        for a, b in zip(plain, ahead)
+    )
     bad = write(tmp_path / "part-5", "1 7 1 0\n1 x 1 0\n")
     taken = []
     with pytest.raises(DataFeedError, match=r"part-5:2: value 'x'"):
@@ -515,16 +583,24 @@ def test_throughput_smoke(tmp_path: Path, capsys: pytest.CaptureFixture[str]) ->
     desc = bir.DataFeedDesc(PADDLE_PROTOTXT)
     desc.set_batch_size(128)
     path = tmp_path / "part-0"
-    write_multislot(path, ({"words": rng.integers(0, 100_000, rng.integers(1, 40)), "label": int(rng.integers(0, 2))}
-                           for _ in range(20_000)), desc)
+    write_multislot(
+        path,
+        (
+            {"words": rng.integers(0, 100_000, rng.integers(1, 40)), "label": int(rng.integers(0, 2))}
+            for _ in range(20_000)
+        ),
+        desc,
+    )
     start = time.perf_counter()
     reader = MultiSlotReader(desc, path)
     for _ in reader:
         pass
     seconds = time.perf_counter() - start
     with capsys.disabled():
-        print(f"\nMultiSlotReader: {os.path.getsize(path) / seconds / 1e6:.1f} MB/s, "
-              f"{reader.instances / seconds:,.0f} instances/s (benchmarks/bench_reader.py compares with reading)")
+        print(
+            f"\nMultiSlotReader: {os.path.getsize(path) / seconds / 1e6:.1f} MB/s, "
+            f"{reader.instances / seconds:,.0f} instances/s (benchmarks/bench_reader.py compares with reading)"
+        )
     assert reader.instances == 20_000
 
 
@@ -534,8 +610,10 @@ def test_throughput_smoke(tmp_path: Path, capsys: pytest.CaptureFixture[str]) ->
 def test_write_multislot_round_trips(tmp_path: Path) -> None:
     desc = bir.DataFeedDesc(THREE_SLOTS)
     desc.set_use_slots(["words", "label", "f"])
-    instances = [{"words": [3, 2**63 - 1], "label": np.array([1]), "f": np.float32(0.1)},
-                 {"words": range(4), "label": 0, "f": [1e-7, -2.5, float("inf")]}]
+    instances = [
+        {"words": [3, 2**63 - 1], "label": np.array([1]), "f": np.float32(0.1)},
+        {"words": range(4), "label": 0, "f": [1e-7, -2.5, float("inf")]},
+    ]
     assert write_multislot(tmp_path / "p", instances, desc) == 2
     got = batches(desc, tmp_path / "p")[0]
     assert got["words"].data[:, 0].tolist() == [3, 2**63 - 1, 0, 1, 2, 3] and got["words"].lod == [[0, 2, 6]]
@@ -543,13 +621,16 @@ def test_write_multislot_round_trips(tmp_path: Path) -> None:
     assert got["f"].data[:, 0].tolist() == np.array([0.1, 1e-7, -2.5, np.inf], np.float32).tolist()
 
 
-@pytest.mark.parametrize("instance, message", [
-    ({"words": [1]}, "no slot 'label'"),
-    ({"words": [], "label": 1, "f": 1.0}, r"slot 'words' \(uint64\) has 0 values, expected at least 1"),
-    ({"words": [1], "label": [1, 2], "f": 1.0}, r"slot 'label' \(uint64\) has 2 values, expected 1"),
-    ({"words": [1.5], "label": 1, "f": 1.0}, r"slot 'words' \(uint64\) takes integer ids, got \[1.5\]"),
-    ({"words": [-1], "label": 1, "f": 1.0}, r"slot 'words' \(uint64\) ids must be in \[0, 2\*\*63\), got \[-1\]"),
-])
+@pytest.mark.parametrize(
+    "instance, message",
+    [
+        ({"words": [1]}, "no slot 'label'"),
+        ({"words": [], "label": 1, "f": 1.0}, r"slot 'words' \(uint64\) has 0 values, expected at least 1"),
+        ({"words": [1], "label": [1, 2], "f": 1.0}, r"slot 'label' \(uint64\) has 2 values, expected 1"),
+        ({"words": [1.5], "label": 1, "f": 1.0}, r"slot 'words' \(uint64\) takes integer ids, got \[1.5\]"),
+        ({"words": [-1], "label": 1, "f": 1.0}, r"slot 'words' \(uint64\) ids must be in \[0, 2\*\*63\), got \[-1\]"),
+    ],
+)
 def test_write_multislot_rejects(tmp_path: Path, instance: dict[str, Any], message: str) -> None:
     good = {"words": [1], "label": 1, "f": 1.0}
     with pytest.raises(DataFeedError, match=f"write_multislot: instance 1: {message}"):

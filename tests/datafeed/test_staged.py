@@ -5,7 +5,8 @@ from __future__ import annotations
 import threading
 import time
 from collections import namedtuple
-from typing import Any, Iterator
+from collections.abc import Iterator
+from typing import Any
 
 import numpy as np
 import pytest
@@ -56,8 +57,13 @@ def test_virtual_device_copies_every_value_keeping_the_structure():
     got = list(bir.reader.staged(iter(data), "cpu:1", capacity=2))
     assert [type(g) for g in got] == [type(d) for d in data]
     for g, d in zip(got, data):
-        pairs = zip(g.values(), d.values()) if isinstance(d, dict) else zip(g, d) if isinstance(d, (tuple, list)) \
+        pairs = (
+            zip(g.values(), d.values())
+            if isinstance(d, dict)
+            else zip(g, d)
+            if isinstance(d, (tuple, list))
             else [(g, d)]
+        )
         for a, b in pairs:
             assert type(a) is type(b)
             if isinstance(b, bir.LoDTensor):
@@ -177,7 +183,7 @@ def test_capacity_bounds_the_batches_loaded_ahead(capacity):
     with reader:
         for taken in range(1, 5):
             assert next(reader)[0] == taken - 1
-            wait_for(lambda: len(loaded) == taken + capacity)  # the producer fills up to capacity ...
+            wait_for(lambda taken=taken: len(loaded) == taken + capacity)  # the producer fills up to capacity ...
             time.sleep(0.02)
             assert len(loaded) == taken + capacity  # ... and no further
 
@@ -233,7 +239,7 @@ def test_cuda_copies_through_reused_pinned_buffers_on_the_copy_stream(monkeypatc
             np.testing.assert_array_equal(batch["x"].view(np.ndarray), np.full((4, 3), k, "float32"))
             np.testing.assert_array_equal(batch["y"].view(np.ndarray), np.full((4, 1), k, "int64"))
             fake.calls.append(("got", k))
-            wait_for(lambda: len(reader._state.ready) == min(capacity, n - 1 - k))  # the producer ran ahead
+            wait_for(lambda k=k: len(reader._state.ready) == min(capacity, n - 1 - k))  # the producer ran ahead
             assert [a[0, 0] for a in pinned_of[k]] == [k, k]  # the held batch's pinned buffers are untouched
     calls = fake.calls
     h2d = [i for i, c in enumerate(calls) if c[0] == "h2d"]

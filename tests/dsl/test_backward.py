@@ -36,8 +36,11 @@ def test_mlp_backward_structure(progs):
     n_forward = len(main.global_block().ops)
     params_grads = bir.append_backward(loss)
     assert [(p.name, g.name) for p, g in params_grads] == [
-        ("fc_0.w_0", "fc_0.w_0@GRAD"), ("fc_0.b_0", "fc_0.b_0@GRAD"),
-        ("fc_1.w_0", "fc_1.w_0@GRAD"), ("fc_1.b_0", "fc_1.b_0@GRAD")]
+        ("fc_0.w_0", "fc_0.w_0@GRAD"),
+        ("fc_0.b_0", "fc_0.b_0@GRAD"),
+        ("fc_1.w_0", "fc_1.w_0@GRAD"),
+        ("fc_1.b_0", "fc_1.b_0@GRAD"),
+    ]
     ops = main.global_block().ops
     fill = ops[n_forward]
     assert fill.type == "fill_constant" and fill.output("Out") == [loss.name + "@GRAD"]
@@ -45,10 +48,18 @@ def test_mlp_backward_structure(progs):
     assert fill.attr("op_role") == OpRole.BACKWARD | OpRole.LOSS
     loss_op = _writers(main, loss.name)[0]
     assert loss_op.attr("op_role") == OpRole.FORWARD | OpRole.LOSS
-    grad_types = [op.type for op in ops[n_forward + 1:]]
-    assert grad_types == ["mean_grad", "cross_entropy_grad", "softmax_grad", "elementwise_add_grad", "mul_grad",
-                          "relu_grad", "elementwise_add_grad", "mul_grad"]
-    assert all(op.attr("op_role") == OpRole.BACKWARD for op in ops[n_forward + 1:])
+    grad_types = [op.type for op in ops[n_forward + 1 :]]
+    assert grad_types == [
+        "mean_grad",
+        "cross_entropy_grad",
+        "softmax_grad",
+        "elementwise_add_grad",
+        "mul_grad",
+        "relu_grad",
+        "elementwise_add_grad",
+        "mul_grad",
+    ]
+    assert all(op.attr("op_role") == OpRole.BACKWARD for op in ops[n_forward + 1 :])
     block = main.global_block()
     # no gradient for the data, the label or the accuracy branch
     for name in ("x@GRAD", "label@GRAD", acc.name + "@GRAD"):
@@ -72,9 +83,17 @@ def test_gradient_ops_follow_their_forward_ops_device(progs):
     *_, loss, _ = _mlp(hidden_device="cuda:1")
     bir.append_backward(loss)
     placed = [(op.type, op.device) for op in _grad_ops(main)]
-    assert placed == [("fill_constant", ""), ("mean_grad", ""), ("cross_entropy_grad", ""), ("softmax_grad", ""),
-                      ("elementwise_add_grad", ""), ("mul_grad", ""), ("relu_grad", "cuda:1"),
-                      ("elementwise_add_grad", "cuda:1"), ("mul_grad", "cuda:1")]
+    assert placed == [
+        ("fill_constant", ""),
+        ("mean_grad", ""),
+        ("cross_entropy_grad", ""),
+        ("softmax_grad", ""),
+        ("elementwise_add_grad", ""),
+        ("mul_grad", ""),
+        ("relu_grad", "cuda:1"),
+        ("elementwise_add_grad", "cuda:1"),
+        ("mul_grad", "cuda:1"),
+    ]
     assert str(main.global_block().ops[-1]).endswith("@cuda:1")
 
 

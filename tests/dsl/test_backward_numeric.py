@@ -88,8 +88,9 @@ def check_gradients(model: Model, feed: dict) -> dict[str, object]:
     for name, grad in grads.items():
         value = dense(grad)
         assert value.dtype == np.float64 and value.shape == scope.get(name).shape, name
-        np.testing.assert_allclose(value, numeric(model, feed, scope, name), rtol=RTOL, atol=ATOL,
-                                   err_msg=f"d loss / d {name}")
+        np.testing.assert_allclose(
+            value, numeric(model, feed, scope, name), rtol=RTOL, atol=ATOL, err_msg=f"d loss / d {name}"
+        )
         assert np.abs(value).max() > 1e-3, f"{name}: a vanishing gradient checks nothing"
     return grads
 
@@ -99,6 +100,7 @@ def grad_writers(model: Model, name: str) -> list[str]:
 
 
 # -- MLPs ---------------------------------------------------------------------------------------------
+
 
 def mlp_feed(rng: np.random.Generator, n: int = 6, features: int = 5, classes: int = 3) -> dict:
     return {"x": rng.normal(size=(n, features)), "label": rng.integers(0, classes, size=(n, 1))}
@@ -114,8 +116,14 @@ def test_mlp_with_softmax_and_cross_entropy():
         return bir.layers.mean(bir.layers.cross_entropy(pred, label))
 
     model = build(body)
-    assert [p.name for p, _ in model.params_grads] == ["fc_0.w_0", "fc_0.b_0", "fc_1.w_0", "fc_1.b_0",
-                                                       "fc_2.w_0", "fc_2.b_0"]
+    assert [p.name for p, _ in model.params_grads] == [
+        "fc_0.w_0",
+        "fc_0.b_0",
+        "fc_1.w_0",
+        "fc_1.b_0",
+        "fc_2.w_0",
+        "fc_2.b_0",
+    ]
     check_gradients(model, mlp_feed(np.random.default_rng(0)))
 
 
@@ -137,8 +145,18 @@ def test_mlp_with_broadcasts_a_shared_weight_and_softmax_with_cross_entropy():
     model = build(body)
     assert grad_writers(model, "shared@GRAD") == ["sum"]
     grads = check_gradients(model, mlp_feed(np.random.default_rng(1)))
-    assert set(grads) == {"fc_0.w_0", "fc_0.b_0", "shared", "fc_1.b_0", "fc_3.w_0", "fc_3.b_0", "fc_4.w_0",
-                          "fc_4.b_0", "fc_5.w_0", "fc_5.b_0"}
+    assert set(grads) == {
+        "fc_0.w_0",
+        "fc_0.b_0",
+        "shared",
+        "fc_1.b_0",
+        "fc_3.w_0",
+        "fc_3.b_0",
+        "fc_4.w_0",
+        "fc_4.b_0",
+        "fc_5.w_0",
+        "fc_5.b_0",
+    }
 
 
 # -- bag of words ----------------------------------------------------------------------------------
@@ -159,8 +177,7 @@ def bow_model(is_sparse: bool, pool_type: str) -> Model:
     def body():
         words = bir.data("words", shape=[-1, 1], dtype="int64", lod_level=1)
         label = bir.data("label", shape=[-1, 1], dtype="int64")
-        emb = bir.layers.embedding(words, size=[VOCAB, DIM], is_sparse=is_sparse, param_attr="emb",
-                                   dtype="float64")
+        emb = bir.layers.embedding(words, size=[VOCAB, DIM], is_sparse=is_sparse, param_attr="emb", dtype="float64")
         pooled = bir.layers.sequence_pool(emb, pool_type=pool_type)
         pred = bir.layers.fc(pooled, size=2, act="softmax")
         return bir.layers.mean(bir.layers.cross_entropy(pred, label))
@@ -184,12 +201,15 @@ def test_bag_of_words(is_sparse, pool_type):
 
 def test_sparse_and_dense_embedding_gradients_agree():
     feed = bow_feed()
-    grads = [analytic(model, feed, initialized_scope(model))["emb"]
-             for model in (bow_model(False, "sum"), bow_model(True, "sum"))]
+    grads = [
+        analytic(model, feed, initialized_scope(model))["emb"]
+        for model in (bow_model(False, "sum"), bow_model(True, "sum"))
+    ]
     np.testing.assert_allclose(dense(grads[1]), grads[0], rtol=1e-12, atol=1e-15)
 
 
 # -- stop_gradient --------------------------------------------------------------------------------------
+
 
 def test_a_stopped_branch_gets_no_gradient_and_the_rest_stays_exact():
     def body():

@@ -39,13 +39,16 @@ def test_fc_parameters_live_in_main_and_are_initialised_in_startup(progs):
     assert not any(op.type in ("uniform_random", "fill_constant") for op in main.global_block().ops)
 
 
-@pytest.mark.parametrize("init, op_type, attrs", [
-    (bir.initializer.Constant(0.25), "fill_constant", {"value": 0.25}),
-    (bir.initializer.Uniform(-0.5, 2.0), "uniform_random", {"min": -0.5, "max": 2.0}),
-    (bir.initializer.Normal(1.0, 0.5), "gaussian_random", {"mean": 1.0, "std": 0.5}),
-    (bir.initializer.Xavier(uniform=False), "gaussian_random", {"mean": 0.0, "std": math.sqrt(2.0 / (3 + 5))}),
-    (bir.initializer.Xavier(fan_in=10, fan_out=20), "uniform_random", {"max": math.sqrt(6.0 / 30)}),
-])
+@pytest.mark.parametrize(
+    "init, op_type, attrs",
+    [
+        (bir.initializer.Constant(0.25), "fill_constant", {"value": 0.25}),
+        (bir.initializer.Uniform(-0.5, 2.0), "uniform_random", {"min": -0.5, "max": 2.0}),
+        (bir.initializer.Normal(1.0, 0.5), "gaussian_random", {"mean": 1.0, "std": 0.5}),
+        (bir.initializer.Xavier(uniform=False), "gaussian_random", {"mean": 0.0, "std": math.sqrt(2.0 / (3 + 5))}),
+        (bir.initializer.Xavier(fan_in=10, fan_out=20), "uniform_random", {"max": math.sqrt(6.0 / 30)}),
+    ],
+)
 def test_initializers_emit_their_op(progs, init, op_type, attrs):
     _, startup = progs
     x = bir.data("x", shape=[-1, 3])
@@ -64,6 +67,7 @@ def test_initializer_aliases_are_the_fluid_classes():
 
 def test_xavier_fans_follow_fluid():
     from blockir.dsl.initializer import compute_fans
+
     assert compute_fans(()) == (1, 1)
     assert compute_fans((7,)) == (7, 7)
     assert compute_fans((3, 5)) == (3, 5)
@@ -110,8 +114,11 @@ def _build_seeds(seed):
         h = bir.layers.fc(x, size=8)
         bir.layers.fc(h, size=3, param_attr=bir.initializer.Normal(0.0, 0.1))
         bir.layers.embedding(bir.data("ids", shape=[-1, 1], dtype="int64"), size=[10, 4])
-    return {op.output("Out")[0]: op.attr("seed") for op in startup.global_block().ops
-            if op.type in ("uniform_random", "gaussian_random")}
+    return {
+        op.output("Out")[0]: op.attr("seed")
+        for op in startup.global_block().ops
+        if op.type in ("uniform_random", "gaussian_random")
+    }
 
 
 def test_random_ops_get_deterministic_distinct_seeds():

@@ -31,8 +31,16 @@ def test_issue_snippet_builds_and_every_variable_is_typed(tmp_path):
     for var in main.list_vars():
         assert var.dtype is not None and var.shape is not None, var
         assert all(d == -1 or d > 0 for d in var.shape), var
-    assert _types(main) == ["mul", "elementwise_add", "relu", "mul", "elementwise_add", "softmax",
-                            "cross_entropy", "mean"]
+    assert _types(main) == [
+        "mul",
+        "elementwise_add",
+        "relu",
+        "mul",
+        "elementwise_add",
+        "softmax",
+        "cross_entropy",
+        "mean",
+    ]
     assert [op.device for op in _ops(main)] == ["cuda:0"] * 3 + [""] * 5
     assert all(op.attr("op_role") == OpRole.FORWARD for op in _ops(main))
     bir.ir.verify(main)
@@ -85,30 +93,41 @@ def test_embedding_emits_lookup_table(progs):
     assert pooled.shape == (-1, 8)
 
 
-@pytest.mark.parametrize("build, op_types, shape, dtype", [
-    (lambda x, i: bir.layers.relu(x), ["relu"], (-1, 6), "float32"),
-    (lambda x, i: bir.layers.sigmoid(x), ["sigmoid"], (-1, 6), "float32"),
-    (lambda x, i: bir.layers.tanh(x), ["tanh"], (-1, 6), "float32"),
-    (lambda x, i: bir.layers.softmax(x, axis=1), ["softmax"], (-1, 6), "float32"),
-    (lambda x, i: bir.layers.mean(x), ["mean"], (1,), "float32"),
-    (lambda x, i: bir.layers.reduce_sum(x, dim=1), ["reduce_sum"], (-1,), "float32"),
-    (lambda x, i: bir.layers.reduce_mean(x, dim=[1], keep_dim=True), ["reduce_mean"], (-1, 1), "float32"),
-    (lambda x, i: bir.layers.reduce_sum(x), ["reduce_sum"], (1,), "float32"),
-    (lambda x, i: bir.layers.scale(x, scale=2.0, bias=1.0, act="relu"), ["scale", "relu"], (-1, 6), "float32"),
-    (lambda x, i: bir.layers.matmul(x, x, transpose_y=True), ["matmul"], (-1, -1), "float32"),
-    (lambda x, i: bir.layers.concat([x, x], axis=1), ["concat"], (-1, 12), "float32"),
-    (lambda x, i: bir.layers.reshape(x, [-1, 2, 3]), ["reshape2"], (-1, 2, 3), "float32"),
-    (lambda x, i: bir.layers.cast(x, "float64"), ["cast"], (-1, 6), "float64"),
-    (lambda x, i: bir.layers.assign(x), ["assign"], (-1, 6), "float32"),
-    (lambda x, i: bir.layers.fill_constant([2, 3], "int64", 4), ["fill_constant"], (2, 3), "int64"),
-    (lambda x, i: bir.layers.elementwise_add(x, x, act="sigmoid"), ["elementwise_add", "sigmoid"], (-1, 6),
-     "float32"),
-    (lambda x, i: bir.layers.square_error_cost(x, x), ["elementwise_sub", "square"], (-1, 6), "float32"),
-    (lambda x, i: bir.layers.cross_entropy(bir.layers.softmax(x), i), ["softmax", "cross_entropy"], (-1, 1),
-     "float32"),
-    (lambda x, i: bir.layers.softmax_with_cross_entropy(x, i), ["softmax_with_cross_entropy"], (-1, 1), "float32"),
-    (lambda x, i: bir.layers.accuracy(x, i, k=2), ["top_k", "accuracy"], (1,), "float32"),
-])
+@pytest.mark.parametrize(
+    "build, op_types, shape, dtype",
+    [
+        (lambda x, i: bir.layers.relu(x), ["relu"], (-1, 6), "float32"),
+        (lambda x, i: bir.layers.sigmoid(x), ["sigmoid"], (-1, 6), "float32"),
+        (lambda x, i: bir.layers.tanh(x), ["tanh"], (-1, 6), "float32"),
+        (lambda x, i: bir.layers.softmax(x, axis=1), ["softmax"], (-1, 6), "float32"),
+        (lambda x, i: bir.layers.mean(x), ["mean"], (1,), "float32"),
+        (lambda x, i: bir.layers.reduce_sum(x, dim=1), ["reduce_sum"], (-1,), "float32"),
+        (lambda x, i: bir.layers.reduce_mean(x, dim=[1], keep_dim=True), ["reduce_mean"], (-1, 1), "float32"),
+        (lambda x, i: bir.layers.reduce_sum(x), ["reduce_sum"], (1,), "float32"),
+        (lambda x, i: bir.layers.scale(x, scale=2.0, bias=1.0, act="relu"), ["scale", "relu"], (-1, 6), "float32"),
+        (lambda x, i: bir.layers.matmul(x, x, transpose_y=True), ["matmul"], (-1, -1), "float32"),
+        (lambda x, i: bir.layers.concat([x, x], axis=1), ["concat"], (-1, 12), "float32"),
+        (lambda x, i: bir.layers.reshape(x, [-1, 2, 3]), ["reshape2"], (-1, 2, 3), "float32"),
+        (lambda x, i: bir.layers.cast(x, "float64"), ["cast"], (-1, 6), "float64"),
+        (lambda x, i: bir.layers.assign(x), ["assign"], (-1, 6), "float32"),
+        (lambda x, i: bir.layers.fill_constant([2, 3], "int64", 4), ["fill_constant"], (2, 3), "int64"),
+        (
+            lambda x, i: bir.layers.elementwise_add(x, x, act="sigmoid"),
+            ["elementwise_add", "sigmoid"],
+            (-1, 6),
+            "float32",
+        ),
+        (lambda x, i: bir.layers.square_error_cost(x, x), ["elementwise_sub", "square"], (-1, 6), "float32"),
+        (
+            lambda x, i: bir.layers.cross_entropy(bir.layers.softmax(x), i),
+            ["softmax", "cross_entropy"],
+            (-1, 1),
+            "float32",
+        ),
+        (lambda x, i: bir.layers.softmax_with_cross_entropy(x, i), ["softmax_with_cross_entropy"], (-1, 1), "float32"),
+        (lambda x, i: bir.layers.accuracy(x, i, k=2), ["top_k", "accuracy"], (1,), "float32"),
+    ],
+)
 def test_layer_ops_and_inferred_outputs(progs, build, op_types, shape, dtype):
     main, _ = progs
     x = bir.data("x", shape=[-1, 6])
@@ -138,15 +157,26 @@ def test_operator_overloading_emits_elementwise_and_scale_ops(progs):
     def last(n=1):
         return block.ops[-n:]
 
-    for expr, op_type in ((lambda: x + y, "elementwise_add"), (lambda: x - y, "elementwise_sub"),
-                          (lambda: x * y, "elementwise_mul"), (lambda: x / y, "elementwise_div")):
+    for expr, op_type in (
+        (lambda: x + y, "elementwise_add"),
+        (lambda: x - y, "elementwise_sub"),
+        (lambda: x * y, "elementwise_mul"),
+        (lambda: x / y, "elementwise_div"),
+    ):
         out = expr()
         (op,) = last()
         assert op.type == op_type and op.input("X") == ["x"] and op.input("Y") == ["y"]
         assert isinstance(out, bir.dsl.Variable) and out.shape == (-1, 4)
-    cases = [(lambda: x + 2, 1.0, 2.0), (lambda: 2 + x, 1.0, 2.0), (lambda: x - 2, 1.0, -2.0),
-             (lambda: 2 - x, -1.0, 2.0), (lambda: x * 3, 3.0, 0.0), (lambda: np.float32(3) * x, 3.0, 0.0),
-             (lambda: x / 4, 0.25, 0.0), (lambda: -x, -1.0, 0.0)]
+    cases = [
+        (lambda: x + 2, 1.0, 2.0),
+        (lambda: 2 + x, 1.0, 2.0),
+        (lambda: x - 2, 1.0, -2.0),
+        (lambda: 2 - x, -1.0, 2.0),
+        (lambda: x * 3, 3.0, 0.0),
+        (lambda: np.float32(3) * x, 3.0, 0.0),
+        (lambda: x / 4, 0.25, 0.0),
+        (lambda: -x, -1.0, 0.0),
+    ]
     for expr, scale, bias in cases:
         out = expr()
         (op,) = last()

@@ -53,8 +53,7 @@ def test_momentum_and_adagrad_state(progs):
 
     main2, startup2 = bir.Program(), bir.Program()
     with bir.unique_name.guard(), bir.program_guard(main2, startup2):
-        ops, _ = bir.optimizer.Adagrad(learning_rate=0.1, epsilon=1e-5,
-                                       initial_accumulator_value=0.1).minimize(_net())
+        ops, _ = bir.optimizer.Adagrad(learning_rate=0.1, epsilon=1e-5, initial_accumulator_value=0.1).minimize(_net())
     op = ops[1]
     assert op.type == "adagrad" and op.attr("epsilon") == pytest.approx(1e-5)
     assert op.input("Moment") == op.output("MomentOut") == ["fc_0.b_0_moment_0"]
@@ -67,11 +66,14 @@ def test_adam_state_and_attributes(progs):
     ops, _ = bir.optimizer.Adam(learning_rate=1e-3, beta1=0.8, beta2=0.99, lazy_mode=True).minimize(loss)
     op = ops[0]
     assert op.type == "adam"
-    assert (op.attr("beta1"), op.attr("beta2"), op.attr("lazy_mode")) == (pytest.approx(0.8),
-                                                                         pytest.approx(0.99), True)
+    assert (op.attr("beta1"), op.attr("beta2"), op.attr("lazy_mode")) == (pytest.approx(0.8), pytest.approx(0.99), True)
     state = {slot: op.input(slot)[0] for slot in ("Moment1", "Moment2", "Beta1Pow", "Beta2Pow")}
-    assert state == {"Moment1": "fc_0.w_0_moment1_0", "Moment2": "fc_0.w_0_moment2_0",
-                     "Beta1Pow": "fc_0.w_0_beta1_pow_acc_0", "Beta2Pow": "fc_0.w_0_beta2_pow_acc_0"}
+    assert state == {
+        "Moment1": "fc_0.w_0_moment1_0",
+        "Moment2": "fc_0.w_0_moment2_0",
+        "Beta1Pow": "fc_0.w_0_beta1_pow_acc_0",
+        "Beta2Pow": "fc_0.w_0_beta2_pow_acc_0",
+    }
     for slot, name in state.items():
         assert op.output(slot + "Out") == [name]
     fills = _startup_fills(startup)

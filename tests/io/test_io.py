@@ -78,14 +78,24 @@ def test_one_file_per_variable_layout(tmp_path, exe):
     for name, value in values.items():
         scope.set(name, value)
     bir.io.save_persistables(exe, tmp_path, program, scope=scope)
-    assert _files(tmp_path) == ["gen-000001/dense.npy", "gen-000001/emb@GRAD.npz", "gen-000001/scope/inner.w_0.npy",
-                                "gen-000001/seq.npz", "manifest.json"]
+    assert _files(tmp_path) == [
+        "gen-000001/dense.npy",
+        "gen-000001/emb@GRAD.npz",
+        "gen-000001/scope/inner.w_0.npy",
+        "gen-000001/seq.npz",
+        "manifest.json",
+    ]
     assert json.loads((tmp_path / "manifest.json").read_text()) == {
-        "format": "blockir.save", "version": 1, "generation": 1,
-        "vars": {"dense": {"kind": "dense", "file": "gen-000001/dense.npy"},
-                 "seq": {"kind": "lod_tensor", "file": "gen-000001/seq.npz"},
-                 "emb@GRAD": {"kind": "selected_rows", "file": "gen-000001/emb@GRAD.npz"},
-                 "scope/inner.w_0": {"kind": "dense", "file": "gen-000001/scope/inner.w_0.npy"}}}
+        "format": "blockir.save",
+        "version": 1,
+        "generation": 1,
+        "vars": {
+            "dense": {"kind": "dense", "file": "gen-000001/dense.npy"},
+            "seq": {"kind": "lod_tensor", "file": "gen-000001/seq.npz"},
+            "emb@GRAD": {"kind": "selected_rows", "file": "gen-000001/emb@GRAD.npz"},
+            "scope/inner.w_0": {"kind": "dense", "file": "gen-000001/scope/inner.w_0.npy"},
+        },
+    }
     np.testing.assert_array_equal(np.load(tmp_path / "gen-000001/dense.npy", allow_pickle=False), values["dense"])
     with np.load(tmp_path / "gen-000001/seq.npz", allow_pickle=False) as npz:  # plain numpy reads the bundle's arrays
         arrays = {k: npz[k] for k in npz.files if k != "index"}
@@ -114,8 +124,11 @@ def test_loading_checks_dtype_and_shape(tmp_path, exe):
     other = linear_program()
     other.global_block().var("w").shape = (3, 5)
     fresh = bir.Scope()
-    with pytest.raises(BlockirError, match=r"variable 'w' is saved as float32\[3, 2\], but the program declares "
-                                           r"float32\[3, 5\]"):
+    with pytest.raises(
+        BlockirError,
+        match=r"variable 'w' is saved as float32\[3, 2\], but the program declares "
+        r"float32\[3, 5\]",
+    ):
         bir.io.load_params(exe, tmp_path, other, scope=fresh)
     assert fresh.names() == []  # nothing loaded when one variable fails
 
@@ -190,8 +203,12 @@ def test_pickled_files_are_never_loaded(tmp_path, exe):
     with zipfile.ZipFile(tmp_path / "bundle", "w") as zf:
         with zf.open("0.npy", "w") as m:
             np.lib.format.write_array(m, np.array([object(), None], dtype=object), allow_pickle=True)
-        zf.writestr("index.json", json.dumps({"format": "blockir.vars", "version": 1,
-                                              "vars": {"o": {"kind": "dense", "arrays": {"data": "0.npy"}}}}))
+        zf.writestr(
+            "index.json",
+            json.dumps(
+                {"format": "blockir.vars", "version": 1, "vars": {"o": {"kind": "dense", "arrays": {"data": "0.npy"}}}}
+            ),
+        )
     with pytest.raises(BlockirError, match=r"bundle\[0.npy\]: holds Python objects, which are never loaded"):
         bir.io.load_persistables(exe, tmp_path, program, filename="bundle", scope=bir.Scope())
 
@@ -204,25 +221,29 @@ def test_not_a_bundle(tmp_path, exe):
 
 # -- inference models ------------------------------------------------------------------------
 
+
 def test_inference_model_round_trip(tmp_path, exe):
     scope = bir.Scope()
     values = init_linear(scope)
     program = linear_program()
     exe.run(program, feed={"x": X, "gw": np.ones((3, 2), "float32")}, scope=scope)  # one training step
-    expected, = exe.run(program, feed={"x": X, "gw": np.zeros((3, 2), "float32")}, fetch_list=["out"], scope=scope)
+    (expected,) = exe.run(program, feed={"x": X, "gw": np.zeros((3, 2), "float32")}, fetch_list=["out"], scope=scope)
     text = str(program)
     assert bir.io.save_inference_model(tmp_path, ["x"], ["out"], exe, main_program=program, scope=scope) == ["out"]
     assert str(program) == text  # the program saved is a pruned clone
-    assert (tmp_path / "program.pb").is_file() and _files(tmp_path / "params") == \
-        ["gen-000001/b.npy", "gen-000001/w.npy", "manifest.json"]  # the sgd op and its lr and gw were pruned away
+    assert (tmp_path / "program.pb").is_file() and _files(tmp_path / "params") == [
+        "gen-000001/b.npy",
+        "gen-000001/w.npy",
+        "manifest.json",
+    ]  # the sgd op and its lr and gw were pruned away
     served_scope = bir.Scope()
     loaded, feeds, fetches = bir.io.load_inference_model(tmp_path, exe, scope=served_scope)
     assert feeds == ["x"] and [v.name for v in fetches] == ["out"]
     assert [op.type for op in loaded.global_block().ops] == ["feed", "rt_matmul", "rt_add", "fetch"]
-    out, = exe.run(loaded, feed={"x": X}, scope=served_scope)
+    (out,) = exe.run(loaded, feed={"x": X}, scope=served_scope)
     np.testing.assert_array_equal(out, expected)
     np.testing.assert_array_equal(served_scope.get("w"), values["w"] - 0.5)
-    out2, = exe.run(loaded, feed={"x": X}, fetch_list=fetches, scope=served_scope)
+    (out2,) = exe.run(loaded, feed={"x": X}, fetch_list=fetches, scope=served_scope)
     np.testing.assert_array_equal(out2, expected)
 
 
@@ -231,11 +252,13 @@ def test_inference_model_with_named_files_and_resave(tmp_path, exe):
     init_linear(scope)
     program = linear_program()
     with bir.scope_guard(scope):
-        bir.io.save_inference_model(tmp_path / "a", "x", "out", exe, main_program=program,
-                                    model_filename="model", params_filename="weights")
+        bir.io.save_inference_model(
+            tmp_path / "a", "x", "out", exe, main_program=program, model_filename="model", params_filename="weights"
+        )
         assert sorted(p.name for p in (tmp_path / "a").iterdir()) == ["model", "weights"]
-        loaded, feeds, fetches = bir.io.load_inference_model(tmp_path / "a", exe, model_filename="model",
-                                                             params_filename="weights")
+        loaded, feeds, fetches = bir.io.load_inference_model(
+            tmp_path / "a", exe, model_filename="model", params_filename="weights"
+        )
         # A loaded model saved again gets fresh feed/fetch ops, not doubled ones.
         bir.io.save_inference_model(tmp_path / "b", feeds, fetches, exe, main_program=loaded)
         again, _, _ = bir.io.load_inference_model(tmp_path / "b", exe)
@@ -253,8 +276,9 @@ def test_inference_model_errors(tmp_path, exe):
     with pytest.raises(BlockirError, match="the targets need 'x', which is neither fed"):
         bir.io.save_inference_model(tmp_path, [], ["out"], exe, main_program=program, scope=scope)
     with pytest.raises(BlockirError, match="would lead outside"):
-        bir.io.save_inference_model(tmp_path, ["x"], ["out"], exe, main_program=program,
-                                    model_filename="../m.pb", scope=scope)
+        bir.io.save_inference_model(
+            tmp_path, ["x"], ["out"], exe, main_program=program, model_filename="../m.pb", scope=scope
+        )
     bir.io.save_persistables(exe, tmp_path / "p", program, scope=scope)
     program.save(tmp_path / "p" / "program.pb")
     with pytest.raises(BlockirError, match="not an inference model"):
@@ -267,9 +291,12 @@ def test_truncated_and_unreadable_files(tmp_path, exe):
     program = linear_program(optimize=False)
     bir.io.save_params(exe, tmp_path, program, scope=scope)
     data = (tmp_path / "gen-000001/w.npy").read_bytes()
-    (tmp_path / "gen-000001/w.npy").write_bytes(data[:len(data) - 4])
-    with pytest.raises(BlockirError, match=r"gen-000001/w.npy: truncated .npy file \(its header declares "
-                                           r"float32\[3, 2\], 24 bytes of data, and 20 follow\)"):
+    (tmp_path / "gen-000001/w.npy").write_bytes(data[: len(data) - 4])
+    with pytest.raises(
+        BlockirError,
+        match=r"gen-000001/w.npy: truncated .npy file \(its header declares "
+        r"float32\[3, 2\], 24 bytes of data, and 20 follow\)",
+    ):
         bir.io.load_params(exe, tmp_path, program, scope=bir.Scope())
     (tmp_path / "adir").mkdir()
     with pytest.raises(BlockirError, match="adir: is a directory"):
@@ -290,8 +317,8 @@ def test_the_readme_example_saves_the_program_its_targets_belong_to(tmp_path, mo
             acc = bir.layers.accuracy(pred, label)
             bir.optimizer.Adam(learning_rate=1e-3).minimize(loss)
 
-        print(main)                     # the text form: one line per op, with its device
-        main.save("program.pb")         # binary ProgramDesc
+        print(main)  # the text form: one line per op, with its device
+        main.save("program.pb")  # binary ProgramDesc
 
         exe = bir.Executor("cpu")
         exe.run(startup)
@@ -300,9 +327,9 @@ def test_the_readme_example_saves_the_program_its_targets_belong_to(tmp_path, mo
         loss_v, acc_v = exe.run(main, feed={"x": xb, "label": yb}, fetch_list=[loss, acc])
         bir.io.save_inference_model("model_dir", ["x"], [pred], exe)
 
-        expected, = exe.run(main, feed={"x": xb, "label": yb}, fetch_list=[pred])  # then updates the parameters
+        (expected,) = exe.run(main, feed={"x": xb, "label": yb}, fetch_list=[pred])  # then updates the parameters
         program, feeds, fetches = bir.io.load_inference_model("model_dir", exe)  # loads the saved ones back
-        served, = exe.run(program, feed={"x": xb})
+        (served,) = exe.run(program, feed={"x": xb})
     assert feeds == ["x"] and [v.name for v in fetches] == [pred.name]
     np.testing.assert_allclose(served, expected, rtol=1e-6)
 

@@ -51,7 +51,10 @@ def test_a_save_of_some_variables_keeps_the_others(tmp_path, exe):
     scope.set("w", values["w"] * 2)
     assert bir.io.save_vars(exe, tmp_path, program, vars=["w"], scope=scope) == ["w"]
     assert {name: entry["file"] for name, entry in _manifest(tmp_path)["vars"].items()} == {
-        "w": "gen-000002/w.npy", "b": "gen-000001/b.npy", "lr": "gen-000001/lr.npy"}
+        "w": "gen-000002/w.npy",
+        "b": "gen-000001/b.npy",
+        "lr": "gen-000001/lr.npy",
+    }
     assert _files(tmp_path) == ["gen-000001/b.npy", "gen-000001/lr.npy", "gen-000002/w.npy", "manifest.json"]
     loaded = _saved(exe, tmp_path, program)
     np.testing.assert_array_equal(loaded["w"], values["w"] * 2)
@@ -91,14 +94,22 @@ def test_what_an_interrupted_save_left_goes_with_the_next_save(tmp_path, exe):
     assert _manifest(tmp_path)["generation"] == 1  # the manifest never named them
     assert sorted(_saved(exe, tmp_path, program)) == ["b", "lr", "w"]
     bir.io.save_persistables(exe, tmp_path, program, scope=scope)
-    assert _files(tmp_path) == ["gen-000008/b.npy", "gen-000008/lr.npy", "gen-000008/w.npy", "manifest.json",
-                                "notes.txt"]
+    assert _files(tmp_path) == [
+        "gen-000008/b.npy",
+        "gen-000008/lr.npy",
+        "gen-000008/w.npy",
+        "manifest.json",
+        "notes.txt",
+    ]
 
 
 def _legacy_save(directory: Path) -> dict:
     """A directory as blockir wrote it before the manifest: NAME.npy, NAME.npz bundles, '/' making directories."""
-    values = {"w": np.arange(6, dtype="float32").reshape(3, 2), "scope/b": np.ones(2, "float32"),
-              "seq": LoDTensor(np.arange(10, dtype="float64").reshape(5, 2), [[0, 2, 5]])}
+    values = {
+        "w": np.arange(6, dtype="float32").reshape(3, 2),
+        "scope/b": np.ones(2, "float32"),
+        "seq": LoDTensor(np.arange(10, dtype="float64").reshape(5, 2), [[0, 2, 5]]),
+    }
     (directory / "scope").mkdir(parents=True)
     np.save(directory / "w.npy", values["w"])
     np.save(directory / "scope" / "b.npy", values["scope/b"])
@@ -144,16 +155,19 @@ def test_a_save_over_an_old_directory_replaces_the_old_files_it_supersedes(tmp_p
     np.testing.assert_array_equal(loaded["seq"].data, values["seq"].data)
 
 
-@pytest.mark.parametrize(("entry", "message"), [
-    ({"kind": "dense", "file": "../outside.npy"}, "would lead outside the directory"),
-    ({"kind": "dense", "file": "/etc/passwd"}, "would lead outside the directory"),
-    ({"kind": "dense", "file": "gen-000001/../../outside.npy"}, "would lead outside the directory"),
-    ({"kind": "dense", "file": "link/outside.npy"}, "would lead outside the directory"),
-    ({"kind": "pickle", "file": "gen-000001/w.npy"}, "bad entry for variable 'w'"),
-    ({"kind": "dense"}, "bad entry for variable 'w'"),
-    ({"kind": "dense", "file": 3}, "bad entry for variable 'w'"),
-    ("gen-000001/w.npy", "bad entry for variable 'w'"),
-])
+@pytest.mark.parametrize(
+    ("entry", "message"),
+    [
+        ({"kind": "dense", "file": "../outside.npy"}, "would lead outside the directory"),
+        ({"kind": "dense", "file": "/etc/passwd"}, "would lead outside the directory"),
+        ({"kind": "dense", "file": "gen-000001/../../outside.npy"}, "would lead outside the directory"),
+        ({"kind": "dense", "file": "link/outside.npy"}, "would lead outside the directory"),
+        ({"kind": "pickle", "file": "gen-000001/w.npy"}, "bad entry for variable 'w'"),
+        ({"kind": "dense"}, "bad entry for variable 'w'"),
+        ({"kind": "dense", "file": 3}, "bad entry for variable 'w'"),
+        ("gen-000001/w.npy", "bad entry for variable 'w'"),
+    ],
+)
 def test_a_crafted_manifest_reads_and_removes_nothing_outside(tmp_path, exe, entry, message):
     directory, outside = tmp_path / "model", tmp_path / "outside.npy"
     np.save(outside, np.zeros((3, 2), "float32"))
@@ -171,17 +185,24 @@ def test_a_crafted_manifest_reads_and_removes_nothing_outside(tmp_path, exe, ent
     assert outside.is_file()
 
 
-@pytest.mark.parametrize(("content", "message"), [
-    (b"{", "not a blockir manifest (not JSON)"),
-    (b"[" * 100000, "not a blockir manifest (not JSON)"),
-    (b"\xff\xfe", "not a blockir manifest (not JSON)"),
-    (b"[]", "not a blockir manifest (no format 'blockir.save')"),
-    (json.dumps({"format": "blockir.save", "version": 2}).encode(), "manifest version 2, this blockir reads 1"),
-    (json.dumps({"format": "blockir.save", "version": 1, "generation": -1, "vars": {}}).encode(),
-     "bad generation or vars"),
-    (json.dumps({"format": "blockir.save", "version": 1, "generation": 1, "vars": []}).encode(),
-     "bad generation or vars"),
-])
+@pytest.mark.parametrize(
+    ("content", "message"),
+    [
+        (b"{", "not a blockir manifest (not JSON)"),
+        (b"[" * 100000, "not a blockir manifest (not JSON)"),
+        (b"\xff\xfe", "not a blockir manifest (not JSON)"),
+        (b"[]", "not a blockir manifest (no format 'blockir.save')"),
+        (json.dumps({"format": "blockir.save", "version": 2}).encode(), "manifest version 2, this blockir reads 1"),
+        (
+            json.dumps({"format": "blockir.save", "version": 1, "generation": -1, "vars": {}}).encode(),
+            "bad generation or vars",
+        ),
+        (
+            json.dumps({"format": "blockir.save", "version": 1, "generation": 1, "vars": []}).encode(),
+            "bad generation or vars",
+        ),
+    ],
+)
 def test_a_bad_manifest_is_one_error_naming_it(tmp_path, exe, content, message):
     (tmp_path / "manifest.json").write_bytes(content)
     with pytest.raises(BlockirError) as info:
@@ -206,6 +227,7 @@ def test_a_manifest_names_files_beyond_the_generations_which_a_save_leaves(tmp_p
 
 # -- file modes and write errors ----------------------------------------------------------------
 
+
 @pytest.fixture
 def umask_027():
     old = os.umask(0o027)
@@ -227,8 +249,9 @@ def test_saved_files_honour_the_umask(tmp_path, exe):
     files = [p for p in tmp_path.rglob("*") if p.is_file()]
     directories = [p for p in tmp_path.rglob("*") if p.is_dir()]
     assert len(files) == 9 and len(directories) == 5
-    assert {str(p.relative_to(tmp_path)): oct(_mode(p)) for p in files} == \
-        {str(p.relative_to(tmp_path)): oct(0o640) for p in files}  # what open() and np.save give
+    assert {str(p.relative_to(tmp_path)): oct(_mode(p)) for p in files} == {
+        str(p.relative_to(tmp_path)): oct(0o640) for p in files
+    }  # what open() and np.save give
     assert {oct(_mode(p)) for p in directories} == {oct(0o750)}
 
 
@@ -335,9 +358,14 @@ _KILLER = textwrap.dedent('''
 
 def _kill_during_saves(tmp_path: Path, iterations: int, seed: int, timeout: float) -> None:
     directory = tmp_path / "model"
-    result = subprocess.run([sys.executable, "-c", _KILLER, str(directory), str(iterations), str(seed)],
-                            capture_output=True, text=True, timeout=timeout, cwd=Path(__file__).parents[2],
-                            check=False)
+    result = subprocess.run(
+        [sys.executable, "-c", _KILLER, str(directory), str(iterations), str(seed)],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        cwd=Path(__file__).parents[2],
+        check=False,
+    )
     assert result.returncode == 0, result.stderr
     *runs, final = [json.loads(line) for line in result.stdout.splitlines()]
     assert len(runs) == iterations

@@ -68,7 +68,7 @@ def _mutated(data: bytes, draw: st.DrawFn) -> bytes:
             raw[i:i] = draw(st.binary(min_size=1, max_size=8))
         elif op == "overwrite":
             patch = draw(st.sampled_from([b"\xff\xff\xff\xff", b"\x00\x00\x00\x00", b"\xff\xff\xff\x7f", b"9" * 8]))
-            raw[i:i + len(patch)] = patch
+            raw[i : i + len(patch)] = patch
         elif raw:
             del raw[i]
     return bytes(raw)
@@ -80,6 +80,7 @@ def workdir(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 # -- .npy files ---------------------------------------------------------------------------------
+
 
 def _load_npy_bytes(workdir: Path, data: bytes) -> tuple[Any, int]:
     path = workdir / "x.npy"
@@ -99,27 +100,43 @@ def test_arrays_load_as_numpy_saves_them(workdir, dtype, version, fortran):
     assert loaded.flags.writeable
 
 
-@pytest.mark.parametrize(("data", "message"), [
-    (_HUGE + b"\0" * 64, ("truncated .npy file (its header declares float32[1099511627776], "
-                          "4398046511104 bytes of data, and 64 follow)")),
-    (_npy(np.zeros((4, 4)))[:-3], ("truncated .npy file (its header declares float64[4, 4], 128 bytes of data, "
-                                    "and 125 follow)")),
-    (_npy(np.zeros(3))[:40], "truncated .npy file (its header is cut short or longer than the file)"),
-    (b"\x93NUMPY\x02\x00\xff\xff\xff\xff{'descr'", "truncated .npy file (its header is cut short"),
-    (b"\x93NUMPY\x04\x00" + b"\0" * 120, ".npy format version 4.0, which numpy does not write"),
-    (b"PK\x03\x04 a zip, say", "not a .npy array file"),
-    (b"", "not a .npy array file"),
-    (_header("{'descr': '|O', 'fortran_order': False, 'shape': (2,), }") + b"\x80\x04N.",
-     "holds Python objects, which are never loaded (they would need pickle)"),
-    (_header("{'descr': [('a', '<f4')], 'fortran_order': False, 'shape': (1,), }") + b"\0" * 4,
-     "holds [('a', '<f4')][1], not a tensor of numbers"),
-    (_header("{'descr': '|S0', 'fortran_order': False, 'shape': (1099511627776,), }"), "not a tensor of numbers"),
-    (_header("{'descr': ('<f4', (1000000,)), 'fortran_order': False, 'shape': (1024,), }"),
-     "not a tensor of numbers"),
-    (_header("{'descr': '<f4', 'fortran_order': False, 'shape': (-2,), }") + b"\0" * 8, "not a tensor of numbers"),
-    (_header("{'descr': '<f4', 'fortran_order': 'yes', 'shape': (2,), }") + b"\0" * 8, "bad header"),
-    (_header("__import__('os').system('false')") + b"\0" * 8, "bad header"),
-])
+@pytest.mark.parametrize(
+    ("data", "message"),
+    [
+        (
+            _HUGE + b"\0" * 64,
+            (
+                "truncated .npy file (its header declares float32[1099511627776], "
+                "4398046511104 bytes of data, and 64 follow)"
+            ),
+        ),
+        (
+            _npy(np.zeros((4, 4)))[:-3],
+            ("truncated .npy file (its header declares float64[4, 4], 128 bytes of data, and 125 follow)"),
+        ),
+        (_npy(np.zeros(3))[:40], "truncated .npy file (its header is cut short or longer than the file)"),
+        (b"\x93NUMPY\x02\x00\xff\xff\xff\xff{'descr'", "truncated .npy file (its header is cut short"),
+        (b"\x93NUMPY\x04\x00" + b"\0" * 120, ".npy format version 4.0, which numpy does not write"),
+        (b"PK\x03\x04 a zip, say", "not a .npy array file"),
+        (b"", "not a .npy array file"),
+        (
+            _header("{'descr': '|O', 'fortran_order': False, 'shape': (2,), }") + b"\x80\x04N.",
+            "holds Python objects, which are never loaded (they would need pickle)",
+        ),
+        (
+            _header("{'descr': [('a', '<f4')], 'fortran_order': False, 'shape': (1,), }") + b"\0" * 4,
+            "holds [('a', '<f4')][1], not a tensor of numbers",
+        ),
+        (_header("{'descr': '|S0', 'fortran_order': False, 'shape': (1099511627776,), }"), "not a tensor of numbers"),
+        (
+            _header("{'descr': ('<f4', (1000000,)), 'fortran_order': False, 'shape': (1024,), }"),
+            "not a tensor of numbers",
+        ),
+        (_header("{'descr': '<f4', 'fortran_order': False, 'shape': (-2,), }") + b"\0" * 8, "not a tensor of numbers"),
+        (_header("{'descr': '<f4', 'fortran_order': 'yes', 'shape': (2,), }") + b"\0" * 8, "bad header"),
+        (_header("__import__('os').system('false')") + b"\0" * 8, "bad header"),
+    ],
+)
 def test_bad_npy_files_are_one_error_naming_the_file(workdir, data, message):
     error, peak = _load_npy_bytes(workdir, data)
     assert isinstance(error, BlockirError)
@@ -156,8 +173,26 @@ def test_arrays_from_pipes_and_devices(tmp_path):
         bir.io.load_array("/proc/self/stat", "x")
 
 
-_DESCRS = ["<f4", ">i8", "|b1", "<c16", "<f2", "|u1", "O", "|O", "<U3", "|S0", "|V0", "V8", "<M8[s]", "bogus",
-           [("a", "<f4")], ("<f4", (3,)), 4, None]
+_DESCRS = [
+    "<f4",
+    ">i8",
+    "|b1",
+    "<c16",
+    "<f2",
+    "|u1",
+    "O",
+    "|O",
+    "<U3",
+    "|S0",
+    "|V0",
+    "V8",
+    "<M8[s]",
+    "bogus",
+    [("a", "<f4")],
+    ("<f4", (3,)),
+    4,
+    None,
+]
 
 
 @st.composite
@@ -168,10 +203,11 @@ def _npy_files(draw: st.DrawFn) -> bytes:
         dtype = draw(st.sampled_from(["bool", "int16", "uint8", "float32", ">f8", "complex128"]))
         shape = draw(st.lists(st.integers(0, 4), max_size=3))
         array = np.arange(int(np.prod(shape))).reshape(shape).astype(dtype)
-        data = _npy(np.asfortranarray(array) if draw(st.booleans()) else array,
-                    draw(st.sampled_from([(1, 0), (2, 0), (3, 0)])))
+        data = _npy(
+            np.asfortranarray(array) if draw(st.booleans()) else array, draw(st.sampled_from([(1, 0), (2, 0), (3, 0)]))
+        )
     elif kind == "header":
-        shape = tuple(draw(st.lists(st.one_of(st.integers(-1, 8), st.integers(0, 2 ** 64)), max_size=4)))
+        shape = tuple(draw(st.lists(st.one_of(st.integers(-1, 8), st.integers(0, 2**64)), max_size=4)))
         fortran = draw(st.sampled_from([False, True, 0, "x"]))
         text = f"{{'descr': {draw(st.sampled_from(_DESCRS))!r}, 'fortran_order': {fortran!r}, 'shape': {shape!r}, }}"
         data = _header(text, draw(st.sampled_from([1, 2, 3]))) + draw(st.binary(max_size=64))
@@ -191,6 +227,7 @@ def test_npy_fuzz_gives_a_value_or_an_error_within_the_file_size(workdir, data):
 
 # -- bundles ------------------------------------------------------------------------------------
 
+
 def _program() -> bir.Program:
     program = bir.Program()
     block = program.global_block()
@@ -200,9 +237,11 @@ def _program() -> bir.Program:
     return program
 
 
-_VALUES = {"w": np.arange(6, dtype="float32").reshape(2, 3),
-           "seq": LoDTensor(np.arange(6, dtype="float64").reshape(3, 2), [[0, 1, 3]]),
-           "emb": SelectedRows(np.array([1, 7], "int64"), np.ones((2, 2), "float32"), 10)}
+_VALUES = {
+    "w": np.arange(6, dtype="float32").reshape(2, 3),
+    "seq": LoDTensor(np.arange(6, dtype="float64").reshape(3, 2), [[0, 1, 3]]),
+    "emb": SelectedRows(np.array([1, 7], "int64"), np.ones((2, 2), "float32"), 10),
+}
 
 
 @pytest.fixture(scope="module")
@@ -249,32 +288,60 @@ _DENSE = {"kind": "dense", "arrays": {"data": "0.npy"}}
 _GOOD = {"0.npy": _npy(np.zeros((2, 3), "float32"))}
 _SEQ = {"kind": "lod_tensor", "lod_levels": 1, "arrays": {"data": "1.npy", "lod.0": "2.npy"}}
 _EMB = {"kind": "selected_rows", "height": 10, "arrays": {"rows": "3.npy", "values": "4.npy"}}
-_OTHERS = {"1.npy": _npy(np.zeros((3, 2))), "2.npy": _npy(np.array([0, 1, 3])),
-           "3.npy": _npy(np.array([1, 7])), "4.npy": _npy(np.ones((2, 2), "float32"))}
+_OTHERS = {
+    "1.npy": _npy(np.zeros((3, 2))),
+    "2.npy": _npy(np.array([0, 1, 3])),
+    "3.npy": _npy(np.array([1, 7])),
+    "4.npy": _npy(np.ones((2, 2), "float32")),
+}
 
 
-@pytest.mark.parametrize(("data", "message"), [
-    (_bundle({"0.npy": _HUGE + b"\0" * 64}, _index(w=_DENSE)),
-     "[0.npy]: truncated .npy file (its header declares float32[1099511627776]"),
-    (_bundle(_GOOD, _index(w=_DENSE), zipfile.ZIP_DEFLATED), "member '0.npy' is compressed or encrypted"),
-    (_bundle(_GOOD, "{not json"), "not a blockir variables file (bad index.json)"),
-    (_bundle(_GOOD, "[" * 100000), "not a blockir variables file (bad index.json)"),
-    (_bundle(_GOOD, {"format": "blockir.vars", "version": 9, "vars": {}}), "format version 9, this blockir reads 1"),
-    (_bundle(_GOOD, _index(w={"kind": "dense", "arrays": {"data": "9.npy"}})), "variable 'w' lacks its 'data' array"),
-    (_bundle(_GOOD, _index(w={"kind": "dense", "arrays": {"data": ["0.npy"]}})), "variable 'w' lacks its 'data'"),
-    (_bundle(_GOOD, _index(w={"kind": "pickle", "arrays": {}})), "variable 'w' has unknown kind 'pickle'"),
-    (_bundle({**_GOOD, **_OTHERS}, _index(w=_DENSE, seq={**_SEQ, "lod_levels": "Infinity"}, emb=_EMB)),
-     "variable 'seq' is stored incompletely"),
-    (_bundle({**_GOOD, **_OTHERS}, _index(w=_DENSE, seq=_SEQ, emb={**_EMB, "height": 5})),
-     "variable 'emb': selected rows index rows outside [0, 5)"),
-    (_bundle({**_GOOD, **_OTHERS}, _index(w=_DENSE, seq={**_SEQ, "arrays": {"data": "1.npy", "lod.0": "3.npy"}},
-                                          emb=_EMB)), "variable 'seq': LoD level 0 must start at 0"),
-    (_bundle({**_GOOD, **_OTHERS}, _index(w=_DENSE, seq=_SEQ, emb={**_EMB, "arrays": {"rows": "4.npy",
-                                                                                      "values": "4.npy"}})),
-     "selected rows need one integer row index per row of values"),
-    (_bundle(_GOOD, _index(w=_DENSE))[:-30], "not a blockir variables file (a zip with index.json)"),
-    (b"PK\x05\x06" + b"\0" * 18, "not a blockir variables file (a zip with index.json)"),
-])
+@pytest.mark.parametrize(
+    ("data", "message"),
+    [
+        (
+            _bundle({"0.npy": _HUGE + b"\0" * 64}, _index(w=_DENSE)),
+            "[0.npy]: truncated .npy file (its header declares float32[1099511627776]",
+        ),
+        (_bundle(_GOOD, _index(w=_DENSE), zipfile.ZIP_DEFLATED), "member '0.npy' is compressed or encrypted"),
+        (_bundle(_GOOD, "{not json"), "not a blockir variables file (bad index.json)"),
+        (_bundle(_GOOD, "[" * 100000), "not a blockir variables file (bad index.json)"),
+        (
+            _bundle(_GOOD, {"format": "blockir.vars", "version": 9, "vars": {}}),
+            "format version 9, this blockir reads 1",
+        ),
+        (
+            _bundle(_GOOD, _index(w={"kind": "dense", "arrays": {"data": "9.npy"}})),
+            "variable 'w' lacks its 'data' array",
+        ),
+        (_bundle(_GOOD, _index(w={"kind": "dense", "arrays": {"data": ["0.npy"]}})), "variable 'w' lacks its 'data'"),
+        (_bundle(_GOOD, _index(w={"kind": "pickle", "arrays": {}})), "variable 'w' has unknown kind 'pickle'"),
+        (
+            _bundle({**_GOOD, **_OTHERS}, _index(w=_DENSE, seq={**_SEQ, "lod_levels": "Infinity"}, emb=_EMB)),
+            "variable 'seq' is stored incompletely",
+        ),
+        (
+            _bundle({**_GOOD, **_OTHERS}, _index(w=_DENSE, seq=_SEQ, emb={**_EMB, "height": 5})),
+            "variable 'emb': selected rows index rows outside [0, 5)",
+        ),
+        (
+            _bundle(
+                {**_GOOD, **_OTHERS},
+                _index(w=_DENSE, seq={**_SEQ, "arrays": {"data": "1.npy", "lod.0": "3.npy"}}, emb=_EMB),
+            ),
+            "variable 'seq': LoD level 0 must start at 0",
+        ),
+        (
+            _bundle(
+                {**_GOOD, **_OTHERS},
+                _index(w=_DENSE, seq=_SEQ, emb={**_EMB, "arrays": {"rows": "4.npy", "values": "4.npy"}}),
+            ),
+            "selected rows need one integer row index per row of values",
+        ),
+        (_bundle(_GOOD, _index(w=_DENSE))[:-30], "not a blockir variables file (a zip with index.json)"),
+        (b"PK\x05\x06" + b"\0" * 18, "not a blockir variables file (a zip with index.json)"),
+    ],
+)
 def test_bad_bundles_are_one_error_naming_the_file(workdir, data, message):
     error, peak = _load_bundle_bytes(workdir, data)
     assert isinstance(error, BlockirError), error
@@ -285,7 +352,7 @@ def test_bad_bundles_are_one_error_naming_the_file(workdir, data, message):
 def test_a_member_claiming_more_than_the_file_holds(workdir):
     data = bytearray(_bundle(_GOOD, _index(w=_DENSE)))
     entry = data.index(b"PK\x01\x02")  # the central directory's entry of 0.npy: sizes at offsets 20 and 24
-    data[entry + 20:entry + 28] = (1 << 31).to_bytes(4, "little") * 2
+    data[entry + 20 : entry + 28] = (1 << 31).to_bytes(4, "little") * 2
     error, _ = _load_bundle_bytes(workdir, bytes(data))
     assert "damaged bundle (member '0.npy' claims 2147483648 bytes, more than the file holds)" in str(error)
 
@@ -309,8 +376,9 @@ def test_every_byte_flipped_gives_a_value_or_an_error(tmp_path, exe):
 
 @given(data=st.data())
 def test_bundle_fuzz_gives_a_value_or_an_error_within_the_file_size(workdir, bundle, data):
-    raw = data.draw(st.one_of(st.just(bundle), st.binary(max_size=400), st.binary(max_size=400).map(
-        lambda b: b"PK\x03\x04" + b)))
+    raw = data.draw(
+        st.one_of(st.just(bundle), st.binary(max_size=400), st.binary(max_size=400).map(lambda b: b"PK\x03\x04" + b))
+    )
     raw = _mutated(raw, data.draw)
     result, peak = _load_bundle_bytes(workdir, raw)
     assert isinstance(result, (dict, BlockirError))

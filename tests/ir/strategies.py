@@ -18,7 +18,8 @@ from __future__ import annotations
 
 import functools
 import math
-from typing import Any, Sequence
+from collections.abc import Sequence
+from typing import Any
 
 from hypothesis import strategies as st
 
@@ -29,22 +30,45 @@ from blockir.ir.dtypes import DTYPES
 PLAIN_NAMES = st.from_regex(r"[A-Za-z_][A-Za-z0-9_.@/:-]{0,10}", fullmatch=True)
 # Names that must be quoted: spaces, quotes, escapes, unicode, control characters.
 ODD_NAMES = st.one_of(
-    st.sampled_from(["a b", 'q"uote', "back\\slash", "new\nline", "tab\t", "é", "名字", "x=1", "%p", "{}", "#c",
-                     "\u2028", "\x00", "emoji\U0001F600", "var", "}", "is_target"]),
+    st.sampled_from(
+        [
+            "a b",
+            'q"uote',
+            "back\\slash",
+            "new\nline",
+            "tab\t",
+            "é",
+            "名字",
+            "x=1",
+            "%p",
+            "{}",
+            "#c",
+            "\u2028",
+            "\x00",
+            "emoji\U0001f600",
+            "var",
+            "}",
+            "is_target",
+        ]
+    ),
     st.text(min_size=1, max_size=6),
 )
 NAMES = st.one_of(PLAIN_NAMES, PLAIN_NAMES, PLAIN_NAMES, ODD_NAMES)
 OP_TYPES = st.one_of(
-    st.sampled_from(["mul", "relu", "elementwise_add", "feed", "fetch", "sum", "reshape2", "go", "while",
-                     "test_unregistered_op"]),
+    st.sampled_from(
+        ["mul", "relu", "elementwise_add", "feed", "fetch", "sum", "reshape2", "go", "while", "test_unregistered_op"]
+    ),
     NAMES,
 )
 DEVICES = st.sampled_from(["cpu", "cpu:1", "cuda", "cuda:0", "cuda:12", "cuda:x", "gpu:-1", "weird device"])
-FLOAT32 = st.one_of(st.floats(width=32, allow_nan=False),
-                    st.sampled_from([math.nan, -math.nan, 0.1, -0.0, 3.4028234663852886e38, 1e-45]))
-FLOAT64 = st.one_of(st.floats(allow_nan=False),
-                    st.sampled_from([math.nan, -math.nan, 0.1, -0.0, 1.7976931348623157e308, 5e-324]))
-TEXT = st.one_of(st.text(max_size=12), st.sampled_from(["", '"', "\\", "\n", "ümlaut", "\U0001F600"]))
+FLOAT32 = st.one_of(
+    st.floats(width=32, allow_nan=False),
+    st.sampled_from([math.nan, -math.nan, 0.1, -0.0, 3.4028234663852886e38, 1e-45]),
+)
+FLOAT64 = st.one_of(
+    st.floats(allow_nan=False), st.sampled_from([math.nan, -math.nan, 0.1, -0.0, 1.7976931348623157e308, 5e-324])
+)
+TEXT = st.one_of(st.text(max_size=12), st.sampled_from(["", '"', "\\", "\n", "ümlaut", "\U0001f600"]))
 
 _SCALARS: dict[AttrType, Any] = {
     AttrType.INT: st.one_of(st.integers(INT32_MIN, INT32_MAX), st.sampled_from([INT32_MIN, INT32_MAX, 0, -1])),
@@ -54,11 +78,17 @@ _SCALARS: dict[AttrType, Any] = {
     AttrType.STRING: TEXT,
     AttrType.BOOLEAN: st.booleans(),
 }
-_LISTS = {AttrType.INTS: AttrType.INT, AttrType.LONGS: AttrType.LONG, AttrType.FLOATS: AttrType.FLOAT,
-          AttrType.FLOAT64S: AttrType.FLOAT64, AttrType.STRINGS: AttrType.STRING, AttrType.BOOLEANS: AttrType.BOOLEAN}
+_LISTS = {
+    AttrType.INTS: AttrType.INT,
+    AttrType.LONGS: AttrType.LONG,
+    AttrType.FLOATS: AttrType.FLOAT,
+    AttrType.FLOAT64S: AttrType.FLOAT64,
+    AttrType.STRINGS: AttrType.STRING,
+    AttrType.BOOLEANS: AttrType.BOOLEAN,
+}
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def attr_values(t: AttrType, num_blocks: int) -> st.SearchStrategy[Any]:
     """Values of attribute type ``t``; BLOCK/BLOCKS values index one of ``num_blocks`` blocks."""
     block_idx = st.integers(0, num_blocks - 1)
@@ -71,12 +101,14 @@ def attr_values(t: AttrType, num_blocks: int) -> st.SearchStrategy[Any]:
     return _SCALARS[t]
 
 
-_KINDS = {channels: st.sampled_from([k for k in VarKind if channels or k not in (VarKind.CHANNEL,
-                                                                                    VarKind.CHANNEL_LIST)])
-          for channels in (True, False)}
-_ATTR_TYPES = {float64: st.sampled_from([t for t in AttrType if float64 or t not in (AttrType.FLOAT64,
-                                                                                      AttrType.FLOAT64S)])
-               for float64 in (True, False)}
+_KINDS = {
+    channels: st.sampled_from([k for k in VarKind if channels or k not in (VarKind.CHANNEL, VarKind.CHANNEL_LIST)])
+    for channels in (True, False)
+}
+_ATTR_TYPES = {
+    float64: st.sampled_from([t for t in AttrType if float64 or t not in (AttrType.FLOAT64, AttrType.FLOAT64S)])
+    for float64 in (True, False)
+}
 _ATTR_NAMES = st.lists(st.one_of(PLAIN_NAMES, ODD_NAMES).filter(lambda n: n != "op_device"), max_size=5, unique=True)
 _OP_DEVICES = st.one_of(st.none(), DEVICES, st.just(""), st.integers(0, 3))
 _SHAPES = st.lists(st.integers(-1, 2**40), max_size=4)
@@ -85,8 +117,9 @@ _VAR_NAMES = st.lists(NAMES, max_size=5, unique=True)
 
 
 @st.composite
-def variables(draw: st.DrawFn, block: Block, name: str, channels: bool = True,
-              dtypes: Sequence[str] = DTYPES) -> Variable:
+def variables(
+    draw: st.DrawFn, block: Block, name: str, channels: bool = True, dtypes: Sequence[str] = DTYPES
+) -> Variable:
     """Declare a variable ``name`` of a random kind (and one of ``dtypes``) in ``block``."""
     kind = draw(_KINDS[channels])
     fields: dict[str, Any] = {
@@ -108,13 +141,15 @@ def variables(draw: st.DrawFn, block: Block, name: str, channels: bool = True,
 def slot_maps(var_names: list[str]) -> st.SearchStrategy[dict[str, list[str]]]:
     """Slot name -> 0..3 variable names, mostly of ``var_names``."""
     name = st.one_of(st.sampled_from(var_names), NAMES) if var_names else NAMES
-    return st.dictionaries(st.one_of(st.sampled_from(["X", "Y", "Out", "XShape"]), NAMES),
-                           st.lists(name, max_size=3), max_size=3)
+    return st.dictionaries(
+        st.one_of(st.sampled_from(["X", "Y", "Out", "XShape"]), NAMES), st.lists(name, max_size=3), max_size=3
+    )
 
 
 @st.composite
-def ops(draw: st.DrawFn, block: Block, slots: st.SearchStrategy[dict[str, list[str]]],
-        float64: bool = True) -> Operator:
+def ops(
+    draw: st.DrawFn, block: Block, slots: st.SearchStrategy[dict[str, list[str]]], float64: bool = True
+) -> Operator:
     """Append a random op to ``block`` with slots drawn from ``slots`` (see :func:`slot_maps`)."""
     num_blocks = len(block.program.blocks)
     outputs = draw(slots)
@@ -135,8 +170,9 @@ def ops(draw: st.DrawFn, block: Block, slots: st.SearchStrategy[dict[str, list[s
 
 
 @st.composite
-def programs(draw: st.DrawFn, channels: bool = True, float64: bool = True, max_blocks: int = 4,
-             dtypes: Sequence[str] = DTYPES) -> Program:
+def programs(
+    draw: st.DrawFn, channels: bool = True, float64: bool = True, max_blocks: int = 4, dtypes: Sequence[str] = DTYPES
+) -> Program:
     """A random program (see the module docstring)."""
     program = Program()
     program.version = draw(st.integers(0, INT64_MAX))

@@ -31,8 +31,10 @@ def mlp() -> tuple[Program, Program, bir.ir.Variable, bir.ir.Variable]:
 
 def feed(seed: int) -> dict[str, object]:
     rng = np.random.default_rng(seed)
-    return {"x": LoDTensor(rng.normal(size=(6, 4)).astype("float32"), LOD),
-            "label": rng.integers(0, 3, size=(3, 1)).astype("int64")}
+    return {
+        "x": LoDTensor(rng.normal(size=(6, 4)).astype("float32"), LOD),
+        "label": rng.integers(0, 3, size=(3, 1)).astype("int64"),
+    }
 
 
 def numpy_logits(x: np.ndarray, params: dict[str, np.ndarray]) -> np.ndarray:
@@ -47,8 +49,15 @@ def test_a_test_clone_of_a_trained_program_evaluates_on_its_parameters() -> None
     test = main.clone(for_test=True)
     assert str(main) == before  # the training program is unchanged
     assert [op.type for op in test.global_block().ops] == [
-        "sequence_pool", "mul", "elementwise_add", "relu", "mul", "elementwise_add",
-        "softmax_with_cross_entropy", "mean"]
+        "sequence_pool",
+        "mul",
+        "elementwise_add",
+        "relu",
+        "mul",
+        "elementwise_add",
+        "softmax_with_cross_entropy",
+        "mean",
+    ]
     assert any(is_training_op(op) for op in main.ops()) and not any(is_training_op(op) for op in test.ops())
     assert test.global_block().ops[0].attr("is_test") is True
     assert main.global_block().ops[0].attr("is_test") is False
@@ -64,7 +73,7 @@ def test_a_test_clone_of_a_trained_program_evaluates_on_its_parameters() -> None
         got, test_loss = exe.run(test, feed=batch, fetch_list=[logits, loss], scope=scope)
         for name, value in params.items():  # evaluating updates nothing
             np.testing.assert_array_equal(scope.get(name), value, err_msg=name)
-        trained_loss, = exe.run(main, feed=batch, fetch_list=[loss], scope=scope)
+        (trained_loss,) = exe.run(main, feed=batch, fetch_list=[loss], scope=scope)
     np.testing.assert_allclose(got, numpy_logits(batch["x"].data, params), rtol=1e-5, atol=1e-6)
     np.testing.assert_array_equal(test_loss, trained_loss)  # the same forward pass, before main's update
     assert not np.array_equal(scope.get("fc_1.w_0"), params["fc_1.w_0"])  # training does update
@@ -80,7 +89,8 @@ def test_cloned_before_minimize_the_test_program_is_the_same() -> None:
         bir.optimizer.Adam(0.01).minimize(loss)
     late = main.clone(for_test=True)
     assert [(op.type, op.inputs, op.outputs) for op in late.ops()] == [
-        (op.type, op.inputs, op.outputs) for op in early.ops()]
+        (op.type, op.inputs, op.outputs) for op in early.ops()
+    ]
     assert set(late.global_block().vars) > set(early.global_block().vars)  # gradients and moments kept
     assert str(main.clone(for_test=False)) == str(main) == str(main.clone())
 
@@ -95,8 +105,7 @@ def test_sub_blocks_lose_their_training_ops_and_keep_their_indices() -> None:
     sub.append_op("sequence_pool", {"X": "x"}, {"Out": "p"}, {"pooltype": "MAX"}, infer=False)
     sub.append_op("scale", {"X": "p"}, {"Out": "p@GRAD"}, {"op_role": OpRole.BACKWARD}, infer=False)
     inner = program.create_block(sub.idx)
-    inner.append_op("scale", {"X": "p"}, {"Out": "p"}, {"op_role": OpRole.OPTIMIZE | OpRole.LR_SCHED},
-                    infer=False)
+    inner.append_op("scale", {"X": "p"}, {"Out": "p"}, {"op_role": OpRole.OPTIMIZE | OpRole.LR_SCHED}, infer=False)
     program.rollback()
     program.rollback()
     test = program.clone(for_test=True)

@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import math
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 import numpy as np
 import pytest
@@ -90,11 +91,20 @@ def test_clone_is_deep_and_keeps_op_ids() -> None:
 
 
 ALL_TYPES: list[tuple[AttrType, Any]] = [
-    (AttrType.INT, INT32_MIN), (AttrType.FLOAT, 0.1), (AttrType.STRING, "ünï"),
-    (AttrType.INTS, [INT32_MAX, -1]), (AttrType.FLOATS, [1.5, -math.inf]), (AttrType.STRINGS, ["a", ""]),
-    (AttrType.BOOLEAN, True), (AttrType.BOOLEANS, [True, False]), (AttrType.BLOCK, 1),
-    (AttrType.LONG, INT64_MAX), (AttrType.BLOCKS, [1, 2]), (AttrType.LONGS, [INT64_MIN]),
-    (AttrType.FLOAT64S, [0.1, 1e300]), (AttrType.FLOAT64, 0.1),
+    (AttrType.INT, INT32_MIN),
+    (AttrType.FLOAT, 0.1),
+    (AttrType.STRING, "ünï"),
+    (AttrType.INTS, [INT32_MAX, -1]),
+    (AttrType.FLOATS, [1.5, -math.inf]),
+    (AttrType.STRINGS, ["a", ""]),
+    (AttrType.BOOLEAN, True),
+    (AttrType.BOOLEANS, [True, False]),
+    (AttrType.BLOCK, 1),
+    (AttrType.LONG, INT64_MAX),
+    (AttrType.BLOCKS, [1, 2]),
+    (AttrType.LONGS, [INT64_MIN]),
+    (AttrType.FLOAT64S, [0.1, 1e300]),
+    (AttrType.FLOAT64, 0.1),
 ]
 
 
@@ -118,43 +128,62 @@ def test_every_attr_type_round_trips(t: AttrType, value: Any) -> None:
         assert np.all(np.float32(back.attrs["a"]) == np.float32(value))
 
 
-@pytest.mark.parametrize(("value", "t"), [
-    (1, AttrType.INT), (2**31, AttrType.LONG), (np.int64(3), AttrType.INT), (True, AttrType.BOOLEAN),
-    (0.5, AttrType.FLOAT), (np.float32(0.5), AttrType.FLOAT), (np.float64(0.5), AttrType.FLOAT64),
-    ("s", AttrType.STRING), ([1, 2], AttrType.INTS), ([1, 2**40], AttrType.LONGS), ((0.5,), AttrType.FLOATS),
-    ([np.float64(1)], AttrType.FLOAT64S), (["a"], AttrType.STRINGS), ([False], AttrType.BOOLEANS),
-])
+@pytest.mark.parametrize(
+    ("value", "t"),
+    [
+        (1, AttrType.INT),
+        (2**31, AttrType.LONG),
+        (np.int64(3), AttrType.INT),
+        (True, AttrType.BOOLEAN),
+        (0.5, AttrType.FLOAT),
+        (np.float32(0.5), AttrType.FLOAT),
+        (np.float64(0.5), AttrType.FLOAT64),
+        ("s", AttrType.STRING),
+        ([1, 2], AttrType.INTS),
+        ([1, 2**40], AttrType.LONGS),
+        ((0.5,), AttrType.FLOATS),
+        ([np.float64(1)], AttrType.FLOAT64S),
+        (["a"], AttrType.STRINGS),
+        ([False], AttrType.BOOLEANS),
+    ],
+)
 def test_inferred_types(value: Any, t: AttrType) -> None:
     assert infer_type(value) is t
 
 
-@pytest.mark.parametrize(("value", "t", "message"), [
-    (2**31, AttrType.INT, "does not fit INT"),
-    (1e39, AttrType.FLOAT, "does not fit FLOAT"),
-    (10**400, AttrType.FLOAT64, "does not fit FLOAT64"),
-    (-(2**63) - 1, AttrType.LONG, "does not fit LONG"),
-    (True, AttrType.INT, "is not a valid INT"),
-    (1.5, AttrType.INT, "is not a valid INT"),
-    ("1", AttrType.FLOAT, "is not a valid FLOAT"),
-    (1, AttrType.STRING, "is not a valid STRING"),
-    (1, AttrType.BOOLEAN, "is not a valid BOOLEAN"),
-    (-1, AttrType.BLOCK, "block index -1 is negative"),
-    ("abc", AttrType.STRINGS, "is not a list for STRINGS"),
-    (3, AttrType.INTS, "is not a list for INTS"),
-    ([1, "a"], AttrType.INTS, "is not a valid INT"),
-])
+@pytest.mark.parametrize(
+    ("value", "t", "message"),
+    [
+        (2**31, AttrType.INT, "does not fit INT"),
+        (1e39, AttrType.FLOAT, "does not fit FLOAT"),
+        (10**400, AttrType.FLOAT64, "does not fit FLOAT64"),
+        (-(2**63) - 1, AttrType.LONG, "does not fit LONG"),
+        (True, AttrType.INT, "is not a valid INT"),
+        (1.5, AttrType.INT, "is not a valid INT"),
+        ("1", AttrType.FLOAT, "is not a valid FLOAT"),
+        (1, AttrType.STRING, "is not a valid STRING"),
+        (1, AttrType.BOOLEAN, "is not a valid BOOLEAN"),
+        (-1, AttrType.BLOCK, "block index -1 is negative"),
+        ("abc", AttrType.STRINGS, "is not a list for STRINGS"),
+        (3, AttrType.INTS, "is not a list for INTS"),
+        ([1, "a"], AttrType.INTS, "is not a valid INT"),
+    ],
+)
 def test_normalisation_errors_name_the_attribute(value: Any, t: AttrType, message: str) -> None:
     with pytest.raises(BlockirError, match=message) as info:
         normalize(value, t, "my_attr")
     assert "'my_attr'" in str(info.value)
 
 
-@pytest.mark.parametrize(("value", "message"), [
-    ([], "the type of an empty list must be given"),
-    ([1, "a"], "mixed list"),
-    (object(), "cannot store a value of type object"),
-    (None, "cannot store a value of type NoneType"),
-])
+@pytest.mark.parametrize(
+    ("value", "message"),
+    [
+        ([], "the type of an empty list must be given"),
+        ([1, "a"], "mixed list"),
+        (object(), "cannot store a value of type object"),
+        (None, "cannot store a value of type NoneType"),
+    ],
+)
 def test_inference_errors(value: Any, message: str) -> None:
     p = Program()
     with pytest.raises(BlockirError, match=message):

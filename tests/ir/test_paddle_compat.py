@@ -83,12 +83,17 @@ def test_only_the_additions_are_lost(paddle: ModuleType) -> None:
     assert [v.name for v in msg.blocks[0].vars] == ["w", "x", "ch"]
     w, x, ch = msg.blocks[0].vars
     assert (w.persistable, list(w.type.lod_tensor.tensor.dims), w.type.lod_tensor.tensor.data_type) == (
-        True, [3, 4], paddle.VarType.FP32)
+        True,
+        [3, 4],
+        paddle.VarType.FP32,
+    )
     assert (x.type.type, x.type.lod_tensor.lod_level) == (paddle.VarType.LOD_TENSOR, 1)
     assert not ch.type.HasField("type")
     [mul] = msg.blocks[0].ops
     assert (mul.type, [(a.name, a.type) for a in mul.attrs]) == (
-        "mul", [("x_num_col_dims", paddle.INT), ("op_device", paddle.STRING)])
+        "mul",
+        [("x_num_col_dims", paddle.INT), ("op_device", paddle.STRING)],
+    )
     assert [(v.parameter, list(v.arguments)) for v in mul.inputs] == [("X", ["x"]), ("Y", ["w"])]
     # Without the channel, Paddle's re-encoding reads back as the program less blockir's additions.
     p.global_block().remove_var("ch")
@@ -96,8 +101,9 @@ def test_only_the_additions_are_lost(paddle: ModuleType) -> None:
     assert initialized
     q = Program.parse(reencoded)
     assert (q.random_seed, q.device, q.global_block().device) == (0, "", "")
-    assert not any(q.global_block().var("w").is_parameter or v.stop_gradient or v.need_check_feed
-                   for v in q.list_vars())
+    assert not any(
+        q.global_block().var("w").is_parameter or v.stop_gradient or v.need_check_feed for v in q.list_vars()
+    )
     assert str(q.global_block().ops[0]) == str(p.global_block().ops[0])
 
 
@@ -105,7 +111,7 @@ def test_paddle_built_program_decodes(paddle: ModuleType) -> None:
     d = paddle.ProgramDesc()
     d.version.version = 1
     main = d.blocks.add(idx=0, parent_idx=-1)
-    sub = d.blocks.add(idx=1, parent_idx=0, forward_block_idx=0)
+    d.blocks.add(idx=1, parent_idx=0, forward_block_idx=0)
     for name, kind in (("feed", paddle.VarType.FEED_MINIBATCH), ("fetch", paddle.VarType.FETCH_LIST)):
         v = main.vars.add(name=name, persistable=True)
         v.type.type = kind
@@ -122,14 +128,22 @@ def test_paddle_built_program_decodes(paddle: ModuleType) -> None:
     op.inputs.add(parameter="X", arguments=["x", "g"])
     op.outputs.add(parameter="Out", arguments=[])
     A = paddle.OpDesc.Attr
-    op.attrs.extend([
-        A(name="i", type=paddle.INT, i=-3), A(name="f", type=paddle.FLOAT, f=0.25),
-        A(name="s", type=paddle.STRING, s="str"), A(name="ints", type=paddle.INTS, ints=[1, 2]),
-        A(name="floats", type=paddle.FLOATS, floats=[0.5]), A(name="strings", type=paddle.STRINGS, strings=["a"]),
-        A(name="b", type=paddle.BOOLEAN, b=True), A(name="bools", type=paddle.BOOLEANS, bools=[False]),
-        A(name="sub_block", type=paddle.BLOCK, block_idx=1), A(name="l", type=paddle.LONG, l=2**40),
-        A(name="blocks", type=paddle.BLOCKS, blocks_idx=[1]), A(name="longs", type=paddle.LONGS, longs=[-(2**40)]),
-    ])
+    op.attrs.extend(
+        [
+            A(name="i", type=paddle.INT, i=-3),
+            A(name="f", type=paddle.FLOAT, f=0.25),
+            A(name="s", type=paddle.STRING, s="str"),
+            A(name="ints", type=paddle.INTS, ints=[1, 2]),
+            A(name="floats", type=paddle.FLOATS, floats=[0.5]),
+            A(name="strings", type=paddle.STRINGS, strings=["a"]),
+            A(name="b", type=paddle.BOOLEAN, b=True),
+            A(name="bools", type=paddle.BOOLEANS, bools=[False]),
+            A(name="sub_block", type=paddle.BLOCK, block_idx=1),
+            A(name="l", type=paddle.LONG, l=2**40),
+            A(name="blocks", type=paddle.BLOCKS, blocks_idx=[1]),
+            A(name="longs", type=paddle.LONGS, longs=[-(2**40)]),
+        ]
+    )
     p = Program.parse(d.SerializeToString())
     assert (p.version, p.num_blocks, p.block(1).parent_idx, p.block(1).forward_block_idx) == (1, 2, 0, 0)
     x = p.global_block().var("x")
@@ -139,11 +153,34 @@ def test_paddle_built_program_decodes(paddle: ModuleType) -> None:
     assert p.global_block().var("feed").kind is VarKind.FEED_MINIBATCH
     op = p.global_block().ops[0]
     assert op.is_target and op.inputs == {"X": ["x", "g"]} and op.outputs == {"Out": []}
-    assert op.attrs == {"i": -3, "f": 0.25, "s": "str", "ints": [1, 2], "floats": [0.5], "strings": ["a"],
-                        "b": True, "bools": [False], "sub_block": 1, "l": 2**40, "blocks": [1], "longs": [-(2**40)]}
+    assert op.attrs == {
+        "i": -3,
+        "f": 0.25,
+        "s": "str",
+        "ints": [1, 2],
+        "floats": [0.5],
+        "strings": ["a"],
+        "b": True,
+        "bools": [False],
+        "sub_block": 1,
+        "l": 2**40,
+        "blocks": [1],
+        "longs": [-(2**40)],
+    }
     assert [t.name for t in op.attr_types.values()] == [
-        "INT", "FLOAT", "STRING", "INTS", "FLOATS", "STRINGS", "BOOLEAN", "BOOLEANS", "BLOCK", "LONG", "BLOCKS",
-        "LONGS"]
+        "INT",
+        "FLOAT",
+        "STRING",
+        "INTS",
+        "FLOATS",
+        "STRINGS",
+        "BOOLEAN",
+        "BOOLEANS",
+        "BLOCK",
+        "LONG",
+        "BLOCKS",
+        "LONGS",
+    ]
     assert op.attr_types["sub_block"] is AttrType.BLOCK
     assert [b.idx for b in op.sub_blocks()] == [1, 1]
     # And back: blockir writes it exactly as Paddle did.

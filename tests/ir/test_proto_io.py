@@ -65,16 +65,19 @@ def _op_desc() -> bytes:
     return _message(o)
 
 
-@pytest.mark.parametrize(("content", "message"), [
-    (None, "no such file"),
-    (b"", "file is empty"),
-    (b"\xff\xfe\x00garbage", "not a ProgramDesc (corrupt or truncated protobuf data)"),
-    ("truncated", "not a ProgramDesc (corrupt or truncated protobuf data)"),
-    (_var_desc(), "not a ProgramDesc"),
-    (_op_desc(), "not a ProgramDesc (missing required fields: blocks[0].idx"),
-    (_message(pb.BlockDesc(idx=0, parent_idx=-1)), "not a ProgramDesc (it has only fields a ProgramDesc does not"),
-    (_message(pb.ProgramDesc(version=pb.Version(version=1))), "not a ProgramDesc (it has no blocks"),
-])
+@pytest.mark.parametrize(
+    ("content", "message"),
+    [
+        (None, "no such file"),
+        (b"", "file is empty"),
+        (b"\xff\xfe\x00garbage", "not a ProgramDesc (corrupt or truncated protobuf data)"),
+        ("truncated", "not a ProgramDesc (corrupt or truncated protobuf data)"),
+        (_var_desc(), "not a ProgramDesc"),
+        (_op_desc(), "not a ProgramDesc (missing required fields: blocks[0].idx"),
+        (_message(pb.BlockDesc(idx=0, parent_idx=-1)), "not a ProgramDesc (it has only fields a ProgramDesc does not"),
+        (_message(pb.ProgramDesc(version=pb.Version(version=1))), "not a ProgramDesc (it has no blocks"),
+    ],
+)
 def test_bad_files_give_one_clear_error(tmp_path: Path, content: bytes | str | None, message: str) -> None:
     path = tmp_path / "bad.pb"
     if content == "truncated":
@@ -101,16 +104,23 @@ def _desc_with_block() -> pb.ProgramDesc:
     return d
 
 
-@pytest.mark.parametrize(("mutate", "message"), [
-    (lambda d: setattr(d.blocks[0], "idx", 3), "block 0: has idx 3, expected 0"),
-    (lambda d: setattr(d.blocks[0], "parent_idx", 4), "block 0: invalid parent_idx 4"),
-    (lambda d: setattr(d.blocks[0], "parent_idx", 0), "block 0: invalid parent_idx 0"),
-    (lambda d: [d.blocks[0].vars.add(name="v").type.__setattr__("type", pb.VarType.RAW) for _ in range(2)],
-     "variable 'v' declared twice"),
-    (lambda d: d.blocks[0].vars.add(name="v").type.__setattr__("type", 5), "variable 'v' has unknown kind 5"),
-    (lambda d: d.blocks[0].vars.add(name="").type.__setattr__("type", pb.VarType.RAW),
-     "variable name must be a non-empty"),
-])
+@pytest.mark.parametrize(
+    ("mutate", "message"),
+    [
+        (lambda d: setattr(d.blocks[0], "idx", 3), "block 0: has idx 3, expected 0"),
+        (lambda d: setattr(d.blocks[0], "parent_idx", 4), "block 0: invalid parent_idx 4"),
+        (lambda d: setattr(d.blocks[0], "parent_idx", 0), "block 0: invalid parent_idx 0"),
+        (
+            lambda d: [d.blocks[0].vars.add(name="v").type.__setattr__("type", pb.VarType.RAW) for _ in range(2)],
+            "variable 'v' declared twice",
+        ),
+        (lambda d: d.blocks[0].vars.add(name="v").type.__setattr__("type", 5), "variable 'v' has unknown kind 5"),
+        (
+            lambda d: d.blocks[0].vars.add(name="").type.__setattr__("type", pb.VarType.RAW),
+            "variable name must be a non-empty",
+        ),
+    ],
+)
 def test_malformed_programs(mutate: object, message: str) -> None:
     d = _desc_with_block()
     mutate(d)  # type: ignore[operator]
@@ -178,12 +188,16 @@ def test_invalid_utf8_is_refused() -> None:
 
 # -- reading within limits, writing atomically -----------------------------------------------------
 
+
 def test_a_program_file_larger_than_the_limit_is_refused_unread(tmp_path: Path) -> None:
     path = tmp_path / "huge.pb"
     with open(path, "wb") as f:
         f.truncate(MAX_PROGRAM_BYTES + 1)  # sparse: nothing of it is on disk, or read
-    with pytest.raises(ProgramFormatError, match=f"huge.pb: {MAX_PROGRAM_BYTES + 1} bytes, more than the "
-                                                 f"{MAX_PROGRAM_BYTES} bytes a file of this kind may have"):
+    with pytest.raises(
+        ProgramFormatError,
+        match=f"huge.pb: {MAX_PROGRAM_BYTES + 1} bytes, more than the "
+        f"{MAX_PROGRAM_BYTES} bytes a file of this kind may have",
+    ):
         load_program(path)
 
 
@@ -225,12 +239,15 @@ def test_saved_programs_honour_the_umask(tmp_path: Path) -> None:
     assert stat.S_IMODE((tmp_path / "new").stat().st_mode) == 0o750
 
 
-@pytest.mark.parametrize(("where", "message"), [
-    ("a_file/p.pb", "a_file/p.pb: not a directory (a file is in the way)"),
-    ("a_file/sub/p.pb", "a_file/sub/p.pb: not a directory (a file is in the way)"),
-    ("a_dir", "a_dir: is a directory"),
-    ("/proc/self/p.pb", "/p.pb: cannot write ("),
-])
+@pytest.mark.parametrize(
+    ("where", "message"),
+    [
+        ("a_file/p.pb", "a_file/p.pb: not a directory (a file is in the way)"),
+        ("a_file/sub/p.pb", "a_file/sub/p.pb: not a directory (a file is in the way)"),
+        ("a_dir", "a_dir: is a directory"),
+        ("/proc/self/p.pb", "/p.pb: cannot write ("),
+    ],
+)
 def test_write_errors_are_one_error_naming_the_file(tmp_path: Path, where: str, message: str) -> None:
     (tmp_path / "a_file").write_bytes(b"")
     (tmp_path / "a_dir").mkdir()

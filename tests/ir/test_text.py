@@ -43,8 +43,13 @@ def build_example() -> Program:
     b.create_var("feed", kind=VarKind.FEED_MINIBATCH, persistable=True)
     b.create_var("ch", kind=VarKind.CHANNEL, capacity=4)
     b.create_var("a b", kind=VarKind.SELECTED_ROWS, dtype="int64", shape=[10, 3], stop_gradient=True)
-    b.append_op("mul", {"X": "x", "Y": "fc_0.w_0"}, {"Out": "h"},
-                {"x_num_col_dims": 1, "y_num_col_dims": 1, "op_device": "cuda:0"}, infer=False)
+    b.append_op(
+        "mul",
+        {"X": "x", "Y": "fc_0.w_0"},
+        {"Out": "h"},
+        {"x_num_col_dims": 1, "y_num_col_dims": 1, "op_device": "cuda:0"},
+        infer=False,
+    )
     b.append_op("reshape2", {"X": "h"}, {"Out": "r", "XShape": "xs"}, {"shape": [-1, 2]}, infer=False)
     b.append_op("sum", {"X": ["a", "b", "c"]}, {"Out": ["s"]}, infer=False)
     b.append_op("f", {"X": []}, {"Out": "o"}, {"op_device": ""}, infer=False)
@@ -76,7 +81,12 @@ def test_example_parses_back() -> None:
     assert [op.is_target for op in p.global_block().ops] == [False] * 5 + [True]
     x = p.global_block().var("x")
     assert (x.kind, x.dtype, x.shape, x.lod_level, x.need_check_feed) == (
-        VarKind.LOD_TENSOR, "float32", (-1, 784), 1, True)
+        VarKind.LOD_TENSOR,
+        "float32",
+        (-1, 784),
+        1,
+        True,
+    )
     ch = p.global_block().var("ch")
     assert (ch.kind, ch.dtype, ch.shape, ch.capacity) == (VarKind.CHANNEL, "float32", None, 4)
     assert p.global_block().var("a b").kind is VarKind.SELECTED_ROWS
@@ -98,45 +108,48 @@ def test_parser_needs_no_schema() -> None:
     assert p.version == 3
 
 
-@pytest.mark.parametrize(("t", "value", "text"), [
-    (AttrType.INT, 3, "3"),
-    (AttrType.INT, INT32_MIN, "-2147483648"),
-    (AttrType.LONG, 3, "3L"),
-    (AttrType.LONG, INT64_MAX, "9223372036854775807L"),
-    (AttrType.FLOAT, 0.1, "0.1"),
-    (AttrType.FLOAT, 3, "3.0"),
-    (AttrType.FLOAT, 1e20, "1e+20"),
-    (AttrType.FLOAT, 16777216, "1.6777216e+07"),
-    (AttrType.FLOAT, math.inf, "inf"),
-    (AttrType.FLOAT, -math.inf, "-inf"),
-    (AttrType.FLOAT, math.nan, "nan"),
-    (AttrType.FLOAT, -0.0, "-0.0"),
-    (AttrType.FLOAT64, 0.1, "0.1d"),
-    (AttrType.FLOAT64, 3, "3.0d"),
-    (AttrType.FLOAT64, 1e300, "1e+300d"),
-    (AttrType.FLOAT64, -math.inf, "-infd"),
-    (AttrType.FLOAT64, math.nan, "nand"),
-    (AttrType.FLOAT64, -math.nan, "-nand"),
-    (AttrType.STRING, 'a"b\\c\nd\té', '"a\\"b\\\\c\\nd\\té"'),
-    (AttrType.STRING, "\x00\u2028\U000e0001", '"\\u0000\\u2028\\udb40\\udc01"'),
-    (AttrType.BOOLEAN, True, "true"),
-    (AttrType.BOOLEAN, False, "false"),
-    (AttrType.BLOCK, 1, "^1"),
-    (AttrType.INTS, [1, -2], "[1, -2]"),
-    (AttrType.LONGS, [1], "[1L]"),
-    (AttrType.FLOATS, [0.5], "[0.5]"),
-    (AttrType.FLOAT64S, [0.5, math.inf], "[0.5d, infd]"),
-    (AttrType.STRINGS, ["a", ""], '["a", ""]'),
-    (AttrType.BOOLEANS, [True, False], "[true, false]"),
-    (AttrType.BLOCKS, [1, 2], "[^1, ^2]"),
-    (AttrType.INTS, [], "ints[]"),
-    (AttrType.LONGS, [], "longs[]"),
-    (AttrType.FLOATS, [], "floats[]"),
-    (AttrType.FLOAT64S, [], "float64s[]"),
-    (AttrType.STRINGS, [], "strings[]"),
-    (AttrType.BOOLEANS, [], "bools[]"),
-    (AttrType.BLOCKS, [], "blocks[]"),
-])
+@pytest.mark.parametrize(
+    ("t", "value", "text"),
+    [
+        (AttrType.INT, 3, "3"),
+        (AttrType.INT, INT32_MIN, "-2147483648"),
+        (AttrType.LONG, 3, "3L"),
+        (AttrType.LONG, INT64_MAX, "9223372036854775807L"),
+        (AttrType.FLOAT, 0.1, "0.1"),
+        (AttrType.FLOAT, 3, "3.0"),
+        (AttrType.FLOAT, 1e20, "1e+20"),
+        (AttrType.FLOAT, 16777216, "1.6777216e+07"),
+        (AttrType.FLOAT, math.inf, "inf"),
+        (AttrType.FLOAT, -math.inf, "-inf"),
+        (AttrType.FLOAT, math.nan, "nan"),
+        (AttrType.FLOAT, -0.0, "-0.0"),
+        (AttrType.FLOAT64, 0.1, "0.1d"),
+        (AttrType.FLOAT64, 3, "3.0d"),
+        (AttrType.FLOAT64, 1e300, "1e+300d"),
+        (AttrType.FLOAT64, -math.inf, "-infd"),
+        (AttrType.FLOAT64, math.nan, "nand"),
+        (AttrType.FLOAT64, -math.nan, "-nand"),
+        (AttrType.STRING, 'a"b\\c\nd\té', '"a\\"b\\\\c\\nd\\té"'),
+        (AttrType.STRING, "\x00\u2028\U000e0001", '"\\u0000\\u2028\\udb40\\udc01"'),
+        (AttrType.BOOLEAN, True, "true"),
+        (AttrType.BOOLEAN, False, "false"),
+        (AttrType.BLOCK, 1, "^1"),
+        (AttrType.INTS, [1, -2], "[1, -2]"),
+        (AttrType.LONGS, [1], "[1L]"),
+        (AttrType.FLOATS, [0.5], "[0.5]"),
+        (AttrType.FLOAT64S, [0.5, math.inf], "[0.5d, infd]"),
+        (AttrType.STRINGS, ["a", ""], '["a", ""]'),
+        (AttrType.BOOLEANS, [True, False], "[true, false]"),
+        (AttrType.BLOCKS, [1, 2], "[^1, ^2]"),
+        (AttrType.INTS, [], "ints[]"),
+        (AttrType.LONGS, [], "longs[]"),
+        (AttrType.FLOATS, [], "floats[]"),
+        (AttrType.FLOAT64S, [], "float64s[]"),
+        (AttrType.STRINGS, [], "strings[]"),
+        (AttrType.BOOLEANS, [], "bools[]"),
+        (AttrType.BLOCKS, [], "blocks[]"),
+    ],
+)
 def test_attribute_spelling(t: AttrType, value: object, text: str) -> None:
     p = Program()
     for _ in range(2):
@@ -159,10 +172,19 @@ def test_float_is_shortest_float32_text() -> None:
     assert format_op(op) == "t() {f=0.1}"
 
 
-@pytest.mark.parametrize(("name", "text"), [
-    ("x", "%x"), ("fc_0.w_0@GRAD", "%fc_0.w_0@GRAD"), ("a/b-c:d", "%a/b-c:d"), ("1", "%1"),
-    ("a b", '%"a b"'), ('q"', '%"q\\""'), ("é", '%"é"'), ("%", '%"%"'),
-])
+@pytest.mark.parametrize(
+    ("name", "text"),
+    [
+        ("x", "%x"),
+        ("fc_0.w_0@GRAD", "%fc_0.w_0@GRAD"),
+        ("a/b-c:d", "%a/b-c:d"),
+        ("1", "%1"),
+        ("a b", '%"a b"'),
+        ('q"', '%"q\\""'),
+        ("é", '%"é"'),
+        ("%", '%"%"'),
+    ],
+)
 def test_variable_names_quote_when_not_plain(name: str, text: str) -> None:
     p = Program()
     var = p.global_block().create_var(name, shape=[2])
@@ -197,37 +219,40 @@ def test_program_header_and_comments() -> None:
     assert format_program(p) == "program version=2 random_seed=-5 device=cuda:0\nblock 0 parent=-1 {\n}"
 
 
-@pytest.mark.parametrize(("text", "where", "message"), [
-    ("", "1:1", "expected the program header"),
-    ("progam", "1:1", "expected 'program', found 'progam'"),
-    ("program version=x", "1:17", "expected an integer, found 'x'"),
-    ("program\n", "2:1", "expected block 0, found end of input"),
-    ("program\nblock 1 parent=-1 {\n}", "2:7", "block 1 out of order"),
-    ("program\nblock 0 {\n}", "2:1", "needs parent=N"),
-    ("program\nblock 0 parent=-1 {\n  %x = f()", "3:11", "expected '}' closing block 0, found end of input"),
-    ("program\nblock 0 parent=-1 {\n  %x = f()\n\n# c", "5:4", "expected '}' closing block 0, found end of input"),
-    ("program\nblock 0 parent=-1 {\n  var %x : tensor\n}", "3:12", "expected a variable kind"),
-    ("program\nblock 0 parent=-1 {\n  var %x : lod_tensor<f32>\n}", "3:23", "unknown dtype 'f32'"),
-    ("program\nblock 0 parent=-1 {\n  var %x : lod_tensor<\",\">\n}", "3:23", "unknown dtype ','"),
-    ("program\nblock 0 parent=-1 {\n  var %x : lod_tensor oops\n}", "3:23", "expected one of: lod_level="),
-    ("program\nblock 0 parent=-1 {\n  var %x : raw\n  var %x : raw\n}", "4:7", "declared twice"),
-    ("program\nblock 0 parent=-1 {\n  f(X=%a, X=%b)\n}", "3:11", "slot 'X' given twice"),
-    ("program\nblock 0 parent=-1 {\n  f(X=a)\n}", "3:7", "expected a variable (%name), found 'a'"),
-    ("program\nblock 0 parent=-1 {\n  f() {a=1, a=2}\n}", "3:13", "attribute 'a' given twice"),
-    ("program\nblock 0 parent=-1 {\n  f() {a=[1, 2L]}\n}", "3:14", "list element is LONG"),
-    ("program\nblock 0 parent=-1 {\n  f() {a=[]}\n}", "3:10", "an empty list needs its type"),
-    ("program\nblock 0 parent=-1 {\n  f() {a=2147483648}\n}", "3:10", "does not fit INT"),
-    ("program\nblock 0 parent=-1 {\n  f() {a=1.5L}\n}", "3:10", "must be an integer"),
-    ("program\nblock 0 parent=-1 {\n  f() {a=^-1}\n}", "3:10", "block index -1 is negative"),
-    ("program\nblock 0 parent=-1 {\n  f() {a=\"x}\n}", "3:10", "unterminated string"),
-    ("program\nblock 0 parent=-1 {\n  f() {a=\"\\x\"}\n}", "3:10", "invalid string literal"),
-    ("program\nblock 0 parent=-1 {\n  f() {a=yes}\n}", "3:10", "expected an attribute value"),
-    ("program\nblock 0 parent=-1 {\n  f() {op_device=\"\"} @cpu\n}", "3:23", "op_device given both"),
-    ("program\nblock 0 parent=-1 {\n  f() extra\n}", "3:7", "'is_target' or end of line"),
-    ("program\nblock 0 parent=-1 {\n  f() is_target x\n}", "3:17", "expected end of line, found 'x'"),
-    ("program\nblock 0 parent=-1 {\n  %y = \"\"()\n}", "3:8", "op type must be a non-empty string"),
-    ("program\nblock 0 parent=-1 {\n}\nstray", "4:1", "expected 'block', found 'stray'"),
-])
+@pytest.mark.parametrize(
+    ("text", "where", "message"),
+    [
+        ("", "1:1", "expected the program header"),
+        ("progam", "1:1", "expected 'program', found 'progam'"),
+        ("program version=x", "1:17", "expected an integer, found 'x'"),
+        ("program\n", "2:1", "expected block 0, found end of input"),
+        ("program\nblock 1 parent=-1 {\n}", "2:7", "block 1 out of order"),
+        ("program\nblock 0 {\n}", "2:1", "needs parent=N"),
+        ("program\nblock 0 parent=-1 {\n  %x = f()", "3:11", "expected '}' closing block 0, found end of input"),
+        ("program\nblock 0 parent=-1 {\n  %x = f()\n\n# c", "5:4", "expected '}' closing block 0, found end of input"),
+        ("program\nblock 0 parent=-1 {\n  var %x : tensor\n}", "3:12", "expected a variable kind"),
+        ("program\nblock 0 parent=-1 {\n  var %x : lod_tensor<f32>\n}", "3:23", "unknown dtype 'f32'"),
+        ('program\nblock 0 parent=-1 {\n  var %x : lod_tensor<",">\n}', "3:23", "unknown dtype ','"),
+        ("program\nblock 0 parent=-1 {\n  var %x : lod_tensor oops\n}", "3:23", "expected one of: lod_level="),
+        ("program\nblock 0 parent=-1 {\n  var %x : raw\n  var %x : raw\n}", "4:7", "declared twice"),
+        ("program\nblock 0 parent=-1 {\n  f(X=%a, X=%b)\n}", "3:11", "slot 'X' given twice"),
+        ("program\nblock 0 parent=-1 {\n  f(X=a)\n}", "3:7", "expected a variable (%name), found 'a'"),
+        ("program\nblock 0 parent=-1 {\n  f() {a=1, a=2}\n}", "3:13", "attribute 'a' given twice"),
+        ("program\nblock 0 parent=-1 {\n  f() {a=[1, 2L]}\n}", "3:14", "list element is LONG"),
+        ("program\nblock 0 parent=-1 {\n  f() {a=[]}\n}", "3:10", "an empty list needs its type"),
+        ("program\nblock 0 parent=-1 {\n  f() {a=2147483648}\n}", "3:10", "does not fit INT"),
+        ("program\nblock 0 parent=-1 {\n  f() {a=1.5L}\n}", "3:10", "must be an integer"),
+        ("program\nblock 0 parent=-1 {\n  f() {a=^-1}\n}", "3:10", "block index -1 is negative"),
+        ('program\nblock 0 parent=-1 {\n  f() {a="x}\n}', "3:10", "unterminated string"),
+        ('program\nblock 0 parent=-1 {\n  f() {a="\\x"}\n}', "3:10", "invalid string literal"),
+        ("program\nblock 0 parent=-1 {\n  f() {a=yes}\n}", "3:10", "expected an attribute value"),
+        ('program\nblock 0 parent=-1 {\n  f() {op_device=""} @cpu\n}', "3:23", "op_device given both"),
+        ("program\nblock 0 parent=-1 {\n  f() extra\n}", "3:7", "'is_target' or end of line"),
+        ("program\nblock 0 parent=-1 {\n  f() is_target x\n}", "3:17", "expected end of line, found 'x'"),
+        ('program\nblock 0 parent=-1 {\n  %y = ""()\n}', "3:8", "op type must be a non-empty string"),
+        ("program\nblock 0 parent=-1 {\n}\nstray", "4:1", "expected 'block', found 'stray'"),
+    ],
+)
 def test_parse_errors_name_location_line_and_expectation(text: str, where: str, message: str) -> None:
     with pytest.raises(ParseError) as info:
         parse(text, source="prog.txt")
@@ -269,8 +294,37 @@ def test_parser_fuzz_mutated_text(p: Program, data: st.DataObject) -> None:
     for _ in range(data.draw(st.integers(1, 4))):
         i = data.draw(st.integers(0, len(text)))
         j = data.draw(st.integers(i, min(len(text), i + 4)))
-        text = text[:i] + data.draw(st.sampled_from(["", "%", '"', "[", "]", "{", "}", "(", ")", "=", ",", "^", " ",
-                                                     "\n", "L", "d", "-", "1", "\\", "@", "x"])) + text[j:]
+        text = (
+            text[:i]
+            + data.draw(
+                st.sampled_from(
+                    [
+                        "",
+                        "%",
+                        '"',
+                        "[",
+                        "]",
+                        "{",
+                        "}",
+                        "(",
+                        ")",
+                        "=",
+                        ",",
+                        "^",
+                        " ",
+                        "\n",
+                        "L",
+                        "d",
+                        "-",
+                        "1",
+                        "\\",
+                        "@",
+                        "x",
+                    ]
+                )
+            )
+            + text[j:]
+        )
     try:
         q = parse(text)
     except ParseError:

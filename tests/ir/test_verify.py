@@ -15,26 +15,39 @@ from tests.ir.strategies import programs
 
 TEST_OP = "test_verify_op"
 TEST_BLOCK_OP = "test_verify_block_op"
-SAMPLE_VALUES = {AttrType.INT: 1, AttrType.LONG: 1, AttrType.FLOAT: 0.5, AttrType.FLOAT64: 0.5,
-                 AttrType.STRING: "s", AttrType.BOOLEAN: True}  # list types: []
+SAMPLE_VALUES = {
+    AttrType.INT: 1,
+    AttrType.LONG: 1,
+    AttrType.FLOAT: 0.5,
+    AttrType.FLOAT64: 0.5,
+    AttrType.STRING: "s",
+    AttrType.BOOLEAN: True,
+}  # list types: []
 
 
 @pytest.fixture(scope="module", autouse=True)
 def test_schemas() -> None:
     if find(TEST_OP) is None:
-        register(OpSchema(
-            TEST_OP,
-            inputs=(Slot("X"), Slot("Y", optional=True), Slot("Xs", duplicable=True, optional=True)),
-            outputs=(Slot("Out"), Slot("Extra", optional=True)),
-            attrs=(AttrDef("k", AttrType.INT, 1), AttrDef("alpha", AttrType.FLOAT, REQUIRED),
-                   AttrDef("names", AttrType.STRINGS, [])),
-        ))
-        register(OpSchema(
-            TEST_BLOCK_OP,
-            inputs=(Slot("X", duplicable=True, optional=True),),
-            outputs=(Slot("Out", duplicable=True, optional=True),),
-            attrs=(AttrDef("sub_block", AttrType.BLOCK, REQUIRED), AttrDef("more", AttrType.BLOCKS, [])),
-        ))
+        register(
+            OpSchema(
+                TEST_OP,
+                inputs=(Slot("X"), Slot("Y", optional=True), Slot("Xs", duplicable=True, optional=True)),
+                outputs=(Slot("Out"), Slot("Extra", optional=True)),
+                attrs=(
+                    AttrDef("k", AttrType.INT, 1),
+                    AttrDef("alpha", AttrType.FLOAT, REQUIRED),
+                    AttrDef("names", AttrType.STRINGS, []),
+                ),
+            )
+        )
+        register(
+            OpSchema(
+                TEST_BLOCK_OP,
+                inputs=(Slot("X", duplicable=True, optional=True),),
+                outputs=(Slot("Out", duplicable=True, optional=True),),
+                attrs=(AttrDef("sub_block", AttrType.BLOCK, REQUIRED), AttrDef("more", AttrType.BLOCKS, [])),
+            )
+        )
 
 
 def new_program() -> Program:
@@ -74,7 +87,10 @@ def test_each_problem_names_block_op_index_and_op_text() -> None:
     add(b, {"X": "x"}, {"Out": "h"})
     op = add(b, {"X": "nowhere"}, {"Out": "h2"})
     [problem] = problems(p)
-    assert problem == f"block 0, op 1: input 'nowhere' (slot X) is not declared in the block or its ancestors\n    in: {op}"
+    assert (
+        problem
+        == f"block 0, op 1: input 'nowhere' (slot X) is not declared in the block or its ancestors\n    in: {op}"
+    )
     assert "%h2 = test_verify_op(X=%nowhere) {alpha=0.5}" in problem
 
 
@@ -176,11 +192,14 @@ def test_attribute_checks() -> None:
 def test_unknown_op_types() -> None:
     p = new_program()
     b = p.global_block()
-    b.append_op("test_verify_unregistered", {"Whatever": ["x"]}, {"Out": ["h"]}, {"anything": 1},
-                infer=False).set_attr("op_device", "cuda:x")
+    b.append_op("test_verify_unregistered", {"Whatever": ["x"]}, {"Out": ["h"]}, {"anything": 1}, infer=False).set_attr(
+        "op_device", "cuda:x"
+    )
     found = [f.split("\n")[0] for f in problems(p)]
-    assert found == ["block 0, op 0: op type 'test_verify_unregistered' is not registered",
-                     "block 0, op 0: op_device 'cuda:x' is not well formed (expected cpu, cpu:N, cuda or cuda:N)"]
+    assert found == [
+        "block 0, op 0: op type 'test_verify_unregistered' is not registered",
+        "block 0, op 0: op_device 'cuda:x' is not well formed (expected cpu, cpu:N, cuda or cuda:N)",
+    ]
     # Allowed: the schema checks are skipped, the others stay.
     assert [f.split("\n")[0] for f in problems(p, allow_unknown_ops=True)] == found[1:]
     b.ops[0].set_attr("op_device", "cuda:1")
@@ -232,15 +251,33 @@ def test_global_block_is_the_root() -> None:
     p.create_block(0)
     p.global_block().parent_idx = 1
     p.block(1).idx = 5
-    assert problems(p)[:2] == ["block 0: the global block must have parent -1, not 1",
-                               "block 1: has idx 5 but is at position 1 of the program"]
+    assert problems(p)[:2] == [
+        "block 0: the global block must have parent -1, not 1",
+        "block 1: has idx 5 but is at position 1 of the program",
+    ]
 
 
-@pytest.mark.parametrize(("device", "valid"), [
-    ("cpu", True), ("cpu:0", True), ("cpu:3", True), ("cuda", True), ("cuda:0", True), ("cuda:15", True),
-    ("cuda:x", False), ("gpu:-1", False), ("gpu", False), ("cuda:-1", False), ("cuda:01", False),
-    ("cpu:", False), ("CPU", False), (" cpu", False), ("cuda:0 ", False), ("cuda:1:2", False),
-])
+@pytest.mark.parametrize(
+    ("device", "valid"),
+    [
+        ("cpu", True),
+        ("cpu:0", True),
+        ("cpu:3", True),
+        ("cuda", True),
+        ("cuda:0", True),
+        ("cuda:15", True),
+        ("cuda:x", False),
+        ("gpu:-1", False),
+        ("gpu", False),
+        ("cuda:-1", False),
+        ("cuda:01", False),
+        ("cpu:", False),
+        ("CPU", False),
+        (" cpu", False),
+        ("cuda:0 ", False),
+        ("cuda:1:2", False),
+    ],
+)
 def test_device_strings(device: str, valid: bool) -> None:
     assert is_valid_device(device) is valid
     p = new_program()

@@ -76,12 +76,15 @@ def test_gradient_ops_leave_out_the_gradients_nobody_needs() -> None:
     assert op_problems(op, find("mul_grad")) == []
 
 
-@pytest.mark.parametrize(("op_type", "cols", "found"), [
-    ("feed", [0, 0], ["block 0, op 3: feed column 0 is taken by op 0 too"]),
-    ("fetch", [1, 1], ["block 0, op 3: fetch column 1 is taken by op 2 too"]),
-    ("fetch", [0, -1], ["block 0, op 3: fetch column -1 is negative"]),
-    ("fetch", [0, 1], []),
-])
+@pytest.mark.parametrize(
+    ("op_type", "cols", "found"),
+    [
+        ("feed", [0, 0], ["block 0, op 3: feed column 0 is taken by op 0 too"]),
+        ("fetch", [1, 1], ["block 0, op 3: fetch column 1 is taken by op 2 too"]),
+        ("fetch", [0, -1], ["block 0, op 3: fetch column -1 is negative"]),
+        ("fetch", [0, 1], []),
+    ],
+)
 def test_feed_and_fetch_ops_take_columns_of_their_own(op_type: str, cols: list[int], found: list[str]) -> None:
     p = framed()
     b = p.global_block()

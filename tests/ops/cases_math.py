@@ -44,13 +44,25 @@ def ref_mul(x: np.ndarray, y: np.ndarray, xn: int = 1, yn: int = 1) -> np.ndarra
     return out.reshape(*x.shape[:xn], *y.shape[yn:]).astype(x.dtype)
 
 
-def _mul_case(xs: tuple[int, ...], ys: tuple[int, ...], dtype: str, name: str, xn: int = 1, yn: int = 1,
-              lod: list[list[int]] | None = None) -> Case:
+def _mul_case(
+    xs: tuple[int, ...],
+    ys: tuple[int, ...],
+    dtype: str,
+    name: str,
+    xn: int = 1,
+    yn: int = 1,
+    lod: list[list[int]] | None = None,
+) -> Case:
     x, y = rand(*xs, dtype=dtype), rand(*ys, dtype=dtype)
     out = ref_mul(x, y, xn, yn)
-    return Case({"X": x, "Y": y}, {"x_num_col_dims": xn, "y_num_col_dims": yn},
-                {"Out": LoDTensor(out, lod) if lod else out}, grad=("X", "Y") if dtype == "float64" else (),
-                lod={"X": lod} if lod else {}, name=name)
+    return Case(
+        {"X": x, "Y": y},
+        {"x_num_col_dims": xn, "y_num_col_dims": yn},
+        {"Out": LoDTensor(out, lod) if lod else out},
+        grad=("X", "Y") if dtype == "float64" else (),
+        lod={"X": lod} if lod else {},
+        name=name,
+    )
 
 
 MUL = [
@@ -78,11 +90,23 @@ def ref_matmul(x: np.ndarray, y: np.ndarray, tx: bool = False, ty: bool = False,
     return out.reshape(out.shape or (1,)).astype(x.dtype)
 
 
-def _matmul_case(xs: tuple[int, ...], ys: tuple[int, ...], dtype: str, name: str, tx: bool = False,
-                 ty: bool = False, alpha: float = 1.0) -> Case:
+def _matmul_case(
+    xs: tuple[int, ...],
+    ys: tuple[int, ...],
+    dtype: str,
+    name: str,
+    tx: bool = False,
+    ty: bool = False,
+    alpha: float = 1.0,
+) -> Case:
     x, y = rand(*xs, dtype=dtype), rand(*ys, dtype=dtype)
-    return Case({"X": x, "Y": y}, {"transpose_X": tx, "transpose_Y": ty, "alpha": alpha},
-                {"Out": ref_matmul(x, y, tx, ty, alpha)}, grad=("X", "Y") if dtype == "float64" else (), name=name)
+    return Case(
+        {"X": x, "Y": y},
+        {"transpose_X": tx, "transpose_Y": ty, "alpha": alpha},
+        {"Out": ref_matmul(x, y, tx, ty, alpha)},
+        grad=("X", "Y") if dtype == "float64" else (),
+        name=name,
+    )
 
 
 MATMUL = [
@@ -112,7 +136,9 @@ def paddle_y(x: np.ndarray, y: np.ndarray, axis: int) -> np.ndarray:
 
 
 ELEMENTWISE_REFS: dict[str, Callable[[np.ndarray, np.ndarray], np.ndarray]] = {
-    "elementwise_add": np.add, "elementwise_sub": np.subtract, "elementwise_mul": np.multiply,
+    "elementwise_add": np.add,
+    "elementwise_sub": np.subtract,
+    "elementwise_mul": np.multiply,
     "elementwise_div": np.divide,
 }
 # (name, X shape, Y shape, axis)
@@ -137,8 +163,15 @@ def _elementwise_cases(op_type: str) -> list[Case]:
     for name, xs, ys, axis in BROADCASTS:
         for dtype in ("float32", "float64"):
             x, y = rand(*xs, dtype=dtype), make_y(*ys, dtype=dtype)
-            cases.append(Case({"X": x, "Y": y}, {"axis": axis}, {"Out": ref(x, paddle_y(x, y, axis)).astype(dtype)},
-                              grad=("X", "Y") if dtype == "float64" else (), name=f"{name}_{dtype}"))
+            cases.append(
+                Case(
+                    {"X": x, "Y": y},
+                    {"axis": axis},
+                    {"Out": ref(x, paddle_y(x, y, axis)).astype(dtype)},
+                    grad=("X", "Y") if dtype == "float64" else (),
+                    name=f"{name}_{dtype}",
+                )
+            )
     for dtype in ("int32", "int64"):
         x, y = rand(3, 4, dtype=dtype), rand(4, dtype=dtype)
         if op_type == "elementwise_div":
@@ -150,9 +183,18 @@ def _elementwise_cases(op_type: str) -> list[Case]:
         cases.append(Case({"X": x, "Y": y}, {}, {"Out": expected}, name=dtype))
     lod = [[0, 2, 3]]
     x, y = rand(3, 2), make_y(2)
-    cases.append(Case({"X": x, "Y": y}, {"axis": 1}, {"Out": LoDTensor(ref(x, y), lod)}, grad=("X", "Y"),
-                      lod={"X": lod}, name="lod_shared"))
+    cases.append(
+        Case(
+            {"X": x, "Y": y},
+            {"axis": 1},
+            {"Out": LoDTensor(ref(x, y), lod)},
+            grad=("X", "Y"),
+            lod={"X": lod},
+            name="lod_shared",
+        )
+    )
     return cases
+
 
 # -- activations -----------------------------------------------------------------------------------------
 
@@ -182,8 +224,10 @@ def _activation_cases(op_type: str) -> list[Case]:
     ]
     if op_type in INT_ACTIVATIONS:
         inputs += [("int32", rand(3, 4, dtype="int32")), ("int64", rand(6, dtype="int64"))]
-    cases = [Case({"X": x}, {}, {"Out": ref(x)}, grad=("X",) if x.dtype == np.float64 else (), name=name)
-             for name, x in inputs]
+    cases = [
+        Case({"X": x}, {}, {"Out": ref(x)}, grad=("X",) if x.dtype == np.float64 else (), name=name)
+        for name, x in inputs
+    ]
     lod = [[0, 1, 4]]
     x = away_from_zero(4, 2)
     cases.append(Case({"X": x}, {}, {"Out": LoDTensor(ref(x), lod)}, grad=("X",), lod={"X": lod}, name="lod_shared"))
@@ -198,8 +242,9 @@ def ref_softmax(x: np.ndarray, axis: int = -1) -> np.ndarray:
 
 
 def _softmax_case(x: np.ndarray, name: str, axis: int = -1) -> Case:
-    return Case({"X": x}, {"axis": axis}, {"Out": ref_softmax(x, axis)},
-                grad=("X",) if x.dtype == np.float64 else (), name=name)
+    return Case(
+        {"X": x}, {"axis": axis}, {"Out": ref_softmax(x, axis)}, grad=("X",) if x.dtype == np.float64 else (), name=name
+    )
 
 
 SOFTMAX = [
@@ -208,8 +253,9 @@ SOFTMAX = [
     _softmax_case(rand(2, 3, 4), "axis_1", axis=1),
     _softmax_case(rand(3, 2), "axis_0", axis=0),
     _softmax_case(rand(5), "rank1"),
-    _softmax_case(np.array([[1000.0, 0.0, -1000.0], [-1e4, -1e4 + 1, -1e4 + 2]], np.float32),
-                  "huge_values_stay_finite"),
+    _softmax_case(
+        np.array([[1000.0, 0.0, -1000.0], [-1e4, -1e4 + 1, -1e4 + 2]], np.float32), "huge_values_stay_finite"
+    ),
 ]
 
 # -- scale, cast, assign --------------------------------------------------------------------------------------
@@ -218,8 +264,13 @@ SOFTMAX = [
 def _scale_case(x: np.ndarray, name: str, scale: float = 1.0, bias: float = 0.0, after: bool = True) -> Case:
     wide = x.astype(np.float64)
     expected = (scale * wide + bias if after else scale * (wide + bias)).astype(x.dtype)
-    return Case({"X": x}, {"scale": scale, "bias": bias, "bias_after_scale": after}, {"Out": expected},
-                grad=("X",) if x.dtype == np.float64 else (), name=name)
+    return Case(
+        {"X": x},
+        {"scale": scale, "bias": bias, "bias_after_scale": after},
+        {"Out": expected},
+        grad=("X",) if x.dtype == np.float64 else (),
+        name=name,
+    )
 
 
 SCALE = [
@@ -233,9 +284,13 @@ SCALE = [
 
 
 def _cast_case(x: np.ndarray, out_dtype: str, name: str) -> Case:
-    return Case({"X": x}, {"in_dtype": FLOAT_CODES[x.dtype.name], "out_dtype": FLOAT_CODES[out_dtype]},
-                {"Out": np.array(x.tolist(), dtype=out_dtype)},
-                grad=("X",) if x.dtype == np.float64 and out_dtype == "float64" else (), name=name)
+    return Case(
+        {"X": x},
+        {"in_dtype": FLOAT_CODES[x.dtype.name], "out_dtype": FLOAT_CODES[out_dtype]},
+        {"Out": np.array(x.tolist(), dtype=out_dtype)},
+        grad=("X",) if x.dtype == np.float64 and out_dtype == "float64" else (),
+        name=name,
+    )
 
 
 CAST = [
@@ -251,21 +306,37 @@ _lod_x = rand(3, 2)
 _sparse = SelectedRows(np.array([4, 0, 4], np.int64), rand(3, 2), height=6)
 ASSIGN = [
     Case({"X": x}, {}, {"Out": x.copy()}, grad=("X",) if x.dtype == np.float64 else (), name=name)
-    for name, x in (("float32", rand(3, 4, dtype="float32")), ("float64", rand(2, 3)),
-                    ("int64", rand(5, dtype="int64")), ("bool", rand(2, 2, dtype="bool")))
+    for name, x in (
+        ("float32", rand(3, 4, dtype="float32")),
+        ("float64", rand(2, 3)),
+        ("int64", rand(5, dtype="int64")),
+        ("bool", rand(2, 2, dtype="bool")),
+    )
 ] + [
-    Case({"X": _lod_x}, {}, {"Out": LoDTensor(_lod_x.copy(), [[0, 1, 3]])}, lod={"X": [[0, 1, 3]]}, grad=("X",),
-         name="lod_shared"),
-    Case({"X": _sparse}, {}, {"Out": SelectedRows(_sparse.rows.copy(), _sparse.values.copy(), 6)},
-         name="selected_rows"),
+    Case(
+        {"X": _lod_x},
+        {},
+        {"Out": LoDTensor(_lod_x.copy(), [[0, 1, 3]])},
+        lod={"X": [[0, 1, 3]]},
+        grad=("X",),
+        name="lod_shared",
+    ),
+    Case(
+        {"X": _sparse}, {}, {"Out": SelectedRows(_sparse.rows.copy(), _sparse.values.copy(), 6)}, name="selected_rows"
+    ),
 ]
 
 # -- reductions ----------------------------------------------------------------------------------------------
 
 
 def _mean_case(x: np.ndarray, name: str) -> Case:
-    return Case({"X": x}, {}, {"Out": np.array([x.astype(np.float64).sum() / x.size], x.dtype)},
-                grad=("X",) if x.dtype == np.float64 else (), name=name)
+    return Case(
+        {"X": x},
+        {},
+        {"Out": np.array([x.astype(np.float64).sum() / x.size], x.dtype)},
+        grad=("X",) if x.dtype == np.float64 else (),
+        name=name,
+    )
 
 
 MEAN = [
@@ -300,9 +371,17 @@ def _reduce_cases(op_type: str, dtypes: tuple[str, ...]) -> list[Case]:
             if op_type == "reduce_mean":
                 total = total / np.prod([x.shape[a] for a in axes])
             expected = np.asarray(total).reshape(np.shape(total) or (1,)).astype(dtype)
-            cases.append(Case({"X": x}, {"dim": dim, "keep_dim": keep, "reduce_all": everything}, {"Out": expected},
-                              grad=("X",) if dtype == "float64" else (), name=f"{name}_{dtype}"))
+            cases.append(
+                Case(
+                    {"X": x},
+                    {"dim": dim, "keep_dim": keep, "reduce_all": everything},
+                    {"Out": expected},
+                    grad=("X",) if dtype == "float64" else (),
+                    name=f"{name}_{dtype}",
+                )
+            )
     return cases
+
 
 # -- sum ---------------------------------------------------------------------------------------------------
 
@@ -334,21 +413,36 @@ SUM = [
     Case({"X": [_three[0]]}, {}, {"Out": _three[0].copy()}, grad=("X",), name="single_input"),
     Case({"X": _ints}, {}, {"Out": _dense_sum(_ints)}, name="int64"),
     Case({"X": [_dense_b, _sr_a]}, {}, {"Out": _rows_added(_dense_b, [_sr_a])}, name="dense_and_repeated_rows"),
-    Case({"X": [_sr_a, _dense_b, _sr_b]}, {}, {"Out": _rows_added(_dense_b, [_sr_a, _sr_b])},
-         name="selected_rows_first"),
-    Case({"X": [_sr_a, _sr_b]}, {},
-         {"Out": SelectedRows(np.array([1, 3, 1, 0, 1], np.int64), np.concatenate([_sr_a.values, _sr_b.values]), 5)},
-         name="selected_rows_only"),
-    Case({"X": _three[:2]}, {}, {"Out": LoDTensor(_dense_sum(_three[:2]), [[0, 2]])}, grad=("X",),
-         lod={"X": [[0, 2]]}, name="lod_of_first_input"),
+    Case(
+        {"X": [_sr_a, _dense_b, _sr_b]}, {}, {"Out": _rows_added(_dense_b, [_sr_a, _sr_b])}, name="selected_rows_first"
+    ),
+    Case(
+        {"X": [_sr_a, _sr_b]},
+        {},
+        {"Out": SelectedRows(np.array([1, 3, 1, 0, 1], np.int64), np.concatenate([_sr_a.values, _sr_b.values]), 5)},
+        name="selected_rows_only",
+    ),
+    Case(
+        {"X": _three[:2]},
+        {},
+        {"Out": LoDTensor(_dense_sum(_three[:2]), [[0, 2]])},
+        grad=("X",),
+        lod={"X": [[0, 2]]},
+        name="lod_of_first_input",
+    ),
 ]
 
 # -- concat, reshape2 ------------------------------------------------------------------------------------------
 
 
 def _concat_case(parts: list[np.ndarray], axis: int, name: str) -> Case:
-    return Case({"X": parts}, {"axis": axis}, {"Out": np.concatenate(parts, axis=axis)},
-                grad=("X",) if parts[0].dtype == np.float64 else (), name=name)
+    return Case(
+        {"X": parts},
+        {"axis": axis},
+        {"Out": np.concatenate(parts, axis=axis)},
+        grad=("X",) if parts[0].dtype == np.float64 else (),
+        name=name,
+    )
 
 
 CONCAT = [
@@ -363,9 +457,13 @@ CONCAT = [
 
 
 def _reshape_case(x: np.ndarray, shape: list[int], expected_shape: tuple[int, ...], name: str) -> Case:
-    return Case({"X": x}, {"shape": shape},
-                {"Out": x.ravel().reshape(expected_shape), "XShape": np.empty((0, *x.shape), x.dtype)},
-                grad=("X",) if x.dtype == np.float64 else (), name=name)
+    return Case(
+        {"X": x},
+        {"shape": shape},
+        {"Out": x.ravel().reshape(expected_shape), "XShape": np.empty((0, *x.shape), x.dtype)},
+        grad=("X",) if x.dtype == np.float64 else (),
+        name=name,
+    )
 
 
 RESHAPE2 = [
@@ -382,8 +480,12 @@ RESHAPE2 = [
 
 
 def _fill_case(shape: list[int], dtype: str, value: float, name: str) -> Case:
-    return Case({}, {"shape": shape, "dtype": FLOAT_CODES[dtype], "value": value},
-                {"Out": np.full(shape, value).astype(dtype)}, name=name)
+    return Case(
+        {},
+        {"shape": shape, "dtype": FLOAT_CODES[dtype], "value": value},
+        {"Out": np.full(shape, value).astype(dtype)},
+        name=name,
+    )
 
 
 FILL_CONSTANT = [
@@ -426,11 +528,17 @@ INFER_ERRORS: list[tuple[str, Case, str]] = [
     ("mul", Case({"X": _f32, "Y": np.zeros((4, 2), np.float32)}, {"x_num_col_dims": 2}), r"x_num_col_dims=2"),
     ("matmul", Case({"X": _f32, "Y": _f32}), r"\[3, 4\].*\[3, 4\].* cannot be multiplied"),
     ("matmul", Case({"X": np.zeros((2, 3, 4)), "Y": np.zeros((3, 4, 2))}), r"batch dims .* do not broadcast"),
-    ("matmul", Case({"X": np.zeros((2, 2), np.int64), "Y": np.zeros((2, 2), np.int64)}, {"alpha": 2.0}),
-     r"alpha=2.0 needs floating-point X and Y, not int64"),
+    (
+        "matmul",
+        Case({"X": np.zeros((2, 2), np.int64), "Y": np.zeros((2, 2), np.int64)}, {"alpha": 2.0}),
+        r"alpha=2.0 needs floating-point X and Y, not int64",
+    ),
     ("elementwise_add", Case({"X": _f32, "Y": np.zeros((3, 5), np.float32)}), r"\[3, 4\].*\[3, 5\].* do not broadcast"),
-    ("elementwise_mul", Case({"X": np.zeros((2, 3, 4)), "Y": np.zeros(4)}, {"axis": 1}),
-     r"Y .*\[4\]\) does not match X .*\[2, 3, 4\]\) at axis=1"),
+    (
+        "elementwise_mul",
+        Case({"X": np.zeros((2, 3, 4)), "Y": np.zeros(4)}, {"axis": 1}),
+        r"Y .*\[4\]\) does not match X .*\[2, 3, 4\]\) at axis=1",
+    ),
     ("elementwise_sub", Case({"X": _f32, "Y": np.zeros(4, np.float32)}, {"axis": 2}), r"axis=2 does not place Y"),
     ("elementwise_div", Case({"X": _f32, "Y": np.zeros(4, np.int32)}), r"different dtypes"),
     ("elementwise_add", Case({"X": np.zeros(3, bool), "Y": np.zeros(3, bool)}), r"dtype bool"),
@@ -442,8 +550,11 @@ INFER_ERRORS: list[tuple[str, Case, str]] = [
     ("reduce_mean", Case({"X": _f32}, {"dim": []}), r"dim is empty"),
     ("sum", Case({"X": [_f32, np.zeros((3, 5), np.float32)]}), r"\[3, 5\]\) does not match .*\[3, 4\]\)\n"),
     ("sum", Case({"X": [_f32, np.zeros((3, 4))]}), r"different dtypes"),
-    ("concat", Case({"X": [_f32, np.zeros((2, 5), np.float32)]}),
-     r"\[2, 5\]\) does not match .*\[3, 4\]\) outside axis 0"),
+    (
+        "concat",
+        Case({"X": [_f32, np.zeros((2, 5), np.float32)]}),
+        r"\[2, 5\]\) does not match .*\[3, 4\]\) outside axis 0",
+    ),
     ("concat", Case({"X": [_f32]}, {"axis": 3}), r"axis 3 is out of range"),
     ("reshape2", Case({"X": _f32}, {"shape": [5, -1]}), r"12 elements cannot be reshaped to \[5, -1\]"),
     ("reshape2", Case({"X": _f32}, {"shape": [5, 2]}), r"cannot be reshaped to \[5, 2\] \(10 elements\)"),
@@ -456,8 +567,11 @@ INFER_ERRORS: list[tuple[str, Case, str]] = [
 
 # (op type, case, pattern the BlockirError raised by the kernel must match)
 KERNEL_ERRORS: list[tuple[str, Case, str]] = [
-    ("elementwise_div", Case({"X": np.ones(3, np.int64), "Y": np.array([1, 0, 2], np.int64)}),
-     r"integer division by zero"),
+    (
+        "elementwise_div",
+        Case({"X": np.ones(3, np.int64), "Y": np.array([1, 0, 2], np.int64)}),
+        r"integer division by zero",
+    ),
     ("reshape2", Case({"X": _f32}, {"shape": [5, -1]}), r"X of shape \[3, 4\] cannot be reshaped to \[5, -1\]"),
     ("sum", Case({"X": [_sr_a, SelectedRows(np.array([0]), rand(1, 2), height=7)]}), r"heights differ: \[5, 7\]"),
     ("sum", Case({"X": [_f32, np.zeros((4, 3), np.float32)]}), r"different shapes: \[\[3, 4\], \[4, 3\]\]"),

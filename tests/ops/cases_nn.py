@@ -29,19 +29,19 @@ def _labels(rows: tuple[int, ...], classes: int, dtype: str = "int64") -> np.nda
 # -- cross_entropy -----------------------------------------------------------------------------
 
 
-def ref_cross_entropy(x: np.ndarray, label: np.ndarray, soft_label: bool = False,
-                      ignore_index: int = -100) -> np.ndarray:
+def ref_cross_entropy(
+    x: np.ndarray, label: np.ndarray, soft_label: bool = False, ignore_index: int = -100
+) -> np.ndarray:
     flat_x = x.reshape(-1, x.shape[-1])
     if soft_label:
-        y = np.array([-np.sum(l * np.log(p)) for p, l in zip(flat_x, label.reshape(flat_x.shape))])
+        y = np.array([-np.sum(lab * np.log(p)) for p, lab in zip(flat_x, label.reshape(flat_x.shape))])
     else:
-        y = np.array([0.0 if l == ignore_index else -np.log(p[l]) for p, l in zip(flat_x, label.reshape(-1))])
+        y = np.array([0.0 if lab == ignore_index else -np.log(p[lab]) for p, lab in zip(flat_x, label.reshape(-1))])
     return y.reshape(*x.shape[:-1], 1).astype(x.dtype)
 
 
 def _ce_case(x: np.ndarray, label: np.ndarray, name: str, grad: tuple[str, ...] = ("X",), **attrs) -> Case:
-    return Case({"X": x, "Label": label}, attrs, {"Y": ref_cross_entropy(x, label, **attrs)}, grad=grad,
-                name=name)
+    return Case({"X": x, "Label": label}, attrs, {"Y": ref_cross_entropy(x, label, **attrs)}, grad=grad, name=name)
 
 
 _ignored = _labels((6,), 5)
@@ -60,8 +60,9 @@ CROSS_ENTROPY = [
 # -- softmax_with_cross_entropy -------------------------------------------------------------------
 
 
-def ref_softmax_with_cross_entropy(logits: np.ndarray, label: np.ndarray, soft_label: bool = False,
-                                   ignore_index: int = -100, axis: int = -1) -> dict[str, np.ndarray]:
+def ref_softmax_with_cross_entropy(
+    logits: np.ndarray, label: np.ndarray, soft_label: bool = False, ignore_index: int = -100, axis: int = -1
+) -> dict[str, np.ndarray]:
     moved = np.moveaxis(logits.astype(np.float64), axis, -1)
     rows = moved.reshape(-1, moved.shape[-1])
     softmax, loss = np.empty_like(rows), np.empty(len(rows))
@@ -79,10 +80,18 @@ def ref_softmax_with_cross_entropy(logits: np.ndarray, label: np.ndarray, soft_l
     return {"Softmax": softmax_out, "Loss": loss_out}
 
 
-def _swce_case(logits: np.ndarray, label: np.ndarray, name: str, grad: tuple[str, ...] = ("Logits",),
-               rtol: float = 1e-6, **attrs) -> Case:
-    return Case({"Logits": logits, "Label": label}, attrs, ref_softmax_with_cross_entropy(logits, label, **attrs),
-                grad=grad, rtol=rtol, atol=1e-6, name=name)
+def _swce_case(
+    logits: np.ndarray, label: np.ndarray, name: str, grad: tuple[str, ...] = ("Logits",), rtol: float = 1e-6, **attrs
+) -> Case:
+    return Case(
+        {"Logits": logits, "Label": label},
+        attrs,
+        ref_softmax_with_cross_entropy(logits, label, **attrs),
+        grad=grad,
+        rtol=rtol,
+        atol=1e-6,
+        name=name,
+    )
 
 
 _swce_ignored = _labels((5,), 4)
@@ -91,8 +100,12 @@ _swce_ignored[2] = -100
 SOFTMAX_WITH_CROSS_ENTROPY = [
     _swce_case(RNG.normal(size=(8, 10)).astype("float32"), _labels((8,), 10), "float32", grad=(), rtol=1e-5),
     _swce_case(RNG.normal(size=(8, 10)), _labels((8,), 10), "float64"),
-    _swce_case(np.array([[1000.0, 0.0, -1000.0], [-800.0, -790.0, -805.0]]), np.array([[2], [0]]),
-               "huge_logits_stay_finite", grad=()),
+    _swce_case(
+        np.array([[1000.0, 0.0, -1000.0], [-800.0, -790.0, -805.0]]),
+        np.array([[2], [0]]),
+        "huge_logits_stay_finite",
+        grad=(),
+    ),
     _swce_case(RNG.normal(size=(5, 4)), _swce_ignored, "ignore_index"),
     _swce_case(RNG.normal(size=(4, 6)), _probs((4, 6)), "soft_label", soft_label=True),
     _swce_case(RNG.normal(size=(3, 5, 2)), RNG.integers(0, 5, size=(3, 1, 2)), "axis_1", axis=1),
@@ -123,16 +136,23 @@ TOP_K = [
 
 
 def ref_accuracy(indices: np.ndarray, label: np.ndarray) -> dict[str, np.ndarray]:
-    correct = sum(int(l in row) for row, l in zip(indices.tolist(), label.reshape(-1).tolist()))
+    correct = sum(int(lab in row) for row, lab in zip(indices.tolist(), label.reshape(-1).tolist()))
     total = len(indices)
-    return {"Accuracy": np.array([correct / total if total else 0.0], np.float32),
-            "Correct": np.array([correct], np.int64), "Total": np.array([total], np.int64)}
+    return {
+        "Accuracy": np.array([correct / total if total else 0.0], np.float32),
+        "Correct": np.array([correct], np.int64),
+        "Total": np.array([total], np.int64),
+    }
 
 
 def _accuracy_case(scores: np.ndarray, label: np.ndarray, k: int, name: str) -> Case:
     top = ref_top_k(scores, k)
-    return Case({"Out": top["Out"], "Indices": top["Indices"], "Label": label}, {},
-                ref_accuracy(top["Indices"], label), name=name)
+    return Case(
+        {"Out": top["Out"], "Indices": top["Indices"], "Label": label},
+        {},
+        ref_accuracy(top["Indices"], label),
+        name=name,
+    )
 
 
 _scores = RNG.normal(size=(10, 5)).astype("float32")
@@ -154,9 +174,14 @@ def ref_lookup_table(w: np.ndarray, ids: np.ndarray, padding_idx: int = -1, **_:
 def _lookup_case(w: np.ndarray, ids: np.ndarray, name: str, ids_lod: list[int] | None = None, **attrs) -> Case:
     """A lookup case; with ``ids_lod`` the Ids are a LoDTensor, whose LoD the output shares."""
     out = ref_lookup_table(w, ids, **attrs)
-    return Case({"W": w, "Ids": ids}, attrs, {"Out": out if ids_lod is None else LoDTensor(out, [ids_lod])},
-                grad=("W",) if w.dtype == np.float64 else (), lod={} if ids_lod is None else {"Ids": [ids_lod]},
-                name=name)
+    return Case(
+        {"W": w, "Ids": ids},
+        attrs,
+        {"Out": out if ids_lod is None else LoDTensor(out, [ids_lod])},
+        grad=("W",) if w.dtype == np.float64 else (),
+        lod={} if ids_lod is None else {"Ids": [ids_lod]},
+        name=name,
+    )
 
 
 _repeated_ids = np.array([[3], [0], [3], [7], [3], [2]], np.int64)
@@ -172,8 +197,9 @@ LOOKUP_TABLE = [
 # -- sequence_pool ----------------------------------------------------------------------------------------
 
 
-def ref_sequence_pool(x: np.ndarray, offsets: list[int], pooltype: str = "AVERAGE",
-                      pad_value: float = 0.0, **_: object) -> dict[str, np.ndarray]:
+def ref_sequence_pool(
+    x: np.ndarray, offsets: list[int], pooltype: str = "AVERAGE", pad_value: float = 0.0, **_: object
+) -> dict[str, np.ndarray]:
     out, index = [], []
     for start, end in zip(offsets, offsets[1:]):
         seq = x[start:end]
@@ -182,8 +208,16 @@ def ref_sequence_pool(x: np.ndarray, offsets: list[int], pooltype: str = "AVERAG
             index.append(np.full(x.shape[1:], -1))
             continue
         index.append(start + np.argmax(seq, axis=0))
-        out.append({"SUM": seq.sum(0), "AVERAGE": seq.mean(0), "SQRT": seq.sum(0) / np.sqrt(len(seq)),
-                    "MAX": seq.max(0), "LAST": seq[-1], "FIRST": seq[0]}[pooltype])
+        out.append(
+            {
+                "SUM": seq.sum(0),
+                "AVERAGE": seq.mean(0),
+                "SQRT": seq.sum(0) / np.sqrt(len(seq)),
+                "MAX": seq.max(0),
+                "LAST": seq[-1],
+                "FIRST": seq[0],
+            }[pooltype]
+        )
     expected = {"Out": np.array(out, dtype=x.dtype).reshape(len(out), *x.shape[1:])}
     if pooltype == "MAX":
         expected["MaxIndex"] = np.array(index, dtype=np.int32).reshape(len(out), *x.shape[1:])
@@ -194,16 +228,28 @@ _OFFSETS = [0, 2, 2, 5, 6]  # lengths 2, 0 (empty), 3, 1
 _seq_x = RNG.normal(size=(6, 3))
 
 
-def _pool_case(pooltype: str, x: np.ndarray = _seq_x, offsets: list[int] = _OFFSETS, name: str = "",
-               outer: list[int] | None = None, **attrs) -> Case:
+def _pool_case(
+    pooltype: str,
+    x: np.ndarray = _seq_x,
+    offsets: list[int] = _OFFSETS,
+    name: str = "",
+    outer: list[int] | None = None,
+    **attrs,
+) -> Case:
     """A case pooling the sequences ``offsets`` of ``x``; with ``outer``, X has a second (outer) LoD level,
     which the output keeps."""
     expected = ref_sequence_pool(x, offsets, pooltype, **attrs)
     lod = [offsets] if outer is None else [outer, offsets]
     if outer is not None:
         expected = {k: LoDTensor(v, [outer]) if k == "Out" else v for k, v in expected.items()}
-    return Case({"X": x}, {"pooltype": pooltype, **attrs}, expected,
-                grad=("X",) if x.dtype == np.float64 else (), lod={"X": lod}, name=name or pooltype.lower())
+    return Case(
+        {"X": x},
+        {"pooltype": pooltype, **attrs},
+        expected,
+        grad=("X",) if x.dtype == np.float64 else (),
+        lod={"X": lod},
+        name=name or pooltype.lower(),
+    )
 
 
 SEQUENCE_POOL = [
@@ -234,6 +280,8 @@ BEHAVIOUR_TESTED: dict[str, str] = {
     "momentum": "tests/ops/test_optimizer_ops.py",
     "adagrad": "tests/ops/test_optimizer_ops.py",
     "adam": "tests/ops/test_optimizer_ops.py",
-    **dict.fromkeys(["channel_create", "channel_send", "channel_recv", "channel_close", "go", "select"],
-                    "tests/runtime/test_channel_ops.py"),
+    **dict.fromkeys(
+        ["channel_create", "channel_send", "channel_recv", "channel_close", "go", "select"],
+        "tests/runtime/test_channel_ops.py",
+    ),
 }

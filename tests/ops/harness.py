@@ -16,17 +16,26 @@ The same cases serve every array module: pass ``xp`` (cupy for the GPU tier).
 from __future__ import annotations
 
 import zlib
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import Any
 
 import numpy as np
 
 from blockir.ir import attrs as ir_attrs
 from blockir.ir.core import Block, Operator, Program
 from blockir.ir.dtypes import VarKind
-from blockir.ir.schema import (COMMON_ATTRS, EMPTY_VAR, REQUIRED, GradContext, KernelContext, OpSchema, OpSpec,
-                               grad_name, lookup)
+from blockir.ir.schema import (
+    COMMON_ATTRS,
+    EMPTY_VAR,
+    REQUIRED,
+    GradContext,
+    KernelContext,
+    OpSchema,
+    OpSpec,
+    grad_name,
+    lookup,
+)
 from blockir.ops.values import LoDTensor, SelectedRows
 
 
@@ -47,12 +56,14 @@ class Case:
 
     def values(self) -> dict[str, Any]:
         """The inputs, with LoDTensors for the slots ``lod`` names (every entry of a duplicable slot)."""
+
         def wrap(slot: str, value: Any) -> Any:
             if slot not in self.lod:
                 return value
             if isinstance(value, list):
                 return [LoDTensor(v, self.lod[slot]) for v in value]
             return LoDTensor(value, self.lod[slot])
+
         return {slot: wrap(slot, v) for slot, v in self.inputs.items()}
 
 
@@ -86,8 +97,13 @@ def to_host(value: Any) -> Any:
     return _map(value, lambda a: a.get() if hasattr(a, "get") else np.asarray(a))
 
 
-def run_op(op_type: str, inputs: Mapping[str, Any], attrs: Mapping[str, Any] | None = None,
-           wants: Sequence[bool] | None = None, xp: Any = np) -> dict[str, Any]:
+def run_op(
+    op_type: str,
+    inputs: Mapping[str, Any],
+    attrs: Mapping[str, Any] | None = None,
+    wants: Sequence[bool] | None = None,
+    xp: Any = np,
+) -> dict[str, Any]:
     """Run the registered kernel of ``op_type`` once; return its result per output slot (host values).
 
     As the executor does: inputs of slots not declared ``lod=True`` lose their
@@ -200,8 +216,12 @@ def _declare_outputs(block: Block, names: Sequence[str]) -> None:
             block.create_var(name, dtype=None, shape=None)  # inference must set them
 
 
-def build_op(op_type: str, case: Case, outputs: Mapping[str, Any] | None = None, unknown_batch: bool = False,
-             ) -> tuple[Operator, dict[str, Any]]:
+def build_op(
+    op_type: str,
+    case: Case,
+    outputs: Mapping[str, Any] | None = None,
+    unknown_batch: bool = False,
+) -> tuple[Operator, dict[str, Any]]:
     """A one-op program for ``case`` (inference runs as the op is appended); the op and the values by name.
 
     ``outputs`` (values by output slot) says how many variables each output slot
@@ -238,8 +258,9 @@ def assert_inferred(op: Operator, env: Mapping[str, Any], what: str) -> None:
             assert var.shape is not None and var.dtype is not None, f"{where}: inference set no shape/dtype"
             assert var.dtype == np.dtype(value.dtype).name, f"{where}: inferred {var.dtype}, kernel gave {value.dtype}"
             shape = tuple(value.shape)
-            assert len(var.shape) == len(shape) and all(d < 0 or d == a for d, a in zip(var.shape, shape)), \
+            assert len(var.shape) == len(shape) and all(d < 0 or d == a for d, a in zip(var.shape, shape)), (
                 f"{where}: inferred shape {list(var.shape)}, kernel gave {list(shape)}"
+            )
             if isinstance(value, SelectedRows):
                 assert var.kind is VarKind.SELECTED_ROWS, f"{where}: the kernel gave SelectedRows, inferred {var.kind}"
             if isinstance(value, LoDTensor):
@@ -263,8 +284,11 @@ def _is_float(value: Any) -> bool:
     return isinstance(data, np.ndarray) and data.dtype.kind == "f"
 
 
-def grad_specs(op_type: str, case: Case, only: Sequence[str] | None = None,
-               ) -> tuple[list[OpSpec], Operator, dict[str, Any]]:
+def grad_specs(
+    op_type: str,
+    case: Case,
+    only: Sequence[str] | None = None,
+) -> tuple[list[OpSpec], Operator, dict[str, Any]]:
     """The gradient ops the schema's maker builds for ``case`` when the inputs of ``only`` (default:
     ``case.grad``) and every float output need a gradient; also the forward op and values by name."""
     schema = lookup(op_type)
@@ -308,8 +332,9 @@ def run_grad_ops(specs: Sequence[OpSpec], block: Block, env: dict[str, Any], wha
         result = run_op(spec.type, inputs, spec.attrs, wants, xp)
         written = {}
         for slot, want in zip(gschema.outputs, wants):
-            assert want or result[slot.name] is None, \
+            assert want or result[slot.name] is None, (
                 f"{what}: {spec.type} computed {slot.name}, which nothing reads (ctx.wants)"
+            )
             if want:
                 for name, value in zip(spec.outputs[slot.name], _listed(result[slot.name])):
                     if name != EMPTY_VAR:
@@ -319,8 +344,7 @@ def run_grad_ops(specs: Sequence[OpSpec], block: Block, env: dict[str, Any], wha
             env[name] = _dense(env[name]) + _dense(value) if name in env else value
 
 
-def check_grad(op_type: str, case: Case, only: Sequence[str] | None = None, eps: float = 1e-6,
-               xp: Any = np) -> None:
+def check_grad(op_type: str, case: Case, only: Sequence[str] | None = None, eps: float = 1e-6, xp: Any = np) -> None:
     """The gradient ops' input gradients (their kernels computing with ``xp``) equal central finite
     differences of ``sum(out * upstream)`` (computed with numpy).
 
@@ -351,8 +375,9 @@ def check_grad(op_type: str, case: Case, only: Sequence[str] | None = None, eps:
 
     def objective(inputs: dict[str, Any]) -> float:
         out = run_op(op_type, Case(inputs, lod=case.lod).values(), case.attrs)
-        return sum(float(np.sum(_dense(_listed(out[slot])[i]) * u)) for slot, us in upstream.items()
-                   for i, u in us.items())
+        return sum(
+            float(np.sum(_dense(_listed(out[slot])[i]) * u)) for slot, us in upstream.items() for i, u in us.items()
+        )
 
     for slot in slots:
         for i, name in enumerate(op.inputs[slot]):
@@ -360,12 +385,14 @@ def check_grad(op_type: str, case: Case, only: Sequence[str] | None = None, eps:
             analytic = _dense(env[grad_name(name)])
             index = i if isinstance(case.inputs[slot], list) else None
             numeric = _numeric_grad(objective, case.inputs, slot, index, eps)
-            np.testing.assert_allclose(analytic, numeric, rtol=case.rtol, atol=case.atol,
-                                       err_msg=f"{op_type} {case.name}: d/d{slot} ({name})")
+            np.testing.assert_allclose(
+                analytic, numeric, rtol=case.rtol, atol=case.atol, err_msg=f"{op_type} {case.name}: d/d{slot} ({name})"
+            )
 
 
-def _numeric_grad(objective: Callable[[dict[str, Any]], float], inputs: dict[str, Any], slot: str,
-                  index: int | None, eps: float) -> np.ndarray:
+def _numeric_grad(
+    objective: Callable[[dict[str, Any]], float], inputs: dict[str, Any], slot: str, index: int | None, eps: float
+) -> np.ndarray:
     """Central differences of ``objective`` over every element of input ``slot`` (entry ``index``)."""
     base = inputs[slot] if index is None else inputs[slot][index]
     grad = np.zeros(base.shape)

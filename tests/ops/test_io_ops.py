@@ -14,8 +14,11 @@ from tests.ops.harness import run_op
 
 
 def _values():
-    return [np.arange(6.0).reshape(3, 2), LoDTensor(np.arange(5, dtype=np.int64).reshape(5, 1), [[0, 2, 5]]),
-            SelectedRows(np.array([3, 0, 3]), np.ones((3, 2), np.float32), 4)]
+    return [
+        np.arange(6.0).reshape(3, 2),
+        LoDTensor(np.arange(5, dtype=np.int64).reshape(5, 1), [[0, 2, 5]]),
+        SelectedRows(np.array([3, 0, 3]), np.ones((3, 2), np.float32), 4),
+    ]
 
 
 def feed(feed_list: list, col: int):
@@ -96,12 +99,15 @@ def test_feed_and_fetch_inference_accept_their_list_variables():
     assert block.var("x").shape == (-1, 3)  # the fed variable keeps its declaration
 
 
-@pytest.mark.parametrize("op_type, inputs, outputs, attrs, message", [
-    ("memcpy", {"X": "x"}, {"Out": "y"}, {"dst_device": "gpu0"}, r"dst_device 'gpu0' is not a device"),
-    ("feed", {"X": "x"}, {"Out": "y"}, {}, r"X 'x' must be a feed_minibatch variable, not lod_tensor"),
-    ("feed", {"X": "feed"}, {"Out": "y"}, {"col": -1}, r"col -1 must not be negative"),
-    ("fetch", {"X": "x"}, {"Out": "y"}, {}, r"Out 'y' must be a fetch_list variable"),
-])
+@pytest.mark.parametrize(
+    "op_type, inputs, outputs, attrs, message",
+    [
+        ("memcpy", {"X": "x"}, {"Out": "y"}, {"dst_device": "gpu0"}, r"dst_device 'gpu0' is not a device"),
+        ("feed", {"X": "x"}, {"Out": "y"}, {}, r"X 'x' must be a feed_minibatch variable, not lod_tensor"),
+        ("feed", {"X": "feed"}, {"Out": "y"}, {"col": -1}, r"col -1 must not be negative"),
+        ("fetch", {"X": "x"}, {"Out": "y"}, {}, r"Out 'y' must be a fetch_list variable"),
+    ],
+)
 def test_bad_io_ops(op_type, inputs, outputs, attrs, message):
     with pytest.raises(ShapeError, match=message):
         _block().append_op(op_type, inputs, outputs, attrs)

@@ -9,7 +9,8 @@ from __future__ import annotations
 
 import copy
 import inspect
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 import numpy as np
 import pytest
@@ -30,16 +31,19 @@ REUSING = sorted(t for t, schema in registered().items() if _takes_reuse(schema)
 
 def _offering(kernel: Callable[..., Any]) -> Callable[..., Any]:
     """``kernel`` called on copies of its arguments, offered every array among them."""
+
     def call(ctx: Any, *args: Any) -> Any:
         args = tuple(copy.deepcopy(args))
         return kernel(ctx, *args, reuse=[isinstance(a, np.ndarray) for a in args])
+
     return call
 
 
 def _ctx(op_type: str, attrs: dict[str, Any]) -> KernelContext:
     schema = lookup(op_type)
-    return KernelContext(xp=np, attrs=kernel_attrs(schema, attrs), wants=(True,) * len(schema.outputs),
-                         op_text=f"{op_type} (reuse test)")
+    return KernelContext(
+        xp=np, attrs=kernel_attrs(schema, attrs), wants=(True,) * len(schema.outputs), op_text=f"{op_type} (reuse test)"
+    )
 
 
 def _involved(op_type: str, case: Case) -> set[str]:
@@ -60,8 +64,18 @@ def _params() -> list:
 
 
 def test_the_reusing_kernels_are_the_expected_ones() -> None:
-    assert REUSING == ["elementwise_add", "elementwise_mul", "elementwise_sub", "relu", "relu_grad", "sgd",
-                       "sigmoid", "softmax", "softmax_grad", "tanh"]
+    assert REUSING == [
+        "elementwise_add",
+        "elementwise_mul",
+        "elementwise_sub",
+        "relu",
+        "relu_grad",
+        "sgd",
+        "sigmoid",
+        "softmax",
+        "softmax_grad",
+        "tanh",
+    ]
 
 
 @pytest.mark.parametrize(("op_type", "case"), _params())
@@ -88,10 +102,16 @@ def test_the_offer_is_taken() -> None:
     rng = np.random.default_rng(0)
     x, y, b = rng.normal(size=(4, 3)), rng.normal(size=(4, 3)), rng.normal(size=3)
     for op_type, args, k, attrs in (
-            ("relu", (x,), 0, {}), ("sigmoid", (x,), 0, {}), ("tanh", (x,), 0, {}), ("softmax", (x,), 0, {"axis": -1}),
-            ("elementwise_add", (x, b), 0, {"axis": -1}), ("elementwise_sub", (x, b), 0, {"axis": 1}),
-            ("elementwise_mul", (x, y), 0, {"axis": -1}),
-            ("relu_grad", (np.maximum(x, 0), y), 1, {}), ("softmax_grad", (np.abs(x), y), 1, {"axis": -1})):
+        ("relu", (x,), 0, {}),
+        ("sigmoid", (x,), 0, {}),
+        ("tanh", (x,), 0, {}),
+        ("softmax", (x,), 0, {"axis": -1}),
+        ("elementwise_add", (x, b), 0, {"axis": -1}),
+        ("elementwise_sub", (x, b), 0, {"axis": 1}),
+        ("elementwise_mul", (x, y), 0, {"axis": -1}),
+        ("relu_grad", (np.maximum(x, 0), y), 1, {}),
+        ("softmax_grad", (np.abs(x), y), 1, {"axis": -1}),
+    ):
         args = tuple(a.copy() for a in args)
         flags = [i == k for i in range(len(args))]
         assert lookup(op_type).kernel(_ctx(op_type, attrs), *args, reuse=flags) is args[k], op_type
@@ -114,6 +134,7 @@ def test_elementwise_ops_do_not_reuse_an_input_smaller_than_the_result() -> None
     assert out.shape == (2, 3) and out is not x
     np.testing.assert_array_equal(x, np.ones((1, 3)))
     x32 = np.ones(3, np.float32)
-    out = lookup("elementwise_mul").kernel(_ctx("elementwise_mul", {"axis": -1}), x32, np.full(3, 2.0),
-                                           reuse=[True, False])
+    out = lookup("elementwise_mul").kernel(
+        _ctx("elementwise_mul", {"axis": -1}), x32, np.full(3, 2.0), reuse=[True, False]
+    )
     assert out.dtype == np.float64 and out is not x32

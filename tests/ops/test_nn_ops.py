@@ -13,47 +13,133 @@ from tests.ops.harness import run_op
 
 def _block():
     block = Program().global_block()
-    for name, dtype, shape in (("p", "float32", (-1, 5)), ("p3", "float32", (2, 3, 5)), ("i", "int32", (4, 5)),
-                               ("label", "int64", (-1, 1)), ("flabel", "float32", (-1, 1)),
-                               ("wide", "int64", (-1, 2)), ("soft", "float64", (-1, 5)),
-                               ("w", "float32", (10, 4)), ("w1", "float32", (10,)), ("ids", "int64", (-1, 1)),
-                               ("fids", "float32", (-1, 1)), ("ids2", "int64", (-1, 2)),
-                               ("idx", "int64", (-1, 3)), ("seq", "float32", (-1, 4))):
+    for name, dtype, shape in (
+        ("p", "float32", (-1, 5)),
+        ("p3", "float32", (2, 3, 5)),
+        ("i", "int32", (4, 5)),
+        ("label", "int64", (-1, 1)),
+        ("flabel", "float32", (-1, 1)),
+        ("wide", "int64", (-1, 2)),
+        ("soft", "float64", (-1, 5)),
+        ("w", "float32", (10, 4)),
+        ("w1", "float32", (10,)),
+        ("ids", "int64", (-1, 1)),
+        ("fids", "float32", (-1, 1)),
+        ("ids2", "int64", (-1, 2)),
+        ("idx", "int64", (-1, 3)),
+        ("seq", "float32", (-1, 4)),
+    ):
         block.create_var(name, dtype=dtype, shape=shape)
     for name in ("o1", "o2", "o3"):
         block.create_var(name)
     return block
 
 
-@pytest.mark.parametrize("op_type, inputs, outputs, attrs, message", [
-    ("cross_entropy", {"X": "p", "Label": "flabel"}, {"Y": "o1"}, {},
-     r"Label 'flabel' \(float32 \[-1, 1\]\) must be int64 class indices \(soft_label=False\)"),
-    ("cross_entropy", {"X": "p", "Label": "wide"}, {"Y": "o1"}, {},
-     r"Label 'wide' \(int64 \[-1, 2\]\) does not match 'p' \(float32 \[-1, 5\]\): dim 1 must be 1"),
-    ("cross_entropy", {"X": "p", "Label": "soft"}, {"Y": "o1"}, {"soft_label": True},
-     r"soft Label 'soft' \(float64 \[-1, 5\]\) must have the dtype of 'p'"),
-    ("cross_entropy", {"X": "i", "Label": "label"}, {"Y": "o1"}, {},
-     r"X 'i' \(int32 \[4, 5\]\) must be a floating-point tensor"),
-    ("cross_entropy", {"X": "p3", "Label": "label"}, {"Y": "o1"}, {}, r"Label 'label' .* must have the rank of 'p3'"),
-    ("softmax_with_cross_entropy", {"Logits": "p", "Label": "label"}, {"Softmax": "o1", "Loss": "o2"},
-     {"axis": 2}, r"axis 2 is out of range for rank 2"),
-    ("top_k", {"X": "p"}, {"Out": "o1", "Indices": "o2"}, {"k": 6}, r"k=6 exceeds the last dimension of X 'p'"),
-    ("top_k", {"X": "p"}, {"Out": "o1", "Indices": "o2"}, {"k": 0}, r"k must be at least 1, got 0"),
-    ("accuracy", {"Out": "p", "Indices": "p", "Label": "label"}, {"Accuracy": "o1", "Correct": "o2", "Total": "o3"},
-     {}, r"Indices 'p' \(float32 \[-1, 5\]\) must be an int64 \[N, k\] tensor"),
-    ("accuracy", {"Out": "idx", "Indices": "idx", "Label": "wide"},
-     {"Accuracy": "o1", "Correct": "o2", "Total": "o3"}, {}, r"Label 'wide' .* must have shape \[N, 1\]"),
-    ("lookup_table", {"W": "w", "Ids": "fids"}, {"Out": "o1"}, {},
-     r"Ids 'fids' \(float32 \[-1, 1\]\) must be int64 or int32"),
-    ("lookup_table", {"W": "w", "Ids": "ids2"}, {"Out": "o1"}, {}, r"Ids 'ids2' .* must have a last dimension of 1"),
-    ("lookup_table", {"W": "w1", "Ids": "ids"}, {"Out": "o1"}, {},
-     r"W 'w1' \(float32 \[10\]\) must be a floating-point \[vocab, dim\] table"),
-    ("lookup_table", {"W": "w", "Ids": "ids"}, {"Out": "o1"}, {"padding_idx": 10},
-     r"padding_idx 10 is out of range for table W 'w' \(float32 \[10, 4\]\)"),
-    ("sequence_pool", {"X": "seq"}, {"Out": "o1", "MaxIndex": "o2"}, {"pooltype": "MEDIAN"},
-     r"pooltype 'MEDIAN' is not one of SUM, AVERAGE, SQRT, MAX, LAST, FIRST"),
-    ("sequence_pool", {"X": "i"}, {"Out": "o1"}, {"pooltype": "SUM"}, r"X 'i' \(int32 \[4, 5\]\) must be a floating"),
-])
+@pytest.mark.parametrize(
+    "op_type, inputs, outputs, attrs, message",
+    [
+        (
+            "cross_entropy",
+            {"X": "p", "Label": "flabel"},
+            {"Y": "o1"},
+            {},
+            r"Label 'flabel' \(float32 \[-1, 1\]\) must be int64 class indices \(soft_label=False\)",
+        ),
+        (
+            "cross_entropy",
+            {"X": "p", "Label": "wide"},
+            {"Y": "o1"},
+            {},
+            r"Label 'wide' \(int64 \[-1, 2\]\) does not match 'p' \(float32 \[-1, 5\]\): dim 1 must be 1",
+        ),
+        (
+            "cross_entropy",
+            {"X": "p", "Label": "soft"},
+            {"Y": "o1"},
+            {"soft_label": True},
+            r"soft Label 'soft' \(float64 \[-1, 5\]\) must have the dtype of 'p'",
+        ),
+        (
+            "cross_entropy",
+            {"X": "i", "Label": "label"},
+            {"Y": "o1"},
+            {},
+            r"X 'i' \(int32 \[4, 5\]\) must be a floating-point tensor",
+        ),
+        (
+            "cross_entropy",
+            {"X": "p3", "Label": "label"},
+            {"Y": "o1"},
+            {},
+            r"Label 'label' .* must have the rank of 'p3'",
+        ),
+        (
+            "softmax_with_cross_entropy",
+            {"Logits": "p", "Label": "label"},
+            {"Softmax": "o1", "Loss": "o2"},
+            {"axis": 2},
+            r"axis 2 is out of range for rank 2",
+        ),
+        ("top_k", {"X": "p"}, {"Out": "o1", "Indices": "o2"}, {"k": 6}, r"k=6 exceeds the last dimension of X 'p'"),
+        ("top_k", {"X": "p"}, {"Out": "o1", "Indices": "o2"}, {"k": 0}, r"k must be at least 1, got 0"),
+        (
+            "accuracy",
+            {"Out": "p", "Indices": "p", "Label": "label"},
+            {"Accuracy": "o1", "Correct": "o2", "Total": "o3"},
+            {},
+            r"Indices 'p' \(float32 \[-1, 5\]\) must be an int64 \[N, k\] tensor",
+        ),
+        (
+            "accuracy",
+            {"Out": "idx", "Indices": "idx", "Label": "wide"},
+            {"Accuracy": "o1", "Correct": "o2", "Total": "o3"},
+            {},
+            r"Label 'wide' .* must have shape \[N, 1\]",
+        ),
+        (
+            "lookup_table",
+            {"W": "w", "Ids": "fids"},
+            {"Out": "o1"},
+            {},
+            r"Ids 'fids' \(float32 \[-1, 1\]\) must be int64 or int32",
+        ),
+        (
+            "lookup_table",
+            {"W": "w", "Ids": "ids2"},
+            {"Out": "o1"},
+            {},
+            r"Ids 'ids2' .* must have a last dimension of 1",
+        ),
+        (
+            "lookup_table",
+            {"W": "w1", "Ids": "ids"},
+            {"Out": "o1"},
+            {},
+            r"W 'w1' \(float32 \[10\]\) must be a floating-point \[vocab, dim\] table",
+        ),
+        (
+            "lookup_table",
+            {"W": "w", "Ids": "ids"},
+            {"Out": "o1"},
+            {"padding_idx": 10},
+            r"padding_idx 10 is out of range for table W 'w' \(float32 \[10, 4\]\)",
+        ),
+        (
+            "sequence_pool",
+            {"X": "seq"},
+            {"Out": "o1", "MaxIndex": "o2"},
+            {"pooltype": "MEDIAN"},
+            r"pooltype 'MEDIAN' is not one of SUM, AVERAGE, SQRT, MAX, LAST, FIRST",
+        ),
+        (
+            "sequence_pool",
+            {"X": "i"},
+            {"Out": "o1"},
+            {"pooltype": "SUM"},
+            r"X 'i' \(int32 \[4, 5\]\) must be a floating",
+        ),
+    ],
+)
 def test_inference_rejects_bad_input(op_type, inputs, outputs, attrs, message):
     with pytest.raises(ShapeError, match=message):
         _block().append_op(op_type, inputs, outputs, attrs)
@@ -62,8 +148,9 @@ def test_inference_rejects_bad_input(op_type, inputs, outputs, attrs, message):
 def test_inference_shapes():
     block = _block()
     block.create_var("label3", dtype="int64", shape=(2, 1, 5))
-    block.append_op("softmax_with_cross_entropy", {"Logits": "p3", "Label": "label3"},
-                    {"Softmax": "o1", "Loss": "o2"}, {"axis": 1})
+    block.append_op(
+        "softmax_with_cross_entropy", {"Logits": "p3", "Label": "label3"}, {"Softmax": "o1", "Loss": "o2"}, {"axis": 1}
+    )
     assert block.var("o1").shape == (2, 3, 5) and block.var("o2").shape == (2, 1, 5)
     block.create_var("seq2", dtype="float32", shape=(-1, 4), lod_level=2)
     block.create_var("pooled")
@@ -93,20 +180,25 @@ def test_lod_offsets_are_checked_and_stored_as_int_lists():
         lod = LoDTensor(data, [level]).lod
         assert lod == [[0, 2, 5]] and type(lod[0][0]) is int
     assert LoDTensor(data, [[0, 2], [0, 2, 5]]).lod == [[0, 2], [0, 2, 5]]
-    for lod, message in (([[]], r"level 0 must start at 0 and not decrease: \[\]"),
-                         ([[1, 5]], r"level 0 must start at 0 and not decrease: \[1, 5\]"),
-                         ([np.array([0, 3, 2, 5])], r"level 0 must start at 0 and not decrease: \[0, 3, 2, 5\]"),
-                         ([[0, 2.5, 5]], r"level 0 must be a list of integer offsets, got \[0, 2.5, 5\]"),
-                         ([[[0, 5]]], r"level 0 must be a list of integer offsets"),
-                         ([[0, 4]], r"level 0 ends at 4, expected 5"),
-                         ([[0, 3], [0, 2, 5]], r"level 0 ends at 3, expected 2: \[\[0, 3\], \[0, 2, 5\]\]")):
+    for lod, message in (
+        ([[]], r"level 0 must start at 0 and not decrease: \[\]"),
+        ([[1, 5]], r"level 0 must start at 0 and not decrease: \[1, 5\]"),
+        ([np.array([0, 3, 2, 5])], r"level 0 must start at 0 and not decrease: \[0, 3, 2, 5\]"),
+        ([[0, 2.5, 5]], r"level 0 must be a list of integer offsets, got \[0, 2.5, 5\]"),
+        ([[[0, 5]]], r"level 0 must be a list of integer offsets"),
+        ([[0, 4]], r"level 0 ends at 4, expected 5"),
+        ([[0, 3], [0, 2, 5]], r"level 0 ends at 3, expected 2: \[\[0, 3\], \[0, 2, 5\]\]"),
+    ):
         with pytest.raises(BlockirError, match=message):
             LoDTensor(data, lod)
 
 
 def test_sequence_pool_needs_a_lod_tensor():
-    with pytest.raises(BlockirError, match=r"sequence_pool: X must be a LoDTensor with at least one LoD level, "
-                                           r"got a plain ndarray of shape \[3, 2\]"):
+    with pytest.raises(
+        BlockirError,
+        match=r"sequence_pool: X must be a LoDTensor with at least one LoD level, "
+        r"got a plain ndarray of shape \[3, 2\]",
+    ):
         run_op("sequence_pool", {"X": np.zeros((3, 2))}, {"pooltype": "SUM"})
 
 
@@ -128,7 +220,7 @@ def test_sequence_pool_max_equals_numpy_reduceat_over_random_lengths(seed):
     full = offsets[:-1][lengths > 0]
     np.testing.assert_array_equal(out["Out"][lengths > 0], np.maximum.reduceat(x, full, axis=0))
     assert (out["Out"][lengths == 0] == -9.0).all()
-    first = [[s + int(np.argmax(x[s:s + n, c])) for c in range(2)] for s, n in zip(offsets, lengths) if n]
+    first = [[s + int(np.argmax(x[s : s + n, c])) for c in range(2)] for s, n in zip(offsets, lengths) if n]
     np.testing.assert_array_equal(out["MaxIndex"][lengths > 0], first)
 
 
@@ -136,8 +228,9 @@ def test_sparse_lookup_gradient_keeps_repeats_and_drops_padding():
     w = np.zeros((6, 2))
     ids = np.array([[4], [1], [4], [0]])
     dout = np.arange(8.0).reshape(4, 2)
-    grad = run_op("lookup_table_grad", {"W": w, "Ids": ids, "Out@GRAD": dout},
-                  {"is_sparse": True, "padding_idx": 1})["W@GRAD"]
+    grad = run_op("lookup_table_grad", {"W": w, "Ids": ids, "Out@GRAD": dout}, {"is_sparse": True, "padding_idx": 1})[
+        "W@GRAD"
+    ]
     assert isinstance(grad, SelectedRows) and grad.height == 6
     np.testing.assert_array_equal(grad.rows, [4, 4, 0])
     np.testing.assert_array_equal(grad.values, dout[[0, 2, 3]])
@@ -161,6 +254,7 @@ def test_softmax_with_cross_entropy_gradient_through_one_output(upstream):
         step[pos] = 1e-6
         numeric[pos] = (objective(logits + step) - objective(logits - step)) / 2e-6
     softmax = run_op("softmax_with_cross_entropy", {"Logits": logits, "Label": label})["Softmax"]
-    grad = run_op("softmax_with_cross_entropy_grad",
-                  {"Label": label, "Softmax": softmax, f"{upstream}@GRAD": up})["Logits@GRAD"]
+    grad = run_op("softmax_with_cross_entropy_grad", {"Label": label, "Softmax": softmax, f"{upstream}@GRAD": up})[
+        "Logits@GRAD"
+    ]
     np.testing.assert_allclose(grad, numeric, rtol=1e-5, atol=1e-7)

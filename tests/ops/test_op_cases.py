@@ -28,8 +28,12 @@ LIBRARY = {schema.type for module in ops.MODULES for schema in module.SCHEMAS}
 
 
 def _params(select=lambda case: True) -> list:
-    return [pytest.param(op_type, case, id=f"{op_type}-{case.name or i}")
-            for op_type, cases in sorted(CASES.items()) for i, case in enumerate(cases) if select(case)]
+    return [
+        pytest.param(op_type, case, id=f"{op_type}-{case.name or i}")
+        for op_type, cases in sorted(CASES.items())
+        for i, case in enumerate(cases)
+        if select(case)
+    ]
 
 
 @pytest.mark.parametrize(("op_type", "case"), _params(lambda case: bool(case.expected)))
@@ -55,8 +59,9 @@ def test_grad_of_each_input_alone(op_type: str, case: Case) -> None:
 
 def _error_params(table: str) -> list:
     entries = [*getattr(cases_math, table, []), *getattr(cases_nn, table, [])]
-    return [pytest.param(op_type, case, pattern, id=f"{op_type}-{i}") for i, (op_type, case, pattern)
-            in enumerate(entries)]
+    return [
+        pytest.param(op_type, case, pattern, id=f"{op_type}-{i}") for i, (op_type, case, pattern) in enumerate(entries)
+    ]
 
 
 @pytest.mark.parametrize(("op_type", "case", "pattern"), _error_params("INFER_ERRORS"))
@@ -92,7 +97,12 @@ def test_every_op_is_covered() -> None:
     for op_type, path in BEHAVIOUR_TESTED.items():
         assert op_type in LIBRARY, f"BEHAVIOUR_TESTED names {op_type!r}, which the library does not register"
         assert (ROOT / path).is_file(), f"{op_type}: behaviour test file {path} does not exist"
-    made = {spec.type for op_type, cases in CASES.items() for case in cases if case.grad
-            for spec in grad_specs(op_type, case)[0]}
+    made = {
+        spec.type
+        for op_type, cases in CASES.items()
+        for case in cases
+        if case.grad
+        for spec in grad_specs(op_type, case)[0]
+    }
     unexercised = sorted(t for t in LIBRARY if t.endswith("_grad") and t not in made)
     assert not unexercised, f"gradient ops no gradient-checked case produces: {unexercised}"

@@ -54,8 +54,9 @@ def test_optimizer_update_on_cuda_equals_the_host(op_type: str, attrs: dict, spa
         np.testing.assert_allclose(on_gpu[slot.name], on_host[slot.name], rtol=1e-12, atol=1e-12, err_msg=slot.name)
 
 
-@pytest.mark.parametrize("op_type, attrs", [("uniform_random", {"min": -2.0, "max": 3.0}),
-                                            ("gaussian_random", {"mean": 1.0, "std": 2.0})])
+@pytest.mark.parametrize(
+    "op_type, attrs", [("uniform_random", {"min": -2.0, "max": 3.0}), ("gaussian_random", {"mean": 1.0, "std": 2.0})]
+)
 def test_random_ops_on_cuda_give_the_hosts_values_for_a_seed(op_type: str, attrs: dict, cupy: Any) -> None:
     attrs = {"shape": [50, 7], "dtype": 5, "seed": 11, **attrs}
     on_gpu = run_op(op_type, {}, attrs, xp=cupy)["Out"]

@@ -24,6 +24,7 @@ def f32(value: float) -> float:
 
 # -- independent references: return new arrays, never mutate -----------------------------------
 
+
 def ref_sgd(p, g, lr):
     return (p - lr * g,)
 
@@ -36,14 +37,14 @@ def ref_momentum(p, g, v, lr, mu, use_nesterov=False):
 
 def ref_adagrad(p, g, m, lr, epsilon=1e-6):
     epsilon = f32(epsilon)
-    m = m + g ** 2
+    m = m + g**2
     return p - lr * g / (np.sqrt(m) + epsilon), m
 
 
 def ref_adam(p, g, lr, m1, m2, b1p, b2p, beta1=0.9, beta2=0.999, epsilon=1e-8):
     beta1, beta2, epsilon = f32(beta1), f32(beta2), f32(epsilon)
     m1 = beta1 * m1 + (1 - beta1) * g
-    m2 = beta2 * m2 + (1 - beta2) * g ** 2
+    m2 = beta2 * m2 + (1 - beta2) * g**2
     lr_t = lr * np.sqrt(1 - b2p) / (1 - b1p)
     p = p - lr_t * m1 / (np.sqrt(m2) + epsilon * np.sqrt(1 - b2p))
     return p, m1, m2, b1p * beta1, b2p * beta2
@@ -53,10 +54,14 @@ def _state(op_type: str, rng: np.random.Generator, dtype: str) -> dict[str, np.n
     """Random inputs (but Grad) of an update op, in its input-slot order."""
     shape = (V, D)
     values = {
-        "Param": rng.normal(size=shape), "LearningRate": np.array([0.1]),
-        "Velocity": rng.normal(size=shape), "Moment": rng.random(shape),
-        "Moment1": rng.normal(size=shape) * 0.1, "Moment2": rng.random(shape) * 0.1,
-        "Beta1Pow": np.array([0.9 ** 3]), "Beta2Pow": np.array([0.999 ** 3]),
+        "Param": rng.normal(size=shape),
+        "LearningRate": np.array([0.1]),
+        "Velocity": rng.normal(size=shape),
+        "Moment": rng.random(shape),
+        "Moment1": rng.normal(size=shape) * 0.1,
+        "Moment2": rng.random(shape) * 0.1,
+        "Beta1Pow": np.array([0.9**3]),
+        "Beta2Pow": np.array([0.999**3]),
     }
     slots = [s.name for s in lookup(op_type).inputs if s.name != "Grad"]
     return {s: values[s].astype(dtype) for s in slots}
@@ -151,8 +156,15 @@ def test_lazy_adam_touches_only_the_rows_present_and_merges_repeats():
     present, absent = [0, 1, 4], [2, 3, 5]
     for slot in ("Param", "Moment1", "Moment2"):
         np.testing.assert_array_equal(state[slot][absent], before[slot][absent])
-    want = ref_adam(before["Param"][present], dense[present], before["LearningRate"][0], before["Moment1"][present],
-                    before["Moment2"][present], before["Beta1Pow"], before["Beta2Pow"])
+    want = ref_adam(
+        before["Param"][present],
+        dense[present],
+        before["LearningRate"][0],
+        before["Moment1"][present],
+        before["Moment2"][present],
+        before["Beta1Pow"],
+        before["Beta2Pow"],
+    )
     for slot, w in zip(("Param", "Moment1", "Moment2"), want):
         np.testing.assert_allclose(state[slot][present], w, rtol=1e-12)
     np.testing.assert_allclose(state["Beta1Pow"], before["Beta1Pow"] * f32(0.9))
@@ -182,6 +194,7 @@ def test_sparse_sgd_touches_only_its_rows():
 
 # -- bad input ------------------------------------------------------------------------------------
 
+
 def test_kernel_rejects_mismatched_gradients():
     param, lr = np.zeros((V, D)), np.array([0.1])
     with pytest.raises(BlockirError, match=r"Grad of shape \[3, 3\] does not match Param \[6, 3\]\n  in: sgd"):
@@ -189,14 +202,31 @@ def test_kernel_rejects_mismatched_gradients():
     with pytest.raises(BlockirError, match=r"rows must lie in \[0, 6\), got 0\.\.9"):
         sgd(param, SelectedRows(np.array([0, 9]), np.zeros((2, D)), V), lr)
     with pytest.raises(BlockirError, match=r"sparse Grad of shape \[7, 3\]"):
-        run_op("adagrad", {"Param": param, "Grad": SelectedRows(np.array([0]), np.zeros((1, D)), 7),
-                           "Moment": np.zeros((V, D)), "LearningRate": lr})
+        run_op(
+            "adagrad",
+            {
+                "Param": param,
+                "Grad": SelectedRows(np.array([0]), np.zeros((1, D)), 7),
+                "Moment": np.zeros((V, D)),
+                "LearningRate": lr,
+            },
+        )
 
 
 def _block():
     block = Program().global_block()
-    for name, shape in (("w", (V, D)), ("g", (V, D)), ("v", (V, D)), ("other", (V, D)), ("lr", (1,)),
-                        ("lr2", (2,)), ("b1", (1,)), ("b2", (1,)), ("m1", (V, D)), ("m2", (V, D))):
+    for name, shape in (
+        ("w", (V, D)),
+        ("g", (V, D)),
+        ("v", (V, D)),
+        ("other", (V, D)),
+        ("lr", (1,)),
+        ("lr2", (2,)),
+        ("b1", (1,)),
+        ("b2", (1,)),
+        ("m1", (V, D)),
+        ("m2", (V, D)),
+    ):
         block.create_var(name, shape=shape, persistable=True)
     block.create_var("g64", shape=(V, D), dtype="float64")
     block.create_var("ids", shape=(V, D), dtype="int64")
@@ -207,31 +237,92 @@ def _block():
 def test_inference_accepts_in_place_updates_and_sparse_gradients():
     block = _block()
     block.append_op("sgd", {"Param": "w", "Grad": "gs", "LearningRate": "lr"}, {"ParamOut": "w"})
-    block.append_op("adam", {"Param": "w", "Grad": "g", "LearningRate": "lr", "Moment1": "m1", "Moment2": "m2",
-                             "Beta1Pow": "b1", "Beta2Pow": "b2"},
-                    {"ParamOut": "w", "Moment1Out": "m1", "Moment2Out": "m2", "Beta1PowOut": "b1",
-                     "Beta2PowOut": "b2"})
+    block.append_op(
+        "adam",
+        {
+            "Param": "w",
+            "Grad": "g",
+            "LearningRate": "lr",
+            "Moment1": "m1",
+            "Moment2": "m2",
+            "Beta1Pow": "b1",
+            "Beta2Pow": "b2",
+        },
+        {"ParamOut": "w", "Moment1Out": "m1", "Moment2Out": "m2", "Beta1PowOut": "b1", "Beta2PowOut": "b2"},
+    )
     assert block.var("w").shape == (V, D) and lookup("adam").side_effects
 
 
-@pytest.mark.parametrize("op_type, inputs, outputs, attrs, message", [
-    ("sgd", {"Param": "w", "Grad": "g", "LearningRate": "lr"}, {"ParamOut": "other"}, {},
-     r"updates in place: ParamOut \['other'\] must name the Param variable \['w'\]"),
-    ("momentum", {"Param": "w", "Grad": "g", "Velocity": "v", "LearningRate": "lr"},
-     {"ParamOut": "w", "VelocityOut": "other"}, {"mu": 0.9}, r"VelocityOut \['other'\] must name the Velocity"),
-    ("sgd", {"Param": "w", "Grad": "g64", "LearningRate": "lr"}, {"ParamOut": "w"}, {},
-     r"Grad 'g64' \(float64 \[6, 3\]\) must match Param 'w' \(float32 \[6, 3\]\)"),
-    ("sgd", {"Param": "w", "Grad": "g", "LearningRate": "lr2"}, {"ParamOut": "w"}, {},
-     r"LearningRate 'lr2' \(float32 \[2\]\) must be a float tensor of one element"),
-    ("sgd", {"Param": "ids", "Grad": "ids", "LearningRate": "lr"}, {"ParamOut": "ids"}, {},
-     r"Param 'ids' \(int64 \[6, 3\]\) must be a floating-point tensor"),
-    ("adam", {"Param": "w", "Grad": "g", "LearningRate": "lr", "Moment1": "m1", "Moment2": "lr2",
-              "Beta1Pow": "b1", "Beta2Pow": "m1"}, {"ParamOut": "w"}, {},
-     r"Moment2 'lr2' \(float32 \[2\]\) must have the shape of Param"),
-    ("adam", {"Param": "w", "Grad": "g", "LearningRate": "lr", "Moment1": "m1", "Moment2": "m2",
-              "Beta1Pow": "b1", "Beta2Pow": "m1"}, {"ParamOut": "w"}, {},
-     r"Beta2Pow 'm1' \(float32 \[6, 3\]\) must have one element"),
-])
+@pytest.mark.parametrize(
+    "op_type, inputs, outputs, attrs, message",
+    [
+        (
+            "sgd",
+            {"Param": "w", "Grad": "g", "LearningRate": "lr"},
+            {"ParamOut": "other"},
+            {},
+            r"updates in place: ParamOut \['other'\] must name the Param variable \['w'\]",
+        ),
+        (
+            "momentum",
+            {"Param": "w", "Grad": "g", "Velocity": "v", "LearningRate": "lr"},
+            {"ParamOut": "w", "VelocityOut": "other"},
+            {"mu": 0.9},
+            r"VelocityOut \['other'\] must name the Velocity",
+        ),
+        (
+            "sgd",
+            {"Param": "w", "Grad": "g64", "LearningRate": "lr"},
+            {"ParamOut": "w"},
+            {},
+            r"Grad 'g64' \(float64 \[6, 3\]\) must match Param 'w' \(float32 \[6, 3\]\)",
+        ),
+        (
+            "sgd",
+            {"Param": "w", "Grad": "g", "LearningRate": "lr2"},
+            {"ParamOut": "w"},
+            {},
+            r"LearningRate 'lr2' \(float32 \[2\]\) must be a float tensor of one element",
+        ),
+        (
+            "sgd",
+            {"Param": "ids", "Grad": "ids", "LearningRate": "lr"},
+            {"ParamOut": "ids"},
+            {},
+            r"Param 'ids' \(int64 \[6, 3\]\) must be a floating-point tensor",
+        ),
+        (
+            "adam",
+            {
+                "Param": "w",
+                "Grad": "g",
+                "LearningRate": "lr",
+                "Moment1": "m1",
+                "Moment2": "lr2",
+                "Beta1Pow": "b1",
+                "Beta2Pow": "m1",
+            },
+            {"ParamOut": "w"},
+            {},
+            r"Moment2 'lr2' \(float32 \[2\]\) must have the shape of Param",
+        ),
+        (
+            "adam",
+            {
+                "Param": "w",
+                "Grad": "g",
+                "LearningRate": "lr",
+                "Moment1": "m1",
+                "Moment2": "m2",
+                "Beta1Pow": "b1",
+                "Beta2Pow": "m1",
+            },
+            {"ParamOut": "w"},
+            {},
+            r"Beta2Pow 'm1' \(float32 \[6, 3\]\) must have one element",
+        ),
+    ],
+)
 def test_inference_rejects_bad_updates(op_type, inputs, outputs, attrs, message):
     with pytest.raises(ShapeError, match=message):
         _block().append_op(op_type, inputs, outputs, attrs)

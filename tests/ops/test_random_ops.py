@@ -53,17 +53,19 @@ def test_seeds(op_type):
 @pytest.mark.parametrize("op_type", ["uniform_random", "gaussian_random"])
 @pytest.mark.parametrize("dtype", ["float16", "float32", "float64"])
 def test_dtype_and_shape_are_honoured(op_type, dtype):
-    x = draw(op_type, shape=[3, 0, 2] if dtype == "float16" else [3, 4, 2], dtype=DTYPE_TO_PROTO[dtype],
-                   seed=1)
+    x = draw(op_type, shape=[3, 0, 2] if dtype == "float16" else [3, 4, 2], dtype=DTYPE_TO_PROTO[dtype], seed=1)
     assert x.dtype == np.dtype(dtype)
     assert x.shape == ((3, 0, 2) if dtype == "float16" else (3, 4, 2))
     assert np.isfinite(x).all()
 
 
-@pytest.mark.parametrize("op_type, attrs, shape, dtype", [
-    ("uniform_random", {"shape": [4, 5]}, (4, 5), "float32"),
-    ("gaussian_random", {"shape": [7], "dtype": 6}, (7,), "float64"),
-])
+@pytest.mark.parametrize(
+    "op_type, attrs, shape, dtype",
+    [
+        ("uniform_random", {"shape": [4, 5]}, (4, 5), "float32"),
+        ("gaussian_random", {"shape": [7], "dtype": 6}, (7,), "float64"),
+    ],
+)
 def test_inference(op_type, attrs, shape, dtype):
     block = Program().global_block()
     block.create_var("out")
@@ -72,14 +74,17 @@ def test_inference(op_type, attrs, shape, dtype):
     assert op.attr("seed") == 0
 
 
-@pytest.mark.parametrize("op_type, attrs, message", [
-    ("uniform_random", {"shape": [2], "dtype": 3}, r"dtype 3 \(int64\) is not a floating-point type"),
-    ("gaussian_random", {"shape": [2], "dtype": 99}, r"dtype=99 is not a dtype code"),
-    ("uniform_random", {"shape": [-1, 2]}, r"shape \[-1, 2\] must not have negative dimensions"),
-    ("uniform_random", {"shape": [2], "min": 1.0, "max": 0.0}, r"min 1\.0 is greater than max 0\.0"),
-    ("gaussian_random", {"shape": [2], "std": -1.0}, r"std -1\.0 is negative"),
-    ("gaussian_random", {"shape": [2], "seed": -3}, r"seed -3 must not be negative"),
-])
+@pytest.mark.parametrize(
+    "op_type, attrs, message",
+    [
+        ("uniform_random", {"shape": [2], "dtype": 3}, r"dtype 3 \(int64\) is not a floating-point type"),
+        ("gaussian_random", {"shape": [2], "dtype": 99}, r"dtype=99 is not a dtype code"),
+        ("uniform_random", {"shape": [-1, 2]}, r"shape \[-1, 2\] must not have negative dimensions"),
+        ("uniform_random", {"shape": [2], "min": 1.0, "max": 0.0}, r"min 1\.0 is greater than max 0\.0"),
+        ("gaussian_random", {"shape": [2], "std": -1.0}, r"std -1\.0 is negative"),
+        ("gaussian_random", {"shape": [2], "seed": -3}, r"seed -3 must not be negative"),
+    ],
+)
 def test_bad_attributes(op_type, attrs, message):
     block = Program().global_block()
     block.create_var("out")

@@ -18,10 +18,10 @@ from threadpoolctl import ThreadpoolController, threadpool_limits
 import blockir as bir
 from blockir.cli import main as cli_main
 from blockir.cli.train import Progress
-from blockir.errors import BlockirError
-from blockir.runtime import executor as executor_module
-from blockir.parallel.async_executor import MODES, _blas_share
 from blockir.datafeed.multislot import MultiSlotReader, write_multislot
+from blockir.errors import BlockirError
+from blockir.parallel.async_executor import MODES, _blas_share
+from blockir.runtime import executor as executor_module
 
 VOCAB = 200
 PROTOTXT = """\
@@ -44,8 +44,9 @@ def corpus(n: int, seed: int) -> list[dict[str, Any]]:
         planted = rng.integers(1, 21, size=int(rng.integers(1, 4)))
         signal = int((planted <= 10).sum() - (planted > 10).sum())
         if signal:
-            docs.append({"words": rng.permutation(np.concatenate([words, planted])), "label": int(signal > 0),
-                         "weight": 1.0})
+            docs.append(
+                {"words": rng.permutation(np.concatenate([words, planted])), "label": int(signal > 0), "weight": 1.0}
+            )
     return docs
 
 
@@ -93,8 +94,7 @@ def test_one_worker_equals_a_plain_executor_loop(tmp_path: Path, desc: bir.DataF
     files = write_parts(tmp_path, desc, parts=2, docs=50)
     main, startup, _, _, loss, acc = bow()
     scope_async, scope_plain = started(startup), started(startup)
-    fetched = bir.AsyncExecutor("cpu").run_from_files(main, desc, files, 1, [loss, acc], mode=mode,
-                                                      scope=scope_async)
+    fetched = bir.AsyncExecutor("cpu").run_from_files(main, desc, files, 1, [loss, acc], mode=mode, scope=scope_async)
 
     exe, firsts = bir.Executor("cpu"), []
     for batch in MultiSlotReader(desc, files):  # batches run on across a worker's files: 100 docs, 7 batches
@@ -106,10 +106,11 @@ def test_one_worker_equals_a_plain_executor_loop(tmp_path: Path, desc: bir.DataF
 
 
 def accuracy(test: bir.Program, pred: Any, scope: bir.Scope, docs: list[dict[str, Any]]) -> float:
-    words = bir.LoDTensor.from_lengths(np.concatenate([d["words"] for d in docs]).reshape(-1, 1).astype(np.int64),
-                                       [len(d["words"]) for d in docs])
+    words = bir.LoDTensor.from_lengths(
+        np.concatenate([d["words"] for d in docs]).reshape(-1, 1).astype(np.int64), [len(d["words"]) for d in docs]
+    )
     labels = np.array([[d["label"]] for d in docs], dtype=np.int64)
-    probs, = bir.Executor("cpu").run(test, {"words": words, "label": labels}, [pred], scope=scope)
+    (probs,) = bir.Executor("cpu").run(test, {"words": words, "label": labels}, [pred], scope=scope)
     return float((probs.argmax(axis=1) == labels[:, 0]).mean())
 
 
@@ -171,8 +172,9 @@ def test_stats_count_instances_and_skipped_lines(tmp_path: Path, desc: bir.DataF
 
 
 def test_fetches_are_per_worker_batch_means_averaged_over_workers(tmp_path: Path) -> None:
-    desc = bir.DataFeedDesc('batch_size: 4\nmulti_slot_desc { slots { name: "x" type: "float" is_dense: true '
-                            'is_used: true shape: 1 } }')
+    desc = bir.DataFeedDesc(
+        'batch_size: 4\nmulti_slot_desc { slots { name: "x" type: "float" is_dense: true is_used: true shape: 1 } }'
+    )
     values = {f"f{i}": np.arange(10 * i, 10 * i + 6 + 3 * i, dtype=np.float32) for i in range(3)}
     for name, xs in values.items():
         write_multislot(tmp_path / name, [{"x": float(x)} for x in xs], desc)
@@ -182,18 +184,19 @@ def test_fetches_are_per_worker_batch_means_averaged_over_workers(tmp_path: Path
         m = bir.layers.mean(x)
     async_exe = bir.AsyncExecutor()
     files = [str(tmp_path / n) for n in values]
-    fetched, = async_exe.run_from_files(main, desc, files, 2, [m], scope=bir.Scope())
+    (fetched,) = async_exe.run_from_files(main, desc, files, 2, [m], scope=bir.Scope())
     per_worker = []
     for w in async_exe.last_stats.workers:
         xs = np.concatenate([values[Path(n).name] for n in w.files]) if w.files else []
-        means = [xs[i:i + 4].mean() for i in range(0, len(xs), 4)]  # batches run on across a worker's files
+        means = [xs[i : i + 4].mean() for i in range(0, len(xs), 4)]  # batches run on across a worker's files
         if means:
             per_worker.append(np.mean(means))
     assert fetched == pytest.approx(np.mean(per_worker), rel=1e-6)
 
 
-def test_debug_prints_each_workers_progress(tmp_path: Path, desc: bir.DataFeedDesc,
-                                            capsys: pytest.CaptureFixture[str]) -> None:
+def test_debug_prints_each_workers_progress(
+    tmp_path: Path, desc: bir.DataFeedDesc, capsys: pytest.CaptureFixture[str]
+) -> None:
     files = write_parts(tmp_path, desc, parts=2, docs=20)
     main, startup, _, _, loss, _ = bow()
     bir.AsyncExecutor().run_from_files(main, desc, files, 2, [loss], debug=True, scope=started(startup))
@@ -234,16 +237,18 @@ def test_a_sparse_slot_feeds_a_variable_without_lod_one_id_per_instance(tmp_path
         bir.AsyncExecutor().run_from_files(main, desc, [tmp_path / "two"], 1, [loss], scope=started(startup))
 
 
-def test_a_failing_worker_stops_all_and_its_error_names_worker_file_and_line(tmp_path: Path,
-                                                                              desc: bir.DataFeedDesc) -> None:
+def test_a_failing_worker_stops_all_and_its_error_names_worker_file_and_line(
+    tmp_path: Path, desc: bir.DataFeedDesc
+) -> None:
     bad, good = tmp_path / "bad", tmp_path / "good"
     bad.write_text("2 5 x 1 1 1 0.5\n")
     write_multislot(good, corpus(4000, seed=0), desc)  # 250 batches: far more than run before the stop
     main, startup, _, _, loss, _ = bow()
     baseline = threading.active_count()
     async_exe = bir.AsyncExecutor()
-    with pytest.raises(BlockirError, match=f"async worker \\d failed on file {bad}: {bad}:1: "
-                                           "value 'x' of slot 'words'") as info:
+    with pytest.raises(
+        BlockirError, match=f"async worker \\d failed on file {bad}: {bad}:1: value 'x' of slot 'words'"
+    ) as info:
         async_exe.run_from_files(main, desc, [bad, good], 2, [loss], scope=started(startup))
     assert isinstance(info.value.__cause__, BlockirError)
     assert threading.active_count() == baseline
@@ -259,8 +264,7 @@ def test_a_failing_batch_names_the_files_it_came_from(tmp_path: Path, desc: bir.
         bir.AsyncExecutor().run_from_files(main, desc, [good, bad], 1, [loss], scope=started(startup))
 
 
-def test_a_failing_process_stops_the_others_and_leaves_nothing_behind(tmp_path: Path,
-                                                                     desc: bir.DataFeedDesc) -> None:
+def test_a_failing_process_stops_the_others_and_leaves_nothing_behind(tmp_path: Path, desc: bir.DataFeedDesc) -> None:
     bad, good = tmp_path / "bad", tmp_path / "good"
     write_multislot(bad, [{"words": [1, VOCAB + 5], "label": 1, "weight": 1.0}], desc)
     write_multislot(good, corpus(4000, seed=0), desc)
@@ -268,7 +272,9 @@ def test_a_failing_process_stops_the_others_and_leaves_nothing_behind(tmp_path: 
     scope = started(startup)
     before = params(main, scope)
     blocks = set(os.listdir("/dev/shm"))
-    with pytest.raises(BlockirError, match=f"(?s)async worker \\d failed on file {bad}(, {good})?: .*out of range.*lookup_table"):
+    with pytest.raises(
+        BlockirError, match=f"(?s)async worker \\d failed on file {bad}(, {good})?: .*out of range.*lookup_table"
+    ):
         bir.AsyncExecutor().run_from_files(main, desc, [bad, good], 2, [loss], mode="process", scope=scope)
     assert multiprocessing.active_children() == []
     assert set(os.listdir("/dev/shm")) <= blocks  # the shared memory is freed
@@ -288,12 +294,22 @@ def interrupt(*_: Any) -> None:  # in process mode, progress is called in the ca
 
 
 @pytest.mark.parametrize("keep_workers", [False, True])
-@pytest.mark.parametrize("progress, raised, match", [
-    (kill_worker_0, BlockirError, "^async worker 0 exited with status -9 and no report$"),
-    (interrupt, KeyboardInterrupt, None)], ids=["worker-killed", "interrupted"])
+@pytest.mark.parametrize(
+    "progress, raised, match",
+    [
+        (kill_worker_0, BlockirError, "^async worker 0 exited with status -9 and no report$"),
+        (interrupt, KeyboardInterrupt, None),
+    ],
+    ids=["worker-killed", "interrupted"],
+)
 def test_a_run_whose_worker_dies_or_that_is_interrupted_ends_its_workers(
-        tmp_path: Path, desc: bir.DataFeedDesc, keep_workers: bool, progress: Any, raised: type[BaseException],
-        match: str | None) -> None:
+    tmp_path: Path,
+    desc: bir.DataFeedDesc,
+    keep_workers: bool,
+    progress: Any,
+    raised: type[BaseException],
+    match: str | None,
+) -> None:
     files = write_parts(tmp_path, desc, parts=4, docs=3000)
     main, startup, _, _, loss, _ = bow()
     scope = started(startup)
@@ -316,7 +332,7 @@ def test_kept_worker_processes_serve_later_runs_until_closed(tmp_path: Path, des
     assert repr(async_exe) == "AsyncExecutor('cpu', keep_workers=True)"
     pids = []
     for workers, program in [(2, main), (2, main), (3, main), (1, test), (3, main)]:
-        cost, = async_exe.run_from_files(program, desc, files, workers, [loss], mode="process", scope=scope)
+        (cost,) = async_exe.run_from_files(program, desc, files, workers, [loss], mode="process", scope=scope)
         assert np.isfinite(cost) and async_exe.last_stats.instances == 300
         pids.append(sorted(p.pid for p in multiprocessing.active_children()))
     assert len(pids[0]) == 2 and pids[1] == pids[0] and len(pids[2]) == 3 and set(pids[0]) < set(pids[2])
@@ -342,8 +358,9 @@ def test_kept_worker_processes_serve_later_runs_until_closed(tmp_path: Path, des
 
 
 def test_a_persistable_the_program_makes_is_shared_in_the_root_scope(tmp_path: Path) -> None:
-    desc = bir.DataFeedDesc('batch_size: 2\nmulti_slot_desc { slots { name: "x" type: "float" is_dense: true '
-                            'is_used: true shape: 1 } }')
+    desc = bir.DataFeedDesc(
+        'batch_size: 2\nmulti_slot_desc { slots { name: "x" type: "float" is_dense: true is_used: true shape: 1 } }'
+    )
     write_multislot(tmp_path / "a", [{"x": 1.0}, {"x": 3.0}], desc)
     main = bir.Program()
     with bir.program_guard(main, bir.Program()):
@@ -366,15 +383,15 @@ def test_a_failing_op_is_named_in_the_error(tmp_path: Path, desc: bir.DataFeedDe
     write_multislot(path, [{"words": [1, VOCAB + 5], "label": 1, "weight": 1.0}], desc)
     main, startup, _, _, loss, _ = bow()
     baseline = threading.active_count()
-    with pytest.raises(BlockirError,
-                       match=f"(?s)async worker 0 failed on file {path}: .*out of range.*in op: .* = lookup_table"):
+    with pytest.raises(
+        BlockirError, match=f"(?s)async worker 0 failed on file {path}: .*out of range.*in op: .* = lookup_table"
+    ):
         bir.AsyncExecutor().run_from_files(main, desc, [path], 1, [loss], scope=started(startup))
     assert threading.active_count() == baseline
 
 
 @pytest.mark.parametrize("mode", MODES)
-def test_progress_reports_instances_batches_and_fetch_sums(tmp_path: Path, desc: bir.DataFeedDesc,
-                                                          mode: str) -> None:
+def test_progress_reports_instances_batches_and_fetch_sums(tmp_path: Path, desc: bir.DataFeedDesc, mode: str) -> None:
     files = write_parts(tmp_path, desc, parts=3, docs=100)
     main, startup, _, _, loss, acc = bow()
     calls: list[tuple[int, int, np.ndarray]] = []
@@ -385,8 +402,9 @@ def test_progress_reports_instances_batches_and_fetch_sums(tmp_path: Path, desc:
             calls.append((instances, batches, np.array(sums)))
 
     async_exe = bir.AsyncExecutor()
-    fetched = async_exe.run_from_files(main, desc, files, 1, [loss, acc], mode=mode, scope=started(startup),
-                                       progress=progress)
+    fetched = async_exe.run_from_files(
+        main, desc, files, 1, [loss, acc], mode=mode, scope=started(startup), progress=progress
+    )
     assert calls and all(i > 0 and b > 0 and s.shape == (2,) for i, b, s in calls)
     assert sum(i for i, _, _ in calls) == 300 and sum(b for _, b, _ in calls) == 19  # 300 = 18 * 16 + 12
     assert (sum(s for _, _, s in calls) / 19).tolist() == pytest.approx(fetched, rel=1e-9)  # one worker: the mean
@@ -394,15 +412,17 @@ def test_progress_reports_instances_batches_and_fetch_sums(tmp_path: Path, desc:
         assert len(calls) == 19  # after each batch
 
 
-def test_plans_compiled_for_a_run_serve_the_next(tmp_path: Path, desc: bir.DataFeedDesc,
-                                                 monkeypatch: pytest.MonkeyPatch) -> None:
+def test_plans_compiled_for_a_run_serve_the_next(
+    tmp_path: Path, desc: bir.DataFeedDesc, monkeypatch: pytest.MonkeyPatch
+) -> None:
     files = write_parts(tmp_path, desc, parts=4, docs=40)
     main, startup, _, _, loss, _ = bow()
     scope = started(startup)
     compiled: list[int] = []
     compile_plan = executor_module.compile_plan
-    monkeypatch.setattr(executor_module, "compile_plan",
-                        lambda *args, **kwargs: compiled.append(1) or compile_plan(*args, **kwargs))
+    monkeypatch.setattr(
+        executor_module, "compile_plan", lambda *args, **kwargs: compiled.append(1) or compile_plan(*args, **kwargs)
+    )
     async_exe = bir.AsyncExecutor()
 
     def run(workers: int, mode: str = "thread") -> int:
@@ -424,10 +444,12 @@ def test_plans_compiled_for_a_run_serve_the_next(tmp_path: Path, desc: bir.DataF
         def progress(instances: int, batches: int, sums: np.ndarray) -> None:
             if first.acquire(blocking=False):
                 both_running.wait()
+
         return progress
 
-    thread = threading.Thread(target=lambda: async_exe.run_from_files(main, desc, files[:2], 2, [loss], scope=scope,
-                                                                      progress=meet()))
+    thread = threading.Thread(
+        target=lambda: async_exe.run_from_files(main, desc, files[:2], 2, [loss], scope=scope, progress=meet())
+    )
     thread.start()
     async_exe.run_from_files(main, desc, files[2:], 2, [loss], scope=scope, progress=meet())
     thread.join(timeout=60)
@@ -462,8 +484,12 @@ def test_worker_processes_do_not_run_the_main_script_again(tmp_path: Path, fail:
     each worker runs it, as multiprocessing does, and its error reaches the caller."""
     script, log = tmp_path / "train.py", tmp_path / "log"
     script.write_text(FORKSERVER_SCRIPT)
-    done = subprocess.run([sys.executable, str(script), str(log), str(tmp_path / "data"), *(["fail"] * fail)],
-                          capture_output=True, text=True, timeout=120)
+    done = subprocess.run(
+        [sys.executable, str(script), str(log), str(tmp_path / "data"), *(["fail"] * fail)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     ran = log.read_text().split()
     if fail:
         assert done.returncode == 1 and "async worker 0 exited with status 1 and no report" in done.stderr
@@ -486,8 +512,9 @@ def test_workers_share_the_cores_among_their_blas_threads(tmp_path: Path, desc: 
     seen: list[int] = []
     with threadpool_limits(limits=4 * cores, user_api="blas"):
         before = blas_threads()
-        bir.AsyncExecutor().run_from_files(main, desc, files, 2, [loss], scope=started(startup),
-                                           progress=lambda *_: seen.append(blas_threads()))
+        bir.AsyncExecutor().run_from_files(
+            main, desc, files, 2, [loss], scope=started(startup), progress=lambda *_: seen.append(blas_threads())
+        )
         assert set(seen) == {max(1, cores // 2)} and blas_threads() == before  # restored after the run
         with threadpool_limits(limits=1, user_api="blas"), _blas_share(1):
             assert blas_threads() == 1  # never raised
@@ -499,9 +526,17 @@ def test_readers_parse_ahead_in_a_thread_only_where_a_core_is_spare(tmp_path: Pa
     cores = len(os.sched_getaffinity(0))
     for workers in (1, cores):
         seen: set[int] = set()
-        bir.AsyncExecutor().run_from_files(main, desc, files, workers, [loss], scope=started(startup),
-                                           progress=lambda *_: seen.add(sum(t.name.startswith("blockir-staged")
-                                                                            for t in threading.enumerate())))
+        bir.AsyncExecutor().run_from_files(
+            main,
+            desc,
+            files,
+            workers,
+            [loss],
+            scope=started(startup),
+            progress=lambda *_, seen=seen: seen.add(
+                sum(t.name.startswith("blockir-staged") for t in threading.enumerate())
+            ),
+        )
         assert max(seen) == (workers if workers < cores else 0)
         assert not any(t.name.startswith("blockir-staged") for t in threading.enumerate())
 
@@ -515,8 +550,9 @@ def test_cli_progress_line_shows_the_rate_and_averaged_fetches(capsys: pytest.Ca
 
 
 @pytest.mark.parametrize("mode", MODES)
-def test_cli_train_saves_each_epoch(tmp_path: Path, desc: bir.DataFeedDesc, capsys: pytest.CaptureFixture[str],
-                                    mode: str) -> None:
+def test_cli_train_saves_each_epoch(
+    tmp_path: Path, desc: bir.DataFeedDesc, capsys: pytest.CaptureFixture[str], mode: str
+) -> None:
     data = tmp_path / "train_data"
     data.mkdir()
     write_parts(data, desc, parts=3, docs=100)
@@ -525,10 +561,29 @@ def test_cli_train_saves_each_epoch(tmp_path: Path, desc: bir.DataFeedDesc, caps
     main.save(tmp_path / "main.pb")
     startup.save(tmp_path / "startup.pb")
     out = tmp_path / "out"
-    status = cli_main(["train", str(tmp_path / "main.pb"), "--startup", str(tmp_path / "startup.pb"),
-                       "--data-feed", str(tmp_path / "data.prototxt"), "--files", str(data / "part-*"),
-                       "--threads", "2", "--epochs", "3", "--mode", mode, "--fetch", loss.name, acc.name,
-                       "--save-dir", str(out)])
+    status = cli_main(
+        [
+            "train",
+            str(tmp_path / "main.pb"),
+            "--startup",
+            str(tmp_path / "startup.pb"),
+            "--data-feed",
+            str(tmp_path / "data.prototxt"),
+            "--files",
+            str(data / "part-*"),
+            "--threads",
+            "2",
+            "--epochs",
+            "3",
+            "--mode",
+            mode,
+            "--fetch",
+            loss.name,
+            acc.name,
+            "--save-dir",
+            str(out),
+        ]
+    )
     printed = capsys.readouterr().out
     assert status == 0, printed
     lines = [line for line in printed.splitlines() if line.startswith("epoch")]
@@ -536,20 +591,30 @@ def test_cli_train_saves_each_epoch(tmp_path: Path, desc: bir.DataFeedDesc, caps
     last_acc = float(lines[-1].split(f"{acc.name}=")[1])
     assert last_acc > 0.8
     for epoch in range(3):
-        assert set(bir.io.load_params(bir.Executor("cpu"), out / f"epoch{epoch}", main, scope=bir.Scope())) >= \
-            {v.name for v in main.list_vars() if v.is_parameter}
+        assert set(bir.io.load_params(bir.Executor("cpu"), out / f"epoch{epoch}", main, scope=bir.Scope())) >= {
+            v.name for v in main.list_vars() if v.is_parameter
+        }
     scope = bir.Scope()
     bir.io.load_persistables(bir.Executor("cpu"), out / "epoch2", main, scope=scope)
     assert all(n in scope for n in params(main, started(startup)))
 
 
-def test_cli_train_errors_are_one_line(tmp_path: Path, desc: bir.DataFeedDesc,
-                                       capsys: pytest.CaptureFixture[str]) -> None:
+def test_cli_train_errors_are_one_line(
+    tmp_path: Path, desc: bir.DataFeedDesc, capsys: pytest.CaptureFixture[str]
+) -> None:
     (tmp_path / "data.prototxt").write_text(desc.desc())
     main, *_ = bow()
     main.save(tmp_path / "main.pb")
-    status = cli_main(["train", str(tmp_path / "main.pb"), "--data-feed", str(tmp_path / "data.prototxt"),
-                       "--files", str(tmp_path / "none-*")])
+    status = cli_main(
+        [
+            "train",
+            str(tmp_path / "main.pb"),
+            "--data-feed",
+            str(tmp_path / "data.prototxt"),
+            "--files",
+            str(tmp_path / "none-*"),
+        ]
+    )
     err = capsys.readouterr().err
     assert status == 2 and err.count("\n") == 1 and "matches no file" in err
 
@@ -576,7 +641,7 @@ def test_stress_many_runs_with_failures_leave_nothing_behind(tmp_path: Path, des
             with pytest.raises(BlockirError, match=f"failed on file {bad}: {bad}:1: "):
                 async_exe.run_from_files(main, desc, files, workers, [loss], mode=mode, scope=scope)
         else:
-            cost, = async_exe.run_from_files(main, desc, files, workers, [loss], mode=mode, scope=scope)
+            (cost,) = async_exe.run_from_files(main, desc, files, workers, [loss], mode=mode, scope=scope)
             assert async_exe.last_stats.instances == 60 * len(files) and np.isfinite(cost)
         kept = executors[1]._kept
         assert threading.active_count() == threads
@@ -597,8 +662,10 @@ def _mean_program() -> bir.Program:
 
 
 def _dense_desc(shape: str) -> bir.DataFeedDesc:
-    return bir.DataFeedDesc('name: "MultiSlotDataFeed"\nbatch_size: 2\nmulti_slot_desc {\n'
-                            f'  slots {{ name: "x" type: "float" is_dense: true is_used: true {shape}}}\n}}\n')
+    return bir.DataFeedDesc(
+        'name: "MultiSlotDataFeed"\nbatch_size: 2\nmulti_slot_desc {\n'
+        f'  slots {{ name: "x" type: "float" is_dense: true is_used: true {shape}}}\n}}\n'
+    )
 
 
 @pytest.mark.parametrize("mode", ["thread", "process"])
@@ -609,8 +676,9 @@ def test_a_slot_the_reader_cannot_parse_fails_before_the_workers(tmp_path: Path,
         exe.run_from_files(_mean_program(), _dense_desc(""), [str(tmp_path / "part-0")], 1, [], mode=mode)
 
 
-def test_a_thread_worker_failing_before_its_batches_is_reported(tmp_path: Path,
-                                                                monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_thread_worker_failing_before_its_batches_is_reported(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """Whatever fails in a thread worker reaches the caller, also outside the batch loop."""
     import blockir.parallel.async_executor as ae
 
@@ -619,6 +687,8 @@ def test_a_thread_worker_failing_before_its_batches_is_reported(tmp_path: Path,
 
     monkeypatch.setattr(ae, "MultiSlotReader", broken)
     (tmp_path / "part-0").write_text("3 1 2 3\n")
-    with bir.AsyncExecutor("cpu") as exe, pytest.raises(bir.BlockirError,
-                                                        match="async worker 0 failed: the reader could not start"):
+    with (
+        bir.AsyncExecutor("cpu") as exe,
+        pytest.raises(bir.BlockirError, match="async worker 0 failed: the reader could not start"),
+    ):
         exe.run_from_files(_mean_program(), _dense_desc("shape: 3 "), [str(tmp_path / "part-0")], 1, [])

@@ -10,8 +10,13 @@ BENCHMARKS = Path(__file__).resolve().parents[2] / "benchmarks"
 
 
 def test_bench_async_quick_prints_all_four_parts_and_the_goals(tmp_path: Path) -> None:
-    done = subprocess.run([sys.executable, str(BENCHMARKS / "bench_async.py"), "--quick"], capture_output=True,
-                          text=True, timeout=120, cwd=tmp_path)
+    done = subprocess.run(
+        [sys.executable, str(BENCHMARKS / "bench_async.py"), "--quick"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        cwd=tmp_path,
+    )
     assert done.returncode == 0, done.stderr
     out = done.stdout
     for heading in ("1. reading", "2. training throughput", "3. held-out accuracy", "4. peak RSS"):

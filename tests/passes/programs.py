@@ -15,8 +15,8 @@ final parameters.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Sequence
 
 import numpy as np
 from hypothesis import strategies as st
@@ -48,8 +48,9 @@ class RandomProgram:
     params: dict[str, np.ndarray]
     targets: list[str]
 
-    def run(self, program: Program | None = None, executor: bir.Executor | None = None,
-            trace: str | None = None) -> tuple[list[np.ndarray], dict[str, np.ndarray]]:
+    def run(
+        self, program: Program | None = None, executor: bir.Executor | None = None, trace: str | None = None
+    ) -> tuple[list[np.ndarray], dict[str, np.ndarray]]:
         """The fetched targets and the final parameters of running ``program`` (default: this one) with
         ``executor`` (default: a new one on the host), writing a trace when asked."""
         scope = bir.Scope()
@@ -58,13 +59,21 @@ class RandomProgram:
         scope.set("lr", LEARNING_RATE.copy())
         with np.errstate(all="ignore"):  # long chains may overflow; the same way in every order
             exe = bir.Executor("cpu") if executor is None else executor
-            fetched = exe.run(self.program if program is None else program, feed=self.feeds,
-                              fetch_list=self.targets, scope=scope, trace=trace)
+            fetched = exe.run(
+                self.program if program is None else program,
+                feed=self.feeds,
+                fetch_list=self.targets,
+                scope=scope,
+                trace=trace,
+            )
         return fetched, {name: np.asarray(scope.get(name)) for name in self.params}
 
 
-def assert_same_results(a: tuple[list[np.ndarray], dict[str, np.ndarray]],
-                        b: tuple[list[np.ndarray], dict[str, np.ndarray]], params: bool = True) -> None:
+def assert_same_results(
+    a: tuple[list[np.ndarray], dict[str, np.ndarray]],
+    b: tuple[list[np.ndarray], dict[str, np.ndarray]],
+    params: bool = True,
+) -> None:
     """Equal fetched values (and final parameters), bit for bit, NaN equal to NaN."""
     assert len(a[0]) == len(b[0])
     for x, y in zip(a[0], b[0]):
@@ -94,8 +103,11 @@ def runnable_programs(draw: st.DrawFn, devices: Sequence[str] = (), max_ops: int
         kind = draw(st.sampled_from(kinds))
         if kind == "sgd":
             param = draw(st.sampled_from(sorted(params)))
-            op = block.append_op("sgd", {"Param": param, "Grad": draw(st.sampled_from(readable)),
-                                         "LearningRate": "lr"}, {"ParamOut": param})
+            op = block.append_op(
+                "sgd",
+                {"Param": param, "Grad": draw(st.sampled_from(readable)), "LearningRate": "lr"},
+                {"ParamOut": param},
+            )
         else:
             inputs = {slot: draw(st.sampled_from(readable)) for slot in (("X",) if kind in UNARY else ("X", "Y"))}
             if temps and draw(st.integers(0, 3)) == 0:

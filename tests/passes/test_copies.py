@@ -32,8 +32,11 @@ def mlp(hidden_device: str | None = "cpu:1") -> tuple[Program, Program, bir.ir.V
 
 def copies(program: Program) -> list[tuple[str, str, str]]:
     """(source, copy, destination) of every memcpy, in program order."""
-    return [(op.input("X")[0], op.output("Out")[0], op.attr("dst_device"))
-            for op in program.global_block().ops if op.type == "memcpy"]
+    return [
+        (op.input("X")[0], op.output("Out")[0], op.attr("dst_device"))
+        for op in program.global_block().ops
+        if op.type == "memcpy"
+    ]
 
 
 def assert_reads_on_own_device(program: Program) -> None:
@@ -69,8 +72,10 @@ def test_mlp_with_the_hidden_layer_on_cpu1_gets_exactly_the_needed_copies() -> N
 def test_blockir_opt_prints_the_copies_after_the_pass_that_added_them(tmp_path, capsys) -> None:
     mlp()[0].save(str(tmp_path / "mlp.pb"))
     out = tmp_path / "placed.pb"
-    assert main(["opt", str(tmp_path / "mlp.pb"), "-p", "place,insert-copies", "--print-after-change",
-                 "-o", str(out)]) == 0
+    assert (
+        main(["opt", str(tmp_path / "mlp.pb"), "-p", "place,insert-copies", "--print-after-change", "-o", str(out)])
+        == 0
+    )
     printed = capsys.readouterr().out
     after_copies = printed.split("# after pass 2 of 2: insert-copies (changed)\n")[1]
     assert after_copies.count(" = memcpy(") == 5 and printed.count(" = memcpy(") == 5
@@ -83,7 +88,10 @@ def test_copies_record_their_lineage_and_role_and_survive_save_load() -> None:
     by_out = {op.output("Out")[0]: op for op in back.global_block().ops if op.type == "memcpy"}
     first = by_out["fc_0.tmp_2@cpu:1"]
     assert (first.attr("op_pass"), first.attr("op_origin"), first.attr("op_role")) == (
-        "insert-copies", ["relu:fc_0.tmp_2", "mul:fc_1.tmp_0"], 0)
+        "insert-copies",
+        ["relu:fc_0.tmp_2", "mul:fc_1.tmp_0"],
+        0,
+    )
     assert by_out["fc_1.tmp_2@GRAD@cpu:1"].attr("op_role") == 1  # backward, with its reader
     assert by_out["learning_rate_0@cpu:1"].attr("op_origin") == ["sgd:fc_1.w_0"]  # from the scope: no writer
     assert str(back) == str(result)
@@ -126,8 +134,11 @@ def test_a_value_that_cannot_be_copied_is_an_error_naming_the_op() -> None:
     block.create_var("y", shape=(2,))
     block.append_op("test_array_read", {"X": "arr"}, {"Out": "y"}, {"op_device": "cpu:1"}, infer=False)
     block.vars["arr"].device = "cpu:2"
-    with pytest.raises(BlockirError, match=r"'arr' is a lod_tensor_array variable on cpu:2, which cannot be copied "
-                                           r"to cpu:1: %y = test_array_read\(X=%arr\) @cpu:1"):
+    with pytest.raises(
+        BlockirError,
+        match=r"'arr' is a lod_tensor_array variable on cpu:2, which cannot be copied "
+        r"to cpu:1: %y = test_array_read\(X=%arr\) @cpu:1",
+    ):
         InsertCopies().run(program)
 
 

@@ -130,7 +130,7 @@ def test_deps_pass_changes_nothing_and_reports_the_graphs() -> None:
     assert nx.is_directed_acyclic_graph(graph)
     kinds = {kind for _, _, kind in graph.edges(data="kind")}
     assert kinds == {"RAW", "WAR"}  # sgd updates parameters the forward and backward ops read
-    note, = record.notes
+    (note,) = record.notes
     assert note.startswith(f"block 0: {graph.number_of_nodes()} ops, {graph.number_of_edges()} edges (RAW ")
     assert re.search(r", WAR [1-9][0-9]*, WAW 0\), critical path [0-9]+ ops$", note)
     assert Deps().run(main.clone()) is False  # outside a pipeline notes and details go nowhere

@@ -12,8 +12,11 @@ from blockir.passes import Inference, parse_pipeline, run
 from blockir.passes.inference import is_training_op
 
 ACTS = st.sampled_from([None, "relu", "tanh", "sigmoid"])
-OPTIMIZERS = {"sgd": lambda: bir.optimizer.SGD(0.1), "adam": lambda: bir.optimizer.Adam(0.01),
-              "momentum": lambda: bir.optimizer.Momentum(0.1, momentum=0.9)}
+OPTIMIZERS = {
+    "sgd": lambda: bir.optimizer.SGD(0.1),
+    "adam": lambda: bir.optimizer.Adam(0.01),
+    "momentum": lambda: bir.optimizer.Momentum(0.1, momentum=0.9),
+}
 
 
 @st.composite

@@ -5,9 +5,10 @@ from __future__ import annotations
 import hashlib
 import io
 import shutil
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, ClassVar, Sequence
+from typing import Any, ClassVar
 
 import pytest
 from hypothesis import given
@@ -15,13 +16,28 @@ from hypothesis import strategies as st
 
 from blockir.errors import BlockirError, PassError, PipelineError, VerifyError
 from blockir.ir import Program, load_program, parse_program
-from blockir.passes import (Deps, Inference, Instrument, Pass, PassRecord, PassReport, Prune, describe_passes,
-                            format_pipeline, note, parse_pipeline, pass_options, record_detail, register_pass,
-                            registered_passes, run)
+from blockir.passes import (
+    Deps,
+    Inference,
+    Instrument,
+    Pass,
+    PassRecord,
+    PassReport,
+    Prune,
+    describe_passes,
+    format_pipeline,
+    note,
+    parse_pipeline,
+    pass_options,
+    record_detail,
+    register_pass,
+    registered_passes,
+    run,
+)
 from tests.passes.programs import CHAIN
 
-
 # -- test-only passes ---------------------------------------------------------------------------
+
 
 @register_pass
 @dataclass(frozen=True)
@@ -114,51 +130,75 @@ def chain() -> Program:
 
 # -- parsing ------------------------------------------------------------------------------------
 
-@pytest.mark.parametrize("text, passes", [
-    ("", []),
-    ("   ", []),
-    ("deps", [Deps()]),
-    ("prune{targets=loss,acc feeds=x keep_side_effects=false}",
-     [Prune(targets=("loss", "acc"), feeds=("x",), keep_side_effects=False)]),
-    (" deps , prune { targets=a  keep-side-effects=true } ,inference ", [Deps(), Prune(targets=("a",)), Inference()]),
-    ("prune{}", [Prune()]),
-    ("test-option-kinds{flag=true count=-3 ratio=1e-3 label=cuda:0,x sizes=1,2,3}",
-     [OptionKinds(flag=True, count=-3, ratio=1e-3, label="cuda:0,x", sizes=(1, 2, 3))]),
-    ("test-needs-path{path=a/b.pb},deps,deps", [NeedsPath("a/b.pb"), Deps(), Deps()]),
-])
+
+@pytest.mark.parametrize(
+    "text, passes",
+    [
+        ("", []),
+        ("   ", []),
+        ("deps", [Deps()]),
+        (
+            "prune{targets=loss,acc feeds=x keep_side_effects=false}",
+            [Prune(targets=("loss", "acc"), feeds=("x",), keep_side_effects=False)],
+        ),
+        (
+            " deps , prune { targets=a  keep-side-effects=true } ,inference ",
+            [Deps(), Prune(targets=("a",)), Inference()],
+        ),
+        ("prune{}", [Prune()]),
+        (
+            "test-option-kinds{flag=true count=-3 ratio=1e-3 label=cuda:0,x sizes=1,2,3}",
+            [OptionKinds(flag=True, count=-3, ratio=1e-3, label="cuda:0,x", sizes=(1, 2, 3))],
+        ),
+        ("test-needs-path{path=a/b.pb},deps,deps", [NeedsPath("a/b.pb"), Deps(), Deps()]),
+    ],
+)
 def test_valid_pipelines(text: str, passes: list[Pass]) -> None:
     assert parse_pipeline(text) == passes
 
 
-@pytest.mark.parametrize("text, position, message", [
-    ("dep", 0, "unknown pass 'dep' (did you mean 'deps'?); valid passes: "),
-    ("deps,prnue", 5, "unknown pass 'prnue' (did you mean 'prune'?); valid passes: "),
-    ("deps,prune{target=x}", 11, "pass 'prune': unknown option 'target' (did you mean 'targets'?); "
-                                 "valid options: targets, feeds, keep_side_effects"),
-    ("prune{targets=a", 15, "unbalanced braces: the '{' of pass 'prune' at column 6 is never closed"),
-    ("deps}", 4, "unbalanced braces: '}' without a '{'"),
-    ("deps,,prune", 5, "expected a pass name, found ',' (an empty pass?)"),
-    ("deps,", 5, "expected a pass name, found the end (an empty pass?)"),
-    ("{targets=a}", 0, "expected a pass name, found '{'"),
-    ("deps prune", 5, "expected ',' between passes, found 'p'"),
-    ("prune{targets=}", 14, "option 'targets' of pass 'prune' has no value after '=', found '}'"),
-    ("prune{targets= a}", 14, "option 'targets' of pass 'prune' has no value after '=', found ' '"),
-    ("prune{targets}", 13, "option 'targets' of pass 'prune' needs a value (targets=VALUE), found '}'"),
-    ("prune{targets=a targets=b}", 16, "option 'targets' of pass 'prune' is given twice"),
-    ("prune{keep-side-effects=false keep_side_effects=true}", 30,
-     "option 'keep_side_effects' of pass 'prune' is given twice"),
-    ("prune{keep_side_effects=yes}", 24,
-     "option 'keep_side_effects' of pass 'prune' expects true or false, got 'yes'"),
-    ("prune{targets=a,,b}", 14, "expects a comma-separated list without empty items, got 'a,,b'"),
-    ("prune{targets=a,}", 14, "expects a comma-separated list without empty items, got 'a,'"),
-    ("prune{targets=a{b}}", 15, "expected a space or '}' after option 'targets' of pass 'prune', found '{'"),
-    ("prune{targets=a=b}", 15, "expected a space or '}' after option 'targets' of pass 'prune', found '='"),
-    ("prune{=a}", 6, "expected an option name (NAME=VALUE) of pass 'prune', found '='"),
-    ("test-option-kinds{count=2.5}", 24, "option 'count' of pass 'test-option-kinds' expects an int, got '2.5'"),
-    ("test-option-kinds{ratio=half}", 24, "expects a float, got 'half'"),
-    ("test-option-kinds{sizes=1,x}", 24, "expects an int, got '1,x'"),
-    ("deps,test-needs-path", 5, "pass 'test-needs-path' needs option path=VALUE"),
-])
+@pytest.mark.parametrize(
+    "text, position, message",
+    [
+        ("dep", 0, "unknown pass 'dep' (did you mean 'deps'?); valid passes: "),
+        ("deps,prnue", 5, "unknown pass 'prnue' (did you mean 'prune'?); valid passes: "),
+        (
+            "deps,prune{target=x}",
+            11,
+            "pass 'prune': unknown option 'target' (did you mean 'targets'?); "
+            "valid options: targets, feeds, keep_side_effects",
+        ),
+        ("prune{targets=a", 15, "unbalanced braces: the '{' of pass 'prune' at column 6 is never closed"),
+        ("deps}", 4, "unbalanced braces: '}' without a '{'"),
+        ("deps,,prune", 5, "expected a pass name, found ',' (an empty pass?)"),
+        ("deps,", 5, "expected a pass name, found the end (an empty pass?)"),
+        ("{targets=a}", 0, "expected a pass name, found '{'"),
+        ("deps prune", 5, "expected ',' between passes, found 'p'"),
+        ("prune{targets=}", 14, "option 'targets' of pass 'prune' has no value after '=', found '}'"),
+        ("prune{targets= a}", 14, "option 'targets' of pass 'prune' has no value after '=', found ' '"),
+        ("prune{targets}", 13, "option 'targets' of pass 'prune' needs a value (targets=VALUE), found '}'"),
+        ("prune{targets=a targets=b}", 16, "option 'targets' of pass 'prune' is given twice"),
+        (
+            "prune{keep-side-effects=false keep_side_effects=true}",
+            30,
+            "option 'keep_side_effects' of pass 'prune' is given twice",
+        ),
+        (
+            "prune{keep_side_effects=yes}",
+            24,
+            "option 'keep_side_effects' of pass 'prune' expects true or false, got 'yes'",
+        ),
+        ("prune{targets=a,,b}", 14, "expects a comma-separated list without empty items, got 'a,,b'"),
+        ("prune{targets=a,}", 14, "expects a comma-separated list without empty items, got 'a,'"),
+        ("prune{targets=a{b}}", 15, "expected a space or '}' after option 'targets' of pass 'prune', found '{'"),
+        ("prune{targets=a=b}", 15, "expected a space or '}' after option 'targets' of pass 'prune', found '='"),
+        ("prune{=a}", 6, "expected an option name (NAME=VALUE) of pass 'prune', found '='"),
+        ("test-option-kinds{count=2.5}", 24, "option 'count' of pass 'test-option-kinds' expects an int, got '2.5'"),
+        ("test-option-kinds{ratio=half}", 24, "expects a float, got 'half'"),
+        ("test-option-kinds{sizes=1,x}", 24, "expects an int, got '1,x'"),
+        ("deps,test-needs-path", 5, "pass 'test-needs-path' needs option path=VALUE"),
+    ],
+)
 def test_invalid_pipelines_name_the_problem_and_its_column(text: str, position: int, message: str) -> None:
     with pytest.raises(PipelineError) as info:
         parse_pipeline(text)
@@ -177,22 +217,34 @@ def test_unknown_pass_lists_every_pass() -> None:
     assert {"deps", "inference", "prune", "test-fail"} <= set(registered_passes())
 
 
-@given(st.lists(st.builds(Prune, st.lists(st.from_regex(r"[A-Za-z_][A-Za-z0-9_.@:]{0,8}", fullmatch=True),
-                                          max_size=3).map(tuple),
-                          st.lists(st.from_regex(r"[a-z][a-z0-9]{0,5}", fullmatch=True), max_size=2).map(tuple),
-                          st.booleans()), max_size=4))
+@given(
+    st.lists(
+        st.builds(
+            Prune,
+            st.lists(st.from_regex(r"[A-Za-z_][A-Za-z0-9_.@:]{0,8}", fullmatch=True), max_size=3).map(tuple),
+            st.lists(st.from_regex(r"[a-z][a-z0-9]{0,5}", fullmatch=True), max_size=2).map(tuple),
+            st.booleans(),
+        ),
+        max_size=4,
+    )
+)
 def test_format_pipeline_reads_back(passes: list[Prune]) -> None:
     assert parse_pipeline(format_pipeline(passes)) == passes
 
 
 def test_format_shows_only_options_off_their_defaults() -> None:
-    assert format_pipeline([Prune(), Prune(targets=("a", "b"), keep_side_effects=False), Deps()]) == \
-        "prune,prune{targets=a,b keep_side_effects=false},deps"
-    assert format_pipeline([OptionKinds(flag=True, ratio=0.25, sizes=(4,))]) == \
-        "test-option-kinds{flag=true ratio=0.25 sizes=4}"
+    assert (
+        format_pipeline([Prune(), Prune(targets=("a", "b"), keep_side_effects=False), Deps()])
+        == "prune,prune{targets=a,b keep_side_effects=false},deps"
+    )
+    assert (
+        format_pipeline([OptionKinds(flag=True, ratio=0.25, sizes=(4,))])
+        == "test-option-kinds{flag=true ratio=0.25 sizes=4}"
+    )
 
 
 # -- running and the report -----------------------------------------------------------------------
+
 
 def test_run_works_on_a_clone_and_reports_each_pass() -> None:
     program = chain()
@@ -203,11 +255,15 @@ def test_run_works_on_a_clone_and_reports_each_pass() -> None:
     assert [op.type for op in result.global_block().ops] == ["relu", "tanh"]
     assert isinstance(report, PassReport) and report.pipeline == "prune{targets=y},deps,inference"
     assert [(r.index, r.name, r.changed, r.returned) for r in report] == [
-        (1, "prune", True, True), (2, "deps", False, False), (3, "inference", False, False)]
+        (1, "prune", True, True),
+        (2, "deps", False, False),
+        (3, "inference", False, False),
+    ]
     prune = report.record("prune")
     assert (prune.ops_before, prune.ops_after, prune.added, prune.removed, prune.modified) == (3, 2, 0, 1, 0)
-    assert report.records[-1].digest == hashlib.sha256(result.to_proto().SerializeToString(deterministic=True)
-                                                       ).hexdigest()
+    assert (
+        report.records[-1].digest == hashlib.sha256(result.to_proto().SerializeToString(deterministic=True)).hexdigest()
+    )
     assert report.records[0].digest == report.records[1].digest  # deps changed nothing
     assert report.changed and report.seconds == sum(r.seconds for r in report) and report.seconds >= 0
     with pytest.raises(BlockirError, match="no pass 'place' in pipeline 'prune"):
@@ -251,12 +307,15 @@ def test_notes_and_details_outside_a_pipeline_go_nowhere() -> None:
 
 # -- instruments --------------------------------------------------------------------------------------
 
+
 def test_print_after_all_and_after_change() -> None:
     out = io.StringIO()
     result, _ = run(chain(), "deps,prune{targets=y}", print_after_all=True, out=out)
     text = out.getvalue()
-    assert text == (f"# after pass 1 of 2: deps (unchanged)\n{chain()}\n"
-                    f"# after pass 2 of 2: prune{{targets=y}} (changed)\n{result}\n")
+    assert text == (
+        f"# after pass 1 of 2: deps (unchanged)\n{chain()}\n"
+        f"# after pass 2 of 2: prune{{targets=y}} (changed)\n{result}\n"
+    )
     out = io.StringIO()
     run(chain(), "deps,prune{targets=y},deps", print_after_change=True, out=out)
     assert out.getvalue() == f"# after pass 2 of 3: prune{{targets=y}} (changed)\n{result}\n"
@@ -300,16 +359,30 @@ class Recorder(Instrument):
 def test_instruments_see_every_pass_in_order() -> None:
     recorder = Recorder()
     run(chain(), "deps,prune{targets=y}", instruments=[recorder])
-    assert recorder.calls == [("start", ["deps", "prune"], 3), ("before", 1, "deps", 3), ("after", 1, "deps", 3),
-                              ("before", 2, "prune", 3), ("after", 2, "prune", 2), ("end", 2, 2)]
+    assert recorder.calls == [
+        ("start", ["deps", "prune"], 3),
+        ("before", 1, "deps", 3),
+        ("after", 1, "deps", 3),
+        ("before", 2, "prune", 3),
+        ("after", 2, "prune", 2),
+        ("end", 2, 2),
+    ]
 
 
 def test_dump_dir_writes_each_pass_numbered(tmp_path: Path) -> None:
     result, report = run(chain(), "deps,prune{targets=y},inference", dump_dir=tmp_path / "dump")
     dump = tmp_path / "dump"
     assert sorted(p.name for p in dump.iterdir()) == [
-        "00-input.pb", "00-input.txt", "01-deps.pb", "01-deps.txt", "02-prune.pb", "02-prune.txt",
-        "03-inference.pb", "03-inference.txt", "report.txt"]
+        "00-input.pb",
+        "00-input.txt",
+        "01-deps.pb",
+        "01-deps.txt",
+        "02-prune.pb",
+        "02-prune.txt",
+        "03-inference.pb",
+        "03-inference.txt",
+        "report.txt",
+    ]
     assert (dump / "02-prune.txt").read_text().startswith("# after pass 2 of 3: prune{targets=y} (changed)\n")
     assert str(parse_program((dump / "03-inference.txt").read_text())) == str(result)
     assert str(load_program(dump / "03-inference.pb")) == str(result)
@@ -320,7 +393,12 @@ def test_dump_dir_writes_each_pass_numbered(tmp_path: Path) -> None:
 def test_dump_dir_after_change_only(tmp_path: Path) -> None:
     run(chain(), "deps,prune{targets=y},deps", dump_dir=tmp_path, print_after_change=True)
     assert sorted(p.name for p in tmp_path.iterdir()) == [
-        "00-input.pb", "00-input.txt", "02-prune.pb", "02-prune.txt", "report.txt"]
+        "00-input.pb",
+        "00-input.txt",
+        "02-prune.pb",
+        "02-prune.txt",
+        "report.txt",
+    ]
 
 
 def test_dump_numbers_widen_for_long_pipelines(tmp_path: Path) -> None:
@@ -330,6 +408,7 @@ def test_dump_numbers_widen_for_long_pipelines(tmp_path: Path) -> None:
 
 
 # -- verification and failures ----------------------------------------------------------------------------
+
 
 def test_a_failing_pass_names_itself_and_saves_a_reproducer(tmp_path: Path) -> None:
     with pytest.raises(PassError) as info:
@@ -411,8 +490,12 @@ def test_option_types_are_checked() -> None:
     with pytest.raises(BlockirError, match="option 'names' of pass 'test-bad-option' has type list\\[str\\]"):
         pass_options(BadOption)
     assert [(o.name, o.type_name, o.default) for o in pass_options(OptionKinds)] == [
-        ("flag", "bool", False), ("count", "int", 1), ("ratio", "float", 0.5), ("label", "str", ""),
-        ("sizes", "list[int]", ())]
+        ("flag", "bool", False),
+        ("count", "int", 1),
+        ("ratio", "float", 0.5),
+        ("label", "str", ""),
+        ("sizes", "list[int]", ()),
+    ]
 
 
 def test_describe_passes_marks_required_options() -> None:

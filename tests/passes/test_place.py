@@ -13,9 +13,16 @@ from blockir.ir.schema import AttrDef, OpSchema, Slot, find, register
 from blockir.passes import Place, place_startup, run
 
 # An op type with a CPU kernel only (registered once for these tests).
-CPU_ONLY = find("test_place_cpu_only") or register(OpSchema(
-    "test_place_cpu_only", inputs=(Slot("X"),), outputs=(Slot("Out"),), attrs=(AttrDef("k", AttrType.INT, 0),),
-    kernel=lambda ctx, x: x + 1, devices=frozenset({"cpu"})))
+CPU_ONLY = find("test_place_cpu_only") or register(
+    OpSchema(
+        "test_place_cpu_only",
+        inputs=(Slot("X"),),
+        outputs=(Slot("Out"),),
+        attrs=(AttrDef("k", AttrType.INT, 0),),
+        kernel=lambda ctx, x: x + 1,
+        devices=frozenset({"cpu"}),
+    )
+)
 
 
 def chain(*devices: str, program_device: str = "", block_device: str = "") -> Program:
@@ -38,12 +45,15 @@ def placed(program: Program, **options: object) -> list[str]:
     return [op.device for op in program.global_block().ops]
 
 
-@pytest.mark.parametrize("kwargs, expected", [
-    ({}, ["cpu:1", "cpu"]),  # nothing said: the host
-    ({"default": "cpu:2"}, ["cpu:1", "cpu:2"]),  # the option when the program says nothing
-    ({"default": "cpu:2", "program_device": "cpu:3"}, ["cpu:1", "cpu:3"]),  # the program's default is nearer
-    ({"default": "cpu:2", "program_device": "cpu:3", "block_device": "cpu:4"}, ["cpu:1", "cpu:4"]),
-])
+@pytest.mark.parametrize(
+    "kwargs, expected",
+    [
+        ({}, ["cpu:1", "cpu"]),  # nothing said: the host
+        ({"default": "cpu:2"}, ["cpu:1", "cpu:2"]),  # the option when the program says nothing
+        ({"default": "cpu:2", "program_device": "cpu:3"}, ["cpu:1", "cpu:3"]),  # the program's default is nearer
+        ({"default": "cpu:2", "program_device": "cpu:3", "block_device": "cpu:4"}, ["cpu:1", "cpu:4"]),
+    ],
+)
 def test_own_device_then_block_then_program_then_option_then_host(kwargs: dict, expected: list[str]) -> None:
     default = kwargs.pop("default", "")
     assert placed(chain("cpu:1", "", **kwargs), default=default) == expected
@@ -80,8 +90,9 @@ def test_an_op_without_a_kernel_for_its_device_falls_back_to_the_host_with_a_not
     result, report = run(program, "place{default=cuda:0}")
     assert [op.device for op in result.global_block().ops] == ["cuda:0", "cpu"]
     [message] = report.record("place").notes
-    assert message == ("test_place_cpu_only has no cuda kernel: runs on the host instead of cuda:0: "
-                       "%y = test_place_cpu_only(X=%t0)")
+    assert message == (
+        "test_place_cpu_only has no cuda kernel: runs on the host instead of cuda:0: %y = test_place_cpu_only(X=%t0)"
+    )
     assert "notes:\n  1 place: test_place_cpu_only has no cuda kernel" in str(report)
 
 
@@ -90,8 +101,11 @@ def test_strict_makes_the_fallback_an_error_naming_the_op() -> None:
     block = program.global_block()
     block.create_var("y", shape=(2, 2))
     block.append_op("test_place_cpu_only", {"X": "t0"}, {"Out": "y"}, {"k": 3})
-    with pytest.raises(BlockirError, match=r"no kernel for cuda:0 \(it has cpu\): %y = test_place_cpu_only"
-                                           r"\(X=%t0\) \{k=3\}"):
+    with pytest.raises(
+        BlockirError,
+        match=r"no kernel for cuda:0 \(it has cpu\): %y = test_place_cpu_only"
+        r"\(X=%t0\) \{k=3\}",
+    ):
         Place(default="cuda:0", strict=True).run(program)
     with pytest.raises(PassError, match="pass 'place{default=cuda:0 strict=true}'"):
         run(program, "place{default=cuda:0 strict=true}")
@@ -127,10 +141,16 @@ def test_gradient_ops_follow_their_forward_op_and_updates_their_parameter() -> N
     Place().run(main)
     devices = {(op.type, op.output_names()[0]): op.device for op in main.global_block().ops}
     assert devices == {
-        ("mul", "fc_0.tmp_0"): "cpu:1", ("elementwise_add", "fc_0.tmp_1"): "cpu:1", ("mean", "mean_0.tmp_0"): "cpu",
-        ("fill_constant", "mean_0.tmp_0@GRAD"): "cpu", ("mean_grad", "fc_0.tmp_1@GRAD"): "cpu",
-        ("elementwise_add_grad", "fc_0.tmp_0@GRAD"): "cpu:1", ("mul_grad", "fc_0.w_0@GRAD"): "cpu:1",
-        ("sgd", "fc_0.w_0"): "cpu:1", ("sgd", "fc_0.b_0"): "cpu:1"}
+        ("mul", "fc_0.tmp_0"): "cpu:1",
+        ("elementwise_add", "fc_0.tmp_1"): "cpu:1",
+        ("mean", "mean_0.tmp_0"): "cpu",
+        ("fill_constant", "mean_0.tmp_0@GRAD"): "cpu",
+        ("mean_grad", "fc_0.tmp_1@GRAD"): "cpu",
+        ("elementwise_add_grad", "fc_0.tmp_0@GRAD"): "cpu:1",
+        ("mul_grad", "fc_0.w_0@GRAD"): "cpu:1",
+        ("sgd", "fc_0.w_0"): "cpu:1",
+        ("sgd", "fc_0.b_0"): "cpu:1",
+    }
     assert main.global_block().var("learning_rate_0").device == "cpu:1"  # where its first reader runs
 
 
@@ -183,12 +203,20 @@ def test_channel_ops_run_on_their_channels_device() -> None:
         Place().run(program)
 
 
-@pytest.mark.parametrize("mutate, message", [
-    (lambda p: p.global_block().ops[0].set_attr("op_device", "cuda:x"), "'cuda:x' is not a device .*: %t0 = relu"),
-    (lambda p: setattr(p.global_block(), "device", "gpu:-1"), "'gpu:-1' is not a device .*: block 0"),
-    (lambda p: p.global_block().create_var("w", device="tpu", persistable=True) and
-     p.global_block().ops[0].set_input("X", ["w"]), "'tpu' is not a device .*: variable 'w'"),
-])
+@pytest.mark.parametrize(
+    "mutate, message",
+    [
+        (lambda p: p.global_block().ops[0].set_attr("op_device", "cuda:x"), "'cuda:x' is not a device .*: %t0 = relu"),
+        (lambda p: setattr(p.global_block(), "device", "gpu:-1"), "'gpu:-1' is not a device .*: block 0"),
+        (
+            lambda p: (
+                p.global_block().create_var("w", device="tpu", persistable=True)
+                and p.global_block().ops[0].set_input("X", ["w"])
+            ),
+            "'tpu' is not a device .*: variable 'w'",
+        ),
+    ],
+)
 def test_bad_devices_are_errors_naming_them(mutate, message: str) -> None:
     program = chain("")
     mutate(program)
@@ -203,8 +231,9 @@ def test_a_bad_default_option_is_an_error_when_the_pipeline_is_parsed(tmp_path, 
         Place(default="gpu:-1")
     chain("").save(str(tmp_path / "p.pb"))
     assert main(["opt", str(tmp_path / "p.pb"), "-p", "place{default=gpu:-1}", "-o", str(tmp_path / "o.pb")]) == 2
-    assert capsys.readouterr().err == ("blockir: error: 'gpu:-1' is not a device (expected cpu, cpu:N, cuda or "
-                                       "cuda:N): the place option default\n")
+    assert capsys.readouterr().err == (
+        "blockir: error: 'gpu:-1' is not a device (expected cpu, cpu:N, cuda or cuda:N): the place option default\n"
+    )
 
 
 def test_a_cycle_of_blocks_is_an_error_not_a_hang() -> None:

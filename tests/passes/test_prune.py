@@ -17,7 +17,8 @@ from tests.passes.programs import CHAIN, RandomProgram, assert_same_results, run
 
 def test_options_come_from_the_pipeline() -> None:
     assert parse_pipeline("prune{targets=loss,acc feeds=x keep_side_effects=false}") == [
-        Prune(targets=("loss", "acc"), feeds=("x",), keep_side_effects=False)]
+        Prune(targets=("loss", "acc"), feeds=("x",), keep_side_effects=False)
+    ]
     assert parse_pipeline("prune") == [Prune()]
 
 

@@ -61,8 +61,9 @@ def test_mlp_with_the_hidden_layer_on_cpu1_copies_on_copy_streams_and_computes_o
         assert op_stream(op, op.device) == op.attr("op_stream")
         assert list(op.attrs)[-1] == "op_device"  # still the last attribute, as the text form prints it
     record = report.record("streams")
-    assert record.notes == ["block 0: 34 ops on 4 streams (cpu/compute0, cpu/copy, cpu:1/compute0, cpu:1/copy), "
-                            "9 waits"]
+    assert record.notes == [
+        "block 0: 34 ops on 4 streams (cpu/compute0, cpu/copy, cpu:1/compute0, cpu:1/copy), 9 waits"
+    ]
     waits = record.details["waits"]
     assert list(waits) == [0] and waits[0] == stream_waits(result.global_block(), streams_of(result))
     ops = result.global_block().ops
@@ -83,12 +84,19 @@ def test_a_cuda_program_compiled_without_a_gpu_copies_both_ways_on_the_cuda_copy
     assert report.record("streams").details["waits"] == {0: {1: (0,), 2: (1,), 4: (3,), 5: (4,)}}
 
 
-@pytest.mark.parametrize("src, dst, stream", [
-    ("cpu", "cuda:1", "cuda:1/copy"), ("cuda:0", "cpu:2", "cuda:0/copy"), ("cuda:1", "cuda:0", "cuda:0/copy"),
-    ("cpu:1", "cpu", "cpu/copy"), ("cpu", "cpu:3", "cpu:3/copy"),
-])
-def test_a_copy_runs_on_the_copy_stream_of_its_cuda_end_else_of_its_destination(src: str, dst: str,
-                                                                                 stream: str) -> None:
+@pytest.mark.parametrize(
+    "src, dst, stream",
+    [
+        ("cpu", "cuda:1", "cuda:1/copy"),
+        ("cuda:0", "cpu:2", "cuda:0/copy"),
+        ("cuda:1", "cuda:0", "cuda:0/copy"),
+        ("cpu:1", "cpu", "cpu/copy"),
+        ("cpu", "cpu:3", "cpu:3/copy"),
+    ],
+)
+def test_a_copy_runs_on_the_copy_stream_of_its_cuda_end_else_of_its_destination(
+    src: str, dst: str, stream: str
+) -> None:
     assert copy_stream(src, dst) == stream
 
 
@@ -96,8 +104,13 @@ def test_without_copy_streams_copies_run_on_compute_streams_and_host_ops_stay_on
     pipeline = "place{default=cpu:1},insert-copies,streams{compute=3 copy=false}"
     result, _ = run(parse_program(FEEDS_AND_FETCHES), pipeline)
     assert [(op.type, op.attr("op_stream")) for op in result.global_block().ops] == [
-        ("feed", "cpu/compute0"), ("memcpy", "cpu:1/compute0"), ("mul", "cpu:1/compute0"),
-        ("elementwise_add", "cpu:1/compute0"), ("memcpy", "cpu/compute0"), ("fetch", "cpu/compute0")]
+        ("feed", "cpu/compute0"),
+        ("memcpy", "cpu:1/compute0"),
+        ("mul", "cpu:1/compute0"),
+        ("elementwise_add", "cpu:1/compute0"),
+        ("memcpy", "cpu/compute0"),
+        ("fetch", "cpu/compute0"),
+    ]
     program = parse_program(FEEDS_AND_FETCHES)
     program.global_block().ops[0].set_attr("op_device", "cpu:2")  # place keeps feed on the host anyway
     Streams(compute=4).run(program)
@@ -107,12 +120,23 @@ def test_without_copy_streams_copies_run_on_compute_streams_and_host_ops_stay_on
 def test_two_compute_streams_take_independent_branches_and_keep_chains_together() -> None:
     program = parse_program(BRANCHES)
     result, report = run(program, "streams{compute=2}")
-    assert streams_of(result) == ["cpu/compute0", "cpu/compute1", "cpu/compute0", "cpu/compute1",
-                                  "cpu/compute1",  # the join continues its latest predecessor's stream
-                                  "cpu/compute0"]  # a new branch: the next stream round-robin
+    assert streams_of(result) == [
+        "cpu/compute0",
+        "cpu/compute1",
+        "cpu/compute0",
+        "cpu/compute1",
+        "cpu/compute1",  # the join continues its latest predecessor's stream
+        "cpu/compute0",
+    ]  # a new branch: the next stream round-robin
     assert report.record("streams").details["waits"] == {0: {4: (2,)}}  # c waits for a2 on the other stream
     assert streams_of(run(program, "streams{compute=3}")[0]) == [
-        "cpu/compute0", "cpu/compute1", "cpu/compute0", "cpu/compute1", "cpu/compute1", "cpu/compute2"]
+        "cpu/compute0",
+        "cpu/compute1",
+        "cpu/compute0",
+        "cpu/compute1",
+        "cpu/compute1",
+        "cpu/compute2",
+    ]
     assert set(streams_of(run(program, "streams")[0])) == {"cpu/compute0"}
 
 
@@ -145,8 +169,10 @@ def test_sub_block_ops_get_streams_and_waits_per_block() -> None:
     assert streams_of(result, 1) == ["cpu:3/copy", "cpu:3/compute0", "cpu:3/compute0", "cpu/copy"]
     record = report.record("streams")
     assert record.details["waits"] == {0: {}, 1: {1: (0,), 3: (2,)}}
-    assert record.notes == ["block 0: 1 ops on 1 streams (cpu/compute0), 0 waits",
-                            "block 1: 4 ops on 3 streams (cpu/copy, cpu:3/compute0, cpu:3/copy), 2 waits"]
+    assert record.notes == [
+        "block 0: 1 ops on 1 streams (cpu/compute0), 0 waits",
+        "block 1: 4 ops on 3 streams (cpu/copy, cpu:3/compute0, cpu:3/copy), 2 waits",
+    ]
 
 
 def test_running_twice_changes_nothing_and_other_options_reassign() -> None:
@@ -161,22 +187,28 @@ def test_running_twice_changes_nothing_and_other_options_reassign() -> None:
     assert str(run(single, "streams{compute=2}")[0]) == text
 
 
-@pytest.mark.parametrize("options, message", [
-    ({"compute": 0}, "the streams option compute must be an int >= 1, got 0"),
-    ({"compute": -2}, "the streams option compute must be an int >= 1, got -2"),
-    ({"compute": True}, "the streams option compute must be an int >= 1, got True"),
-    ({"copy": 1}, "the streams option copy must be true or false, got 1"),
-])
+@pytest.mark.parametrize(
+    "options, message",
+    [
+        ({"compute": 0}, "the streams option compute must be an int >= 1, got 0"),
+        ({"compute": -2}, "the streams option compute must be an int >= 1, got -2"),
+        ({"compute": True}, "the streams option compute must be an int >= 1, got True"),
+        ({"copy": 1}, "the streams option copy must be true or false, got 1"),
+    ],
+)
 def test_bad_option_values_are_errors_naming_them(options: dict[str, object], message: str) -> None:
     with pytest.raises(BlockirError, match=message):
         Streams(**options)  # type: ignore[arg-type]
 
 
-@pytest.mark.parametrize("pipeline, message", [
-    ("streams{compute=0}", "the streams option compute must be an int >= 1, got 0"),
-    ("streams{compute=two}", "option 'compute' of pass 'streams' expects an int, got 'two'"),
-    ("streams{copy=yes}", "option 'copy' of pass 'streams' expects true or false, got 'yes'"),
-])
+@pytest.mark.parametrize(
+    "pipeline, message",
+    [
+        ("streams{compute=0}", "the streams option compute must be an int >= 1, got 0"),
+        ("streams{compute=two}", "option 'compute' of pass 'streams' expects an int, got 'two'"),
+        ("streams{copy=yes}", "option 'copy' of pass 'streams' expects true or false, got 'yes'"),
+    ],
+)
 def test_bad_option_values_in_pipelines_are_errors_naming_them(pipeline: str, message: str) -> None:
     with pytest.raises(BlockirError, match=message):
         run(parse_program(CHAIN), pipeline)
@@ -187,10 +219,11 @@ def test_blockir_passes_lists_streams_with_its_options(capsys: pytest.CaptureFix
     assert main(["passes"]) == 0
     lines = capsys.readouterr().out.splitlines()
     at = lines.index(f"streams: {Streams.summary}")
-    assert [line.split()[:3] for line in lines[at + 1:at + 3]] == [["compute", "int", "1"], ["copy", "bool", "true"]]
+    assert [line.split()[:3] for line in lines[at + 1 : at + 3]] == [["compute", "int", "1"], ["copy", "bool", "true"]]
 
 
 # -- stream_waits ----------------------------------------------------------------------------------
+
 
 def test_stream_waits_drops_waits_implied_by_stream_order_and_other_waits() -> None:
     graph = nx.DiGraph([(0, 2), (1, 2), (0, 3), (1, 4), (2, 4)])
@@ -238,8 +271,13 @@ def dags_on_streams(draw: st.DrawFn) -> tuple[nx.DiGraph, list[str]]:
     pairs = [(i, j) for j in range(n) for i in range(j)]
     if pairs:
         graph.add_edges_from(draw(st.lists(st.sampled_from(pairs), max_size=3 * n, unique=True)))
-    streams = draw(st.lists(st.sampled_from(["cpu/compute0", "cpu/compute1", "cpu/copy", "cpu:1/compute0",
-                                             "cuda:0/copy"]), min_size=n, max_size=n))
+    streams = draw(
+        st.lists(
+            st.sampled_from(["cpu/compute0", "cpu/compute1", "cpu/copy", "cpu:1/compute0", "cuda:0/copy"]),
+            min_size=n,
+            max_size=n,
+        )
+    )
     return graph, streams
 
 
@@ -258,6 +296,7 @@ def test_stream_waits_are_sound_and_minimal(case: tuple[nx.DiGraph, list[str]]) 
 
 
 # -- results ---------------------------------------------------------------------------------------
+
 
 @settings(max_examples=150)
 @given(runnable_programs(devices=("", "cpu", "cpu:1", "cpu:2")), st.integers(1, 3), st.booleans())

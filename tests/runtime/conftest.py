@@ -18,15 +18,22 @@ def linear_program(optimize: bool = True) -> bir.Program:
     if optimize:
         block.create_var("gw", shape=(3, 2), dtype="float32", need_check_feed=True)
         block.create_var("lr", shape=(1,), dtype="float32", persistable=True)
-        block.append_op("rt_sgd", {"Param": "w", "Grad": "gw", "LearningRate": "lr"}, {"ParamOut": "w"},
-                        {"op_role": schemas.OPTIMIZE})
+        block.append_op(
+            "rt_sgd",
+            {"Param": "w", "Grad": "gw", "LearningRate": "lr"},
+            {"ParamOut": "w"},
+            {"op_role": schemas.OPTIMIZE},
+        )
     return program
 
 
 def init_linear(scope: bir.Scope, seed: int = 0) -> dict[str, np.ndarray]:
     rng = np.random.default_rng(seed)
-    values = {"w": rng.normal(size=(3, 2)).astype("float32"), "b": rng.normal(size=2).astype("float32"),
-              "lr": np.array([0.5], dtype="float32")}
+    values = {
+        "w": rng.normal(size=(3, 2)).astype("float32"),
+        "b": rng.normal(size=2).astype("float32"),
+        "lr": np.array([0.5], dtype="float32"),
+    }
     for name, value in values.items():
         scope.set(name, value.copy())
     return values

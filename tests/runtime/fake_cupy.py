@@ -35,8 +35,9 @@ import itertools
 import sys
 import threading
 import weakref
+from collections.abc import Iterator
 from types import SimpleNamespace
-from typing import Any, Iterator
+from typing import Any
 
 import numpy as np
 import pytest
@@ -98,8 +99,9 @@ class FakeArray(np.ndarray):
         gpu = getattr(obj, "gpu", None)
         self.gpu = _fake().current_gpu() if gpu is None else gpu
 
-    def __array_ufunc__(self, ufunc: np.ufunc, method: str, *inputs: Any, out: tuple | None = None,
-                        **kwargs: Any) -> Any:
+    def __array_ufunc__(
+        self, ufunc: np.ufunc, method: str, *inputs: Any, out: tuple | None = None, **kwargs: Any
+    ) -> Any:
         _fake().check_operands(f"{ufunc.__name__}.{method}", (inputs, out))
         if out is not None:
             kwargs["out"] = tuple(_plain(o) for o in out)
@@ -122,8 +124,9 @@ class FakeArray(np.ndarray):
     def data(self) -> _Pointer:  # type: ignore[override]
         return _Pointer(self)
 
-    def get(self, stream: FakeStream | None = None, order: str = "C", out: np.ndarray | None = None,
-            blocking: bool = True) -> np.ndarray:
+    def get(
+        self, stream: FakeStream | None = None, order: str = "C", out: np.ndarray | None = None, blocking: bool = True
+    ) -> np.ndarray:
         fake = _fake()
         with FakeDevice(self.gpu):
             stream = stream or fake.get_current_stream()
@@ -136,8 +139,9 @@ class FakeArray(np.ndarray):
 
     def set(self, arr: np.ndarray, stream: FakeStream | None = None) -> None:
         fake = _fake()
-        assert not isinstance(arr, FakeArray) and arr.shape == self.shape and arr.dtype == self.dtype, \
+        assert not isinstance(arr, FakeArray) and arr.shape == self.shape and arr.dtype == self.dtype, (
             "set: the host array does not match"
+        )
         fake.calls.append(("h2d", stream or fake.get_current_stream(), cuda._pinned(arr, fake)))
         self.view(np.ndarray)[...] = arr
 
@@ -220,8 +224,14 @@ class FakeStream:
 
     _ids = itertools.count()
 
-    def __init__(self, null: bool = False, non_blocking: bool = False, ptds: bool = False, priority: int = 0,
-                 gpu: int | None = None) -> None:
+    def __init__(
+        self,
+        null: bool = False,
+        non_blocking: bool = False,
+        ptds: bool = False,
+        priority: int = 0,
+        gpu: int | None = None,
+    ) -> None:
         self.gpu = _fake().current_gpu() if gpu is None else gpu
         self.null, self.non_blocking = null, non_blocking
         self.id = next(self._ids)
@@ -274,9 +284,15 @@ class FakeCupy:
         self._local = threading.local()
         self.null_streams = {g: FakeStream(null=True, gpu=g) for g in range(gpus)}  # per GPU
         self.cuda = SimpleNamespace(
-            is_available=lambda: gpus > 0, runtime=SimpleNamespace(getDeviceCount=lambda: gpus),
-            Device=FakeDevice, Stream=FakeStream, Event=FakeEvent, PinnedMemoryPointer=FakePinnedMemory,
-            alloc_pinned_memory=self.alloc_pinned_memory, get_current_stream=self.get_current_stream)
+            is_available=lambda: gpus > 0,
+            runtime=SimpleNamespace(getDeviceCount=lambda: gpus),
+            Device=FakeDevice,
+            Stream=FakeStream,
+            Event=FakeEvent,
+            PinnedMemoryPointer=FakePinnedMemory,
+            alloc_pinned_memory=self.alloc_pinned_memory,
+            get_current_stream=self.get_current_stream,
+        )
 
     def __getattr__(self, name: str) -> Any:
         return getattr(np, name)
@@ -336,8 +352,9 @@ class FakeCupy:
 
     def ascontiguousarray(self, a: FakeArray, dtype: Any = None) -> FakeArray:
         self.check_operands("ascontiguousarray", a)
-        return a if a.flags.c_contiguous and dtype is None else self._made(np.ascontiguousarray(a.view(np.ndarray),
-                                                                                                   dtype))
+        return (
+            a if a.flags.c_contiguous and dtype is None else self._made(np.ascontiguousarray(a.view(np.ndarray), dtype))
+        )
 
     def empty(self, shape: Any, dtype: Any = float, order: str = "C") -> FakeArray:
         return self._made(np.empty(shape, dtype, order))

@@ -25,6 +25,7 @@ def _same(slot: str, out: str = "Out"):
     def infer(ctx: InferContext) -> None:
         x = ctx.input(slot)
         ctx.set_output(out, x.shape, x.dtype, x.lod_level)
+
     return infer
 
 
@@ -68,26 +69,49 @@ def _fill(ctx):
 
 
 SCHEMAS = (
-    OpSchema("rt_add", (Slot("X"), Slot("Y")), (Slot("Out"),), kernel=lambda ctx, x, y: x + y,
-             infer=_same("X")),
+    OpSchema("rt_add", (Slot("X"), Slot("Y")), (Slot("Out"),), kernel=lambda ctx, x, y: x + y, infer=_same("X")),
     OpSchema("rt_matmul", (Slot("X"), Slot("Y")), (Slot("Out"),), kernel=lambda ctx, x, y: x @ y),
-    OpSchema("rt_scale", (Slot("X"),), (Slot("Out"),),
-             (AttrDef("scale", AttrType.FLOAT, 1.0), AttrDef("bias", AttrType.FLOAT, 0.0)), kernel=_scale,
-             infer=_same("X")),
+    OpSchema(
+        "rt_scale",
+        (Slot("X"),),
+        (Slot("Out"),),
+        (AttrDef("scale", AttrType.FLOAT, 1.0), AttrDef("bias", AttrType.FLOAT, 0.0)),
+        kernel=_scale,
+        infer=_same("X"),
+    ),
     OpSchema("rt_probe", (Slot("X"),), (Slot("Out"),), kernel=_probe, infer=_same("X")),
     OpSchema("rt_split", (Slot("X"),), (Slot("A"), Slot("B")), kernel=_split),
     OpSchema("rt_sum", (Slot("X", duplicable=True),), (Slot("Out"),), kernel=lambda ctx, xs: sum(xs)),
-    OpSchema("rt_opt_add", (Slot("X"), Slot("Y", optional=True)), (Slot("Out"),),
-             kernel=lambda ctx, x, y: x if y is None else x + y),
-    OpSchema("rt_sgd", (Slot("Param"), Slot("Grad"), Slot("LearningRate")), (Slot("ParamOut"),), kernel=_sgd,
-             side_effects=True),
+    OpSchema(
+        "rt_opt_add",
+        (Slot("X"), Slot("Y", optional=True)),
+        (Slot("Out"),),
+        kernel=lambda ctx, x, y: x if y is None else x + y,
+    ),
+    OpSchema(
+        "rt_sgd",
+        (Slot("Param"), Slot("Grad"), Slot("LearningRate")),
+        (Slot("ParamOut"),),
+        kernel=_sgd,
+        side_effects=True,
+    ),
     OpSchema("rt_fail", (Slot("X"),), (Slot("Out"),), kernel=_fail),
-    OpSchema("rt_need_attr", (Slot("X"),), (Slot("Out"),), (AttrDef("factor", AttrType.FLOAT, REQUIRED),),
-             kernel=lambda ctx, x: x * ctx.attrs["factor"]),
+    OpSchema(
+        "rt_need_attr",
+        (Slot("X"),),
+        (Slot("Out"),),
+        (AttrDef("factor", AttrType.FLOAT, REQUIRED),),
+        kernel=lambda ctx, x: x * ctx.attrs["factor"],
+    ),
     OpSchema("rt_seq_len", (Slot("X", lod=True),), (Slot("Out"),), kernel=_seq_lengths),
     OpSchema("rt_plain_relu", (Slot("X"),), (Slot("Out"),), kernel=_plain_relu, share_lod=(("X", "Out"),)),
-    OpSchema("rt_fill", (), (Slot("Out"),), (AttrDef("shape", AttrType.LONGS, REQUIRED),
-                                             AttrDef("value", AttrType.FLOAT, 0.0)), kernel=_fill),
+    OpSchema(
+        "rt_fill",
+        (),
+        (Slot("Out"),),
+        (AttrDef("shape", AttrType.LONGS, REQUIRED), AttrDef("value", AttrType.FLOAT, 0.0)),
+        kernel=_fill,
+    ),
     OpSchema("rt_no_kernel", (Slot("X"),), (Slot("Out"),)),
 )
 

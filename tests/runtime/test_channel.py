@@ -13,7 +13,8 @@ from typing import Any
 
 import numpy as np
 import pytest
-from hypothesis import given, settings, strategies as st
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 import blockir as bir
 from blockir.errors import BlockirError, ChannelClosedError, ChannelTimeout, DeadlockError
@@ -114,8 +115,13 @@ def test_close_twice_is_a_no_op_and_recv_drains_after_close() -> None:
     ch.close()
     ch.close()
     assert ch.closed and len(ch) == 3
-    assert [ch.recv(timeout=0) for _ in range(5)] == [("a", True), ("b", True), ("c", True),
-                                                      (None, False), (None, False)]
+    assert [ch.recv(timeout=0) for _ in range(5)] == [
+        ("a", True),
+        ("b", True),
+        ("c", True),
+        (None, False),
+        (None, False),
+    ]
     with pytest.raises(ChannelClosedError, match="send on closed channel 'c'"):
         ch.send("d")
 
@@ -133,10 +139,13 @@ def test_properties_and_validation() -> None:
     assert (ch.cap, ch.bytes_limit, ch.place, ch.name, bool(ch)) == (2, 64, "cpu", "q", True)
     assert repr(ch) == "<channel 'q' cap=2 len=0 place=cpu open senders=0 receivers=0>"
     assert Channel(place="cuda").place == "cuda:0"  # places are not checked against this machine
-    for kwargs, match in [({"capacity": -1}, "capacity must be"), ({"capacity": 1.5}, "capacity must be"),
-                          ({"capacity": 0, "bytes_limit": 10}, "unbuffered"),
-                          ({"capacity": 1, "bytes_limit": -1}, "bytes_limit must be"),
-                          ({"place": "gpu0"}, "not a device")]:
+    for kwargs, match in [
+        ({"capacity": -1}, "capacity must be"),
+        ({"capacity": 1.5}, "capacity must be"),
+        ({"capacity": 0, "bytes_limit": 10}, "unbuffered"),
+        ({"capacity": 1, "bytes_limit": -1}, "bytes_limit must be"),
+        ({"place": "gpu0"}, "not a device"),
+    ]:
         with pytest.raises(BlockirError, match=match):
             Channel(**kwargs)
     with pytest.raises(BlockirError, match="timeout must be"):
@@ -180,7 +189,7 @@ def test_blocked_senders_and_receivers_complete_in_fifo_order(capacity: int) -> 
     senders = []
     for i in range(3):
         senders.append(Worker(lambda i=i: ch.send(i, timeout=T)))
-        wait_until(lambda: len(ch._senders) == i + 1)
+        wait_until(lambda i=i: len(ch._senders) == i + 1)
     got = [ch.recv(timeout=T)[0] for _ in range(capacity + 3)]
     assert got == list(range(-capacity, 3))
     join_all(*senders)
@@ -188,7 +197,7 @@ def test_blocked_senders_and_receivers_complete_in_fifo_order(capacity: int) -> 
     receivers = []
     for i in range(3):
         receivers.append(Worker(lambda: ch.recv(timeout=T)))
-        wait_until(lambda: len(ch._receivers) == i + 1)
+        wait_until(lambda i=i: len(ch._receivers) == i + 1)
     for v in "abc":
         ch.send(v, timeout=T)
     assert [r.value() for r in receivers] == [("a", True), ("b", True), ("c", True)]
@@ -258,10 +267,12 @@ def test_racing_timeouts_deliver_every_value_exactly_once() -> None:
 @st.composite
 def workloads(draw: st.DrawFn) -> dict[str, Any]:
     capacity = draw(st.integers(0, 3))
-    return {"capacity": capacity,
-            "bytes_limit": draw(st.sampled_from([None, 0, 16, 40])) if capacity else None,
-            "producers": draw(st.lists(st.tuples(st.integers(0, 15), st.booleans()), min_size=1, max_size=4)),
-            "consumers": draw(st.lists(st.booleans(), min_size=1, max_size=4))}
+    return {
+        "capacity": capacity,
+        "bytes_limit": draw(st.sampled_from([None, 0, 16, 40])) if capacity else None,
+        "producers": draw(st.lists(st.tuples(st.integers(0, 15), st.booleans()), min_size=1, max_size=4)),
+        "consumers": draw(st.lists(st.booleans(), min_size=1, max_size=4)),
+    }
 
 
 @settings(max_examples=30)
@@ -302,8 +313,10 @@ def test_producers_and_consumers_lose_and_duplicate_nothing(workload: dict[str, 
             got.append(tuple(value.tolist()))
 
     consumers = [Worker(lambda s=s: consume(s), name=f"consumer{i}") for i, s in enumerate(workload["consumers"])]
-    producers = [Worker(lambda p=p, n=n, s=s: produce(p, n, s), name=f"producer{p}")
-                 for p, (n, s) in enumerate(workload["producers"])]
+    producers = [
+        Worker(lambda p=p, n=n, s=s: produce(p, n, s), name=f"producer{p}")
+        for p, (n, s) in enumerate(workload["producers"])
+    ]
     for producer in producers:
         producer.value()
     received = [consumer.value() for consumer in consumers]
@@ -400,6 +413,7 @@ def test_select_validates_cases() -> None:
 
 
 # Deadlock detection.
+
 
 def test_a_lone_recv_ends_with_a_deadlock_error() -> None:
     ch = Channel(name="lonely")

@@ -22,7 +22,7 @@ def producer_consumer(capacity: int = 4) -> tuple[Program, Program, list, list]:
         image = bir.data("image", shape=[-1, 4], dtype="float32")
         label = bir.data("label", shape=[-1, 1], dtype="int64")
         chans = bir.channel_list.make("chan_list", places=["cpu:0", "cpu:1"], capacity=capacity)
-        for i, place in enumerate(chans.places):
+        for i in range(len(chans.places)):
             bir.channel.send(chans[i], [image, label])
     with bir.program_guard(main_program):
         chans = bir.channel_list.make("chan_list", places=["cpu:0", "cpu:1"], capacity=capacity)
@@ -77,11 +77,11 @@ def test_a_go_block_runs_concurrently_and_the_run_waits_for_it():
             y = bir.layers.scale(x, scale=2.0)
             bir.channel.send(ch, [y])
             bir.channel.send(done, [x])
-        got, = bir.channel.recv(ch)
+        (got,) = bir.channel.recv(ch)
     xv = np.ones((3, 2), "float32")
     scope = bir.Scope()
     with bir.Executor("cpu") as exe:
-        out, = exe.run(main, feed={"x": xv}, fetch_list=[got], scope=scope)
+        (out,) = exe.run(main, feed={"x": xv}, fetch_list=[got], scope=scope)
     np.testing.assert_array_equal(out, 2 * xv)
     assert len(scope.get(done.name)) == 1  # the go block's last send happened before the run returned
     assert not any(t.name.startswith("blockir-go-") for t in threading.enumerate())
@@ -105,10 +105,10 @@ def test_two_go_blocks_waiting_on_each_other_deadlock():
         x = bir.data("x", shape=[2], dtype="float32")
         a, b = bir.make_channel(), bir.make_channel()
         with bir.go():
-            got, = bir.channel.recv(a, like=[x])
+            (got,) = bir.channel.recv(a, like=[x])
             bir.channel.send(b, [got])
         with bir.go():
-            got, = bir.channel.recv(b, like=[x])
+            (got,) = bir.channel.recv(b, like=[x])
             bir.channel.send(a, [got])
     start = time.perf_counter()
     with bir.Executor("cpu") as exe, pytest.raises((DeadlockError, ExecutionError), match="[Dd]eadlock"):
@@ -128,8 +128,7 @@ def test_a_failing_go_block_fails_the_run_and_closes_its_channels():
         got, ok = bir.channel.recv(ch, like=[x], status=True)
     scope = bir.Scope()
     with bir.Executor("cpu") as exe, pytest.raises(BlockirError, match="elementwise_add"):
-        exe.run(main, feed={"x": np.ones(2, "float32"), "y": np.ones(3, "float32")}, fetch_list=[ok],
-                scope=scope)
+        exe.run(main, feed={"x": np.ones(2, "float32"), "y": np.ones(3, "float32")}, fetch_list=[ok], scope=scope)
     assert scope.get(ch.name).closed
 
 
@@ -174,7 +173,7 @@ def test_a_worker_lane_blocked_on_a_channel_is_a_deadlock_the_calling_thread_see
         x = bir.data("x", shape=[2], dtype="float32")
         ch = bir.make_channel(place="cpu:1")
         with bir.device_guard("cpu:1"):
-            got, = bir.channel.recv(ch, like=[x])
+            (got,) = bir.channel.recv(ch, like=[x])
         bir.layers.scale(got, scale=2.0)  # on the host, waits for the worker lane
     start = time.perf_counter()
     with bir.Executor("cpu") as exe, pytest.raises((DeadlockError, ExecutionError), match="[Dd]eadlock"):

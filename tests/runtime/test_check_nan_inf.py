@@ -60,7 +60,8 @@ def test_the_first_op_producing_nan_or_inf_is_named_with_its_inputs(scheduler: s
         "    Out=elementwise_div_0.tmp_0: 1 NaN, 1 inf among the 6 values of float32[2, 3]\n"
         "  inputs:\n"
         f"    X=x{where}: float32[2, 3] min 0 max 6 mean 3.16667, 0 NaN, 0 inf\n"
-        f"    Y=y{where}: float32[2, 3] min 0 max 2 mean 1.16667, 0 NaN, 0 inf")
+        f"    Y=y{where}: float32[2, 3] min 0 max 2 mean 1.16667, 0 NaN, 0 inf"
+    )
 
 
 @pytest.mark.filterwarnings("ignore::RuntimeWarning")
@@ -102,8 +103,11 @@ def test_the_inputs_are_reported_as_the_op_got_them_even_where_a_kernel_may_writ
         assert any(step.reuse for step in exe.plan(main, ["x", "y"], [out]).steps)  # off: a's buffer is offered
         exe.check_nan_inf = True
         assert not any(step.reuse for step in exe.plan(main, ["x", "y"], [out]).steps)
-        with pytest.raises(NanInfError, match=r"elementwise_mul(.|\n)*X=relu_0\.tmp_0: float32\[1, 2\] min 1 max "
-                                              r"1e\+30 mean 5e\+29, 0 NaN, 0 inf"):
+        with pytest.raises(
+            NanInfError,
+            match=r"elementwise_mul(.|\n)*X=relu_0\.tmp_0: float32\[1, 2\] min 1 max "
+            r"1e\+30 mean 5e\+29, 0 NaN, 0 inf",
+        ):
             exe.run(main, feed=feed, fetch_list=[out], scope=bir.Scope())
 
 
@@ -115,15 +119,21 @@ def test_ops_of_a_go_block_are_checked() -> None:
         ch = bir.make_channel(capacity=1)
         with bir.go():
             bir.channel.send(ch, [bir.layers.scale(x, scale=1e38)])
-        got, = bir.channel.recv(ch)
+        (got,) = bir.channel.recv(ch)
     feed = {"x": np.array([[1, 10]], "float32")}
-    with bir.Executor("cpu", check_nan_inf=True) as exe, pytest.raises(
-            NanInfError, match=r"in op: %scale_0\.tmp_0 = scale\(X=%x\)(.|\n)*Out=scale_0\.tmp_0: "
-                               r"0 NaN, 1 inf among the 2 values"):
+    with (
+        bir.Executor("cpu", check_nan_inf=True) as exe,
+        pytest.raises(
+            NanInfError,
+            match=r"in op: %scale_0\.tmp_0 = scale\(X=%x\)(.|\n)*Out=scale_0\.tmp_0: "
+            r"0 NaN, 1 inf among the 2 values",
+        ),
+    ):
         exe.run(main, feed=feed, fetch_list=[got], scope=bir.Scope())
     with bir.Executor("cpu") as exe:
-        np.testing.assert_array_equal(exe.run(main, feed=feed, fetch_list=[got], scope=bir.Scope())[0],
-                                      np.array([[1e38, np.inf]], "float32"))
+        np.testing.assert_array_equal(
+            exe.run(main, feed=feed, fetch_list=[got], scope=bir.Scope())[0], np.array([[1e38, np.inf]], "float32")
+        )
 
 
 def test_a_nan_from_the_scope_is_caught_at_the_first_op_reading_it_and_shown_among_its_inputs() -> None:
@@ -135,8 +145,11 @@ def test_a_nan_from_the_scope_is_caught_at_the_first_op_reading_it_and_shown_amo
     with bir.Executor("cpu", check_nan_inf=True) as exe:
         exe.run(startup, scope=scope)
         scope.get("fc_0.w_0")[1, 0] = np.nan
-        with pytest.raises(NanInfError, match=r"in op: %fc_0\.tmp_0 = mul\((.|\n)*Y=fc_0\.w_0: float32\[3, 2\] min "
-                                              r"\S+ max \S+ mean \S+, 1 NaN, 0 inf"):
+        with pytest.raises(
+            NanInfError,
+            match=r"in op: %fc_0\.tmp_0 = mul\((.|\n)*Y=fc_0\.w_0: float32\[3, 2\] min "
+            r"\S+ max \S+ mean \S+, 1 NaN, 0 inf",
+        ):
             exe.run(main, feed={"x": np.ones((4, 3), "float32")}, fetch_list=[out], scope=scope)
 
 
@@ -148,12 +161,15 @@ def test_sparse_gradients_and_lod_tensors_are_checked_and_described() -> None:
     block.create_var("ids", shape=(-1, 1), dtype="int64", need_check_feed=True)
     block.create_var("dout", shape=(-1, 2), dtype="float32", lod_level=1, need_check_feed=True)
     block.create_var("dw", shape=(5, 2), dtype="float32", persistable=True)
-    block.append_op("lookup_table_grad", {"W": "w", "Ids": "ids", "Out@GRAD": "dout"}, {"W@GRAD": "dw"},
-                    {"is_sparse": True})
+    block.append_op(
+        "lookup_table_grad", {"W": "w", "Ids": "ids", "Out@GRAD": "dout"}, {"W@GRAD": "dw"}, {"is_sparse": True}
+    )
     scope = bir.Scope()
     scope.set("w", np.zeros((5, 2), "float32"))
-    feed = {"ids": np.array([[4], [1], [4]], "int64"),
-            "dout": LoDTensor(np.array([[1, np.inf], [2, 3], [np.nan, np.nan]], "float32"), [[0, 1, 3]])}
+    feed = {
+        "ids": np.array([[4], [1], [4]], "int64"),
+        "dout": LoDTensor(np.array([[1, np.inf], [2, 3], [np.nan, np.nan]], "float32"), [[0, 1, 3]]),
+    }
     with bir.Executor("cpu", check_nan_inf=True) as exe, pytest.raises(NanInfError) as info:
         exe.run(program, feed=feed, scope=scope)
     assert info.value.counts == {"dw": (2, 1)}
@@ -162,21 +178,28 @@ def test_sparse_gradients_and_lod_tensors_are_checked_and_described() -> None:
     assert "Out@GRAD=dout: float32[3, 2] min 1 max 3 mean 2, 2 NaN, 1 inf" in str(info.value)
 
 
-@pytest.mark.parametrize(("value", "stats"), [
-    (np.array([[1.5, -2], [np.nan, np.inf]], "float32"), "float32[2, 2] min -2 max 1.5 mean -0.25, 1 NaN, 1 inf"),
-    (np.array([3, 1, 2], "int32"), "int32[3] min 1 max 3 mean 2, 0 NaN, 0 inf"),
-    (np.array([True, False, True]), "bool[3] min False max True mean 0.666667, 0 NaN, 0 inf"),
-    (np.zeros((0, 4), "float32"), "float32[0, 4] empty"),
-    (np.full(3, np.nan, "float64"), "float64[3] no finite element, 3 NaN, 0 inf"),
-    (np.array([1 + 2j, np.inf], "complex64"), "complex64[2] min (1+2j) max (1+2j) mean (1+2j), 0 NaN, 1 inf"),
-    (LoDTensor(np.array([[1.0], [3.0]], "float32"), [[0, 2]]),
-     "lod_tensor<float32>[2, 1] lod_levels=1 min 1 max 3 mean 2, 0 NaN, 0 inf"),
-    (SelectedRows(np.array([0, 7]), np.array([[1.0, -np.inf], [2.0, 5.0]], "float32"), 9),
-     "selected_rows<float32>[9, 2] rows=2 min 1 max 5 mean 2.66667, 0 NaN, 1 inf"),
-    (None, "None"),
-    ([np.array([1.0]), None], "[float64[1] min 1 max 1 mean 1, 0 NaN, 0 inf; None]"),
-    ("not an array", "str"),
-])
+@pytest.mark.parametrize(
+    ("value", "stats"),
+    [
+        (np.array([[1.5, -2], [np.nan, np.inf]], "float32"), "float32[2, 2] min -2 max 1.5 mean -0.25, 1 NaN, 1 inf"),
+        (np.array([3, 1, 2], "int32"), "int32[3] min 1 max 3 mean 2, 0 NaN, 0 inf"),
+        (np.array([True, False, True]), "bool[3] min False max True mean 0.666667, 0 NaN, 0 inf"),
+        (np.zeros((0, 4), "float32"), "float32[0, 4] empty"),
+        (np.full(3, np.nan, "float64"), "float64[3] no finite element, 3 NaN, 0 inf"),
+        (np.array([1 + 2j, np.inf], "complex64"), "complex64[2] min (1+2j) max (1+2j) mean (1+2j), 0 NaN, 1 inf"),
+        (
+            LoDTensor(np.array([[1.0], [3.0]], "float32"), [[0, 2]]),
+            "lod_tensor<float32>[2, 1] lod_levels=1 min 1 max 3 mean 2, 0 NaN, 0 inf",
+        ),
+        (
+            SelectedRows(np.array([0, 7]), np.array([[1.0, -np.inf], [2.0, 5.0]], "float32"), 9),
+            "selected_rows<float32>[9, 2] rows=2 min 1 max 5 mean 2.66667, 0 NaN, 1 inf",
+        ),
+        (None, "None"),
+        ([np.array([1.0]), None], "[float64[1] min 1 max 1 mean 1, 0 NaN, 0 inf; None]"),
+        ("not an array", "str"),
+    ],
+)
 def test_value_statistics(value: object, stats: str) -> None:
     assert value_stats(value) == stats
 
@@ -189,5 +212,5 @@ def test_values_on_a_gpu_are_checked_with_its_array_module(gpu) -> None:  # noqa
     assert info.value.counts == {q.name: (1, 1)} and "@cuda:0" in info.value.op
     assert "X=x@cuda:0: float32[2, 3] min 0 max 6 mean 3.16667, 0 NaN, 0 inf" in str(info.value)
     with bir.Executor("cpu") as exe:
-        got, = exe.run(main, feed={"x": X, "y": Y}, fetch_list=[q], scope=bir.Scope())
+        (got,) = exe.run(main, feed={"x": X, "y": Y}, fetch_list=[q], scope=bir.Scope())
     np.testing.assert_array_equal(transfer(got, "cpu"), X / Y)

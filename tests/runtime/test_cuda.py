@@ -59,8 +59,16 @@ def names(fake: FakeCupy) -> list[tuple]:
     for call in fake.calls:
         if call[0] == "record":
             events[call[2]] = f"{streams[call[1]]}#{sum(e.startswith(streams[call[1]]) for e in events.values())}"
-        out.append(tuple(streams.get(v, v) if isinstance(v, fake_cupy.FakeStream) else
-                         events.get(v, v) if isinstance(v, fake_cupy.FakeEvent) else v for v in call))
+        out.append(
+            tuple(
+                streams.get(v, v)
+                if isinstance(v, fake_cupy.FakeStream)
+                else events.get(v, v)
+                if isinstance(v, fake_cupy.FakeEvent)
+                else v
+                for v in call
+            )
+        )
     return out
 
 
@@ -78,10 +86,11 @@ def chain() -> Program:
 
 # -- streams, events and copies of a run ----------------------------------------------------------------
 
+
 def test_a_run_launches_ops_on_their_streams_and_copies_through_pinned_memory_on_the_copy_stream(fake):
     x = np.arange(12, dtype="float32").reshape(4, 3)
     WHERE.clear()
-    b, = bir.Executor("cpu").run(chain(), feed={"x": x}, fetch_list=["b"])
+    (b,) = bir.Executor("cpu").run(chain(), feed={"x": x}, fetch_list=["b"])
     np.testing.assert_array_equal(b, x * 4)
     assert str(get_device("cuda:0").stream("compute0")) == "cuda:0/compute0"
     assert WHERE["a"] is get_device("cuda:0").stream("compute0").cuda_stream and WHERE["b"] == "host"
@@ -95,21 +104,30 @@ def test_a_run_launches_ops_on_their_streams_and_copies_through_pinned_memory_on
     wait = log.index(("wait", "cuda:0/compute0", "cuda:0/copy#1"))
     assert h2d < log.index(("record", "cuda:0/copy", "cuda:0/copy#1")) < wait < log.index(("launch", "cuda:0/compute0"))
     # ... the download waits for compute0's event, and the host op blocks on the copy stream's event after it.
-    assert log.index(("record", "cuda:0/compute0", "cuda:0/compute0#0")) < log.index(
-        ("wait", "cuda:0/copy", "cuda:0/compute0#0")) < d2h
+    assert (
+        log.index(("record", "cuda:0/compute0", "cuda:0/compute0#0"))
+        < log.index(("wait", "cuda:0/copy", "cuda:0/compute0#0"))
+        < d2h
+    )
     assert d2h < log.index(("record", "cuda:0/copy", "cuda:0/copy#3")) < log.index(("event_sync", "cuda:0/copy#3"))
     assert {c for c in log[-2:]} == {("sync", "cuda:0/copy"), ("sync", "cuda:0/compute0")}  # the run ends synchronized
 
 
 def test_the_sequential_scheduler_waits_for_each_op_on_a_cuda_stream(fake):
     x = np.ones((4, 3), "float32")
-    b, = bir.Executor("cpu", scheduler="sequential").run(chain(), feed={"x": x}, fetch_list=["b"])
+    (b,) = bir.Executor("cpu", scheduler="sequential").run(chain(), feed={"x": x}, fetch_list=["b"])
     np.testing.assert_array_equal(b, x * 4)
     log = names(fake)
     assert not any(c[0] in ("wait", "event_sync") for c in log)  # nothing to wait for: each op is done at once
     launches = [c for c in log if c[0] in ("launch", "sync")]
-    assert launches[:6] == [("launch", "cuda:0/copy"), ("sync", "cuda:0/copy"), ("launch", "cuda:0/compute0"),
-                            ("sync", "cuda:0/compute0"), ("launch", "cuda:0/copy"), ("sync", "cuda:0/copy")]
+    assert launches[:6] == [
+        ("launch", "cuda:0/copy"),
+        ("sync", "cuda:0/copy"),
+        ("launch", "cuda:0/compute0"),
+        ("sync", "cuda:0/compute0"),
+        ("launch", "cuda:0/copy"),
+        ("sync", "cuda:0/copy"),
+    ]
 
 
 def test_copies_between_gpus_are_peer_copies_on_the_destination_copy_stream(fake):
@@ -148,11 +166,15 @@ def test_a_strided_array_is_made_contiguous_on_its_own_gpu_before_the_peer_copy(
     assert out.gpu == 1 and out.flags.c_contiguous
     np.testing.assert_array_equal(transfer(out, "cpu"), np.arange(12.0).reshape(3, 4).T)
     log = [c for c in names(fake) if c[0] in ("record", "wait", "launch", "d2d")]
-    assert log[:7] == [("launch", "cuda:1/copy"),
-                       ("record", "cuda:1/copy", "cuda:1/copy#0"), ("wait", "cuda:0/copy", "cuda:1/copy#0"),
-                       ("launch", "cuda:0/copy"),  # ascontiguousarray, after what cuda:1/copy waited for
-                       ("record", "cuda:0/copy", "cuda:0/copy#0"), ("wait", "cuda:1/copy", "cuda:0/copy#0"),
-                       ("d2d", "cuda:1/copy", 0, 1)]
+    assert log[:7] == [
+        ("launch", "cuda:1/copy"),
+        ("record", "cuda:1/copy", "cuda:1/copy#0"),
+        ("wait", "cuda:0/copy", "cuda:1/copy#0"),
+        ("launch", "cuda:0/copy"),  # ascontiguousarray, after what cuda:1/copy waited for
+        ("record", "cuda:0/copy", "cuda:0/copy#0"),
+        ("wait", "cuda:1/copy", "cuda:0/copy#0"),
+        ("d2d", "cuda:1/copy", 0, 1),
+    ]
 
 
 def test_put_copies_every_kind_of_value_and_waits_for_the_copy(fake):
@@ -170,14 +192,19 @@ def test_put_copies_every_kind_of_value_and_waits_for_the_copy(fake):
 
 # -- results ------------------------------------------------------------------------------------------
 
-SCHEDULERS = [pytest.param({"scheduler": "dataflow"}, id="dataflow"),
-              pytest.param({"scheduler": "dataflow", "compute_streams": 2}, id="dataflow-2-streams"),
-              pytest.param({"scheduler": "sequential"}, id="sequential")]
+SCHEDULERS = [
+    pytest.param({"scheduler": "dataflow"}, id="dataflow"),
+    pytest.param({"scheduler": "dataflow", "compute_streams": 2}, id="dataflow-2-streams"),
+    pytest.param({"scheduler": "sequential"}, id="sequential"),
+]
 
 
 @pytest.mark.parametrize("options", SCHEDULERS)
-@pytest.mark.parametrize("hidden, place", [(None, "cuda:0"), ("cuda:1", "cuda:0"), ("cuda:0", "cpu")],
-                         ids=["cuda0", "cuda0+cuda1", "cpu+cuda0"])
+@pytest.mark.parametrize(
+    "hidden, place",
+    [(None, "cuda:0"), ("cuda:1", "cuda:0"), ("cuda:0", "cpu")],
+    ids=["cuda0", "cuda0+cuda1", "cpu+cuda0"],
+)
 def test_an_mlp_trained_on_gpus_matches_the_host(fake, hidden, place, options):
     losses, scope = train(*mlp(hidden), bir.Executor(place, **options))
     host_losses, host_scope = train(*mlp(None), bir.Executor("cpu"))
@@ -239,8 +266,12 @@ def test_sparse_gradients_and_lod_tensors_on_a_gpu_match_the_host(gpu):
         main, startup, loss = bag_of_words(device)
         scope, exe = bir.Scope(), bir.Executor("cpu")
         exe.run(startup, scope=scope)
-        results.append(([exe.run(main, feed=bag_of_words_feed(), fetch_list=[loss], scope=scope)[0]
-                         for _ in range(3)], scope.get("emb")))
+        results.append(
+            (
+                [exe.run(main, feed=bag_of_words_feed(), fetch_list=[loss], scope=scope)[0] for _ in range(3)],
+                scope.get("emb"),
+            )
+        )
     (losses, emb), (host_losses, host_emb) = results
     assert_matches(losses, host_losses, gpu)
     assert_matches(emb, host_emb, gpu)
@@ -259,6 +290,7 @@ def test_a_failing_kernel_on_a_gpu_names_the_op(fake):
 
 # -- devices this machine does not have ----------------------------------------------------------------
 
+
 def _on(device: str) -> Program:
     program = Program()
     block = program.global_block()
@@ -270,9 +302,12 @@ def _on(device: str) -> Program:
 
 def test_a_gpu_this_machine_lacks_is_refused_before_anything_runs_naming_the_op_and_the_devices(fake):
     WHERE.clear()
-    with pytest.raises(BlockirError, match=r"device cuda:3 is not available on this machine \(devices available: "
-                                           r"cpu, cpu:N \(virtual, any N\), cuda:0, cuda:1\): "
-                                           r"%x@cuda:3 = memcpy\(X=%x\).*@cuda:3$"):
+    with pytest.raises(
+        BlockirError,
+        match=r"device cuda:3 is not available on this machine \(devices available: "
+        r"cpu, cpu:N \(virtual, any N\), cuda:0, cuda:1\): "
+        r"%x@cuda:3 = memcpy\(X=%x\).*@cuda:3$",
+    ):
         bir.Executor("cpu").run(_on("cuda:3"), feed={"x": np.ones(2, "float32")}, fetch_list=["y"])
     assert not fake.calls and not WHERE
 
@@ -280,8 +315,11 @@ def test_a_gpu_this_machine_lacks_is_refused_before_anything_runs_naming_the_op_
 def test_without_cupy_no_gpu_is_available(monkeypatch):
     monkeypatch.setattr(cuda, "_cupy", lambda: None)
     monkeypatch.setattr(device_module, "_devices", {})
-    with pytest.raises(BlockirError, match=r"device cuda:0 is not available on this machine \(devices available: "
-                                           r"cpu, cpu:N \(virtual, any N\)\): %x@cuda:0 = memcpy\(X=%x\)"):
+    with pytest.raises(
+        BlockirError,
+        match=r"device cuda:0 is not available on this machine \(devices available: "
+        r"cpu, cpu:N \(virtual, any N\)\): %x@cuda:0 = memcpy\(X=%x\)",
+    ):
         bir.Executor("cpu").run(_on("cuda:0"), feed={"x": np.ones(2, "float32")}, fetch_list=["y"])
     with pytest.raises(BlockirError, match=r"device cuda:0 is not available .*: the executor's place"):
         bir.Executor("cuda:0")
@@ -319,13 +357,19 @@ def test_importing_blockir_never_imports_cupy(tmp_path):
         print(bir.Executor("cpu").run(program, feed={"x": np.array([-1, 2], "float32")}, fetch_list=["y"])[0])
         print("cupy" in sys.modules)
     """)
-    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=60,
-                          env={"PYTHONPATH": f"{tmp_path}:{ROOT}", "PATH": ""})
+    done = subprocess.run(
+        [sys.executable, "-c", script],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env={"PYTHONPATH": f"{tmp_path}:{ROOT}", "PATH": ""},
+    )
     assert done.returncode == 0, done.stderr
     assert done.stdout.split() == ["[0.", "2.]", "False"]
 
 
 # -- on a real GPU -------------------------------------------------------------------------------------
+
 
 @pytest.mark.gpu
 @pytest.mark.parametrize("options", SCHEDULERS)
@@ -337,8 +381,9 @@ def test_an_mlp_trained_on_a_real_gpu_matches_the_host(hidden, place, options):
     np.testing.assert_allclose(losses, host_losses, rtol=1e-4, atol=1e-5)
     assert losses[-1][0] < losses[0][0]
     for name in host_scope.names():
-        np.testing.assert_allclose(transfer(scope.var(name).value, "cpu"), host_scope.get(name), rtol=1e-3,
-                                   atol=1e-5, err_msg=name)
+        np.testing.assert_allclose(
+            transfer(scope.var(name).value, "cpu"), host_scope.get(name), rtol=1e-3, atol=1e-5, err_msg=name
+        )
     assert scope.var("fc_1.w_0").device == "cuda:0"
 
 
@@ -364,20 +409,23 @@ def test_batches_staged_on_a_gpu_feed_the_executor_without_another_copy(gpu):
     main, startup, loss = mlp(None)
     exe, scope = bir.Executor("cuda:0"), bir.Scope()
     exe.run(startup, scope=scope)
-    losses = [exe.run(main, feed=feed, fetch_list=[loss], scope=scope)[0]
-              for feed in bir.reader.staged(iter(batches), place="cuda:0")]
+    losses = [
+        exe.run(main, feed=feed, fetch_list=[loss], scope=scope)[0]
+        for feed in bir.reader.staged(iter(batches), place="cuda:0")
+    ]
     host_main, host_startup, host_loss = mlp(None)
     host_exe, host_scope = bir.Executor("cpu"), bir.Scope()
     host_exe.run(host_startup, scope=host_scope)
-    host_losses = [host_exe.run(host_main, feed=feed, fetch_list=[host_loss], scope=host_scope)[0]
-                   for feed in batches]
+    host_losses = [host_exe.run(host_main, feed=feed, fetch_list=[host_loss], scope=host_scope)[0] for feed in batches]
     assert_matches(losses, host_losses, gpu)
     plan = exe.plan(main, ["x", "label"], [loss])  # host feeds: copies of x and label to cuda:0
     staged_feed = {name: get_device("cuda:0").put(value) for name, value in batches[0].items()}
-    gpu_plan = exe._plan(main, frozenset(staged_feed), (loss.name,),
-                         frozenset((name, "cuda:0") for name in staged_feed))
-    copied = [s.ctx.op_text for s in plan.steps if "= memcpy(X=%x)" in s.ctx.op_text or
-              "= memcpy(X=%label)" in s.ctx.op_text]
+    gpu_plan = exe._plan(
+        main, frozenset(staged_feed), (loss.name,), frozenset((name, "cuda:0") for name in staged_feed)
+    )
+    copied = [
+        s.ctx.op_text for s in plan.steps if "= memcpy(X=%x)" in s.ctx.op_text or "= memcpy(X=%label)" in s.ctx.op_text
+    ]
     assert len(copied) == 2
     assert not any("memcpy(X=%x)" in s.ctx.op_text or "memcpy(X=%label)" in s.ctx.op_text for s in gpu_plan.steps)
     with pytest.raises(BlockirError, match="feed 'x': the plan takes it on cuda:0, got a value on cpu"):

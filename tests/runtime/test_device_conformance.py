@@ -59,8 +59,9 @@ def test_put_and_transfer_round_trip_every_kind_of_value_in_new_buffers(dev, nam
     there = dev.put(value)
     assert kind is None or type(there) is kind
     for array in _arrays(there):
-        assert isinstance(array, dev.xp.ndarray) and not any(np.shares_memory(array, a) for a in _arrays(value)
-                                                            if dev.xp is np)
+        assert isinstance(array, dev.xp.ndarray) and not any(
+            np.shares_memory(array, a) for a in _arrays(value) if dev.xp is np
+        )
     back = transfer(there, "cpu")
     again = transfer(value, dev.name)
     for copy in (back, transfer(again, "cpu")):
@@ -81,8 +82,11 @@ def test_streams_are_named_compute_k_or_copy_and_made_once(dev):
     assert {compute1, copy} <= set(dev.streams())
     assert compute1.is_async is copy.is_async is (dev.kind == "cuda")
     for bad in ("compute", "compute01", "copy1", "default", 3):
-        with pytest.raises(BlockirError, match=rf"{bad!r} is not a stream of {dev.name} "
-                                               r"\(expected compute<N> or copy\)"):
+        with pytest.raises(
+            BlockirError,
+            match=rf"{bad!r} is not a stream of {dev.name} "
+            r"\(expected compute<N> or copy\)",
+        ):
             dev.stream(bad)
 
 

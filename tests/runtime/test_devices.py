@@ -52,8 +52,14 @@ def test_mlp_trained_on_two_devices_matches_one_device_exactly(exe):
     for name in scope.names():
         np.testing.assert_array_equal(scope.get(name), single_scope.get(name), err_msg=name)
     assert {n: scope.var(n).device for n in scope.names()} == {
-        "fc_0.w_0": "cpu", "fc_0.b_0": "cpu", "fc_1.w_0": "cpu:1", "fc_1.b_0": "cpu:1", "fc_2.w_0": "cpu",
-        "fc_2.b_0": "cpu", "learning_rate_0": "cpu"}
+        "fc_0.w_0": "cpu",
+        "fc_0.b_0": "cpu",
+        "fc_1.w_0": "cpu:1",
+        "fc_1.b_0": "cpu:1",
+        "fc_2.w_0": "cpu",
+        "fc_2.b_0": "cpu",
+        "learning_rate_0": "cpu",
+    }
     assert str(main) == text  # running never changes the user's program
     plan = exe.plan(main, ["x", "label"], [loss])
     assert sum(step.ctx.op_text.split(" = ")[1].startswith("memcpy(") for step in plan.steps) == 5
@@ -82,7 +88,7 @@ def test_values_on_different_devices_never_share_buffers(exe):
     assert host is x  # on the host the fed array itself
     seen = list(SEEN.values())
     for i, one in enumerate(seen):
-        for other in seen[i + 1:]:
+        for other in seen[i + 1 :]:
             assert not np.shares_memory(one, other)
     np.testing.assert_array_equal(on_cpu1, x)
     np.testing.assert_array_equal(b_on_cpu2, x + 1)
@@ -109,11 +115,15 @@ def test_the_plan_refuses_a_value_read_from_another_device():
     main, _, loss = mlp("cpu:1")
     placed = main.clone()
     Place().run(placed)  # no copies
-    with pytest.raises(BlockirError, match=r"op runs on cpu:1 but reads 'fc_0.tmp_2', which is on cpu \(insert a "
-                                           r"memcpy.*\): %fc_1.tmp_0 = mul\(X=%fc_0.tmp_2, Y=%fc_1.w_0\)"):
+    with pytest.raises(
+        BlockirError,
+        match=r"op runs on cpu:1 but reads 'fc_0.tmp_2', which is on cpu \(insert a "
+        r"memcpy.*\): %fc_1.tmp_0 = mul\(X=%fc_0.tmp_2, Y=%fc_1.w_0\)",
+    ):
         compile_plan(placed, frozenset(["x", "label"]), (loss.name,), bir.CPUPlace())
-    copy = placed.global_block().insert_op(3, "memcpy", {"X": "fc_0.tmp_2"}, {"Out": "fc_0.tmp_2"},
-                                           {"dst_device": "cpu:1", "op_device": "cpu:2"})
+    copy = placed.global_block().insert_op(
+        3, "memcpy", {"X": "fc_0.tmp_2"}, {"Out": "fc_0.tmp_2"}, {"dst_device": "cpu:1", "op_device": "cpu:2"}
+    )
     with pytest.raises(BlockirError, match=re.escape(f"memcpy must run on its dst_device, not on cpu:2: {copy}")):
         compile_plan(placed, frozenset(["x", "label"]), (loss.name,), bir.CPUPlace())
 
@@ -147,7 +157,10 @@ def test_place_startup_initializes_parameters_where_main_keeps_them(exe):
     scope = bir.Scope()
     exe.run(startup, scope=scope)
     assert {n: scope.var(n).device for n in ("fc_2.w_0", "fc_2.b_0", "fc_0.w_0")} == {
-        "fc_2.w_0": "cpu:3", "fc_2.b_0": "cpu:3", "fc_0.w_0": "cpu"}
+        "fc_2.w_0": "cpu:3",
+        "fc_2.b_0": "cpu:3",
+        "fc_0.w_0": "cpu",
+    }
     exe.run(main, feed=batch(), fetch_list=[loss], scope=scope)
     assert scope.var("fc_2.w_0").device == "cpu:3"
 
@@ -177,8 +190,9 @@ def bag_of_words(device: str | None) -> tuple[Program, Program, bir.ir.Variable]
         words = bir.data("words", shape=[-1, 1], dtype="int64", lod_level=1)
         label = bir.data("label", shape=[-1, 1], dtype="int64")
         with bir.device_guard(device):  # the table stays on the host: rows and gradients are copied
-            emb = bir.layers.embedding(words, size=[20, 4], is_sparse=True,
-                                       param_attr=bir.ParamAttr(name="emb", device="cpu"))
+            emb = bir.layers.embedding(
+                words, size=[20, 4], is_sparse=True, param_attr=bir.ParamAttr(name="emb", device="cpu")
+            )
             bow = bir.layers.sequence_pool(emb, pool_type="sum")
         pred = bir.layers.fc(bow, size=2, act="softmax")
         loss = bir.layers.mean(bir.layers.cross_entropy(pred, label))

@@ -12,14 +12,14 @@ X = np.arange(6, dtype="float32").reshape(2, 3)
 
 def test_forward_matches_numpy(exe, scope):
     values = init_linear(scope)
-    out, = exe.run(linear_program(optimize=False), feed={"x": X}, fetch_list=["out"], scope=scope)
+    (out,) = exe.run(linear_program(optimize=False), feed={"x": X}, fetch_list=["out"], scope=scope)
     np.testing.assert_allclose(out, X @ values["w"] + values["b"], rtol=1e-6)
 
 
 def test_in_place_update_is_visible_in_scope_and_fetches_are_copies(exe, scope):
     values = init_linear(scope)
     gw = np.ones((3, 2), dtype="float32")
-    w_before, = exe.run(linear_program(optimize=False), feed={"x": X}, fetch_list=["w"], scope=scope)
+    (w_before,) = exe.run(linear_program(optimize=False), feed={"x": X}, fetch_list=["w"], scope=scope)
     out, w_fetched = exe.run(linear_program(), feed={"x": X, "gw": gw}, fetch_list=["out", "w"], scope=scope)
     expected_w = values["w"] - 0.5 * gw
     np.testing.assert_allclose(scope.get("w"), expected_w)
@@ -50,14 +50,14 @@ def test_global_scope_is_the_default(exe):
     scope = bir.Scope()
     with bir.scope_guard(scope):
         init_linear(scope)
-        out, = exe.run(linear_program(optimize=False), feed={"x": X}, fetch_list=["out"])
+        (out,) = exe.run(linear_program(optimize=False), feed={"x": X}, fetch_list=["out"])
     assert out.shape == (2, 2)
 
 
 def test_temporaries_are_freed_after_their_last_use(exe, scope):
     schemas.PRODUCED.clear()
     schemas.ALIVE.clear()
-    y, = exe.run(chain_program(4, probe=True), feed={"x": np.ones(3, "float32")}, fetch_list=["y"], scope=scope)
+    (y,) = exe.run(chain_program(4, probe=True), feed={"x": np.ones(3, "float32")}, fetch_list=["y"], scope=scope)
     # When rt_probe ran, only its own input (the last rt_scale output) was still held.
     assert schemas.ALIVE == [[False, False, False, True]]
     np.testing.assert_array_equal(y, np.full(3, 31.0))  # ((((1*2+1)*2+1)*2+1)*2+1)
@@ -66,8 +66,9 @@ def test_temporaries_are_freed_after_their_last_use(exe, scope):
 def test_fetched_temporaries_stay_alive(exe, scope):
     schemas.PRODUCED.clear()
     schemas.ALIVE.clear()
-    t0, y = exe.run(chain_program(3, probe=True), feed={"x": np.ones(2, "float32")}, fetch_list=["t0", "y"],
-                    scope=scope)
+    t0, y = exe.run(
+        chain_program(3, probe=True), feed={"x": np.ones(2, "float32")}, fetch_list=["t0", "y"], scope=scope
+    )
     assert schemas.ALIVE == [[True, False, True]]
     np.testing.assert_array_equal(t0, [3.0, 3.0])
 
@@ -81,7 +82,7 @@ def test_plan_is_cached_and_recompiled_after_a_change(exe, scope):
     assert exe.plan(program, ["x"], ["t0"]) is not plan  # other fetches, other plan
     program.global_block().ops[1].set_attr("scale", 10.0)
     assert exe.plan(program, ["x"], ["t1"]) is not plan
-    t1, = exe.run(program, feed={"x": np.ones(1, "float32")}, fetch_list=["t1"], scope=scope)
+    (t1,) = exe.run(program, feed={"x": np.ones(1, "float32")}, fetch_list=["t1"], scope=scope)
     np.testing.assert_array_equal(t1, [31.0])  # (1*2+1)*10+1
 
 
@@ -107,7 +108,7 @@ def test_fetch_list_takes_variables_and_attrs_defaults_are_filled(exe, scope):
     x = block.create_var("x", shape=(2,), dtype="float32")
     y = block.create_var("y", shape=(2,), dtype="float32")
     block.append_op("rt_scale", {"X": x}, {"Out": y}, {"scale": 3.0})  # bias defaults to 0
-    out, = exe.run(program, feed={"x": np.array([1, 2], "float32")}, fetch_list=[y], scope=scope)
+    (out,) = exe.run(program, feed={"x": np.array([1, 2], "float32")}, fetch_list=[y], scope=scope)
     np.testing.assert_array_equal(out, [3.0, 6.0])
     assert exe.plan(program, ["x"], [y]).steps[0].ctx.attrs == {"scale": 3.0, "bias": 0.0}
 
@@ -135,7 +136,7 @@ def test_wants_says_which_outputs_are_read(exe, scope):
     block.append_op("rt_split", {"X": "x"}, {"A": "a", "B": "b"})
     block.append_op("rt_scale", {"X": "b"}, {"Out": "c"})
     schemas.WANTS.clear()
-    c, = exe.run(program, feed={"x": np.ones(2, "float32")}, fetch_list=["c"], scope=scope)
+    (c,) = exe.run(program, feed={"x": np.ones(2, "float32")}, fetch_list=["c"], scope=scope)
     a, c = exe.run(program, feed={"x": np.ones(2, "float32")}, fetch_list=["a", "c"], scope=scope)
     assert schemas.WANTS == [(False, True), (True, True)]
     np.testing.assert_array_equal(c, [3, 3])
@@ -151,16 +152,18 @@ def test_lod_is_dropped_for_plain_slots_and_shared_back(exe, scope):
     block.append_op("rt_plain_relu", {"X": "seq"}, {"Out": "r"})
     block.append_op("rt_seq_len", {"X": "r"}, {"Out": "n"})
     data = np.array([[1, -1], [-2, 2], [3, 3]], "float32")
-    r, n = exe.run(program, feed={"seq": LoDTensor(data, [[0, 1, 3]])}, fetch_list=["r", "n"], scope=scope,
-                   return_numpy=False)
+    r, n = exe.run(
+        program, feed={"seq": LoDTensor(data, [[0, 1, 3]])}, fetch_list=["r", "n"], scope=scope, return_numpy=False
+    )
     assert isinstance(r, LoDTensor) and r.lod == [[0, 1, 3]]
     np.testing.assert_array_equal(r.data, np.maximum(data, 0))
     np.testing.assert_array_equal(n, [1, 2])
-    r, = exe.run(program, feed={"seq": LoDTensor(data, [[0, 1, 3]])}, fetch_list=["r"], scope=scope)
+    (r,) = exe.run(program, feed={"seq": LoDTensor(data, [[0, 1, 3]])}, fetch_list=["r"], scope=scope)
     assert isinstance(r, np.ndarray)
 
 
 # -- feed and fetch errors --------------------------------------------------------------
+
 
 def test_missing_feed_names_it(exe, scope):
     init_linear(scope)
@@ -187,7 +190,7 @@ def test_wrong_dtype_and_shape_name_expected_and_given(exe, scope):
 
 def test_lists_are_converted_to_the_declared_dtype(exe, scope):
     init_linear(scope)
-    out, = exe.run(linear_program(optimize=False), feed={"x": [[1, 2, 3]]}, fetch_list=["out"], scope=scope)
+    (out,) = exe.run(linear_program(optimize=False), feed={"x": [[1, 2, 3]]}, fetch_list=["out"], scope=scope)
     assert out.shape == (1, 2) and out.dtype == np.float32
 
 
@@ -216,6 +219,7 @@ def test_uninitialised_parameter_says_run_startup(exe, scope):
 
 
 # -- kernel and compile errors ---------------------------------------------------------------
+
 
 def test_kernel_error_names_the_op_and_its_inputs(exe, scope):
     program = bir.Program()
@@ -246,12 +250,19 @@ def test_unknown_op_type_fails_at_compile_time(exe):
         exe.plan(program, ["x"])
 
 
-@pytest.mark.parametrize("op_type, attrs, message", [
-    ("rt_no_kernel", {}, "op type 'rt_no_kernel' has no kernel for cpu"),
-    ("rt_need_attr", {}, "cannot run op: required attribute 'factor' is missing: .*rt_need_attr"),
-    ("rt_scale", {"op_device": "cuda:99"}, r"device cuda:99 is not available on this machine \(devices available: "
-                                           r"cpu, cpu:N \(virtual, any N\).*\): .*rt_scale"),
-])
+@pytest.mark.parametrize(
+    "op_type, attrs, message",
+    [
+        ("rt_no_kernel", {}, "op type 'rt_no_kernel' has no kernel for cpu"),
+        ("rt_need_attr", {}, "cannot run op: required attribute 'factor' is missing: .*rt_need_attr"),
+        (
+            "rt_scale",
+            {"op_device": "cuda:99"},
+            r"device cuda:99 is not available on this machine \(devices available: "
+            r"cpu, cpu:N \(virtual, any N\).*\): .*rt_scale",
+        ),
+    ],
+)
 def test_compile_errors_name_the_op(exe, op_type, attrs, message):
     program = bir.Program()
     block = program.global_block()
@@ -271,11 +282,14 @@ def test_undeclared_variables_and_unknown_slots_are_refused(exe):
         exe.plan(program, ["x"])
     block.create_var("undeclared", shape=(1,), dtype="float32")
     block.ops[0].set_input("Bogus", ["x"])
-    with pytest.raises(BlockirError, match=r"cannot run op: rt_scale has no input slot 'Bogus' \(its input slots: X\): .*rt_scale\("):
+    with pytest.raises(
+        BlockirError, match=r"cannot run op: rt_scale has no input slot 'Bogus' \(its input slots: X\): .*rt_scale\("
+    ):
         exe.plan(program, ["x"])
 
 
 # -- programs with feed and fetch ops --------------------------------------------------------
+
 
 def _framed(program: bir.Program) -> bir.Program:
     block = program.global_block()
@@ -293,12 +307,12 @@ def test_feed_and_fetch_ops_declare_the_targets(exe, scope):
     out, h = exe.run(program, feed={"x": X}, scope=scope)
     np.testing.assert_allclose(h, X @ values["w"], rtol=1e-6)
     np.testing.assert_allclose(out, h + values["b"], rtol=1e-6)
-    h2, = exe.run(program, feed={"x": X}, fetch_list=["h"], scope=scope)
+    (h2,) = exe.run(program, feed={"x": X}, fetch_list=["h"], scope=scope)
     np.testing.assert_array_equal(h2, h)
     with pytest.raises(BlockirError, match="missing feed 'x': the program's feed ops take x"):
         exe.run(program, scope=scope)
 
 
 def test_long_chain(exe, scope):
-    t, = exe.run(chain_program(10), feed={"x": np.zeros(1, "float32")}, fetch_list=["t9"], scope=scope)
-    np.testing.assert_array_equal(t, [2.0 ** 10 - 1])
+    (t,) = exe.run(chain_program(10), feed={"x": np.zeros(1, "float32")}, fetch_list=["t9"], scope=scope)
+    np.testing.assert_array_equal(t, [2.0**10 - 1])

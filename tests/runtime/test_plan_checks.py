@@ -38,12 +38,18 @@ BREAKAGES: dict[str, tuple[Callable[[Block], object], int, str]] = {  # how, the
     "feed-without-out": (lambda b: b.ops[0].set_output("Out", []), 0, "required output slot Out is missing"),
     "fetch-without-x": (lambda b: b.ops[2].set_input("X", []), 2, "required input slot X is missing"),
     "relu-reading-empty": (lambda b: b.ops[1].set_input("X", ["@EMPTY@"]), 1, "required input slot X is missing"),
-    "col-a-string": (lambda b: (_second_fetch(b, 1), b.ops[2].set_attr("col", "a", AttrType.STRING)), 2,
-                     "attribute 'col' is STRING, expected INT"),
+    "col-a-string": (
+        lambda b: (_second_fetch(b, 1), b.ops[2].set_attr("col", "a", AttrType.STRING)),
+        2,
+        "attribute 'col' is STRING, expected INT",
+    ),
     "col-taken-twice": (lambda b: _second_fetch(b, 0), 3, "fetch column 0 is taken by op 2 too"),
     "col-negative": (lambda b: b.ops[2].set_attr("col", -1), 2, "fetch column -1 is negative"),
-    "two-outs": (lambda b: b.ops[1].set_output("Out", ["y", "x"]), 1,
-                 "output slot Out holds 2 variables but is not duplicable"),
+    "two-outs": (
+        lambda b: b.ops[1].set_output("Out", ["y", "x"]),
+        1,
+        "output slot Out holds 2 variables but is not duplicable",
+    ),
 }
 
 
@@ -85,8 +91,10 @@ def test_ops_of_a_go_block_are_checked_when_it_is_compiled() -> None:
 def test_a_sub_block_attribute_naming_no_block_is_refused_with_the_op() -> None:
     main, go = with_go()
     go.set_attr("sub_block", 99)
-    with bir.Executor("cpu") as exe, pytest.raises(
-            VerifyError, match=r"attribute 'sub_block' refers to block 99, which does not exist: go\("):
+    with (
+        bir.Executor("cpu") as exe,
+        pytest.raises(VerifyError, match=r"attribute 'sub_block' refers to block 99, which does not exist: go\("),
+    ):
         exe.plan(main, ["x"])
 
 

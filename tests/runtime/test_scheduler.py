@@ -15,8 +15,8 @@ from hypothesis import strategies as st
 import blockir as bir
 from blockir.errors import BlockirError, ExecutionError
 from blockir.ir import Program
-from blockir.ir.schema import AttrDef, OpSchema, Slot, find, register
 from blockir.ir.attrs import AttrType
+from blockir.ir.schema import AttrDef, OpSchema, Slot, find, register
 from blockir.passes import dependency_graph
 from tests.passes.programs import RandomProgram, assert_same_results, runnable_programs
 
@@ -31,9 +31,15 @@ def _nap(ctx, x):
     return x + 1
 
 
-find("sched_nap") or register(OpSchema(
-    "sched_nap", inputs=(Slot("X"),), outputs=(Slot("Out"),), kernel=_nap,
-    attrs=(AttrDef("ms", AttrType.FLOAT, 0.0), AttrDef("fail", AttrType.BOOLEAN, False))))
+find("sched_nap") or register(
+    OpSchema(
+        "sched_nap",
+        inputs=(Slot("X"),),
+        outputs=(Slot("Out"),),
+        kernel=_nap,
+        attrs=(AttrDef("ms", AttrType.FLOAT, 0.0), AttrDef("fail", AttrType.BOOLEAN, False)),
+    )
+)
 
 
 def two_branches(size: int = 64) -> tuple[Program, Program, bir.ir.Variable]:
@@ -60,8 +66,12 @@ def wide(branches: int, depth: int, ms: float, fail_at: tuple[int, int] | None =
         for d in range(depth):
             out = f"b{b}_{d}"
             block.create_var(out, shape=(2,), dtype="float32")
-            block.append_op("sched_nap", {"X": prev}, {"Out": out},
-                            {"ms": ms, "fail": fail_at == (b, d), "op_device": f"cpu:{1 + b % 3}"})
+            block.append_op(
+                "sched_nap",
+                {"X": prev},
+                {"Out": out},
+                {"ms": ms, "fail": fail_at == (b, d), "op_device": f"cpu:{1 + b % 3}"},
+            )
             prev = out
     return program
 
@@ -74,8 +84,9 @@ def test_two_branches_on_two_devices_equal_the_sequential_run_and_use_a_worker(t
         with bir.Executor("cpu", scheduler=scheduler, num_threads=2) as exe:
             scope = bir.Scope()
             exe.run(startup, scope=scope)
-            results[scheduler], = exe.run(main, feed={"x": xb}, fetch_list=[out], scope=scope,
-                                          trace=tmp_path / f"{scheduler}.json")
+            (results[scheduler],) = exe.run(
+                main, feed={"x": xb}, fetch_list=[out], scope=scope, trace=tmp_path / f"{scheduler}.json"
+            )
     np.testing.assert_array_equal(results["dataflow"], results["sequential"])
     trace = json.loads((tmp_path / "dataflow.json").read_text())["traceEvents"]
     ops = [e for e in trace if e["ph"] == "X"]
@@ -96,8 +107,9 @@ def test_two_branches_on_two_devices_equal_the_sequential_run_and_use_a_worker(t
 
 @settings(max_examples=60)
 @given(rp=runnable_programs(devices=DEVICES, max_ops=12), threads=st.sampled_from([None, 1, 2]))
-def test_random_placed_programs_equal_the_sequential_run_and_respect_dependencies(rp: RandomProgram, threads,
-                                                                                   tmp_path_factory):
+def test_random_placed_programs_equal_the_sequential_run_and_respect_dependencies(
+    rp: RandomProgram, threads, tmp_path_factory
+):
     placed, _ = bir.passes.run(rp.program, "place,insert-copies,streams")
     expected = rp.run(placed, bir.Executor("cpu", scheduler="sequential"))
     trace = tmp_path_factory.mktemp("trace") / "run.json"
@@ -105,8 +117,11 @@ def test_random_placed_programs_equal_the_sequential_run_and_respect_dependencie
         for _ in range(3):
             assert_same_results(rp.run(placed, exe), expected)
         rp.run(placed, exe, trace=trace)
-    spans = {e["args"]["step"]: (e["ts"], e["ts"] + e["dur"]) for e in json.loads(trace.read_text())["traceEvents"]
-             if e["ph"] == "X"}
+    spans = {
+        e["args"]["step"]: (e["ts"], e["ts"] + e["dur"])
+        for e in json.loads(trace.read_text())["traceEvents"]
+        if e["ph"] == "X"
+    }
     assert sorted(spans) == list(range(len(placed.global_block().ops)))
     for i, j in dependency_graph(placed.global_block()).edges:
         assert spans[i][1] <= spans[j][0] + 1e-3, (i, j)  # microseconds, rounded
@@ -138,7 +153,7 @@ def test_a_failure_on_the_calling_thread_drains_the_workers():
                 exe.run(program, feed={"x": np.zeros(2, "float32")}, fetch_list=["b1_3", "b2_3"])
             workers = exe.plan(program, ["x"], ["b1_3", "b2_3"]).schedule.workers
             assert sum(t.name.startswith("blockir-worker-") for t in threading.enumerate()) == workers
-        b0_3, = exe.run(wide(branches=3, depth=4, ms=0), feed={"x": np.zeros(2, "float32")}, fetch_list=["b0_3"])
+        (b0_3,) = exe.run(wide(branches=3, depth=4, ms=0), feed={"x": np.zeros(2, "float32")}, fetch_list=["b0_3"])
         np.testing.assert_array_equal(b0_3, [4, 4])
 
 
@@ -149,8 +164,9 @@ def test_num_threads_caps_the_workers_and_a_lane_keeps_its_streams_in_order():
         assert plan.schedule.workers == 2
         for lane in plan.schedule.lanes:
             assert list(lane) == sorted(lane)
-        np.testing.assert_array_equal(exe.run(program, feed={"x": np.ones(2, "float32")},
-                                              fetch_list=["b5_2"])[0], [4, 4])
+        np.testing.assert_array_equal(
+            exe.run(program, feed={"x": np.ones(2, "float32")}, fetch_list=["b5_2"])[0], [4, 4]
+        )
     with bir.Executor("cpu") as exe:
         assert exe.plan(program, ["x"], ["b0_2"]).schedule.workers == 6  # one per stream: cpu:1..3 compute, copy
 
@@ -171,9 +187,9 @@ def test_thousands_of_small_runs_leak_no_threads():
         with bir.Executor("cpu") as exe:
             scope = bir.Scope()
             exe.run(startup, scope=scope)
-            first, = exe.run(main, feed={"x": xb}, fetch_list=[out], scope=scope)
+            (first,) = exe.run(main, feed={"x": xb}, fetch_list=[out], scope=scope)
             for _ in range(700):
-                again, = exe.run(main, feed={"x": xb}, fetch_list=[out], scope=scope)
+                (again,) = exe.run(main, feed={"x": xb}, fetch_list=[out], scope=scope)
             np.testing.assert_array_equal(again, first)
             assert threading.active_count() == before + exe.plan(main, ["x"], [out]).schedule.workers
     assert threading.active_count() == before
@@ -194,9 +210,14 @@ def test_closed_executors_refuse_to_run_and_bad_options_are_errors():
 def test_an_unavailable_device_is_refused_before_anything_runs():
     program = wide(branches=2, depth=1, ms=0)
     program.global_block().ops[1].set_attr("op_device", "cuda:7")
-    with bir.Executor("cpu") as exe, pytest.raises(
-            BlockirError, match=r"device cuda:7 is not available on this machine \(devices available: cpu, "
-                                r"cpu:N \(virtual, any N\).*\): .*sched_nap"):
+    with (
+        bir.Executor("cpu") as exe,
+        pytest.raises(
+            BlockirError,
+            match=r"device cuda:7 is not available on this machine \(devices available: cpu, "
+            r"cpu:N \(virtual, any N\).*\): .*sched_nap",
+        ),
+    ):
         exe.run(program, feed={"x": np.ones(2, "float32")}, fetch_list=["b0_0"])
 
 

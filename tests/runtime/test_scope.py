@@ -79,6 +79,9 @@ def test_places():
     assert str(bir.CPUPlace()) == "cpu"
     with pytest.raises(BlockirError, match="not a device: 'gpu0'"):
         bir.Executor("gpu0")
-    with pytest.raises(BlockirError, match=r"device cuda:99 is not available on this machine \(devices available: "
-                                           r"cpu, cpu:N \(virtual, any N\).*\): the executor's place"):
+    with pytest.raises(
+        BlockirError,
+        match=r"device cuda:99 is not available on this machine \(devices available: "
+        r"cpu, cpu:N \(virtual, any N\).*\): the executor's place",
+    ):
         bir.Executor("cuda:99")
