@@ -5,7 +5,6 @@ import pytest
 from hypothesis import HealthCheck, settings
 
 import blockir as bir
-from blockir.dsl import framework
 
 # CI: bounded examples, no deadline (2 shared cores make timings noisy).
 settings.register_profile(
@@ -16,9 +15,9 @@ settings.load_profile("ci" if os.environ.get("CI") else os.environ.get("HYPOTHES
 
 
 @pytest.fixture(autouse=True)
-def _fresh_names(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
-    """Each test builds with fresh unique names and name-scope counters, whatever ran before it."""
-    monkeypatch.setattr(framework, "_name_scope", framework.NameScope())
+def _fresh_names() -> Iterator[None]:
+    """Each test builds with fresh unique names and name-scope counters (the generator holds both),
+    whatever ran before it."""
     with bir.unique_name.guard():
         yield
 

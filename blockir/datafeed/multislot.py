@@ -39,8 +39,8 @@ import numpy as np
 from blockir.datafeed.desc import DataFeedDesc
 from blockir.datafeed.staged import staged
 from blockir.errors import DataFeedError
+from blockir.ir.devices import HOST
 from blockir.ops.values import LoDTensor
-from blockir.runtime.device import HOST
 
 __all__ = ["MultiSlotReader", "write_multislot"]
 

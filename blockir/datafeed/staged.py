@@ -38,8 +38,9 @@ from typing import TYPE_CHECKING, Any, cast
 import numpy as np
 
 from blockir.errors import BlockirError
+from blockir.ir.devices import HOST
 from blockir.ops.transfer import map_arrays
-from blockir.runtime.device import HOST, Device, Event, get_device
+from blockir.runtime.device import Device, Event, get_device
 from blockir.runtime.place import Place
 
 if TYPE_CHECKING:

@@ -32,6 +32,7 @@ from blockir.dsl.variable import Variable
 from blockir.errors import BlockirError
 from blockir.ir import core
 from blockir.ir.core import Block, outer_temporaries
+from blockir.ir.devices import require_device
 from blockir.ir.dtypes import VarKind, to_dtype
 
 __all__ = [
@@ -80,7 +81,7 @@ def make_channel(
         raise BlockirError(f"make_channel: capacity must be an int >= 0, got {capacity!r}")
     if bytes_limit is not None and (not isinstance(bytes_limit, int) or bytes_limit < 0):
         raise BlockirError(f"make_channel: bytes_limit must be an int >= 0 or None, got {bytes_limit!r}")
-    device = framework.check_device(place) if place is not None else ""
+    device = require_device(place, "make_channel place") if place is not None else ""
     name = name or unique_name.generate("channel")
     block = _main_block()
     if name in block.vars:
@@ -283,7 +284,7 @@ def channel_list_make(name: str, places: Sequence[str], capacity: int = 0, dtype
         raise BlockirError(f"channel_list.make: name must be a non-empty string, got {name!r}")
     if isinstance(places, str) or not places:
         raise BlockirError(f"channel_list.make {name!r}: places must be a non-empty list of devices, got {places!r}")
-    devices = [framework.check_device(p) for p in places]
+    devices = [require_device(p, f"channel_list.make {name!r} place") for p in places]
     return ChannelList([make_channel(dtype, capacity, d, name=f"{name}.{i}") for i, d in enumerate(devices)], devices)
 
 

@@ -2,9 +2,14 @@
 
 Like Fluid 1.x, layers write into the *default main program* and parameters'
 initializers into the *default startup program*; :func:`program_guard` swaps
-both for the duration of a ``with`` block. :func:`device_guard` and
+both for the duration of a ``with`` block (these live in the IR,
+:mod:`blockir.ir.defaults`, and are re-exported here). :func:`device_guard` and
 :func:`name_scope` nest (the innermost wins) and tag every op built inside with
 the ``op_device`` and ``op_namescope`` attributes.
+
+All of this state is held in context variables, as the unique-name generator
+is (:mod:`blockir.dsl.unique_name`): a guard entered in one thread is seen only
+there, so two threads can build programs at once.
 
 Every op the DSL creates goes through :func:`append_op`, which adds the common
 attributes (``op_role``, ``op_role_var``, ``op_namescope``, ``op_device`` last, as
@@ -18,12 +23,22 @@ from __future__ import annotations
 import contextlib
 import hashlib
 from collections.abc import Iterator
+from contextvars import ContextVar
 from typing import Any
 
+from blockir.dsl import unique_name
+from blockir.dsl.unique_name import NameScope
 from blockir.errors import BlockirError, ShapeError
-from blockir.ir.core import Block, Operator, Program
+from blockir.ir.core import Block, Operator
+from blockir.ir.defaults import (
+    default_main_program,
+    default_startup_program,
+    program_guard,
+    switch_main_program,
+    switch_startup_program,
+)
+from blockir.ir.devices import require_device
 from blockir.ir.schema import OpRole, find
-from blockir.ir.verify import is_valid_device
 
 __all__ = [
     "default_main_program",
@@ -35,63 +50,8 @@ __all__ = [
     "switch_startup_program",
 ]
 
-_main_program = Program()
-_startup_program = Program()
-_current_device: str | None = None
-
-
-def default_main_program() -> Program:
-    """The program layers append their ops to (outside any :func:`program_guard`, a global one)."""
-    return _main_program
-
-
-def default_startup_program() -> Program:
-    """The program parameters' initializers go to (outside any :func:`program_guard`, a global one)."""
-    return _startup_program
-
-
-def switch_main_program(program: Program) -> Program:
-    """Make ``program`` the default main program; return the previous one."""
-    global _main_program
-    _check_program(program, "main_program")
-    previous, _main_program = _main_program, program
-    return previous
-
-
-def switch_startup_program(program: Program) -> Program:
-    """Make ``program`` the default startup program; return the previous one."""
-    global _startup_program
-    _check_program(program, "startup_program")
-    previous, _startup_program = _startup_program, program
-    return previous
-
-
-def _check_program(program: object, what: str) -> None:
-    if not isinstance(program, Program):
-        raise BlockirError(f"{what} must be a blockir Program, got {type(program).__name__}")
-
-
-@contextlib.contextmanager
-def program_guard(main_program: Program, startup_program: Program | None = None) -> Iterator[None]:
-    """Build into ``main_program`` (and put initializers into ``startup_program``) inside the block."""
-    _check_program(main_program, "main_program")
-    if startup_program is not None:
-        _check_program(startup_program, "startup_program")
-    old_main = switch_main_program(main_program)
-    old_startup = switch_startup_program(startup_program) if startup_program is not None else None
-    try:
-        yield
-    finally:
-        switch_main_program(old_main)
-        if old_startup is not None:
-            switch_startup_program(old_startup)
-
-
-def check_device(device: str, what: str = "device") -> str:
-    """``device`` when it is ``cpu``, ``cpu:N``, ``cuda`` or ``cuda:N``; a clear error otherwise."""
-    if not isinstance(device, str) or not is_valid_device(device):
-        raise BlockirError(f"{what} {device!r} is not a valid device (expected cpu, cpu:N, cuda or cuda:N)")
-    return device
+_device: ContextVar[str | None] = ContextVar("blockir_device", default=None)
+_name_scope: ContextVar[NameScope | None] = ContextVar("blockir_name_scope", default=None)
 
 
 @contextlib.contextmanager
@@ -101,64 +61,45 @@ def device_guard(device: str | None = None) -> Iterator[None]:
     Guards nest and the innermost wins; ``device_guard(None)`` builds ops
     without a device inside an outer guard (the placement pass decides).
     """
-    global _current_device
     if device is not None:
-        check_device(device)
-    previous, _current_device = _current_device, device
+        require_device(device, "device_guard")
+    token = _device.set(device)
     try:
         yield
     finally:
-        _current_device = previous
+        _device.reset(token)
 
 
 def current_device() -> str | None:
     """The device of the innermost :func:`device_guard`, None outside any."""
-    return _current_device
+    return _device.get()
 
 
-class NameScope:
-    """A node of the name-scope tree; a repeated prefix under one parent gets ``_1``, ``_2``, ..."""
-
-    def __init__(self, name: str = "", parent: NameScope | None = None) -> None:
-        self.name = name
-        self.parent = parent
-        self._children: dict[str, int] = {}
-
-    def child(self, prefix: str) -> NameScope:
-        count = self._children.get(prefix, 0)
-        self._children[prefix] = count + 1
-        return NameScope(prefix if count == 0 else f"{prefix}_{count}", self)
-
-    def full_name(self) -> str:
-        """``/outer/inner/``, or ``/`` for the root."""
-        parts: list[str] = []
-        scope: NameScope | None = self
-        while scope is not None and scope.parent is not None:
-            parts.append(scope.name)
-            scope = scope.parent
-        return "/" + "".join(p + "/" for p in reversed(parts))
-
-
-_name_scope = NameScope()
+def _current_scope() -> NameScope:
+    scope = _name_scope.get()
+    return scope if scope is not None else unique_name.current().scopes
 
 
 @contextlib.contextmanager
 def name_scope(prefix: str) -> Iterator[None]:
-    """Tag every op built inside with ``op_namescope`` = ``/outer/prefix/`` (for viewers)."""
-    global _name_scope
+    """Tag every op built inside with ``op_namescope`` = ``/outer/prefix/`` (for viewers).
+
+    A prefix repeated under one parent scope gets ``_1``, ``_2``, ...; the counts
+    belong to the unique-name generator, so :func:`blockir.dsl.unique_name.guard`
+    starts them afresh.
+    """
     if not isinstance(prefix, str) or not prefix or "/" in prefix:
         raise BlockirError(f"name_scope prefix must be a non-empty string without '/', got {prefix!r}")
-    previous = _name_scope
-    _name_scope = previous.child(prefix)
+    token = _name_scope.set(_current_scope().child(prefix))
     try:
         yield
     finally:
-        _name_scope = previous
+        _name_scope.reset(token)
 
 
 def current_name_scope() -> str:
     """The full name of the innermost :func:`name_scope` (``/`` outside any)."""
-    return _name_scope.full_name()
+    return _current_scope().full_name()
 
 
 def derive_seed(program_seed: int, op_type: str, output: str) -> int:
@@ -203,7 +144,7 @@ def append_op(
         attrs["op_namescope"] = scope
     place = current_device() if device is None else device
     if place:
-        attrs["op_device"] = check_device(place, "op_device")
+        attrs["op_device"] = require_device(place, "op_device")
     try:
         return block.append_op(type, inputs, outputs, attrs, infer=infer)
     except ShapeError as err:

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from blockir.dsl.framework import check_device
 from blockir.dsl.initializer import Initializer
 from blockir.errors import BlockirError
+from blockir.ir.devices import require_device
 
 __all__ = ["ParamAttr"]
 
@@ -41,7 +41,7 @@ class ParamAttr:
         self.initializer = initializer
         self.learning_rate = float(learning_rate)
         self.trainable = trainable
-        self.device = check_device(device, "ParamAttr device") if device is not None else None
+        self.device = require_device(device, "ParamAttr device") if device is not None else None
 
     @staticmethod
     def to_attr(arg: Any) -> ParamAttr | bool:

@@ -72,6 +72,7 @@ import numpy as np
 
 from blockir.errors import BlockirError
 from blockir.ir.core import Program, Variable
+from blockir.ir.defaults import default_main_program
 from blockir.ir.dtypes import VarKind
 from blockir.ir.proto_io import (
     atomic_file,
@@ -558,10 +559,6 @@ def _load_file(dirname: str | os.PathLike[str], manifest: _Manifest | None, name
 def _default_program(program: Program | None) -> Program:
     if program is not None:
         return program
-    from blockir.dsl.framework import (
-        default_main_program,  # at call time: the runtime works without it
-    )
-
     return default_main_program()
 
 

@@ -34,31 +34,13 @@ Checks:
 
 from __future__ import annotations
 
-import re
-
 from blockir.errors import VerifyError
 from blockir.ir.attrs import AttrType
 from blockir.ir.core import Block, Operator, Program, Variable
+from blockir.ir.devices import DEVICE_FORMS, is_valid_device
 from blockir.ir.schema import COMMON_ATTRS, EMPTY_VAR, GRAD_SUFFIX, REQUIRED, OpSchema, find
 
-__all__ = ["canonical_device", "column_problems", "is_valid_device", "op_problems", "verify"]
-
-_DEVICE = re.compile(r"(cpu|cuda)(:(0|[1-9][0-9]*))?")
-_DEVICE_FORMS = "cpu, cpu:N, cuda or cuda:N"
-
-
-def is_valid_device(device: str) -> bool:
-    """Whether ``device`` is ``cpu``, ``cpu:N``, ``cuda`` or ``cuda:N`` (N a non-negative integer)."""
-    return _DEVICE.fullmatch(device) is not None
-
-
-def canonical_device(device: str) -> str:
-    """The one spelling of a well-formed device: ``cpu`` for ``cpu``/``cpu:0`` (the host), ``cpu:N``,
-    ``cuda:N`` (``cuda`` is ``cuda:0``). Two devices are the same device when their spellings are."""
-    kind, _, index = device.partition(":")
-    if kind == "cpu":
-        return device if index not in ("", "0") else "cpu"
-    return f"{kind}:{index or 0}"
+__all__ = ["column_problems", "op_problems", "verify"]
 
 
 class _Verifier:
@@ -95,7 +77,7 @@ class _Verifier:
             self.problems.append("program: has no blocks")
         if self.program.device and not is_valid_device(self.program.device):
             self.problems.append(
-                f"program: device {self.program.device!r} is not well formed (expected {_DEVICE_FORMS})"
+                f"program: device {self.program.device!r} is not well formed (expected {DEVICE_FORMS})"
             )
         for i, block in enumerate(self.program.blocks):
             if block.idx != i:
@@ -111,13 +93,13 @@ class _Verifier:
             if not -1 <= block.forward_block_idx < n:
                 self.block_problem(block, f"forward_block_idx {block.forward_block_idx} is not a block of the program")
             if block.device and not is_valid_device(block.device):
-                self.block_problem(block, f"device {block.device!r} is not well formed (expected {_DEVICE_FORMS})")
+                self.block_problem(block, f"device {block.device!r} is not well formed (expected {DEVICE_FORMS})")
             for var in block.vars.values():
                 if var.device and not is_valid_device(var.device):
                     self.block_problem(
                         block,
                         f"variable {var.name!r} has device {var.device!r}, which is not "
-                        f"well formed (expected {_DEVICE_FORMS})",
+                        f"well formed (expected {DEVICE_FORMS})",
                     )
 
     # -- variables ---------------------------------------------------------
@@ -186,7 +168,7 @@ class _Verifier:
             self.op_problem(block, index, op, problem)
         device = op.attrs.get("op_device")
         if isinstance(device, str) and device and not is_valid_device(device):
-            self.op_problem(block, index, op, f"op_device {device!r} is not well formed (expected {_DEVICE_FORMS})")
+            self.op_problem(block, index, op, f"op_device {device!r} is not well formed (expected {DEVICE_FORMS})")
 
 
 def _slot_problems(op: Operator, schema: OpSchema) -> list[str]:

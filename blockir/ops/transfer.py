@@ -15,9 +15,9 @@ from typing import Any
 import numpy as np
 
 from blockir.ir.attrs import AttrType
+from blockir.ir.devices import DEVICE_FORMS, is_valid_device
 from blockir.ir.dtypes import VarKind
 from blockir.ir.schema import AttrDef, InferContext, KernelContext, OpSchema, Slot
-from blockir.ir.verify import is_valid_device
 from blockir.ops.common import host_copy, kernel_error, to_host
 from blockir.ops.values import LoDTensor, SelectedRows
 
@@ -68,7 +68,7 @@ def _fetch(ctx: KernelContext, x: Any) -> Any:
 def _infer_memcpy(ctx: InferContext) -> None:
     device = ctx.attr("dst_device")
     if not is_valid_device(device):
-        ctx.fail(f"dst_device {device!r} is not a device (cpu, cpu:N, cuda, cuda:N)")
+        ctx.fail(f"dst_device {device!r} is not a device (expected {DEVICE_FORMS})")
     x = ctx.input("X")
     for out in ctx.outputs("Out"):
         out.kind = x.kind

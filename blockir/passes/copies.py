@@ -35,9 +35,10 @@ from typing import ClassVar
 from blockir.errors import BlockirError
 from blockir.ir import Block, Operator, Program, VarKind
 from blockir.ir.core import block_reads_writes, op_reads_writes
+from blockir.ir.devices import HOST, checked_device
 from blockir.ir.schema import EMPTY_VAR
 from blockir.passes.base import Pass, mark_created, register_pass
-from blockir.passes.place import HOST, Placement, checked_device, find_var
+from blockir.passes.place import Placement, find_var
 
 __all__ = ["COPY_OP", "InsertCopies", "copy_name"]
 

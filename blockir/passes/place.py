@@ -42,28 +42,15 @@ from typing import ClassVar
 
 from blockir.errors import BlockirError
 from blockir.ir import Block, Operator, Program, Variable, VarKind
+from blockir.ir.devices import HOST, checked_device, device_kind
 from blockir.ir.schema import GRAD_SUFFIX, OpRole, find
-from blockir.ir.verify import canonical_device, is_valid_device
 from blockir.passes.base import Pass, register_pass
 from blockir.passes.inference import is_training_op
 from blockir.passes.manager import note
 
-__all__ = ["HOST", "Place", "Placement", "device_kind", "place_startup"]
+__all__ = ["Place", "Placement", "place_startup"]
 
-HOST = "cpu"
 _CHANNELS = (VarKind.CHANNEL, VarKind.CHANNEL_LIST)
-
-
-def device_kind(device: str) -> str:
-    """``cpu`` or ``cuda``: the kind of a device string."""
-    return device.partition(":")[0]
-
-
-def checked_device(device: object, where: object) -> str:
-    """The canonical spelling of ``device``; an error naming ``where`` when it is not a device."""
-    if not isinstance(device, str) or not is_valid_device(device):
-        raise BlockirError(f"{device!r} is not a device (expected cpu, cpu:N, cuda or cuda:N): {where}")
-    return canonical_device(device)
 
 
 def _role(op: Operator) -> int:

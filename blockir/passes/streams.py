@@ -41,12 +41,13 @@ import networkx as nx
 
 from blockir.errors import BlockirError
 from blockir.ir import Block, Operator, Program
+from blockir.ir.devices import HOST, checked_device, device_kind
 from blockir.ir.schema import find
 from blockir.passes.base import Pass, register_pass
 from blockir.passes.copies import COPY_OP
 from blockir.passes.deps import dependency_graph
 from blockir.passes.manager import note, record_detail
-from blockir.passes.place import HOST, Placement, checked_device, device_kind, find_var
+from blockir.passes.place import Placement, find_var
 
 __all__ = ["HOST_STREAM", "STREAM_ATTR", "Streams", "copy_stream", "op_stream", "stream_waits"]
 

@@ -32,8 +32,8 @@ from types import TracebackType
 from typing import Any, TypeVar
 
 from blockir.errors import BlockirError, ChannelClosedError, ChannelTimeout, DeadlockError
+from blockir.ir.devices import checked_device
 from blockir.ops.values import LoDTensor, SelectedRows
-from blockir.passes.place import checked_device
 
 __all__ = ["Channel", "blocked_on", "message_nbytes", "register_thread", "select", "unregister_thread"]
 

@@ -41,8 +41,9 @@ from typing import Any
 
 import numpy as np
 
+from blockir.ir.devices import device_kind
 from blockir.ops.transfer import MEMCPY, map_arrays
-from blockir.runtime.device import Device, Event, Stream, device_kind, get_device
+from blockir.runtime.device import Device, Event, Stream, get_device
 
 __all__ = ["CUDADevice", "CUDAEvent", "CUDAStream", "device_names", "make_device"]
 

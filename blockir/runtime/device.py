@@ -1,7 +1,7 @@
 """Devices at run time: storage, streams and events; the host, virtual CPU devices and CUDA devices.
 
 A device is named by its canonical device string (``cpu``, ``cpu:2``,
-``cuda:0``; see :func:`blockir.ir.verify.canonical_device`) and found with
+``cuda:0``; see :mod:`blockir.ir.devices`) and found with
 :func:`get_device`. It owns the storage of the values placed on it
 (:meth:`Device.put` copies a value onto it; its array module ``xp`` allocates
 there) and a set of streams: ordered work queues named ``compute0``,
@@ -39,12 +39,11 @@ from typing import Any, Protocol
 import numpy as np
 
 from blockir.errors import BlockirError
+from blockir.ir.devices import HOST, format_device, parse_device
 from blockir.ops.transfer import copy_value
 from blockir.ops.values import LoDTensor, SelectedRows
-from blockir.passes.place import HOST, checked_device, device_kind
 
 __all__ = [
-    "HOST",
     "CPUDevice",
     "CPUStream",
     "Device",
@@ -53,8 +52,6 @@ __all__ = [
     "Stream",
     "array_module",
     "available_devices",
-    "checked_device",
-    "device_kind",
     "get_device",
     "transfer",
     "value_device",
@@ -154,7 +151,7 @@ class Device:
     def __init__(self, index: int, xp: Any) -> None:
         self.index = index
         self.xp = xp
-        self.name = self.kind if self.kind == HOST and index == 0 else f"{self.kind}:{index}"
+        self.name = format_device(self.kind, index)
         self._streams: dict[str, Stream] = {}
         self._lock = threading.Lock()
 
@@ -213,14 +210,14 @@ def available_devices() -> list[str]:
 def get_device(name: str, where: object = None) -> Device:
     """The device ``name`` (a device string); an error naming ``where`` and the devices available when
     this machine does not have it."""
-    name = checked_device(name, where if where is not None else "a device")
+    kind, index = parse_device(name, where if where is not None else "a device")
+    name = format_device(kind, index)
     device = _devices.get(name)
     if device is not None:
         return device
     with _registry_lock:
         if name not in _devices:
-            index = int(name.partition(":")[2] or 0)
-            if device_kind(name) == "cpu":
+            if kind == "cpu":
                 _devices[name] = CPUDevice(index)
             else:
                 from blockir.runtime import cuda

@@ -9,10 +9,12 @@ from typing import Any, TypeVar
 
 from blockir.errors import BlockirError
 from blockir.ir.core import Program, Variable
+from blockir.ir.defaults import default_main_program
+from blockir.ir.devices import HOST, checked_device
 from blockir.passes.copies import InsertCopies
 from blockir.passes.place import Place as PlacePass
 from blockir.passes.streams import STREAM_ATTR, Streams
-from blockir.runtime.device import HOST, checked_device, get_device, value_device
+from blockir.runtime.device import get_device, value_device
 from blockir.runtime.place import Place, as_place
 from blockir.runtime.plan import SCHEDULERS, Plan, check_block, compile_plan
 from blockir.runtime.scheduler import WorkerPool
@@ -211,8 +213,6 @@ class Executor:
         program itself is never modified.
         """
         if program is None:
-            from blockir.dsl.framework import default_main_program  # at call time: the runtime works without it
-
             program = default_main_program()
         elif not isinstance(program, Program):
             raise BlockirError(f"Executor.run needs a Program, got {type(program).__name__}")

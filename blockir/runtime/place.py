@@ -13,8 +13,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from blockir.errors import BlockirError
-from blockir.ir.verify import is_valid_device
+from blockir.ir.devices import HOST, format_device, parse_device
 
 __all__ = ["CPUPlace", "Place", "as_place"]
 
@@ -42,7 +41,7 @@ class Place:
         return hash((self.kind, self.index))
 
     def __str__(self) -> str:
-        return self.kind if self.kind == "cpu" and self.index == 0 else f"{self.kind}:{self.index}"
+        return format_device(self.kind, self.index)
 
     def __repr__(self) -> str:
         return f"Place({str(self)!r})"
@@ -58,12 +57,8 @@ class CPUPlace(Place):
 
 
 def as_place(spec: str | Place) -> Place:
-    """The place ``spec`` names; an error for malformed strings."""
+    """The place ``spec`` names (a :class:`Place` or a device string); an error for anything else."""
     if isinstance(spec, Place):
-        place = spec
-    elif isinstance(spec, str) and is_valid_device(spec):
-        kind, _, index = spec.partition(":")
-        place = CPUPlace() if kind == "cpu" and int(index or 0) == 0 else Place(kind, int(index or 0))
-    else:
-        raise BlockirError(f"not a device: {spec!r} (expected cpu, cpu:N, cuda or cuda:N, or a Place)")
-    return place
+        return spec
+    kind, index = parse_device(spec, "a place (a device string or a Place)")
+    return CPUPlace() if format_device(kind, index) == HOST else Place(kind, index)

@@ -49,6 +49,7 @@ import numpy as np
 
 from blockir.errors import BlockirError, OpNotFoundError, VerifyError
 from blockir.ir.core import Block, Operator, Program, Variable
+from blockir.ir.devices import HOST, checked_device, device_kind
 from blockir.ir.dtypes import VarKind
 from blockir.ir.schema import EMPTY_VAR, KernelContext, OpSchema, Slot, lookup
 from blockir.ir.verify import column_problems, op_problems
@@ -58,7 +59,7 @@ from blockir.ops.values import LoDTensor, SelectedRows, describe_value
 from blockir.passes.deps import dependency_graph
 from blockir.passes.streams import op_stream
 from blockir.runtime.control import NEEDS_RUN, RunContext, close_channels, control_kernel
-from blockir.runtime.device import HOST, array_module, checked_device, device_kind, get_device, transfer, value_device
+from blockir.runtime.device import array_module, get_device, transfer, value_device
 from blockir.runtime.nan_inf import checked
 from blockir.runtime.place import Place
 from blockir.runtime.scheduler import Gather, Scatter, Schedule, Step, WorkerPool, compile_schedule, execute, run_steps

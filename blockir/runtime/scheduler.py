@@ -46,11 +46,12 @@ from typing import Any, NamedTuple
 import networkx as nx
 
 from blockir.errors import ExecutionError
+from blockir.ir.devices import HOST
 from blockir.ir.schema import KernelContext
 from blockir.ops.values import describe_value
 from blockir.passes.streams import stream_waits
 from blockir.runtime.channel import blocked_on, register_thread, unregister_thread
-from blockir.runtime.device import HOST, HostEvent, Stream, get_device
+from blockir.runtime.device import HostEvent, Stream, get_device
 
 __all__ = ["HOST_STREAM", "Schedule", "Step", "WorkerPool", "compile_schedule", "execute", "run_steps"]
 

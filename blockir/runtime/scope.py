@@ -23,7 +23,7 @@ from collections.abc import Iterator
 from typing import Any
 
 from blockir.errors import BlockirError
-from blockir.runtime.device import HOST
+from blockir.ir.devices import HOST
 
 __all__ = ["Scope", "ScopeVariable", "global_scope", "scope_guard"]
 

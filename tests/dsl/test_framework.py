@@ -1,8 +1,13 @@
-"""Default programs, program_guard, device_guard, name_scope, unique names, ParamAttr."""
+"""Default programs, program_guard, device_guard, name_scope, unique names, ParamAttr; building from threads."""
+
+import concurrent.futures
+import threading
+from collections.abc import Callable
 
 import pytest
 
 import blockir as bir
+from blockir.dsl import framework
 from blockir.errors import BlockirError
 
 
@@ -68,7 +73,8 @@ def test_device_guard_nests_and_innermost_wins(progs):
 
 @pytest.mark.parametrize("device", ["gpu", "cuda:", "cpu:-1", "cuda:01", "tpu:0", "", "CPU"])
 def test_device_guard_rejects_malformed_devices(device):
-    with pytest.raises(BlockirError, match="not a valid device"), bir.device_guard(device):
+    error = r"is not a device \(expected cpu, cpu:N, cuda or cuda:N\): device_guard"
+    with pytest.raises(BlockirError, match=error), bir.device_guard(device):
         pass
 
 
@@ -110,9 +116,60 @@ def test_param_attr_conversion_and_validation():
     assert (attr.learning_rate, attr.trainable, attr.device) == (2.0, False, "cuda:1")
     with pytest.raises(BlockirError, match="learning_rate"):
         bir.ParamAttr(learning_rate=-1)
-    with pytest.raises(BlockirError, match="not a valid device"):
+    with pytest.raises(BlockirError, match="'gpu:0' is not a device .*: ParamAttr device"):
         bir.ParamAttr(device="gpu:0")
     with pytest.raises(BlockirError, match="initializer"):
         bir.ParamAttr(initializer=0.5)
     with pytest.raises(BlockirError, match="cannot use"):
         to_attr(3.0)
+
+
+def _build(device: str, sync: Callable[[], object]) -> tuple[str, str]:
+    """A small trained network on ``device``, built under its own guards; ``sync`` between the steps."""
+    main, startup = bir.Program(), bir.Program()
+    with bir.unique_name.guard(), bir.program_guard(main, startup), bir.device_guard(device):
+        sync()
+        x = bir.data("x", shape=[-1, 4])
+        with bir.name_scope("encoder"):
+            sync()
+            h = bir.layers.fc(x, 8, act="relu")
+            sync()
+        with bir.name_scope("encoder"), bir.device_guard(None):
+            y = bir.layers.fc(h, 1)
+        sync()
+        bir.optimizer.SGD(0.1).minimize(bir.layers.mean(y))
+        sync()
+    return str(main), str(startup)
+
+
+def test_two_threads_build_programs_at_once_as_one_thread_builds_them_in_turn():
+    devices = ["cpu:1", "cuda:0"]
+    expected = [_build(device, lambda: None) for device in devices]
+    assert expected[0] != expected[1] and "/encoder_1/" in expected[0][0]
+    barrier = threading.Barrier(len(devices), timeout=30)  # every step of one build meets the other's
+    with concurrent.futures.ThreadPoolExecutor(len(devices)) as pool:
+        built = list(pool.map(lambda device: _build(device, barrier.wait), devices))
+    assert built == expected
+    # Neither thread's guards leaked into this one.
+    assert framework.current_device() is None
+    assert framework.current_name_scope() == "/"
+
+
+def test_unique_name_guard_restarts_name_scope_numbering():
+    def scopes() -> list[str]:
+        main = bir.Program()
+        with bir.unique_name.guard(), bir.program_guard(main):
+            for _ in range(2):
+                with bir.name_scope("block"):
+                    bir.layers.fill_constant([1], "float32", 0.0)
+        return [op.attr("op_namescope") for op in main.global_block().ops]
+
+    assert scopes() == scopes() == ["/block/", "/block_1/"]
+
+
+def test_program_guard_with_a_bad_startup_program_changes_nothing():
+    outer = bir.default_main_program()
+    with pytest.raises(BlockirError, match="startup_program must be a blockir Program"):
+        with bir.program_guard(bir.Program(), "startup"):  # type: ignore[arg-type]
+            pass
+    assert bir.default_main_program() is outer

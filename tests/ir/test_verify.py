@@ -9,8 +9,8 @@ from hypothesis import given, settings
 
 from blockir.errors import VerifyError
 from blockir.ir import AttrType, Program, VarKind, verify
+from blockir.ir.devices import is_valid_device
 from blockir.ir.schema import EMPTY_VAR, REQUIRED, AttrDef, OpSchema, Slot, find, register, registered
-from blockir.ir.verify import is_valid_device
 from tests.ir.strategies import programs
 
 TEST_OP = "test_verify_op"

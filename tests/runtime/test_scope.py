@@ -77,7 +77,7 @@ def test_scope_guard_switches_global_scope_and_restores_it():
 def test_places():
     assert bir.Executor(bir.CPUPlace()).place == bir.Executor("cpu:0").place == bir.CPUPlace()
     assert str(bir.CPUPlace()) == "cpu"
-    with pytest.raises(BlockirError, match="not a device: 'gpu0'"):
+    with pytest.raises(BlockirError, match=r"'gpu0' is not a device \(expected cpu, cpu:N, cuda or cuda:N\): a place"):
         bir.Executor("gpu0")
     with pytest.raises(
         BlockirError,
