@@ -44,6 +44,9 @@ def add(commands: argparse._SubParsersAction) -> None:
         "Pipelines use MLIR's syntax: passes separated by commas, options in "
         "braces separated by spaces, list values by commas, e.g. "
         "'prune{targets=loss,acc keep_side_effects=false},deps'. "
+        "Named pipelines run as their passes: 'default-device-pipeline{default=cuda:0 compute=2}' "
+        "reruns what Executor.run applies (Executor.pass_report(program).pipeline gives its options), "
+        "'inference-pipeline{feeds=x targets=y}' what save_inference_model applies. "
         "`blockir passes` lists the passes and their options.",
     )
     p.add_argument("program", metavar="PROGRAM.pb", help="the program file")

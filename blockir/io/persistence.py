@@ -83,11 +83,13 @@ from blockir.ir.proto_io import (
     stale_temporaries,
     sync_dir,
 )
-from blockir.ops.transfer import map_arrays
+from blockir.ops.transfer import FEED, FETCH, map_arrays
 from blockir.ops.values import LoDTensor, SelectedRows
-from blockir.passes import inference, prune
+from blockir.passes import InferencePipeline, Instrument
+from blockir.passes import run as run_pipeline
+from blockir.passes.feed_fetch import is_framing
 from blockir.runtime.executor import Executor
-from blockir.runtime.plan import FEED_OP, FETCH_OP, describe_value, shape_matches
+from blockir.runtime.plan import describe_value, shape_matches
 from blockir.runtime.scope import Scope, global_scope
 
 __all__ = [
@@ -116,7 +118,6 @@ MAX_INDEX_BYTES = 64 << 20
 """The largest manifest or bundle ``index.json`` read (64 MiB)."""
 MAX_STREAM_BYTES = 1 << 30
 """The largest array read from a file that is not a regular file (a pipe, a device): 1 GiB."""
-FEED_VAR, FETCH_VAR = "feed", "fetch"
 _INDEX = "index.json"
 _FORMAT, _VERSION = "blockir.vars", 1
 _MANIFEST_FORMAT, _MANIFEST_VERSION = "blockir.save", 1
@@ -740,6 +741,8 @@ def _check_computable(program: Program, feeds: list[str]) -> None:
     block = program.global_block()
     defined = set(feeds)
     for op in block.ops:
+        if is_framing(op):
+            continue
         for name in op.input_names():
             if name not in defined and not block.find_var_recursive(name).persistable:
                 raise BlockirError(
@@ -767,16 +770,24 @@ def save_inference_model(
     model_filename: str | None = None,
     params_filename: str | None = None,
     scope: Scope | None = None,
+    *,
+    instruments: Sequence[Instrument] = (),
 ) -> list[str]:
     """Save the part of ``main_program`` computing ``target_vars`` from ``feeded_var_names``, with its parameters.
 
-    The program is cloned, turned into an inference program (backward and
-    optimizer ops dropped, ``is_test`` set), pruned to what the targets need
-    given the feeds, and framed by ``feed`` ops (reading the ``feed`` list, col
-    i = the i-th feed) and ``fetch`` ops (writing the ``fetch`` list). It is
-    written to ``dirname/model_filename`` (default ``program.pb``), after the
-    persistable variables it reads, which go to ``dirname/params/`` one file
-    each (with a manifest: see :func:`save_vars`), or to the bundle
+    The program is transformed by the named pipeline
+    ``inference-pipeline{feeds=FEEDS targets=TARGETS}``
+    (:mod:`blockir.passes.pipelines`), run by the pass manager on a clone in
+    its cheap mode: turned into an inference program (backward and optimizer
+    ops dropped, ``is_test`` set), pruned to what the targets need given the
+    feeds, and framed by ``feed`` ops (reading the ``feed`` list, col i = the
+    i-th feed) and ``fetch`` ops (writing the ``fetch`` list), the ones it had
+    replaced. ``instruments`` (:class:`blockir.passes.Instrument`) see that run:
+    ``after_pipeline(report, program)`` receives its
+    :class:`~blockir.passes.PassReport`. The result is written to
+    ``dirname/model_filename`` (default ``program.pb``), after the persistable
+    variables it reads, which go to ``dirname/params/`` one file each (with a
+    manifest: see :func:`save_vars`), or to the bundle
     ``dirname/params_filename``. Returns the target names.
 
     Without ``main_program``, the program is the one ``target_vars`` belong to
@@ -789,31 +800,16 @@ def save_inference_model(
         raise BlockirError("save_inference_model needs at least one target variable")
     if main_program is None:
         main_program = _program_of(target_vars) or _default_program(None)
-    program = main_program.clone()
-    block = program.global_block()
+    block = main_program.global_block()
     for name in feeds:
         if not block.has_var(name):
             raise BlockirError(f"feed {name!r} is not a variable of the program's global block")
     for name in targets:
         if not block.has_var(name):
             raise BlockirError(f"target {name!r} is not a variable of the program's global block")
-    for op in [op for op in block.ops if op.type in (FEED_OP, FETCH_OP)]:
-        block.remove_op(op)  # a loaded inference model saved again gets fresh feed and fetch ops
-    inference(program)
-    prune(program, targets, feeds)
+    pipeline = InferencePipeline(feeds=tuple(feeds), targets=tuple(targets))
+    program, _ = run_pipeline(main_program, [pipeline], verify=False, instruments=instruments, snapshots=False)
     _check_computable(program, feeds)
-    for name, kind in ((FEED_VAR, VarKind.FEED_MINIBATCH), (FETCH_VAR, VarKind.FETCH_LIST)):
-        if block.has_var(name) and block.var(name).kind is not kind:
-            raise BlockirError(
-                f"the program has a variable named {name!r}, a name save_inference_model needs "
-                f"for its {kind.text} variable"
-            )
-        if not block.has_var(name):
-            block.create_var(name, kind=kind, persistable=True)
-    for col, name in reversed(list(enumerate(feeds))):
-        block.prepend_op(FEED_OP, {"X": [FEED_VAR]}, {"Out": [name]}, {"col": col}, infer=False)
-    for col, name in enumerate(targets):
-        block.append_op(FETCH_OP, {"X": [name]}, {"Out": [FETCH_VAR]}, {"col": col}, infer=False)
     program_path = _inside(dirname, model_filename or PROGRAM_FILE, "model_filename")
     params_dir, params_file = _params_location(dirname, params_filename)
     save_vars(executor, params_dir, program, predicate=is_persistable, filename=params_file, scope=scope)
@@ -826,7 +822,7 @@ def _framing(block: Any, op_type: str, slot: str, path: Path) -> list[str]:
     found = []
     for op in block.ops:
         if op.type == op_type:
-            names, col = op.outputs.get(slot, []) + op.inputs.get(slot, []), op.attrs.get("col", 0)
+            names, col = op.output(slot) + op.input(slot), op.attrs.get("col", 0)
             if len(names) != 1 or not isinstance(col, int):
                 raise BlockirError(f"{path}: a {op_type} op without one {slot} variable and an integer col: {op}")
             found.append((col, names[0]))
@@ -851,7 +847,7 @@ def load_inference_model(
     path = _inside(dirname, model_filename or PROGRAM_FILE, "model_filename")
     program = load_program(path)
     block = program.global_block()
-    feeds, fetches = _framing(block, FEED_OP, "Out", path), _framing(block, FETCH_OP, "X", path)
+    feeds, fetches = _framing(block, FEED.type, "Out", path), _framing(block, FETCH.type, "X", path)
     if not fetches:
         raise BlockirError(f"{dirname}: not an inference model (its program has no fetch ops)")
     params_dir, params_file = _params_location(dirname, params_filename)

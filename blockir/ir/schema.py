@@ -17,6 +17,9 @@ nobody reads). Inputs of slots declared with ``lod=True`` arrive as given
 (``LoDTensor`` included); all others arrive as plain arrays (the LoD dropped),
 and outputs named in ``share_lod`` get the LoD of the named input back.
 
+How an op becomes a step of a compiled plan is the schema's ``lowering``
+(:class:`Lowering`), so the plan compiler never asks for an op type by name.
+
 Gradient maker convention::
 
     grad(g: GradContext) -> list[OpSpec]
@@ -28,6 +31,7 @@ where ``g`` names the forward op's inputs/outputs and their gradient variables
 from __future__ import annotations
 
 import difflib
+import enum
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
@@ -83,6 +87,24 @@ class KernelContext:
     op_text: str = ""
 
 
+class Lowering(enum.Enum):
+    """How the plan compiler lowers an op of a schema (``OpSchema.lowering``)."""
+
+    KERNEL = "kernel"
+    """A step calling the schema's kernel on the op's device."""
+    FEED = "feed"
+    """No step: the op's ``Out`` is a feed target of the plan, column ``col`` of the feed list."""
+    FETCH = "fetch"
+    """No step: the op's ``X`` is a default fetch target of the plan, column ``col`` of the fetch list."""
+    COPY = "copy"
+    """A step calling the kernel to copy ``X`` to ``Out`` on the device its ``device_attr`` names: the only
+    op reading a value on another device; the NaN/inf check skips it (it makes no new value) and traces
+    draw it as a flow from the step that wrote ``X``."""
+    CONTROL = "control"
+    """A step whose kernel the runtime makes for each op when compiling (:mod:`blockir.runtime.control`):
+    channels, and ``go`` and ``select``, which run sub-blocks; the NaN/inf check skips it."""
+
+
 @dataclass
 class OpSchema:
     type: str
@@ -97,6 +119,8 @@ class OpSchema:
     share_lod: tuple[tuple[str, str], ...] = ()  # (input slot, output slot)
     side_effects: bool = False  # kept by pruning even when nothing reads its outputs
     random: bool = False  # carries a ``seed`` attribute derived from the program seed
+    lowering: Lowering = Lowering.KERNEL  # how the plan compiler turns the op into a step
+    device_attr: str = ""  # the attribute naming the device the op runs on (a copy's destination), if any
     doc: str = ""
 
     def attr_def(self, name: str) -> AttrDef | None:
@@ -119,6 +143,14 @@ def register(schema: OpSchema) -> OpSchema:
     if schema.type in _REGISTRY and _REGISTRY[schema.type] is not schema:
         raise ValueError(f"op {schema.type!r} registered twice")
     _REGISTRY[schema.type] = schema
+    return schema
+
+
+def unregister(op_type: str) -> OpSchema:
+    """Remove ``op_type``'s schema from the registry and return it (a test's fixture cleaning up); an error
+    suggesting near names when there is none."""
+    schema = lookup(op_type)
+    del _REGISTRY[op_type]
     return schema
 
 

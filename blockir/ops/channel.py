@@ -36,9 +36,9 @@ from __future__ import annotations
 
 from blockir.ir.attrs import AttrType
 from blockir.ir.dtypes import VarKind
-from blockir.ir.schema import AttrDef, InferContext, OpSchema, Slot
+from blockir.ir.schema import AttrDef, InferContext, Lowering, OpSchema, Slot
 
-__all__ = ["CHANNEL_OPS", "CONTROL_OPS", "SCHEMAS"]
+__all__ = ["CHANNEL_CLOSE", "CHANNEL_CREATE", "CHANNEL_RECV", "CHANNEL_SEND", "GO", "SCHEMAS", "SELECT"]
 
 _CHANNELS = (VarKind.CHANNEL,)
 
@@ -101,6 +101,7 @@ CHANNEL_CREATE = OpSchema(
     attrs=(AttrDef("capacity", AttrType.INT, 0), AttrDef("bytes_limit", AttrType.LONG, -1)),
     infer=_infer_create,
     side_effects=True,
+    lowering=Lowering.CONTROL,
     doc="Out = the channel the scope already holds under its name, else a new channel of capacity.",
 )
 
@@ -109,6 +110,7 @@ CHANNEL_SEND = OpSchema(
     inputs=(Slot("Channel", no_grad=True), Slot("X", duplicable=True, lod=True, no_grad=True)),
     infer=_infer_send,
     side_effects=True,
+    lowering=Lowering.CONTROL,
     doc="Send the values X, as one message, on Channel (blocks as Go's send does).",
 )
 
@@ -118,6 +120,7 @@ CHANNEL_RECV = OpSchema(
     outputs=(Slot("Out", duplicable=True, lod=True), Slot("Status", optional=True)),
     infer=_infer_recv,
     side_effects=True,
+    lowering=Lowering.CONTROL,
     doc="Out = the next message on Channel; Status = false once it is closed and drained.",
 )
 
@@ -126,6 +129,7 @@ CHANNEL_CLOSE = OpSchema(
     inputs=(Slot("Channel", no_grad=True),),
     infer=_infer_send,
     side_effects=True,
+    lowering=Lowering.CONTROL,
     doc="Close Channel (closing twice does nothing).",
 )
 
@@ -134,6 +138,7 @@ GO = OpSchema(
     inputs=(Slot("X", duplicable=True, optional=True, lod=True, no_grad=True),),
     attrs=(AttrDef("sub_block", AttrType.BLOCK),),
     side_effects=True,
+    lowering=Lowering.CONTROL,
     doc="Run sub_block concurrently in a child scope; X: the outer temporaries it reads.",
 )
 
@@ -153,9 +158,8 @@ SELECT = OpSchema(
     ),
     infer=lambda ctx: (_infer_select(ctx), _status(ctx)),
     side_effects=True,
+    lowering=Lowering.CONTROL,
     doc="Do the channel operation of one ready case (uniformly at random), then run its block.",
 )
 
 SCHEMAS = (CHANNEL_CREATE, CHANNEL_SEND, CHANNEL_RECV, CHANNEL_CLOSE, GO, SELECT)
-CHANNEL_OPS = frozenset(s.type for s in (CHANNEL_CREATE, CHANNEL_SEND, CHANNEL_RECV, CHANNEL_CLOSE, SELECT))
-CONTROL_OPS = frozenset(s.type for s in SCHEMAS)  # kernels provided by blockir.runtime.control

@@ -17,7 +17,7 @@ import numpy as np
 from blockir.ir.attrs import AttrType
 from blockir.ir.devices import DEVICE_FORMS, is_valid_device
 from blockir.ir.dtypes import VarKind
-from blockir.ir.schema import AttrDef, InferContext, KernelContext, OpSchema, Slot
+from blockir.ir.schema import AttrDef, InferContext, KernelContext, Lowering, OpSchema, Slot
 from blockir.ops.common import host_copy, kernel_error, to_host
 from blockir.ops.values import LoDTensor, SelectedRows
 
@@ -101,6 +101,7 @@ FEED = OpSchema(
     outputs=_OUT,
     attrs=_COL,
     host=True,
+    lowering=Lowering.FEED,
     infer=_infer_feed,
     kernel=_feed,
     doc="Out = X[col], X being the feed list.",
@@ -112,6 +113,7 @@ FETCH = OpSchema(
     outputs=_OUT,
     attrs=_COL,
     host=True,
+    lowering=Lowering.FETCH,
     infer=_infer_fetch,
     kernel=_fetch,
     side_effects=True,
@@ -126,6 +128,8 @@ MEMCPY = OpSchema(
     infer=_infer_memcpy,
     kernel=_memcpy,
     share_lod=(("X", "Out"),),
+    lowering=Lowering.COPY,
+    device_attr="dst_device",
     doc="A copy of X on dst_device (dense, LoDTensor or SelectedRows).",
 )
 

@@ -1,19 +1,23 @@
 """Compiler passes and the pass manager that runs pipelines of them.
 
 ``run(program, "prune{targets=loss},deps")`` returns the transformed clone and a
-report; ``registered_passes()`` lists the passes by name. The plain functions
-``prune`` and ``inference`` transform a program in place.
+report; ``registered_passes()`` lists the passes, and the named pipelines
+(:mod:`blockir.passes.pipelines`: ``default-device-pipeline``,
+``inference-pipeline``), by name. The plain functions ``prune`` and
+``inference`` transform a program in place.
 """
 
-from blockir.passes.base import Pass, register_pass, registered_passes
+from blockir.passes.base import Pass, Pipeline, register_pass, registered_passes, unregister_pass
 from blockir.passes.copies import InsertCopies
 from blockir.passes.deps import Deps, dependency_graph
+from blockir.passes.feed_fetch import FeedFetch
 from blockir.passes.inference import Inference, inference
 from blockir.passes.manager import (
     Instrument,
     PassRecord,
     PassReport,
     describe_passes,
+    expand,
     format_pass,
     format_pipeline,
     note,
@@ -22,23 +26,29 @@ from blockir.passes.manager import (
     record_detail,
     run,
 )
+from blockir.passes.pipelines import DefaultDevicePipeline, InferencePipeline
 from blockir.passes.place import Place, place_startup
 from blockir.passes.prune import Prune, prune
 from blockir.passes.streams import Streams, op_stream, stream_waits
 
 __all__ = [
+    "DefaultDevicePipeline",
     "Deps",
+    "FeedFetch",
     "Inference",
+    "InferencePipeline",
     "InsertCopies",
     "Instrument",
     "Pass",
     "PassRecord",
     "PassReport",
+    "Pipeline",
     "Place",
     "Prune",
     "Streams",
     "dependency_graph",
     "describe_passes",
+    "expand",
     "format_pass",
     "format_pipeline",
     "inference",
@@ -53,4 +63,5 @@ __all__ = [
     "registered_passes",
     "run",
     "stream_waits",
+    "unregister_pass",
 ]

@@ -7,6 +7,8 @@ pipeline strings, e.g. ``insert-copies``) and ``summary`` (one line for
 :meth:`Pass.run`, which transforms the program in place and returns whether it
 changed it. :func:`register_pass` adds the class to the registry the pipeline
 parser reads. Ops a pass creates carry their lineage (:func:`mark_created`).
+A :class:`Pipeline` is a registered pass made of other passes: a named
+pipeline (``blockir.passes.pipelines``).
 """
 
 from __future__ import annotations
@@ -30,6 +32,31 @@ class Pass:
         raise NotImplementedError
 
 
+@dataclass(frozen=True)
+class Pipeline(Pass):
+    """A named pipeline: a pass made of passes (:meth:`passes`), with options as fields like any pass.
+
+    Registered with :func:`register_pass`, it is named in pipeline strings like
+    a pass, e.g. ``default-device-pipeline{default=cuda:0 compute=2}``; the pass
+    manager runs and reports its passes one by one. Its options are checked when
+    it is made (the passes it would run are made then).
+    """
+
+    def __post_init__(self) -> None:
+        self.passes()
+
+    def passes(self) -> list[Pass]:  # pragma: no cover - abstract
+        """The passes this pipeline runs, in order."""
+        raise NotImplementedError
+
+    def run(self, program: Program) -> bool:
+        """Run the passes in order, outside the pass manager; return whether any changed the program."""
+        changed = False
+        for p in self.passes():
+            changed = p.run(program) or changed
+        return changed
+
+
 P = TypeVar("P", bound=type[Pass])
 _PASSES: dict[str, type[Pass]] = {}
 
@@ -40,6 +67,13 @@ def register_pass(cls: P) -> P:
         raise BlockirError(f"pass {cls.__name__} needs a unique name, got {cls.name!r}")
     _PASSES[cls.name] = cls
     return cls
+
+
+def unregister_pass(name: str) -> type[Pass]:
+    """Remove the pass registered as ``name`` and return its class (a test's fixture cleaning up)."""
+    if name not in _PASSES:
+        raise BlockirError(f"no pass is registered as {name!r}")
+    return _PASSES.pop(name)
 
 
 def registered_passes() -> dict[str, type[Pass]]:

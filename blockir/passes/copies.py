@@ -36,14 +36,20 @@ from blockir.errors import BlockirError
 from blockir.ir import Block, Operator, Program, VarKind
 from blockir.ir.core import block_reads_writes, op_reads_writes
 from blockir.ir.devices import HOST, checked_device
-from blockir.ir.schema import EMPTY_VAR
+from blockir.ir.schema import EMPTY_VAR, Lowering, find
+from blockir.ops.transfer import MEMCPY
 from blockir.passes.base import Pass, mark_created, register_pass
 from blockir.passes.place import Placement, find_var
 
-__all__ = ["COPY_OP", "InsertCopies", "copy_name"]
+__all__ = ["InsertCopies", "copy_name", "is_copy"]
 
-COPY_OP = "memcpy"
 _COPYABLE = (VarKind.LOD_TENSOR, VarKind.SELECTED_ROWS)
+
+
+def is_copy(op: Operator) -> bool:
+    """Whether ``op`` is a copy between devices: its schema lowers as :attr:`Lowering.COPY`."""
+    schema = find(op.type)
+    return schema is not None and schema.lowering is Lowering.COPY
 
 
 def copy_name(name: str, device: str) -> str:
@@ -63,11 +69,6 @@ class _Walk:
         self.writer: dict[str, Operator] = {}  # variable -> op that wrote its current value
         self.changed = False
 
-    def device(self, op: Operator) -> str:
-        if op.type == COPY_OP:
-            return checked_device(op.attr("dst_device"), op)
-        return checked_device(op.device, op) if op.device else self.placement.op_device(op)
-
     def location(self, name: str) -> str:
         if name not in self.where:
             var = self.block.find_var_recursive(name)
@@ -78,8 +79,8 @@ class _Walk:
         index = 0
         while index < len(self.block.ops):
             op = self.block.ops[index]
-            device = self.device(op)
-            if op.type != COPY_OP:
+            device = self.placement.runs_on(op)
+            if not is_copy(op):
                 for name in dict.fromkeys(op.input_names()):
                     if name != EMPTY_VAR and self.location(name) != device:
                         count = len(self.block.ops)
@@ -132,10 +133,10 @@ class _Walk:
     def insert_copy(self, index: int, src: str, dst: str, device: str, cause: Operator, origins: list[Operator]) -> str:
         """Insert ``dst = memcpy(src)`` onto ``device`` at ``index``, with the lineage ``origins``."""
         self.declare(src, dst, device, cause)
-        attrs = {"dst_device": device}
+        attrs = {MEMCPY.device_attr: device}
         if "op_role" in cause.attrs:
             attrs["op_role"] = cause.attrs["op_role"]
-        op = self.block.insert_op(index, COPY_OP, {"X": [src]}, {"Out": [dst]}, attrs)
+        op = self.block.insert_op(index, MEMCPY.type, {"X": [src]}, {"Out": [dst]}, attrs)
         mark_created(op, InsertCopies.name, origins)
         op.set_attr("op_device", device)  # last, as the text form prints it
         self.record_write(dst, device, op)

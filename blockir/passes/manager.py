@@ -13,14 +13,22 @@ number for ``int``/``float``, the text for ``str``, and comma-separated items
 for ``tuple[X, ...]``. Example: ``place{default=cpu:1 strict=true},prune{targets=loss,acc}``.
 
 :func:`run` applies a pipeline to a clone of a program and returns the result
-with a :class:`PassReport`. Around each pass it calls the instruments (printing
-the IR, dumping it to a directory, verifying, timing, or any
-:class:`Instrument` given). Whether a pass changed the program is decided by
-comparing the serialized program before and after it (a structural hash:
-rebuilding identical ops is no change); what the pass returned is recorded too.
-A pass that raises, or whose result the verifier rejects, becomes a
-:class:`~blockir.errors.PassError` naming it and the passes before it, with the
-program it received saved as a reproducer ``.pb`` for ``blockir opt``.
+with a :class:`PassReport`. A named pipeline (a :class:`~blockir.passes.base.Pipeline`,
+e.g. ``default-device-pipeline``) runs as its passes, each with a record of
+its own. Around each pass it calls the instruments (printing the IR, dumping
+it to a directory, verifying, timing, or any :class:`Instrument` given).
+Whether a pass changed the program is decided by comparing the serialized
+program before and after it (a structural hash: rebuilding identical ops is no
+change); what the pass returned is recorded too. A pass that raises, or whose
+result the verifier rejects, becomes a :class:`~blockir.errors.PassError`
+naming it and the passes before it, with the program it received saved as a
+reproducer ``.pb`` for ``blockir opt``.
+
+``run(..., snapshots=False)`` is the cheap mode the executor and
+``save_inference_model`` use: no program is serialized before or after a pass,
+so a record's ``changed`` is what the pass returned, its op counts are counted
+and its ``added``, ``removed``, ``modified`` and ``digest`` are None, and a
+failing pass's error propagates as it is (there is no reproducer to save).
 
 While a pass runs, :func:`note` adds a line to its report entry and
 :func:`record_detail` stores an object there (e.g. the ``deps`` pass's graphs);
@@ -47,7 +55,7 @@ from typing import Any, TextIO
 from blockir.errors import BlockirError, PassError, PipelineError, VerifyError
 from blockir.ir import Program, verify
 from blockir.ir.proto_io import atomic_write
-from blockir.passes.base import Pass, registered_passes
+from blockir.passes.base import Pass, Pipeline, registered_passes
 
 __all__ = [
     "Instrument",
@@ -55,6 +63,7 @@ __all__ = [
     "PassRecord",
     "PassReport",
     "describe_passes",
+    "expand",
     "format_pass",
     "format_pipeline",
     "note",
@@ -91,6 +100,16 @@ class OptionInfo:
 
 def pass_options(cls: type[Pass]) -> list[OptionInfo]:
     """The options of a pass class, in declaration order (a field's ``metadata["help"]`` is its help)."""
+    options = _OPTIONS.get(cls)  # the executor formats its pipeline whenever it compiles a program
+    if options is None:
+        options = _OPTIONS[cls] = _options(cls)
+    return list(options)
+
+
+_OPTIONS: dict[type[Pass], tuple[OptionInfo, ...]] = {}
+
+
+def _options(cls: type[Pass]) -> tuple[OptionInfo, ...]:
     hints = typing.get_type_hints(cls)
     options = []
     for f in dataclasses.fields(cls):
@@ -103,7 +122,7 @@ def pass_options(cls: type[Pass]) -> list[OptionInfo]:
             )
         default = f.default_factory() if f.default_factory is not dataclasses.MISSING else f.default
         options.append(OptionInfo(f.name, tp, default, f.metadata.get("help", "")))
-    return options
+    return tuple(options)
 
 
 def _format_value(value: Any) -> str:
@@ -325,17 +344,17 @@ def record_detail(key: str, value: Any) -> None:
 class PassRecord:
     """What one pass of a pipeline did."""
 
-    index: int  # 1-based position in the pipeline
+    index: int  # 1-based position in the pipeline, named pipelines expanded into their passes
     pass_: Pass
-    changed: bool  # the serialized program differs after the pass
+    changed: bool  # the serialized program differs after the pass (without snapshots: what the pass returned)
     returned: bool  # what the pass's run() said
     seconds: float
     ops_before: int
     ops_after: int
-    added: int  # ops (by id) that are new
-    removed: int  # ops (by id) that are gone
-    modified: int  # ops kept but different
-    digest: str  # sha256 of the serialized program after the pass
+    added: int | None  # ops (by id) that are new; this and the next three: None without snapshots
+    removed: int | None  # ops (by id) that are gone
+    modified: int | None  # ops kept but different
+    digest: str | None  # sha256 of the serialized program after the pass
     notes: list[str] = field(default_factory=list)
     details: dict[str, Any] = field(default_factory=dict)
 
@@ -400,9 +419,7 @@ class PassReport:
                     changed,
                     f"{r.seconds * 1e3:.3f}",
                     str(r.ops_after),
-                    str(r.added),
-                    str(r.removed),
-                    str(r.modified),
+                    *("-" if n is None else str(n) for n in (r.added, r.removed, r.modified)),
                 ]
             )
         rows.append(["", "total", "yes" if self.changed else "no", f"{self.seconds * 1e3:.3f}", "", "", "", ""])
@@ -510,39 +527,50 @@ class Timing(Instrument):
 
 @dataclass(frozen=True)
 class _Snapshot:
-    data: bytes  # the serialized program
-    ops: dict[int, bytes]  # op id -> serialized op
+    count: int  # how many ops the program has
+    data: bytes = b""  # the serialized program (empty when no snapshot is taken)
+    ops: dict[int, bytes] = field(default_factory=dict)  # op id -> serialized op
 
     @staticmethod
-    def of(program: Program) -> _Snapshot:
+    def of(program: Program, full: bool) -> _Snapshot:
+        """The program serialized (``full``), or only its op count."""
+        if not full:
+            return _Snapshot(sum(len(block.ops) for block in program.blocks))
         desc = program.to_proto()
         ops = {
             op.id: d.SerializeToString(deterministic=True)
             for block, bd in zip(program.blocks, desc.blocks)
             for op, d in zip(block.ops, bd.ops)
         }
-        return _Snapshot(desc.SerializeToString(deterministic=True), ops)
+        return _Snapshot(len(ops), desc.SerializeToString(deterministic=True), ops)
 
 
 def _record(
     index: int, p: Pass, returned: bool, seconds: float, before: _Snapshot, after: _Snapshot, log: _PassLog
 ) -> PassRecord:
-    kept = before.ops.keys() & after.ops.keys()
-    return PassRecord(
+    record = PassRecord(
         index=index,
         pass_=p,
-        changed=before.data != after.data,
+        changed=bool(returned),
         returned=bool(returned),
         seconds=seconds,
-        ops_before=len(before.ops),
-        ops_after=len(after.ops),
-        added=len(after.ops.keys() - kept),
-        removed=len(before.ops.keys() - kept),
-        modified=sum(before.ops[i] != after.ops[i] for i in kept),
-        digest=hashlib.sha256(after.data).hexdigest(),
+        ops_before=before.count,
+        ops_after=after.count,
+        added=None,
+        removed=None,
+        modified=None,
+        digest=None,
         notes=log.notes,
         details=log.details,
     )
+    if after.data:
+        kept = before.ops.keys() & after.ops.keys()
+        record.changed = before.data != after.data
+        record.added = len(after.ops.keys() - kept)
+        record.removed = len(before.ops.keys() - kept)
+        record.modified = sum(before.ops[i] != after.ops[i] for i in kept)
+        record.digest = hashlib.sha256(after.data).hexdigest()
+    return record
 
 
 def _failure(
@@ -564,6 +592,11 @@ def _failure(
     return PassError(message, p.name, before, str(path))
 
 
+def expand(passes: Sequence[Pass]) -> list[Pass]:
+    """``passes`` with each named pipeline replaced by its passes (at any depth)."""
+    return [q for p in passes for q in (expand(p.passes()) if isinstance(p, Pipeline) else [p])]
+
+
 def run(
     program: Program,
     pipeline: str | Sequence[Pass],
@@ -575,20 +608,26 @@ def run(
     verify: bool = True,
     out: TextIO | None = None,
     instruments: Sequence[Instrument] = (),
+    snapshots: bool = True,
 ) -> tuple[Program, PassReport]:
     """Run ``pipeline`` (a string or passes) on a clone of ``program``; return the result and the report.
 
-    ``program`` itself is never changed. ``print_after_all`` / ``print_after_change``
-    print the program after every pass / every changing pass to ``out`` (default
-    stdout), or with ``dump_dir`` write it there instead, one numbered ``.txt``
-    and ``.pb`` per pass (every pass when neither flag is given), plus
-    ``00-input`` and ``report.txt``. ``timing`` prints the timing table to
-    ``out`` at the end. ``verify`` verifies the input and the program after
-    each pass. ``instruments`` run after the built-in ones. A failing pass
-    raises :class:`~blockir.errors.PassError` with a reproducer saved in
-    ``dump_dir`` (or a new temporary directory).
+    ``program`` itself is never changed. Named pipelines run as their passes
+    (:func:`expand`); the report's ``pipeline`` names them as given.
+    ``print_after_all`` / ``print_after_change`` print the program after every
+    pass / every changing pass to ``out`` (default stdout), or with
+    ``dump_dir`` write it there instead, one numbered ``.txt`` and ``.pb`` per
+    pass (every pass when neither flag is given), plus ``00-input`` and
+    ``report.txt``. ``timing`` prints the timing table to ``out`` at the end.
+    ``verify`` verifies the input and the program after each pass.
+    ``instruments`` run after the built-in ones. A failing pass raises
+    :class:`~blockir.errors.PassError` with a reproducer saved in ``dump_dir``
+    (or a new temporary directory). ``snapshots=False`` is the cheap mode (see
+    the module docstring): nothing is serialized, a failing pass's error
+    propagates as it is.
     """
-    passes = parse_pipeline(pipeline) if isinstance(pipeline, str) else list(pipeline)
+    given = parse_pipeline(pipeline) if isinstance(pipeline, str) else list(pipeline)
+    passes = expand(given)
     stream = sys.stdout if out is None else out
     directory = Path(dump_dir) if dump_dir is not None else None
     active: list[Instrument] = []
@@ -603,10 +642,10 @@ def run(
     active.extend(instruments)
 
     work = program.clone()
-    report = PassReport(format_pipeline(passes))
+    report = PassReport(format_pipeline(given))
     for instrument in active:
         instrument.before_pipeline(passes, work)
-    before = _Snapshot.of(work)
+    before = _Snapshot.of(work, snapshots)
     for index, p in enumerate(passes, 1):
         for instrument in active:
             instrument.before_pass(index, p, work)
@@ -616,17 +655,21 @@ def run(
         try:
             returned = p.run(work)
         except Exception as e:
+            if not snapshots:
+                raise
             raise _failure("failed", e, passes, index, before.data, directory) from e
         finally:
             _RUNNING.reset(token)
         seconds = time.perf_counter() - start
-        after = _Snapshot.of(work)
+        after = _Snapshot.of(work, snapshots)
         record = _record(index, p, returned, seconds, before, after, log)
         report.records.append(record)
         try:
             for instrument in active:
                 instrument.after_pass(record, work)
         except VerifyError as e:
+            if not snapshots:
+                raise
             raise _failure("produced an invalid program", e, passes, index, before.data, directory) from e
         before = after
     for instrument in active:

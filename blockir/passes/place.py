@@ -27,9 +27,11 @@ it has one (a ``ParamAttr(device=...)`` pin, or an earlier placement), else it
 lives where the first forward op reading it runs, else where the first op using
 it runs; a channel lives on its device, the host when it has none; any other
 variable lives where its first writer runs, and one nobody writes (a feed)
-where its ``device`` says (the executor sets it for a value fed already on a
-GPU), else on the host. Device strings are written in their canonical spelling (``cpu`` for
-``cpu:0``, ``cuda:0`` for ``cuda``). Placing a placed program changes nothing.
+where its ``device`` says, else on the host. The option ``fed``
+(``NAME@DEVICE``, e.g. ``x@cuda:0``) sets that device first, for values fed
+already on a device (the executor gives it for values fed on a GPU). Device
+strings are written in their canonical spelling (``cpu`` for ``cpu:0``,
+``cuda:0`` for ``cuda``). Placing a placed program changes nothing.
 
 :func:`place_startup` places a startup program so that each initializer runs
 where the main program keeps the variable it initialises.
@@ -107,6 +109,14 @@ class Placement:
         return name in self._first_user
 
     # -- ops -----------------------------------------------------------------------
+    def runs_on(self, op: Operator) -> str:
+        """The device ``op`` runs on, placed or not: the one its schema's ``device_attr`` names (a copy's
+        destination), else its ``op_device``, else :meth:`op_device`'s choice."""
+        schema = find(op.type)
+        if schema is not None and schema.device_attr:
+            return checked_device(op.attr(schema.device_attr), op)
+        return checked_device(op.device, op) if op.device else self.op_device(op)
+
     def op_device(self, op: Operator) -> str:
         """The device ``op`` runs on."""
         device = self._ops.get(op)
@@ -193,7 +203,7 @@ class Placement:
                     return self.var_home(var)
         elif _role(op) & OpRole.OPTIMIZE:
             role_var = op.attrs.get("op_role_var")
-            names = role_var[:1] if isinstance(role_var, list) and role_var else op.input("Param")[:1]
+            names = role_var[:1] if isinstance(role_var, tuple) and role_var else op.input("Param")[:1]
             param = find_var(op.block, names[0]) if names else None
             if param is not None:
                 return self.var_home(param)
@@ -231,17 +241,39 @@ class Place(Pass):
     strict: bool = field(
         default=False, metadata={"help": "an op without a kernel for its device is an error, not a fallback to cpu"}
     )
+    fed: tuple[str, ...] = field(
+        default=(),
+        metadata={"help": "variables fed with values already on a device, as NAME@DEVICE: they live there"},
+    )
 
     def __post_init__(self) -> None:
         if self.default:
             checked_device(self.default, "the place option default")
+        for item in self.fed:
+            _fed_item(item)
 
     def run(self, program: Program) -> bool:
+        changed = False
+        block = program.global_block()
+        for name, device in map(_fed_item, self.fed):  # the fed value is there: copies go from there
+            if name not in block.vars:
+                raise BlockirError(f"place: fed variable {name!r} is not a variable of the program's global block")
+            if block.vars[name].device != device:
+                block.vars[name].device = device
+                changed = True
         placement = Placement(program, self.default, self.strict)
-        changed = apply_placement(program, placement)
+        changed = apply_placement(program, placement) or changed
         for message in placement.notes:
             note(message)
         return changed
+
+
+def _fed_item(item: str) -> tuple[str, str]:
+    """``(name, device)`` of an item ``NAME@DEVICE`` of the option ``fed`` (the device after the last ``@``)."""
+    name, at, device = item.rpartition("@")
+    if not at or not name:
+        raise BlockirError(f"the place option fed takes NAME@DEVICE items, got {item!r}")
+    return name, checked_device(device, f"the place option fed {item!r}")
 
 
 def apply_placement(program: Program, placement: Placement, homes: dict[str, str] | None = None) -> bool:

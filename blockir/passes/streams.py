@@ -5,11 +5,12 @@ device as ``place`` writes it (``cpu``, ``cpu:1``, ``cuda:0``) and ``compute0``,
 ``compute1``, ... or ``copy``. ``cpu/compute0`` is the host stream, the one the
 calling thread runs. The pass writes each op's stream into its ``op_stream``
 attribute, in every block (the device of an op is its ``op_device``, or where
-``place`` would put it; a ``memcpy`` runs on its ``dst_device``):
+``place`` would put it; a copy, ``memcpy``, runs on the device its schema's
+``device_attr`` names, ``dst_device``):
 
 1. Ops that ``place`` keeps on the host (feed, fetch, save/load, data reading)
    run on ``cpu/compute0``.
-2. With ``copy=true``, a ``memcpy`` runs on a copy stream, so that copies
+2. With ``copy=true``, a copy runs on a copy stream, so that copies
    overlap compute: the ``copy`` stream of its CUDA end when one end is a CUDA
    device (the destination when both are), else of its destination. Its source
    is the device of the op that last wrote its input in the block, else where
@@ -20,6 +21,9 @@ attribute, in every block (the device of an op is its ``op_device``, or where
    (:func:`~blockir.passes.deps.dependency_graph`) whose op is the last one put
    on that stream so far (the latest such predecessor), so a chain stays on one
    stream; else it starts on the device's next compute stream, round-robin.
+
+With ``keep=true`` a block whose ops all have an ``op_stream`` keeps them (the
+executor's pipeline uses it: a program streamed by hand runs as it is).
 
 Each stream runs its ops in program order. :func:`stream_waits` gives, for
 each op, the ops on other streams it must wait for: the fewest waits that,
@@ -44,7 +48,7 @@ from blockir.ir import Block, Operator, Program
 from blockir.ir.devices import HOST, checked_device, device_kind
 from blockir.ir.schema import find
 from blockir.passes.base import Pass, register_pass
-from blockir.passes.copies import COPY_OP
+from blockir.passes.copies import is_copy
 from blockir.passes.deps import dependency_graph
 from blockir.passes.manager import note, record_detail
 from blockir.passes.place import Placement, find_var
@@ -122,12 +126,6 @@ def describe(block: Block, streams: Sequence[str], waits: dict[int, tuple[int, .
     )
 
 
-def _device(op: Operator, placement: Placement) -> str:
-    if op.type == COPY_OP:
-        return checked_device(op.attr("dst_device"), op)
-    return checked_device(op.device, op) if op.device else placement.op_device(op)
-
-
 def _set_stream(op: Operator, stream: str) -> bool:
     """Set ``op_stream``, keeping ``op_device`` the last attribute (as the text form prints it)."""
     if op.attrs.get(STREAM_ATTR) == stream:
@@ -154,12 +152,16 @@ class Streams(Pass):
     copy: bool = field(
         default=True, metadata={"help": "memcpy ops run on a copy stream (false: on the compute streams)"}
     )
+    keep: bool = field(
+        default=False, metadata={"help": "a block whose ops all have an op_stream keeps them (false: reassigned)"}
+    )
 
     def __post_init__(self) -> None:
         if isinstance(self.compute, bool) or not isinstance(self.compute, int) or self.compute < 1:
             raise BlockirError(f"the streams option compute must be an int >= 1, got {self.compute!r}")
-        if not isinstance(self.copy, bool):
-            raise BlockirError(f"the streams option copy must be true or false, got {self.copy!r}")
+        for option in ("copy", "keep"):
+            if not isinstance(getattr(self, option), bool):
+                raise BlockirError(f"the streams option {option} must be true or false, got {getattr(self, option)!r}")
 
     def run(self, program: Program) -> bool:
         placement = Placement(program)
@@ -167,9 +169,12 @@ class Streams(Pass):
         waits: dict[int, dict[int, tuple[int, ...]]] = {}
         for block in program.blocks:
             graph = dependency_graph(block)
-            streams = self.assign(block, placement, graph)
-            for op, stream in zip(block.ops, streams):
-                changed = _set_stream(op, stream) or changed
+            if self.keep and all(STREAM_ATTR in op.attrs for op in block.ops):
+                streams = [op.attrs[STREAM_ATTR] for op in block.ops]
+            else:
+                streams = self.assign(block, placement, graph)
+                for op, stream in zip(block.ops, streams):
+                    changed = _set_stream(op, stream) or changed
             waits[block.idx] = stream_waits(block, streams, graph)
             note(describe(block, streams, waits[block.idx]))
         record_detail("waits", waits)
@@ -177,7 +182,7 @@ class Streams(Pass):
 
     def assign(self, block: Block, placement: Placement, graph: nx.DiGraph) -> list[str]:
         """The stream of each op of ``block``, by the rules of the module docstring."""
-        devices = [_device(op, placement) for op in block.ops]
+        devices = [placement.runs_on(op) for op in block.ops]
         where: dict[str, str] = {}  # variable -> device of the op that last wrote it
         last: dict[str, int] = {}  # stream -> the last op put on it
         turn: dict[str, int] = {}  # device -> how many compute streams were started on it
@@ -186,7 +191,7 @@ class Streams(Pass):
             schema = find(op.type)
             if schema is not None and schema.host:
                 stream = HOST_STREAM
-            elif self.copy and op.type == COPY_OP:
+            elif self.copy and is_copy(op):
                 stream = copy_stream(self.source(block, op, where), device)
             else:
                 chained = [

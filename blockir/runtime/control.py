@@ -1,12 +1,15 @@
 """Kernels of the concurrency ops (:mod:`blockir.ops.channel`): channels, ``go`` and ``select``.
 
-They are made when a plan is compiled (:func:`control_kernel`), because they
-need what an ordinary kernel does not: the variables an op declares (a closed
-channel's ``recv`` yields zero-row values of the declared shapes), other
-blocks compiled into plans (``go`` and ``select`` run sub-blocks), and the run
-itself (:class:`RunContext`: its scope, and the go blocks it started). A plan
-with ``go`` or ``select`` ops holds the run context in a value slot of its own,
-which their steps read before their inputs.
+Their schemas lower as :attr:`~blockir.ir.schema.Lowering.CONTROL`: the plan
+compiler makes each op's kernel when it compiles the op (:func:`control_kernel`
+says how, from a table by op type), because they need what an ordinary kernel
+does not: the variables an op declares (a closed channel's ``recv`` yields
+zero-row values of the declared shapes), other blocks compiled into plans
+(``go`` and ``select`` run sub-blocks), and the run itself (:class:`RunContext`:
+its scope, and the go blocks it started). A plan with ops whose kernels take the
+run context (``ControlKernel.takes_run``: ``channel_create``, ``go``,
+``select``) holds it in a value slot of its own, which their steps read before
+their inputs.
 
 Structured concurrency: each ``go`` runs its block's plan on a new thread in a
 child scope of the run's scope (temporaries it reads are fed to it; persistable
@@ -19,18 +22,18 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Callable
-from typing import Any
+from typing import Any, NamedTuple
 
 from blockir.errors import BlockirError, ChannelClosedError, DeadlockError
 from blockir.ir.core import Block, Operator, Variable, outer_temporaries
 from blockir.ir.schema import EMPTY_VAR, KernelContext
+from blockir.ops.channel import CHANNEL_CLOSE, CHANNEL_CREATE, CHANNEL_RECV, CHANNEL_SEND, GO, SELECT
 from blockir.ops.values import LoDTensor
 from blockir.runtime.channel import Channel, blocked_on, register_thread, select
 from blockir.runtime.scope import Scope
 
-__all__ = ["NEEDS_RUN", "RunContext", "close_channels", "control_kernel"]
+__all__ = ["CompileBlock", "ControlKernel", "RunContext", "close_channels", "control_kernel"]
 
-NEEDS_RUN = frozenset({"channel_create", "go", "select"})  # kernels taking the run context before their inputs
 _create_lock = threading.Lock()  # two runs making the same named channel at once make one
 
 
@@ -97,73 +100,63 @@ def _received(message: Any, ok: bool, outs: list[Variable], xp: Any, text: str) 
     return list(message)
 
 
-def control_kernel(
-    op: Operator, device: str, compile_block: Callable[[Block, list[str], str], Any]
-) -> Callable[..., Any]:
-    """The kernel of concurrency op ``op`` running on ``device``; ``compile_block(block, feeds, device)``
-    compiles a sub-block into a plan fed ``feeds``, which live on ``device``."""
-    block, text = op.block, str(op)
-
-    def var(name: str) -> Variable:
-        return block.find_var_recursive(name)
-
-    if op.type == "channel_create":
-        out = op.output("Out")[0]
-        capacity, limit = op.attrs.get("capacity", 0), op.attrs.get("bytes_limit", -1)
-
-        def create(ctx: KernelContext, run: RunContext) -> Channel:
-            with _create_lock:
-                holder = run.scope.find_var(out)
-                if holder is not None and isinstance(holder.value, Channel):
-                    return holder.value
-                channel = Channel(capacity, None if limit < 0 else limit, place=device, name=out)
-                run.scope.set(out, channel, device)
-                return channel
-
-        return create
-
-    if op.type == "channel_send":
-
-        def send(ctx: KernelContext, channel: Channel, values: list[Any]) -> None:
-            channel.send(list(values))
-
-        return send
-
-    if op.type == "channel_recv":
-        outs = [var(n) for n in op.output("Out")]
-
-        def recv(ctx: KernelContext, channel: Channel) -> tuple[list[Any], Any]:
-            message, ok = channel.recv()
-            return _received(message, ok, outs, ctx.xp, text), ctx.xp.asarray([ok])
-
-        return recv
-
-    if op.type == "channel_close":
-
-        def close(ctx: KernelContext, channel: Channel) -> None:
-            channel.close()
-
-        return close
-
-    if op.type == "go":
-        sub = op.sub_blocks()[0]
-        feeds = [n for n in op.input("X") if n != EMPTY_VAR]
-        plan = compile_block(sub, feeds, device)
-
-        def go(ctx: KernelContext, run: RunContext, values: list[Any]) -> None:
-            feed = dict(zip(feeds, values))
-            run.go(lambda scope: plan.run(feed, scope), f"block{sub.idx}")
-
-        return go
-
-    if op.type == "select":
-        return _select_kernel(op, device, compile_block)
-    raise BlockirError(f"op type {op.type!r} is not a concurrency op: {text}")
+CompileBlock = Callable[[Block, list[str], str], Any]
+"""``compile_block(block, feeds, device)``: a sub-block compiled into a plan fed ``feeds``, which live on ``device``."""
 
 
-def _select_kernel(
-    op: Operator, device: str, compile_block: Callable[[Block, list[str], str], Any]
-) -> Callable[..., Any]:
+def _channel_create(op: Operator, device: str, compile_block: CompileBlock) -> Callable[..., Any]:
+    out = op.output("Out")[0]
+    capacity, limit = op.attrs.get("capacity", 0), op.attrs.get("bytes_limit", -1)
+
+    def create(ctx: KernelContext, run: RunContext) -> Channel:
+        with _create_lock:
+            holder = run.scope.find_var(out)
+            if holder is not None and isinstance(holder.value, Channel):
+                return holder.value
+            channel = Channel(capacity, None if limit < 0 else limit, place=device, name=out)
+            run.scope.set(out, channel, device)
+            return channel
+
+    return create
+
+
+def _channel_send(op: Operator, device: str, compile_block: CompileBlock) -> Callable[..., Any]:
+    def send(ctx: KernelContext, channel: Channel, values: list[Any]) -> None:
+        channel.send(list(values))
+
+    return send
+
+
+def _channel_recv(op: Operator, device: str, compile_block: CompileBlock) -> Callable[..., Any]:
+    outs, text = [op.block.find_var_recursive(n) for n in op.output("Out")], str(op)
+
+    def recv(ctx: KernelContext, channel: Channel) -> tuple[list[Any], Any]:
+        message, ok = channel.recv()
+        return _received(message, ok, outs, ctx.xp, text), ctx.xp.asarray([ok])
+
+    return recv
+
+
+def _channel_close(op: Operator, device: str, compile_block: CompileBlock) -> Callable[..., Any]:
+    def close(ctx: KernelContext, channel: Channel) -> None:
+        channel.close()
+
+    return close
+
+
+def _go(op: Operator, device: str, compile_block: CompileBlock) -> Callable[..., Any]:
+    sub = op.sub_blocks()[0]
+    feeds = [n for n in op.input("X") if n != EMPTY_VAR]
+    plan = compile_block(sub, feeds, device)
+
+    def go(ctx: KernelContext, run: RunContext, values: list[Any]) -> None:
+        feed = dict(zip(feeds, values))
+        run.go(lambda scope: plan.run(feed, scope), f"block{sub.idx}")
+
+    return go
+
+
+def _select_kernel(op: Operator, device: str, compile_block: CompileBlock) -> Callable[..., Any]:
     block, text = op.block, str(op)
     kinds, channel_of, counts = op.attr("case_kinds"), op.attr("case_channel"), op.attr("case_count")
     reads = op.input("Reads")
@@ -211,6 +204,32 @@ def _select_kernel(
         return values, status
 
     return run_select
+
+
+class ControlKernel(NamedTuple):
+    """How the runtime makes the kernels of one concurrency op type."""
+
+    make: Callable[[Operator, str, CompileBlock], Callable[..., Any]]  # (op, its device, compile_block) -> kernel
+    takes_run: bool  # the kernel takes the run context before the op's inputs
+
+
+_KERNELS: dict[str, ControlKernel] = {
+    CHANNEL_CREATE.type: ControlKernel(_channel_create, takes_run=True),
+    CHANNEL_SEND.type: ControlKernel(_channel_send, takes_run=False),
+    CHANNEL_RECV.type: ControlKernel(_channel_recv, takes_run=False),
+    CHANNEL_CLOSE.type: ControlKernel(_channel_close, takes_run=False),
+    GO.type: ControlKernel(_go, takes_run=True),
+    SELECT.type: ControlKernel(_select_kernel, takes_run=True),
+}
+
+
+def control_kernel(op: Operator) -> ControlKernel:
+    """How to make the kernel of ``op``, an op whose schema lowers as :attr:`~blockir.ir.schema.Lowering.CONTROL`;
+    an error naming the op when the runtime has no kernel for its type."""
+    kernel = _KERNELS.get(op.type)
+    if kernel is None:
+        raise BlockirError(f"op type {op.type!r} is a control op the runtime has no kernel for: {op}")
+    return kernel
 
 
 def close_channels(values: list[Any], slots: tuple[int, ...]) -> None:

@@ -2,18 +2,19 @@
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import weakref
 from collections.abc import Iterable, Mapping
-from typing import Any, TypeVar
+from typing import Any, NamedTuple, TypeVar
 
 from blockir.errors import BlockirError
-from blockir.ir.core import Program, Variable
+from blockir.ir.core import Program
 from blockir.ir.defaults import default_main_program
 from blockir.ir.devices import HOST, checked_device
-from blockir.passes.copies import InsertCopies
-from blockir.passes.place import Place as PlacePass
-from blockir.passes.streams import STREAM_ATTR, Streams
+from blockir.passes.manager import PassReport
+from blockir.passes.manager import run as run_pipeline
+from blockir.passes.pipelines import DefaultDevicePipeline
 from blockir.runtime.device import get_device, value_device
 from blockir.runtime.place import Place, as_place
 from blockir.runtime.plan import SCHEDULERS, Plan, check_block, compile_plan
@@ -45,13 +46,6 @@ def _remember(cache: dict[Any, T], key: tuple, value: T, limit: int) -> T:
     return value
 
 
-def _program_var(program: Program, name: str) -> Variable:
-    block = program.global_block()
-    if name not in block.vars:
-        raise BlockirError(f"feed {name!r} is not a variable of the program")
-    return block.vars[name]
-
-
 def _off_host(program: Program) -> bool:
     """Whether any op, block, variable or the program itself names a device other than the host."""
     devices = {
@@ -63,23 +57,39 @@ def _off_host(program: Program) -> bool:
     return any(checked_device(d, "a device of the program") != HOST for d in devices if d)
 
 
+def _on_gpu(feed: Mapping[str, Any]) -> frozenset[tuple[str, str]]:
+    """(name, device) of the values of ``feed`` that are not on the host."""
+    return frozenset((name, device) for name, value in feed.items() if (device := value_device(value)) != HOST)
+
+
+class _Prepared(NamedTuple):
+    program: Program  # what the plans are compiled from: the pipeline's result, or the program itself
+    report: PassReport  # the report of the pipeline that made it
+
+
 class Executor:
     """Runs programs, Fluid's ``Executor``; ``place`` (``"cpu"``, ``"cpu:2"``, ``"cuda:0"``, ``CPUPlace()``)
     is where ops that the program places nowhere run.
 
     A program with anything off the host (an op, block, variable or program
-    device, or an executor place other than ``cpu``) runs as the default
-    pipeline, ``place{default=PLACE},insert-copies,streams{compute=N}``, transforms a
-    clone of it; the program itself is never changed. Each program block is
-    compiled into a :class:`~blockir.runtime.plan.Plan` once per (program,
-    program state, feed names, fetch names) and the plan is cached; a program
-    changed through the IR API is transformed and compiled again on its next
-    run. The cache keeps the plans of at most ``max_plans`` program states.
+    device, an executor place other than ``cpu``, more than one compute stream,
+    or a value fed already on a GPU) runs as the named pipeline
+    ``default-device-pipeline{default=PLACE compute=N fed=NAME@DEVICE,...}``
+    (:mod:`blockir.passes.pipelines`: ``place``, ``insert-copies``,
+    ``streams``) makes of it, through the pass manager in its cheap mode (no
+    snapshots) on a clone; the program itself is never changed. Any other
+    program runs as it is (the empty pipeline). :meth:`pass_report` gives the
+    pipeline's :class:`~blockir.passes.PassReport` (its ``pipeline`` is the
+    string ``blockir opt -p`` reruns) and :meth:`compiled_program` its result.
+    Each program block is compiled into a :class:`~blockir.runtime.plan.Plan`
+    once per (program, program state, feed names, fetch names) and the plan is
+    cached; a program changed through the IR API is transformed and compiled
+    again on its next run. The cache keeps the plans of at most ``max_plans``
+    program states.
 
     The ``streams`` pass of that pipeline gives each device ``compute_streams``
-    compute streams (independent branches round-robin over them: with more
-    than one, host programs go through the pipeline too); a program whose ops
-    all have an ``op_stream`` already keeps its streams.
+    compute streams (independent branches round-robin over them); a block whose
+    ops all have an ``op_stream`` already keeps its streams.
 
     ``scheduler="dataflow"`` (the default) runs the ops of a block that spans
     several streams as a dataflow: the host stream on the calling thread, other
@@ -121,8 +131,8 @@ class Executor:
             raise BlockirError(f"scheduler must be one of {', '.join(SCHEDULERS)}, got {scheduler!r}")
         if num_threads is not None and (not isinstance(num_threads, int) or num_threads < 1):
             raise BlockirError(f"num_threads must be a positive int or None, got {num_threads!r}")
-        self._streams = Streams(compute=compute_streams)  # checks compute_streams
         self.place: Place = as_place(place)
+        self._pipeline = DefaultDevicePipeline(default=str(self.place), compute=compute_streams)  # checks them
         get_device(str(self.place), "the executor's place")  # an error now when this machine lacks it
         self.max_plans = max_plans
         self.scheduler = scheduler
@@ -131,7 +141,7 @@ class Executor:
         self._pool = WorkerPool()
         self._finalizer = weakref.finalize(self, self._pool.close)
         self._plans: dict[tuple, Plan] = {}  # (id, mutation, feed names, fetch names, GPU feeds, check) -> plan
-        self._placements: dict[tuple, Program] = {}  # (id, mutation, GPU feeds) -> the program as it runs
+        self._prepared: dict[tuple, _Prepared] = {}  # (id, mutation, GPU feeds) -> the program as it runs
 
     def plan(self, program: Program, feed_names: Iterable[str] = (), fetch_list: Iterable[Any] | None = None) -> Plan:
         """The (cached) plan that :meth:`run` uses for these feed names and fetch targets."""
@@ -153,7 +163,7 @@ class Executor:
                 self._plans,
                 key,
                 compile_plan(
-                    self._placed(program, on_gpu),
+                    self._prepare(program, on_gpu).program,
                     feed_names,
                     fetch,
                     self.place,
@@ -165,25 +175,31 @@ class Executor:
             )
         return plan
 
-    def _placed(self, program: Program, on_gpu: frozenset[tuple[str, str]]) -> Program:
-        """``program`` itself when it all runs on the host, else its clone through the default pipeline (cached);
+    def pass_report(self, program: Program, feed: Mapping[str, Any] | None = None) -> PassReport:
+        """The report of the pipeline this executor applies to ``program`` (in its current state) when it runs
+        with ``feed`` (which values are on a GPU matters, not their names); ``report.pipeline`` is that
+        pipeline, empty for a program that runs as it is. Transforms the program if no run did yet."""
+        return self._prepare(program, _on_gpu(feed or {})).report
+
+    def compiled_program(self, program: Program, feed: Mapping[str, Any] | None = None) -> Program:
+        """A copy of what this executor compiles ``program`` into plans from when it runs with ``feed``:
+        the result of the pipeline :meth:`pass_report` describes."""
+        return self._prepare(program, _on_gpu(feed or {})).program.clone()
+
+    def _prepare(self, program: Program, on_gpu: frozenset[tuple[str, str]]) -> _Prepared:
+        """``program`` itself when it runs as it is, else its clone through the default pipeline (cached);
         ``on_gpu``: (name, device) of the variables fed with values already on a GPU."""
-        if str(self.place) == HOST and self._streams.compute == 1 and not on_gpu and not _off_host(program):
-            return program
+        if self._pipeline.default == HOST and self._pipeline.compute == 1 and not on_gpu and not _off_host(program):
+            return _Prepared(program, PassReport(""))
         key = (id(program), program.mutation, on_gpu)
-        placed = self._placements.get(key)
-        if placed is None:
+        prepared = self._prepared.get(key)
+        if prepared is None:
             for block in program.blocks:  # errors name the ops as the program has them, before passes trip on them
                 check_block(block)
-            placed = program.clone()
-            for name, device in on_gpu:  # the fed value lives there: copies go from there
-                _program_var(placed, name).device = device
-            PlacePass(default=str(self.place)).run(placed)
-            InsertCopies().run(placed)
-            if any(STREAM_ATTR not in op.attrs for op in placed.global_block().ops):
-                self._streams.run(placed)  # a program whose ops all have streams keeps them
-            _remember(self._placements, key, placed, self.max_plans)
-        return placed
+            pipeline = dataclasses.replace(self._pipeline, fed=tuple(sorted(f"{n}@{d}" for n, d in on_gpu)))
+            prepared = _Prepared(*run_pipeline(program, [pipeline], verify=False, snapshots=False))
+            _remember(self._prepared, key, prepared, self.max_plans)
+        return prepared
 
     def run(
         self,
@@ -221,8 +237,7 @@ class Executor:
         elif not isinstance(feed, Mapping):
             raise BlockirError(f"feed must be a dict of variable name -> value, got {type(feed).__name__}")
         fetch = None if fetch_list is None else tuple(_name(f) for f in fetch_list)
-        on_gpu = frozenset((name, device) for name, value in feed.items() if (device := value_device(value)) != HOST)
-        plan = self._plan(program, frozenset(feed), fetch, on_gpu)
+        plan = self._plan(program, frozenset(feed), fetch, _on_gpu(feed))
         if not self._finalizer.alive:
             raise BlockirError("this executor is closed")
         tracer = None if trace is None else Tracer(plan.steps, plan.copies_from)

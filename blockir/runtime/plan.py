@@ -1,16 +1,25 @@
 """Compiling a block into a plan, and running a plan.
 
-:func:`compile_plan` does everything a run would otherwise do per op, once:
-it refuses what a run would trip on (:func:`check_block`: the verifier's
-checks of each op and of the feed/fetch columns), looks up each op's schema
-and kernel, builds its :class:`KernelContext` (attributes with defaults filled
-in, which outputs anybody reads), numbers the variables into slots, decides
-where LoD is dropped before a kernel and put back after it, and computes where
-each value is used last so that it is freed right after. :meth:`Plan.run` then checks the feeds, fills a list of values
-indexed by slot and walks the steps, each a prepared ``gather`` / ``kernel`` /
-``scatter`` with the slots to free after it. With ``check_nan_inf`` each
+:func:`compile_plan` does everything a run would otherwise do per op, once,
+in phases: it refuses what a run would trip on (:func:`check_block`: the
+verifier's checks of each op and of the feed/fetch columns) and looks up each
+op's schema and kernel; the value flow, forward, finds the values that come
+from outside the plan, those that may carry LoD and the device of each; the
+liveness, backward, finds which outputs anybody reads and where each value is
+used last, so that it is freed right after; then each op becomes a step
+(:class:`~blockir.runtime.scheduler.Step`: its kernel, its
+:class:`KernelContext` with the attributes' defaults filled in, a prepared
+``gather`` / ``scatter`` over value slots, where LoD is dropped before the
+kernel and put back after it, and the slots to free after it), and the steps
+get their schedule. :meth:`Plan.run` then checks the feeds, fills a list of
+values indexed by slot and walks the steps. With ``check_nan_inf`` each
 kernel is wrapped to stop at NaN or inf (:mod:`blockir.runtime.nan_inf`);
 without it nothing is.
+
+How an op becomes a step is its schema's ``lowering``
+(:class:`~blockir.ir.schema.Lowering`), never its type name: a kernel, a
+copy, a control op whose kernel :mod:`blockir.runtime.control` makes, or no
+step at all for the feed and fetch ops.
 
 Reusing dead buffers: a kernel with a keyword-only parameter ``reuse`` may
 write into its inputs that nothing needs after it. The compiler lists, per
@@ -21,28 +30,30 @@ before the kernel runs and each is offered (``reuse[k]`` True for the kernel's
 an array owning its memory, so that an array also bound to a live variable,
 viewed by one, or held by a LoDTensor is never overwritten.
 
-``feed`` and ``fetch`` ops (as ``save_inference_model`` writes them) are not
-steps: their outputs are the feed targets and their inputs the default fetch
-targets of the plan.
+Feed and fetch ops (as ``save_inference_model`` writes them) are not steps:
+their outputs are the feed targets and their inputs the default fetch targets
+of the plan.
 
 Devices: each op runs on its ``op_device`` (else its block's, its program's,
 or the executor's place) and its kernel computes with that device's array
 module. Feeds arrive on the host and scope values where the variable lives
 (``Variable.device``, else the host); an op's outputs are on its device. The
-compiler checks that every op but ``memcpy`` reads only values on its own
-device. At run time a scope value found on another device than the plan
-expects is moved there (copied, and re-tagged in the scope); persistables are
-written back tagged with the device they are on, and fetched values come back
-to the host (copied).
+compiler checks that every op but a copy reads only values on its own
+device (a copy runs on the device its ``device_attr`` names). At run time a
+scope value found on another device than the plan expects is moved there
+(copied, and re-tagged in the scope); persistables are written back tagged
+with the device they are on, and fetched values come back to the host
+(copied).
 """
 
 from __future__ import annotations
 
+import functools
 import inspect
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from operator import itemgetter
-from typing import Any
+from typing import Any, NamedTuple, cast
 
 import networkx as nx
 import numpy as np
@@ -51,23 +62,33 @@ from blockir.errors import BlockirError, OpNotFoundError, VerifyError
 from blockir.ir.core import Block, Operator, Program, Variable
 from blockir.ir.devices import HOST, checked_device, device_kind
 from blockir.ir.dtypes import VarKind
-from blockir.ir.schema import EMPTY_VAR, KernelContext, OpSchema, Slot, lookup
+from blockir.ir.schema import EMPTY_VAR, KernelContext, Lowering, OpSchema, Slot, lookup
 from blockir.ir.verify import column_problems, op_problems
-from blockir.ops.channel import CONTROL_OPS
 from blockir.ops.transfer import map_arrays
 from blockir.ops.values import LoDTensor, SelectedRows, describe_value
 from blockir.passes.deps import dependency_graph
 from blockir.passes.streams import op_stream
-from blockir.runtime.control import NEEDS_RUN, RunContext, close_channels, control_kernel
+from blockir.runtime.control import CompileBlock, RunContext, close_channels, control_kernel
 from blockir.runtime.device import array_module, get_device, transfer, value_device
 from blockir.runtime.nan_inf import checked
 from blockir.runtime.place import Place
 from blockir.runtime.scheduler import Gather, Scatter, Schedule, Step, WorkerPool, compile_schedule, execute, run_steps
 from blockir.runtime.scope import Scope
 
-__all__ = ["SCHEDULERS", "FeedSpec", "Plan", "Step", "check_block", "compile_plan", "describe_value", "shape_matches"]
+__all__ = [
+    "SCHEDULERS",
+    "FeedSpec",
+    "Fetch",
+    "Plan",
+    "ScopeInput",
+    "Step",
+    "Writeback",
+    "check_block",
+    "compile_plan",
+    "describe_value",
+    "shape_matches",
+]
 
-FEED_OP, FETCH_OP, COPY_OP = "feed", "fetch", "memcpy"
 RUN_SLOT = "@run"  # the value slot of the run context (not a variable name: names never hold '@' first)
 _CHANNELS = (VarKind.CHANNEL, VarKind.CHANNEL_LIST)
 SCHEDULERS = ("sequential", "dataflow")
@@ -258,21 +279,26 @@ def _make_scatter(outs: list[tuple[Slot, list[int | None], bool, int | None]]) -
     return scatter
 
 
-# -- compiling -------------------------------------------------------------------------
+# -- compiling: the ops ---------------------------------------------------------------------
 
 
-@dataclass
+@dataclass(slots=True)
 class _OpInfo:
+    """One op of the block as the compiler sees it."""
+
     op: Operator
     schema: OpSchema
-    text: str
+    text: str  # the op's text form, for errors
     device: str
     stream: str
-    inputs: list[tuple[Slot, list[str]]]
-    outputs: list[tuple[Slot, list[str]]]
+    lowering: Lowering  # the schema's
+    inputs: list[tuple[Slot, Sequence[str]]]  # per input slot of the schema: the variables it binds
+    outputs: list[tuple[Slot, Sequence[str]]]  # per output slot of the schema: the variables it binds
+    reads: list[str]  # the variables it reads, in slot order (a variable twice when it is bound twice)
+    writes: list[str]  # the variables it writes, in slot order
 
 
-def _bound(names: list[str]) -> list[str]:
+def _bound(names: Sequence[str]) -> list[str]:
     return [n for n in names if n != EMPTY_VAR]
 
 
@@ -300,21 +326,26 @@ def _op_info(op: Operator, block: Block, place: Place) -> _OpInfo:
     stream = op_stream(op, device)
     get_device(device, text)  # before anything runs: an error naming the devices this machine has
     get_device(stream.rpartition("/")[0], text)
-    if (schema.kernel is None and op.type not in CONTROL_OPS) or device_kind(device) not in schema.devices:
+    if (schema.kernel is None and schema.lowering is not Lowering.CONTROL) or device_kind(device) not in schema.devices:
         raise BlockirError(f"op type {op.type!r} has no kernel for {device_kind(device)}: {text}")
-    if op.type == COPY_OP and checked_device(op.attr("dst_device"), text) != device:
-        raise BlockirError(f"memcpy must run on its dst_device, not on {device}: {text}")
+    if schema.device_attr and checked_device(op.attr(schema.device_attr), text) != device:
+        raise BlockirError(f"{op.type} must run on its {schema.device_attr}, not on {device}: {text}")
     for name in (*op.input_names(), *op.output_names()):
         if name != EMPTY_VAR and not _has_var(block, name):
             raise BlockirError(f"op uses variable {name!r}, which the block does not declare: {text}")
+    inputs: list[tuple[Slot, Sequence[str]]] = [(s, op.inputs.get(s.name, ())) for s in schema.inputs]
+    outputs: list[tuple[Slot, Sequence[str]]] = [(s, op.outputs.get(s.name, ())) for s in schema.outputs]
     return _OpInfo(
         op,
         schema,
         text,
         device,
         stream,
-        [(s, op.inputs.get(s.name, [])) for s in schema.inputs],
-        [(s, op.outputs.get(s.name, [])) for s in schema.outputs],
+        schema.lowering,
+        inputs,
+        outputs,
+        [n for _, names in inputs for n in names if n != EMPTY_VAR],
+        [n for _, names in outputs for n in names if n != EMPTY_VAR],
     )
 
 
@@ -344,23 +375,33 @@ class _Slots(dict):
         return self[name]
 
 
-def _feed_fetch_ops(block: Block) -> tuple[list[Operator], list[str], list[str]]:
-    """The compute ops, the feed-op targets and the fetch-op targets (each in ``col`` order)."""
+class _Framing(NamedTuple):
+    ops: list[Operator]  # the ops that become steps
+    feeds: list[str]  # the targets of the feed ops, in column order
+    fetches: list[str]  # the targets of the fetch ops, in column order
+
+
+def _framing(block: Block) -> _Framing:
+    """The ops of ``block`` that become steps, and the targets of the ops lowered as feeds and fetches."""
     ops, feeds, fetches = [], {}, {}
     for op in block.ops:
-        if op.type == FEED_OP:
+        lowering = lookup(op.type).lowering
+        if lowering is Lowering.FEED:
             feeds[op.attrs.get("col", 0)] = op.output("Out")[0]
-        elif op.type == FETCH_OP:
+        elif lowering is Lowering.FETCH:
             fetches[op.attrs.get("col", 0)] = op.input("X")[0]
         else:
             ops.append(op)
-    return ops, [feeds[c] for c in sorted(feeds)], [fetches[c] for c in sorted(fetches)]
+    return _Framing(ops, [feeds[c] for c in sorted(feeds)], [fetches[c] for c in sorted(fetches)])
 
 
 def _program_var(block: Block, name: str, what: str) -> Variable:
     if not isinstance(name, str) or not _has_var(block, name):
         raise BlockirError(f"{what} {name!r} is not a variable of the program")
     return block.find_var_recursive(name)
+
+
+# -- compiling: the phases --------------------------------------------------------------------
 
 
 def compile_plan(
@@ -378,40 +419,83 @@ def compile_plan(
     to run in program order (``scheduler="sequential"``) or as a dataflow over streams and threads
     (``"dataflow"``, at most ``num_threads`` worker threads; None: one per CPU stream off the host).
     ``block``: another block of the program (a go or case block; its sub-plans run in program order);
-    ``feed_device``: where the fed values are. ``check_nan_inf``: every op but copies and concurrency ops
-    (whose blocks' ops are checked in their own plans) raises :class:`~blockir.errors.NanInfError` when
-    it produces NaN or inf (:mod:`blockir.runtime.nan_inf`), and no kernel overwrites its inputs, so that
-    the error tells what they held; without it, the steps hold the kernels themselves."""
+    ``feed_device``: where the fed values are. ``check_nan_inf``: every op lowered as a kernel raises
+    :class:`~blockir.errors.NanInfError` when it produces NaN or inf (:mod:`blockir.runtime.nan_inf`; the
+    ops of control ops' blocks are checked in their own plans), and no kernel overwrites its inputs, so
+    that the error tells what they held; without it, the steps hold the kernels themselves.
+
+    The phases: the ops (checked, framed by the feed and fetch ops, seen through their schemas), the value
+    flow forward (:func:`_value_flow`), liveness backward (:func:`_liveness`), the steps
+    (:func:`_make_steps`), and the schedule over the streams."""
     if scheduler not in SCHEDULERS:
         raise BlockirError(f"scheduler must be one of {', '.join(SCHEDULERS)}, got {scheduler!r}")
     block = program.global_block() if block is None else block
     check_block(block)  # feed and fetch ops with an Out, an X and a col of their own, each op with its slots
-    ops, feed_targets, fetch_targets = _feed_fetch_ops(block)
-    missing = [n for n in feed_targets if n not in feed_names]
+    framing = _framing(block)
+    missing = [n for n in framing.feeds if n not in feed_names]
     if missing:
         raise BlockirError(
-            f"missing feed {', '.join(map(repr, missing))}: the program's feed ops take {', '.join(feed_targets)}"
+            f"missing feed {', '.join(map(repr, missing))}: the program's feed ops take {', '.join(framing.feeds)}"
         )
-    fetch_names = tuple(fetch_targets) if fetch_names is None else fetch_names
+    fetch_names = tuple(framing.fetches) if fetch_names is None else fetch_names
     slots = _Slots()
     feeds = tuple(
         FeedSpec.of(slots[n], _program_var(block, n, "feed"), _fed_on(block, n, feed_device))
         for n in sorted(feed_names, key=str)
     )
     fetch_vars = [_program_var(block, n, "fetch") for n in fetch_names]
-    infos = [_op_info(op, block, place) for op in ops]
+    infos = [_op_info(op, block, place) for op in framing.ops]
+    flow = _value_flow(block, infos, feeds, fetch_vars, framing.feeds)
+    liveness = _liveness(block, infos, slots, fetch_names)
 
-    # Forward: which values come from outside, which may hold a LoDTensor.
-    defined = set(feed_names)
-    external: dict[str, str] = {}  # name -> text of its first reader
+    def compile_block(sub: Block, feeds: list[str], device: str) -> Plan:
+        return compile_plan(
+            program, frozenset(feeds), (), place, block=sub, feed_device=device, check_nan_inf=check_nan_inf
+        )
+
+    steps = _make_steps(infos, slots, flow.may_lod, liveness, compile_block, check_nan_inf)
+    schedule = None
+    if scheduler == "dataflow" and any(s.stream != steps[0].stream for s in steps):
+        schedule = _schedule(block, framing.ops, infos, steps, slots, num_threads)
+    else:  # in program order: an op on an asynchronous (CUDA) stream is done before the next one starts
+        steps = tuple(_synchronous(s) for s in steps)
+    return Plan(
+        num_slots=len(slots),
+        steps=steps,
+        feeds=feeds,
+        scope_inputs=tuple(
+            ScopeInput(slots[n], n, block.find_var_recursive(n).persistable, reader, _home(block, n))
+            for n, reader in flow.external.items()
+        ),
+        fetches=tuple(Fetch(slots[v.name], v.name, v.persistable, flow.located[v.name]) for v in fetch_vars),
+        writebacks=tuple(Writeback(slots[n], n, flow.located[n]) for n in sorted(liveness.persistable_out)),
+        schedule=schedule,
+        copies_from=_copies_from(infos, slots),
+        run_slot=slots.get(RUN_SLOT),
+        channels=tuple(i for n, i in slots.items() if n != RUN_SLOT and block.find_var_recursive(n).kind in _CHANNELS),
+    )
+
+
+class _Flow(NamedTuple):
+    external: dict[str, str]  # the values from outside the plan (the scope): name -> text of its first reader
+    may_lod: set[str]  # the variables whose values may be LoDTensors
+    located: dict[str, str]  # the device of every value once the plan ran
+
+
+def _value_flow(
+    block: Block, infos: list[_OpInfo], feeds: tuple[FeedSpec, ...], fetch_vars: list[Variable], feed_ops: list[str]
+) -> _Flow:
+    """Forward over the ops: which values come from outside the plan (an error for one that must be fed,
+    ``feed_ops`` being the targets of the block's feed ops), which may hold a LoDTensor, and where each is."""
+    defined = {f.name for f in feeds}
+    external: dict[str, str] = {}
     may_lod = {f.name for f in feeds if f.lod_level}
     for info in infos:
-        for _, names in info.inputs:
-            for n in _bound(names):
-                if n not in defined and n not in external:
-                    external[n] = info.text
-                    if block.find_var_recursive(n).lod_level:
-                        may_lod.add(n)
+        for n in info.reads:
+            if n not in defined and n not in external:
+                external[n] = info.text
+                if block.find_var_recursive(n).lod_level:
+                    may_lod.add(n)
         for slot, names in info.outputs:
             if slot.lod or any(n in may_lod for n in _lod_sources(info, slot.name)):
                 may_lod.update(_bound(names))
@@ -421,69 +505,69 @@ def compile_plan(
             external.setdefault(var.name, f"fetch {var.name!r}")
     for name, reader in external.items():
         var = block.find_var_recursive(name)
-        if var.need_check_feed or name in feed_targets:
+        if var.need_check_feed or name in feed_ops:
             raise BlockirError(f"missing feed {name!r} (declared {_declared(var)}), read by: {reader}")
-    located = _locate(block, infos, feed_names, feed_device, external)
+    return _Flow(external, may_lod, _locate(block, infos, feeds, external))
 
-    # Backward: liveness, giving which outputs anybody reads and what dies after each op.
-    persistable_out = {
-        n
-        for info in infos
-        for _, names in info.outputs
-        for n in _bound(names)
-        if block.find_var_recursive(n).persistable
-    }
+
+def _fed_on(block: Block, name: str, feed_device: str) -> str:
+    """Where a fed value is: on its variable's GPU when the variable lives on one (the executor placed it
+    there for a value fed on it), else on ``feed_device``."""
+    device = block.find_var_recursive(name).device
+    return checked_device(device, f"feed {name!r}") if device and device_kind(device) == "cuda" else feed_device
+
+
+def _home(block: Block, name: str) -> str:
+    """Where a value from outside the plan is: the variable's device, else the host."""
+    device = block.find_var_recursive(name).device
+    return checked_device(device, f"variable {name!r}") if device else HOST
+
+
+def _locate(
+    block: Block, infos: list[_OpInfo], feeds: tuple[FeedSpec, ...], external: dict[str, str]
+) -> dict[str, str]:
+    """The device of every value after the plan ran; an error naming the op that reads a value from another device.
+
+    Feeds are where their specs say, values from the scope where their variable lives, an op's outputs on its
+    device; only copies read across devices.
+    """
+    located = {f.name: f.device for f in feeds}
+    located.update((n, _home(block, n)) for n in external)
+    for info in infos:
+        if info.lowering is not Lowering.COPY:
+            for n in info.reads:
+                if located[n] != info.device:
+                    raise BlockirError(
+                        f"op runs on {info.device} but reads {n!r}, which is on {located[n]} "
+                        f"(insert a memcpy: the insert-copies pass does): {info.text}"
+                    )
+        located.update(dict.fromkeys(info.writes, info.device))
+    return located
+
+
+class _Liveness(NamedTuple):
+    wants: list[tuple[bool, ...]]  # per op, per output slot: whether anything reads what it binds
+    frees: list[tuple[int, ...]]  # per op: the value slots dead after it
+    persistable_out: set[str]  # the persistable variables the ops write, written back to the scope
+
+
+def _liveness(block: Block, infos: list[_OpInfo], slots: _Slots, fetch_names: tuple[str, ...]) -> _Liveness:
+    """Backward over the ops from the fetches and the persistables written: which outputs anybody reads,
+    and what dies after each op."""
+    persistable_out = {n for info in infos for n in info.writes if block.find_var_recursive(n).persistable}
     live = {slots[n] for n in (*fetch_names, *persistable_out)}  # live after the op at hand
     frees: list[tuple[int, ...]] = []
     wants: list[tuple[bool, ...]] = []
     for info in reversed(infos):
         outs = [[slots[n] for n in _bound(names)] for _, names in info.outputs]
         written = {i for o in outs for i in o}
-        read = {slots[n] for _, names in info.inputs for n in _bound(names)}
+        read = {slots[n] for n in info.reads}
         wants.append(tuple(any(i in live for i in o) for o in outs))
         frees.append(tuple(sorted((read | written) - live)))
         live = (live - written) | read
     frees.reverse()
     wants.reverse()
-
-    made: set[int] = set()  # slots some earlier step wrote
-    reuses = []
-    for info, free in zip(infos, frees):
-        reuses.append(() if check_nan_inf else _reuse_candidates(info, slots, may_lod, made, free))
-        made.update(slots[n] for _, names in info.outputs for n in _bound(names))
-
-    def compile_block(sub: Block, feeds: list[str], device: str) -> Plan:
-        return compile_plan(
-            program, frozenset(feeds), (), place, block=sub, feed_device=device, check_nan_inf=check_nan_inf
-        )
-
-    run_slot = slots[RUN_SLOT] if any(info.op.type in NEEDS_RUN for info in infos) else None
-    steps = tuple(
-        _make_step(info, slots, may_lod, want, free, reuse, run_slot, compile_block, check_nan_inf)
-        for info, want, free, reuse in zip(infos, wants, frees, reuses)
-    )
-    schedule = None
-    if scheduler == "dataflow" and any(s.stream != steps[0].stream for s in steps):
-        schedule = _schedule(block, ops, infos, steps, slots, num_threads)
-    else:  # in program order: an op on an asynchronous (CUDA) stream is done before the next one starts
-        steps = tuple(_synchronous(s) for s in steps)
-    scope_inputs = tuple(
-        (slots[n], n, block.find_var_recursive(n).persistable, reader, _home(block, n))
-        for n, reader in external.items()
-    )
-    channels = tuple(i for n, i in slots.items() if n != RUN_SLOT and block.find_var_recursive(n).kind in _CHANNELS)
-    return Plan(
-        num_slots=len(slots),
-        steps=steps,
-        feeds=feeds,
-        scope_inputs=scope_inputs,
-        fetches=tuple((slots[v.name], v.name, v.persistable, located[v.name]) for v in fetch_vars),
-        writebacks=tuple((slots[n], n, located[n]) for n in sorted(persistable_out)),
-        schedule=schedule,
-        copies_from=_copies_from(infos, slots),
-        run_slot=run_slot,
-        channels=channels,
-    )
+    return _Liveness(wants, frees, persistable_out)
 
 
 def _schedule(
@@ -508,7 +592,7 @@ def _schedule(
         _reads(infos, slots),
         _writes(infos, slots),
         num_threads,
-        any(info.op.type in CONTROL_OPS for info in infos),
+        any(info.lowering is Lowering.CONTROL for info in infos),
     )
 
 
@@ -529,60 +613,28 @@ def _synchronous(step: Step) -> Step:
 
 
 def _reads(infos: list[_OpInfo], slots: _Slots) -> list[set[int]]:
-    return [{slots[n] for _, names in info.inputs for n in _bound(names)} for info in infos]
+    return [{slots[n] for n in info.reads} for info in infos]
 
 
 def _writes(infos: list[_OpInfo], slots: _Slots) -> list[set[int]]:
-    return [{slots[n] for _, names in info.outputs for n in _bound(names)} for info in infos]
+    return [{slots[n] for n in info.writes} for info in infos]
 
 
 def _copies_from(infos: list[_OpInfo], slots: _Slots) -> tuple[int | None, ...]:
-    """Per step: for a memcpy, the step that wrote the value it copies (None: from outside the plan)."""
+    """Per step: for a copy, the step that wrote the value it copies (None: from outside the plan)."""
     last_writer: dict[int, int] = {}
     result: list[int | None] = []
     for j, (read, written) in enumerate(zip(_reads(infos, slots), _writes(infos, slots))):
-        result.append(last_writer.get(min(read, default=-1)) if infos[j].op.type == COPY_OP else None)
+        copy = infos[j].lowering is Lowering.COPY
+        result.append(last_writer.get(min(read, default=-1)) if copy else None)
         last_writer.update(dict.fromkeys(written, j))
     return tuple(result)
 
 
-def _fed_on(block: Block, name: str, feed_device: str) -> str:
-    """Where a fed value is: on its variable's GPU when the variable lives on one (the executor placed it
-    there for a value fed on it), else on ``feed_device``."""
-    device = block.find_var_recursive(name).device
-    return checked_device(device, f"feed {name!r}") if device and device_kind(device) == "cuda" else feed_device
+# -- compiling: the steps -------------------------------------------------------------------
 
 
-def _home(block: Block, name: str) -> str:
-    """Where a value from outside the plan is: the variable's device, else the host."""
-    device = block.find_var_recursive(name).device
-    return checked_device(device, f"variable {name!r}") if device else HOST
-
-
-def _locate(
-    block: Block, infos: list[_OpInfo], feed_names: frozenset[str], feed_device: str, external: dict[str, str]
-) -> dict[str, str]:
-    """The device of every value after the plan ran; an error naming the op that reads a value from another device.
-
-    Feeds are on the host, values from the scope where their variable lives, an op's outputs on its device;
-    only ``memcpy`` reads across devices.
-    """
-    located = {n: _fed_on(block, n, feed_device) for n in feed_names}
-    located.update((n, _home(block, n)) for n in external)
-    for info in infos:
-        if info.op.type != COPY_OP:
-            for _, names in info.inputs:
-                for n in _bound(names):
-                    if located[n] != info.device:
-                        raise BlockirError(
-                            f"op runs on {info.device} but reads {n!r}, which is on {located[n]} "
-                            f"(insert a memcpy: the insert-copies pass does): {info.text}"
-                        )
-        for _, names in info.outputs:
-            located.update(dict.fromkeys(_bound(names), info.device))
-    return located
-
-
+@functools.cache
 def _takes_reuse(kernel: Callable[..., Any]) -> bool:
     try:
         return "reuse" in inspect.signature(kernel).parameters
@@ -596,9 +648,9 @@ def _reuse_candidates(
     """(argument position, slot) of the inputs this op's kernel may overwrite: values made earlier in the run
     that die here, read once by the op and not written by it, never LoD-carrying; none unless the kernel
     takes ``reuse``."""
-    if not _takes_reuse(info.schema.kernel):
+    if info.schema.kernel is None or not _takes_reuse(info.schema.kernel):
         return ()
-    read = [n for _, names in info.inputs for n in _bound(names)]
+    read = info.reads
     written = {n for _, names in info.outputs for n in names}
     return tuple(
         (k, slots[names[0]])
@@ -613,6 +665,24 @@ def _reuse_candidates(
     )
 
 
+def _make_steps(
+    infos: list[_OpInfo],
+    slots: _Slots,
+    may_lod: set[str],
+    liveness: _Liveness,
+    compile_block: CompileBlock,
+    check_nan_inf: bool,
+) -> tuple[Step, ...]:
+    """One step per op, in program order."""
+    steps = []
+    made: set[int] = set()  # slots some earlier step wrote
+    for info, wants, free in zip(infos, liveness.wants, liveness.frees):
+        reuse = () if check_nan_inf else _reuse_candidates(info, slots, may_lod, made, free)
+        steps.append(_make_step(info, slots, may_lod, wants, free, reuse, compile_block, check_nan_inf))
+        made.update(slots[n] for n in info.writes)
+    return tuple(steps)
+
+
 def _make_step(
     info: _OpInfo,
     slots: _Slots,
@@ -620,11 +690,10 @@ def _make_step(
     wants: tuple[bool, ...],
     free: tuple[int, ...],
     reuse: tuple[tuple[int, int], ...],
-    run_slot: int | None,
-    compile_block: Callable[[Block, list[str], str], Plan],
+    compile_block: CompileBlock,
     check_nan_inf: bool,
 ) -> Step:
-    def numbered(names: list[str]) -> list[int | None]:
+    def numbered(names: Sequence[str]) -> list[int | None]:
         return [None if n == EMPTY_VAR else slots[n] for n in names]
 
     unwrap = {slots[n] for slot, names in info.inputs if not slot.lod for n in _bound(names) if n in may_lod}
@@ -637,30 +706,30 @@ def _make_step(
     scatter = _make_scatter(
         [(slot, numbered(names), want, lod_src.get(slot.name)) for (slot, names), want in zip(info.outputs, wants)]
     )
-    ctx = KernelContext(xp=array_module(info.device), attrs=_kernel_attrs(info), wants=wants, op_text=info.text)
-    inputs = tuple((s.name, n, slots[n]) for s, names in info.inputs for n in _bound(names))
-    kernel = info.schema.kernel
-    if info.op.type in CONTROL_OPS:
-        kernel = control_kernel(info.op, info.device, compile_block)
-        if info.op.type in NEEDS_RUN:
-            gather = _with_run(run_slot, gather)  # type: ignore[arg-type]
-    elif check_nan_inf and info.op.type != COPY_OP:  # a copy makes no value its source did not hold
+    if info.lowering is Lowering.CONTROL:
+        control = control_kernel(info.op)
+        kernel = control.make(info.op, info.device, compile_block)
+        if control.takes_run:
+            gather = _with_run(slots[RUN_SLOT], gather)
+    else:
+        kernel = cast("Callable[..., Any]", info.schema.kernel)  # _op_info refused an op without one
+    if check_nan_inf and info.lowering is Lowering.KERNEL:  # a copy makes no value its source did not hold
         kernel = checked(
             kernel,
             info.text,
-            [(s.name, s.duplicable, names) for s, names in info.inputs],
-            [(s.name, s.duplicable, names if want else []) for (s, names), want in zip(info.outputs, wants)],
+            [(s.name, s.duplicable, list(names)) for s, names in info.inputs],
+            [(s.name, s.duplicable, list(names) if want else []) for (s, names), want in zip(info.outputs, wants)],
         )
     return Step(
-        kernel,
-        ctx,
-        gather,
-        scatter,
-        free,
-        reuse,
-        inputs,  # type: ignore[arg-type]
-        info.stream,
-        info.op.id,
+        kernel=kernel,
+        ctx=KernelContext(xp=array_module(info.device), attrs=_kernel_attrs(info), wants=wants, op_text=info.text),
+        gather=gather,
+        scatter=scatter,
+        free=free,
+        reuse=reuse,
+        inputs=tuple((s.name, n, slots[n]) for s, names in info.inputs for n in _bound(names)),
+        stream=info.stream,
+        op_id=info.op.id,
     )
 
 
@@ -672,6 +741,33 @@ def _with_run(run_slot: int, gather: Gather) -> Gather:
 # -- running ---------------------------------------------------------------------------
 
 
+class ScopeInput(NamedTuple):
+    """A value the plan reads from the scope."""
+
+    slot: int
+    name: str
+    persistable: bool
+    reader: str  # the text of the first op reading it, for errors
+    device: str  # where the plan takes it
+
+
+class Fetch(NamedTuple):
+    """A fetched value."""
+
+    slot: int
+    name: str
+    persistable: bool
+    device: str  # where it is when the run ends
+
+
+class Writeback(NamedTuple):
+    """A persistable variable the plan writes, stored in the scope after the run."""
+
+    slot: int
+    name: str
+    device: str
+
+
 @dataclass(frozen=True)
 class Plan:
     """A compiled block: run it with :meth:`run`. Holds no reference to the program."""
@@ -679,12 +775,12 @@ class Plan:
     num_slots: int
     steps: tuple[Step, ...]
     feeds: tuple[FeedSpec, ...]
-    scope_inputs: tuple[tuple[int, str, bool, str, str], ...]  # (slot, name, persistable, first reader, device)
-    fetches: tuple[tuple[int, str, bool, str], ...]  # (slot, name, persistable, device)
-    writebacks: tuple[tuple[int, str, str], ...]  # persistable outputs: (slot, name, device)
+    scope_inputs: tuple[ScopeInput, ...]
+    fetches: tuple[Fetch, ...]
+    writebacks: tuple[Writeback, ...]
     schedule: Schedule | None = None  # dataflow over several streams; None: program order on the calling thread
-    copies_from: tuple[int | None, ...] = ()  # per step: for a memcpy, the step that wrote what it copies
-    run_slot: int | None = None  # the slot of the run context, for plans with go or select ops
+    copies_from: tuple[int | None, ...] = ()  # per step: for a copy, the step that wrote what it copies
+    run_slot: int | None = None  # the slot of the run context, for plans whose control ops take it
     channels: tuple[int, ...] = ()  # the slots of channel variables, closed when a run fails
 
     def run(
