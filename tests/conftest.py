@@ -5,6 +5,15 @@ import pytest
 from hypothesis import HealthCheck, settings
 
 import blockir as bir
+import blockir.io
+import blockir.parallel  # noqa: F401  (with blockir.io: every op and pass the library registers)
+from blockir.ir.schema import registered
+from blockir.passes import registered_passes
+from tests.registries import ops_registered
+from tests.runtime import schemas as runtime_schemas
+
+# What the library registers; test-only ops and passes come and go with the fixtures that use them.
+LIBRARY_OPS, LIBRARY_PASSES = set(registered()), set(registered_passes())
 
 # CI: bounded examples, no deadline (2 shared cores make timings noisy).
 settings.register_profile(
@@ -19,6 +28,22 @@ def _fresh_names() -> Iterator[None]:
     """Each test builds with fresh unique names and name-scope counters (the generator holds both),
     whatever ran before it."""
     with bir.unique_name.guard():
+        yield
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _registries_left_as_found() -> Iterator[None]:
+    """Fails the session when a test-only op or pass outlives the fixture that registered it."""
+    yield
+    assert set(registered()) == LIBRARY_OPS, f"ops left registered: {sorted(set(registered()) - LIBRARY_OPS)}"
+    leaked = sorted(set(registered_passes()) - LIBRARY_PASSES)
+    assert set(registered_passes()) == LIBRARY_PASSES, f"passes left registered: {leaked}"
+
+
+@pytest.fixture(scope="module")
+def rt_ops() -> Iterator[None]:
+    """The runtime tests' ``rt_*`` op schemas (tests/runtime/schemas.py), registered for one module."""
+    with ops_registered(*runtime_schemas.SCHEMAS):
         yield
 
 

@@ -1,4 +1,4 @@
-"""The examples reach what they promise: each ``main()`` is called in process (timed here), and each
+"""The examples reach what they promise: each ``main()`` is called in process, and each
 file also runs as a script."""
 
 from __future__ import annotations
@@ -7,7 +7,6 @@ import importlib.util
 import subprocess
 import sys
 import threading
-import time
 from pathlib import Path
 from types import ModuleType
 
@@ -28,13 +27,10 @@ def load(name: str) -> ModuleType:
     return module
 
 
-def test_mlp_digits_reaches_95_percent_in_under_a_minute_and_saves_a_servable_model(tmp_path):
+def test_mlp_digits_reaches_95_percent_and_saves_a_servable_model(tmp_path):
     digits = load("mlp_digits")
-    start = time.perf_counter()
     metrics = digits.main(model_dir=str(tmp_path), verbose=False)
-    elapsed = time.perf_counter() - start
     assert metrics["accuracy"] >= 0.95
-    assert elapsed < 60, f"took {elapsed:.1f}s"
     # the saved inference model predicts what the session measured
     _, _, x_test, y_test = digits.load_digits()
     exe, served = bir.Executor("cpu"), bir.Scope()
@@ -53,10 +49,7 @@ def test_staged_training_learns_the_digits_through_channels_and_leaves_them_empt
 
 def test_bow_classifier_reaches_the_bayes_accuracy_of_its_data():
     bow = load("bow_classifier")
-    start = time.perf_counter()
     metrics = bow.main(verbose=False)
-    elapsed = time.perf_counter() - start
-    assert elapsed < 30, f"took {elapsed:.1f}s"
     bayes = metrics["bayes_accuracy"]
     # 10,000 test documents: one standard error of an accuracy near 0.88 is 0.0033
     assert bayes - 0.02 <= metrics["accuracy"] <= bayes + 0.015, metrics
@@ -73,11 +66,8 @@ def test_bayes_accuracy_is_what_the_bayes_rule_scores_on_many_documents():
 
 def test_async_bow_reaches_the_single_worker_accuracy_with_2_and_4_workers(tmp_path):
     bow = load("async_bow")
-    start = time.perf_counter()
     with threadpool_limits(limits=1):  # BLAS threads beside the workers' oversubscribe the 2 cores
         metrics = bow.main(workdir=tmp_path, verbose=False)
-    elapsed = time.perf_counter() - start
-    assert elapsed < 30, f"took {elapsed:.1f}s"
     runs, bayes = metrics["runs"], metrics["bayes_accuracy"]
     assert sorted(runs) == [1, 2, 4] and metrics["heldout_docs"] == 10_000
     # 10,000 held-out documents: an accuracy near 0.88 has a standard error of 0.0033, the difference of two

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import subprocess
 import sys
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import ClassVar
@@ -13,10 +14,10 @@ import pytest
 import blockir as bir
 from blockir.cli import main
 from blockir.ir import Program, load_program, parse_program
-from blockir.passes import Pass, pass_options, register_pass, registered_passes, run
+from blockir.passes import Pass, pass_options, registered_passes, run
+from tests.registries import passes_registered
 
 
-@register_pass
 @dataclass(frozen=True)
 class CliFail(Pass):
     name: ClassVar[str] = "test-cli-fail"
@@ -24,6 +25,12 @@ class CliFail(Pass):
 
     def run(self, program: Program) -> bool:
         raise ValueError("broken on purpose")
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _passes() -> Iterator[None]:
+    with passes_registered(CliFail):
+        yield
 
 
 @pytest.fixture

@@ -13,6 +13,8 @@ from blockir.ir import VarKind
 from blockir.ops.values import LoDTensor, SelectedRows
 from tests.runtime.conftest import init_linear, linear_program
 
+pytestmark = pytest.mark.usefixtures("rt_ops")  # linear_program is made of rt_* ops
+
 X = np.arange(6, dtype="float32").reshape(2, 3)
 
 

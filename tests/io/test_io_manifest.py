@@ -18,6 +18,8 @@ from blockir.errors import BlockirError
 from blockir.ops.values import LoDTensor
 from tests.runtime.conftest import init_linear, linear_program
 
+pytestmark = pytest.mark.usefixtures("rt_ops")  # linear_program is made of rt_* ops
+
 
 def _files(directory: Path) -> list[str]:
     return sorted(str(p.relative_to(directory)) for p in directory.rglob("*") if p.is_file())

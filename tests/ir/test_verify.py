@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -10,8 +11,9 @@ from hypothesis import given, settings
 from blockir.errors import VerifyError
 from blockir.ir import AttrType, Program, VarKind, verify
 from blockir.ir.devices import is_valid_device
-from blockir.ir.schema import EMPTY_VAR, REQUIRED, AttrDef, OpSchema, Slot, find, register, registered
+from blockir.ir.schema import EMPTY_VAR, REQUIRED, AttrDef, OpSchema, Slot, registered
 from tests.ir.strategies import programs
+from tests.registries import ops_registered
 
 TEST_OP = "test_verify_op"
 TEST_BLOCK_OP = "test_verify_block_op"
@@ -26,28 +28,25 @@ SAMPLE_VALUES = {
 
 
 @pytest.fixture(scope="module", autouse=True)
-def test_schemas() -> None:
-    if find(TEST_OP) is None:
-        register(
-            OpSchema(
-                TEST_OP,
-                inputs=(Slot("X"), Slot("Y", optional=True), Slot("Xs", duplicable=True, optional=True)),
-                outputs=(Slot("Out"), Slot("Extra", optional=True)),
-                attrs=(
-                    AttrDef("k", AttrType.INT, 1),
-                    AttrDef("alpha", AttrType.FLOAT, REQUIRED),
-                    AttrDef("names", AttrType.STRINGS, []),
-                ),
-            )
-        )
-        register(
-            OpSchema(
-                TEST_BLOCK_OP,
-                inputs=(Slot("X", duplicable=True, optional=True),),
-                outputs=(Slot("Out", duplicable=True, optional=True),),
-                attrs=(AttrDef("sub_block", AttrType.BLOCK, REQUIRED), AttrDef("more", AttrType.BLOCKS, [])),
-            )
-        )
+def test_schemas() -> Iterator[None]:
+    op = OpSchema(
+        TEST_OP,
+        inputs=(Slot("X"), Slot("Y", optional=True), Slot("Xs", duplicable=True, optional=True)),
+        outputs=(Slot("Out"), Slot("Extra", optional=True)),
+        attrs=(
+            AttrDef("k", AttrType.INT, 1),
+            AttrDef("alpha", AttrType.FLOAT, REQUIRED),
+            AttrDef("names", AttrType.STRINGS, []),
+        ),
+    )
+    block_op = OpSchema(
+        TEST_BLOCK_OP,
+        inputs=(Slot("X", duplicable=True, optional=True),),
+        outputs=(Slot("Out", duplicable=True, optional=True),),
+        attrs=(AttrDef("sub_block", AttrType.BLOCK, REQUIRED), AttrDef("more", AttrType.BLOCKS, [])),
+    )
+    with ops_registered(op, block_op):
+        yield
 
 
 def new_program() -> Program:

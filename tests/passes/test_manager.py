@@ -5,7 +5,7 @@ from __future__ import annotations
 import hashlib
 import io
 import shutil
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, ClassVar
@@ -30,16 +30,15 @@ from blockir.passes import (
     parse_pipeline,
     pass_options,
     record_detail,
-    register_pass,
     registered_passes,
     run,
 )
 from tests.passes.programs import CHAIN
+from tests.registries import passes_registered
 
 # -- test-only passes ---------------------------------------------------------------------------
 
 
-@register_pass
 @dataclass(frozen=True)
 class OptionKinds(Pass):
     name: ClassVar[str] = "test-option-kinds"
@@ -55,7 +54,6 @@ class OptionKinds(Pass):
         return False
 
 
-@register_pass
 @dataclass(frozen=True)
 class NeedsPath(Pass):
     name: ClassVar[str] = "test-needs-path"
@@ -67,7 +65,6 @@ class NeedsPath(Pass):
         return False
 
 
-@register_pass
 @dataclass(frozen=True)
 class Fail(Pass):
     """Removes the first op, then raises: the reproducer must hold the program from before."""
@@ -80,7 +77,6 @@ class Fail(Pass):
         raise RuntimeError("boom")
 
 
-@register_pass
 @dataclass(frozen=True)
 class DropFirst(Pass):
     """Removes the first op, leaving its readers reading nothing: the verifier rejects the result."""
@@ -93,7 +89,6 @@ class DropFirst(Pass):
         return True
 
 
-@register_pass
 @dataclass(frozen=True)
 class Rebuild(Pass):
     """Replaces every op by an identical new one (new ids) and says it changed the program."""
@@ -111,7 +106,6 @@ class Rebuild(Pass):
         return True
 
 
-@register_pass
 @dataclass(frozen=True)
 class SilentChange(Pass):
     """Changes an attribute but says it changed nothing."""
@@ -122,6 +116,12 @@ class SilentChange(Pass):
     def run(self, program: Program) -> bool:
         program.global_block().ops[0].set_attr("op_namescope", "/silent/")
         return False
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _passes() -> Iterator[None]:
+    with passes_registered(OptionKinds, NeedsPath, Fail, DropFirst, Rebuild, SilentChange):
+        yield
 
 
 def chain() -> Program:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+
 import pytest
 
 import blockir as bir
@@ -9,20 +11,25 @@ from blockir.cli import main
 from blockir.errors import BlockirError, PassError
 from blockir.ir import Program, VarKind, parse_program
 from blockir.ir.attrs import AttrType
-from blockir.ir.schema import AttrDef, OpSchema, Slot, find, register
+from blockir.ir.schema import AttrDef, OpSchema, Slot
 from blockir.passes import Place, place_startup, run
+from tests.registries import ops_registered
 
-# An op type with a CPU kernel only (registered once for these tests).
-CPU_ONLY = find("test_place_cpu_only") or register(
-    OpSchema(
-        "test_place_cpu_only",
-        inputs=(Slot("X"),),
-        outputs=(Slot("Out"),),
-        attrs=(AttrDef("k", AttrType.INT, 0),),
-        kernel=lambda ctx, x: x + 1,
-        devices=frozenset({"cpu"}),
-    )
+# An op type with a CPU kernel only.
+CPU_ONLY = OpSchema(
+    "test_place_cpu_only",
+    inputs=(Slot("X"),),
+    outputs=(Slot("Out"),),
+    attrs=(AttrDef("k", AttrType.INT, 0),),
+    kernel=lambda ctx, x: x + 1,
+    devices=frozenset({"cpu"}),
 )
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _ops() -> Iterator[None]:
+    with ops_registered(CPU_ONLY):
+        yield
 
 
 def chain(*devices: str, program_device: str = "", block_device: str = "") -> Program:

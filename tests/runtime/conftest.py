@@ -1,7 +1,13 @@
 import numpy as np
+import pytest
 
 import blockir as bir
-from tests.runtime import schemas  # noqa: F401  (registers the rt_* test ops)
+from tests.runtime import schemas
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _rt(rt_ops: None) -> None:
+    """Every runtime test module may use the ``rt_*`` ops."""
 
 
 def linear_program(optimize: bool = True) -> bir.Program:

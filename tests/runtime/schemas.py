@@ -1,4 +1,4 @@
-"""Small op schemas of the runtime tests (type names start with ``rt_``), registered on import.
+"""Small op schemas of the runtime tests (type names start with ``rt_``), registered by the ``rt_ops`` fixture.
 
 They exercise the executor's calling convention independently of the op library.
 """
@@ -10,7 +10,7 @@ import weakref
 import numpy as np
 
 from blockir.ir.attrs import AttrType
-from blockir.ir.schema import REQUIRED, AttrDef, InferContext, OpRole, OpSchema, Slot, find, register
+from blockir.ir.schema import REQUIRED, AttrDef, InferContext, OpRole, OpSchema, Slot
 from blockir.ops.values import LoDTensor
 
 # Weak references to every array rt_scale produced, in order (tests clear it).
@@ -114,9 +114,5 @@ SCHEMAS = (
     ),
     OpSchema("rt_no_kernel", (Slot("X"),), (Slot("Out"),)),
 )
-
-for _schema in SCHEMAS:
-    if find(_schema.type) is not _schema:
-        register(_schema)
 
 OPTIMIZE = OpRole.OPTIMIZE

@@ -13,6 +13,7 @@ from __future__ import annotations
 import subprocess
 import sys
 import textwrap
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -22,12 +23,13 @@ import pytest
 import blockir as bir
 from blockir.errors import BlockirError, ExecutionError
 from blockir.ir import Program
-from blockir.ir.schema import OpSchema, Slot, find, register
+from blockir.ir.schema import OpSchema, Slot
 from blockir.runtime import cuda
 from blockir.runtime import device as device_module
 from blockir.runtime.device import get_device, transfer
 from tests.gpu import real_cupy
 from tests.passes.test_copies import mlp
+from tests.registries import ops_registered
 from tests.runtime import fake_cupy
 from tests.runtime.fake_cupy import FakeArray, FakeCupy
 from tests.runtime.test_devices import bag_of_words, bag_of_words_feed, batch, train
@@ -41,7 +43,10 @@ def _where(ctx, x):
     return x * 2
 
 
-find("cuda_where") or register(OpSchema("cuda_where", inputs=(Slot("X"),), outputs=(Slot("Out"),), kernel=_where))
+@pytest.fixture(scope="module", autouse=True)
+def _ops() -> Iterator[None]:
+    with ops_registered(OpSchema("cuda_where", inputs=(Slot("X"),), outputs=(Slot("Out"),), kernel=_where)):
+        yield
 
 
 @pytest.fixture

@@ -11,7 +11,6 @@ a host event.
 from __future__ import annotations
 
 import threading
-import time
 from typing import Any
 
 import numpy as np
@@ -136,10 +135,9 @@ def test_work_that_waits_for_another_streams_event_sees_its_results(dev, other):
 def test_a_stream_waits_for_a_host_event(dev):
     stream, gate = dev.stream("copy"), HostEvent()
     timer = threading.Timer(0.05, gate.set)
-    start = time.monotonic()
     timer.start()
     stream.wait_event(gate)
-    assert gate.query() and time.monotonic() - start >= 0.04
+    assert gate.query()  # the wait returned once the timer set the event, not before
     timer.join()
     out = stream.launch(dev.xp.ones, 3)
     stream.synchronize()

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+from collections.abc import Iterator
 from typing import Any
 
 import numpy as np
@@ -11,11 +12,12 @@ import pytest
 import blockir as bir
 from blockir.errors import BlockirError
 from blockir.ir import Program
-from blockir.ir.schema import OpSchema, Slot, find, register
+from blockir.ir.schema import OpSchema, Slot
 from blockir.ops.transfer import copy_value
 from blockir.passes import Place, place_startup
 from blockir.runtime.plan import compile_plan
 from tests.passes.test_copies import mlp
+from tests.registries import ops_registered
 
 SEEN: dict[str, np.ndarray] = {}  # output name -> the array dev_keep received for it (ops may run concurrently)
 
@@ -25,7 +27,10 @@ def _keep(ctx, x):
     return x + 1
 
 
-find("dev_keep") or register(OpSchema("dev_keep", inputs=(Slot("X"),), outputs=(Slot("Out"),), kernel=_keep))
+@pytest.fixture(scope="module", autouse=True)
+def _ops() -> Iterator[None]:
+    with ops_registered(OpSchema("dev_keep", inputs=(Slot("X"),), outputs=(Slot("Out"),), kernel=_keep)):
+        yield
 
 
 def batch(n: int = 32, seed: int = 0) -> dict[str, np.ndarray]:

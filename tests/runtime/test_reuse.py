@@ -6,12 +6,15 @@ plan's decision and would see the damage of a wrong one.
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+
 import numpy as np
 import pytest
 
 import blockir as bir
 from blockir.errors import ExecutionError
-from blockir.ir.schema import OpSchema, Slot, find, register
+from blockir.ir.schema import OpSchema, Slot
+from tests.registries import ops_registered
 from tests.runtime.conftest import chain_program
 
 OFFERS: list[bool] = []  # per rt_inc call: was X offered?
@@ -35,9 +38,12 @@ SCHEMAS = (
     OpSchema("rt_view", (Slot("X"),), (Slot("Out"),), kernel=lambda ctx, x: x[:]),
     OpSchema("rt_pair", (Slot("X"), Slot("Y")), (Slot("Out"),), kernel=lambda ctx, x, y: x + y),
 )
-for _schema in SCHEMAS:
-    if find(_schema.type) is not _schema:
-        register(_schema)
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _ops() -> Iterator[None]:
+    with ops_registered(*SCHEMAS):
+        yield
 
 
 @pytest.fixture(autouse=True)

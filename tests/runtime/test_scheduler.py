@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import threading
 import time
+from collections.abc import Iterator
 
 import numpy as np
 import pytest
@@ -16,30 +17,36 @@ import blockir as bir
 from blockir.errors import BlockirError, ExecutionError
 from blockir.ir import Program
 from blockir.ir.attrs import AttrType
-from blockir.ir.schema import AttrDef, OpSchema, Slot, find, register
+from blockir.ir.schema import AttrDef, OpSchema, Slot
 from blockir.passes import dependency_graph
 from tests.passes.programs import RandomProgram, assert_same_results, runnable_programs
+from tests.registries import ops_registered
 
 DEVICES = ("", "cpu", "cpu:1", "cpu:2", "cpu:3")
 
 
+NAPPED: list[str] = []  # the outputs of the sched_nap ops run, in the order they started (tests clear it)
+FAILED = threading.Event()  # set by a failing sched_nap just before it raises (tests clear it)
+
+
 def _nap(ctx, x):
-    """Out = X + 1 after sleeping ``ms``; raises when ``fail`` is set."""
+    """Out = X + 1 after sleeping ``ms``; first waits for FAILED when ``gated``; raises when ``fail`` is set."""
+    NAPPED.append(ctx.op_text.split(" = ")[0].lstrip("%"))
+    if ctx.attrs["gated"]:
+        FAILED.wait(10)  # bounded: a run that never fails ends anyway
     time.sleep(ctx.attrs["ms"] / 1000)
     if ctx.attrs["fail"]:
+        FAILED.set()
         raise ValueError("injected failure")
     return x + 1
 
 
-find("sched_nap") or register(
-    OpSchema(
-        "sched_nap",
-        inputs=(Slot("X"),),
-        outputs=(Slot("Out"),),
-        kernel=_nap,
-        attrs=(AttrDef("ms", AttrType.FLOAT, 0.0), AttrDef("fail", AttrType.BOOLEAN, False)),
-    )
-)
+@pytest.fixture(scope="module", autouse=True)
+def _ops() -> Iterator[None]:
+    attrs = (AttrDef("ms", AttrType.FLOAT, 0.0), AttrDef("fail", AttrType.BOOLEAN, False))
+    gated = AttrDef("gated", AttrType.BOOLEAN, False)
+    with ops_registered(OpSchema("sched_nap", (Slot("X"),), (Slot("Out"),), (*attrs, gated), kernel=_nap)):
+        yield
 
 
 def two_branches(size: int = 64) -> tuple[Program, Program, bir.ir.Variable]:
@@ -57,7 +64,8 @@ def two_branches(size: int = 64) -> tuple[Program, Program, bir.ir.Variable]:
 
 
 def wide(branches: int, depth: int, ms: float, fail_at: tuple[int, int] | None = None) -> Program:
-    """``branches`` chains of ``depth`` sched_nap ops on x, one chain per device cpu:1..cpu:3 round-robin."""
+    """``branches`` chains of ``depth`` sched_nap ops on x, one chain per device cpu:1..cpu:3 round-robin.
+    With ``fail_at``, the ops past the first of each chain on the other devices wait for the failure."""
     program = Program()
     block = program.global_block()
     block.create_var("x", shape=(2,), dtype="float32", need_check_feed=True)
@@ -70,7 +78,12 @@ def wide(branches: int, depth: int, ms: float, fail_at: tuple[int, int] | None =
                 "sched_nap",
                 {"X": prev},
                 {"Out": out},
-                {"ms": ms, "fail": fail_at == (b, d), "op_device": f"cpu:{1 + b % 3}"},
+                {
+                    "ms": ms,
+                    "fail": fail_at == (b, d),
+                    "gated": fail_at is not None and d > 0 and b % 3 != fail_at[0] % 3,
+                    "op_device": f"cpu:{1 + b % 3}",
+                },
             )
             prev = out
     return program
@@ -127,18 +140,21 @@ def test_random_placed_programs_equal_the_sequential_run_and_respect_dependencie
         assert spans[i][1] <= spans[j][0] + 1e-3, (i, j)  # microseconds, rounded
 
 
-def test_a_failing_kernel_stops_the_run_quickly_every_time_and_the_executor_runs_again():
+def test_a_failing_kernel_stops_every_lane_at_its_next_step_every_time_and_the_executor_runs_again():
     program = wide(branches=6, depth=6, ms=5, fail_at=(4, 2))
     good = wide(branches=6, depth=6, ms=0)
     feed = {"x": np.zeros(2, "float32")}
     fetch = [f"b{b}_5" for b in range(6)]
     with bir.Executor("cpu", num_threads=3) as exe:
         for _ in range(5):
-            start = time.perf_counter()
+            NAPPED.clear()
+            FAILED.clear()
             with pytest.raises(ExecutionError, match=r"ValueError: injected failure\n  in op: .*sched_nap"):
                 exe.run(program, feed=feed, fetch_list=fetch)
-            # 6 sequential ops per chain take 30 ms: the run is cut short, not run to the end
-            assert time.perf_counter() - start < 2.0
+            # the chains on cpu:1 and cpu:3 wait for the failure in their second op: a lane finishes the op it
+            # is in and stops, the rest of their 24 ops never start
+            others = {name for name in NAPPED if int(name[1]) % 3 != 1}
+            assert others <= {"b0_0", "b0_1", "b2_0", "b2_1"}, NAPPED
             assert sum(t.name.startswith("blockir-worker-") and t.is_alive() for t in threading.enumerate()) == 3
             fetched = exe.run(good, feed=feed, fetch_list=fetch)
             np.testing.assert_array_equal(fetched, np.full((6, 2), 6, "float32"))
