@@ -12,12 +12,14 @@ import argparse
 import subprocess
 import sys
 import tempfile
+from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
 
 import blockir as bir
 from blockir.cli.common import output_dir, positive
+from blockir.ir import Program, Variable
 
 
 def make_data(n: int, seed: int) -> tuple[np.ndarray, np.ndarray]:
@@ -32,7 +34,7 @@ def make_data(n: int, seed: int) -> tuple[np.ndarray, np.ndarray]:
     return feats.astype("float32"), label.astype("int64").reshape(-1, 1)
 
 
-def build(seed: int = 7):
+def build(seed: int = 7) -> tuple[Program, Program, Program, Variable, Variable]:
     main, startup = bir.Program(), bir.Program()
     main.random_seed = startup.random_seed = seed
     with bir.program_guard(main, startup):
@@ -47,7 +49,7 @@ def build(seed: int = 7):
     return main, startup, test, pred, loss
 
 
-def run(workdir: str | Path, epochs: int = 40, out=print) -> int:  # noqa: ANN001 - print-like
+def run(workdir: str | Path, epochs: int = 40, out: Callable[[str], object] = print) -> int:
     """Train, save, serve with ``blockir run``; return 0 when the served predictions match."""
     work = Path(workdir)
     work.mkdir(parents=True, exist_ok=True)

@@ -61,13 +61,13 @@ def command(args: argparse.Namespace) -> int:
     scope = blockir.Scope()
     stored = [v for v in program.list_vars() if blockir.io.is_persistable(v)]
     params = _params_dir(args)
-    if stored and params is None:
-        raise BlockirError(
-            f"{args.program}: the program reads {len(stored)} persistable variables "
-            f"({', '.join(v.name for v in stored[:3])}{', ...' if len(stored) > 3 else ''}) "
-            f"and there is no params/ directory beside it; give --params DIR"
-        )
     if stored:
+        if params is None:
+            raise BlockirError(
+                f"{args.program}: the program reads {len(stored)} persistable variables "
+                f"({', '.join(v.name for v in stored[:3])}{', ...' if len(stored) > 3 else ''}) "
+                f"and there is no params/ directory beside it; give --params DIR"
+            )
         directory, filename = (params.parent, params.name) if params.is_file() else (params, None)
         blockir.io.load_vars(
             exe, directory, program, predicate=blockir.io.is_persistable, filename=filename, scope=scope
@@ -90,7 +90,7 @@ def command(args: argparse.Namespace) -> int:
         from blockir.ir.proto_io import atomic_file
 
         with atomic_file(args.out) as f:
-            np.savez(f, **arrays)
+            np.savez(f, **arrays)  # type: ignore[arg-type]  # numpy's stub takes **arrays for allow_pickle
         print(f"wrote {', '.join(arrays)} to {args.out}")
         return 0
     for name, value in arrays.items():

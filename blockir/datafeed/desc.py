@@ -40,7 +40,7 @@ class DataFeedDesc:
             text_format.Parse(text, self.proto)
         except text_format.ParseError as e:
             raise DataFeedError(f"{self.source}:{e}") from None
-        missing = self.proto.FindInitializationErrors()
+        missing = self.proto.FindInitializationErrors()  # type: ignore[attr-defined]  # on every Message; not in the stubs
         if missing:
             raise DataFeedError(f"{self.source}: missing required fields: {', '.join(missing)}")
         self._check()

@@ -29,7 +29,7 @@ import os
 import signal
 import subprocess
 import tempfile
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Generator, Iterable, Iterator, Mapping
 from contextlib import contextmanager, suppress
 from dataclasses import dataclass
 from typing import IO, Any
@@ -247,14 +247,14 @@ def _parse(data: bytes, slots: list[_Slot]) -> _Chunk:
             keep = np.isin(slot_lines, lines, assume_unique=True)
             counts, values = counts[keep], values[np.repeat(keep, counts)]
         columns.append((counts, values))
-    bad = sum(len(p[0]) for p in problems)
+    bad_lines = sum(len(p[0]) for p in problems)
     first_bad = None
     if problems:
         found, kind, k, token = min(problems, key=lambda p: int(p[0].min()))
         i = int(found.argmin())
         line = int(found[i])
         first_bad = (line, _explain(kind, slots, k, data, starts, ends, int(token[i]), int(end_tok[line])))
-    return _Chunk(len(newlines), columns, len(lines), bad, first_bad)
+    return _Chunk(len(newlines), columns, len(lines), bad_lines, first_bad)
 
 
 def _explain(
@@ -403,7 +403,7 @@ class MultiSlotReader:
         self.instances = 0
         self.skipped_lines = 0
 
-    def __iter__(self) -> Iterator[dict[str, Any]]:
+    def __iter__(self) -> Generator[dict[str, Any]]:
         self.instances = self.skipped_lines = 0
         batcher = _Batcher([s for s in self._slots if s.used], self.batch_size)
         parsed = self._parsed()
@@ -420,7 +420,7 @@ class MultiSlotReader:
             parsed.close()
         yield from self._batches(batcher, final=True)
 
-    def _parsed(self) -> Iterator[tuple[str, _Chunk]]:
+    def _parsed(self) -> Generator[tuple[str, _Chunk]]:
         for path in self.files:
             self.file = path = os.fspath(path)
             for chunk in self._chunks(path):
@@ -510,7 +510,7 @@ class _Batcher:
 def _value(slot: _Slot, values: np.ndarray, offsets: np.ndarray) -> Any:
     if slot.shape is not None:
         return values.reshape(len(offsets) - 1, *slot.shape)
-    return LoDTensor(values.reshape(-1, 1), [offsets])
+    return LoDTensor(values.reshape(-1, 1), [offsets])  # type: ignore[list-item]  # LoDTensor takes offset arrays
 
 
 # -- writing ----------------------------------------------------------------------------------------

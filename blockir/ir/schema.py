@@ -34,10 +34,11 @@ import difflib
 import enum
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NoReturn, Protocol, cast
 
 from blockir.errors import OpNotFoundError, ShapeError
 from blockir.ir.attrs import AttrType
+from blockir.ir.dtypes import VarKind
 
 if TYPE_CHECKING:
     from blockir.ir.core import Block, Operator, Variable
@@ -172,6 +173,21 @@ def registered() -> dict[str, OpSchema]:
     return dict(_REGISTRY)
 
 
+class Tensor(Protocol):
+    """An input tensor as shape inference reads it (:meth:`InferContext.tensor`): its shape and dtype known."""
+
+    @property
+    def name(self) -> str: ...
+    @property
+    def shape(self) -> tuple[int, ...]: ...
+    @property
+    def dtype(self) -> str: ...
+    @property
+    def lod_level(self) -> int: ...
+    @property
+    def kind(self) -> VarKind: ...
+
+
 class InferContext:
     """Shape/dtype inference view of one op: read input variables, set output variables."""
 
@@ -182,9 +198,26 @@ class InferContext:
     def inputs(self, slot: str) -> list[Variable]:
         return [self.block.find_var_recursive(n) for n in self.op.inputs.get(slot, [])]
 
-    def input(self, slot: str) -> Variable | None:
-        names = self.op.inputs.get(slot, [])
-        return self.block.find_var_recursive(names[0]) if names else None
+    def input(self, slot: str) -> Variable:
+        """The (first) variable of input ``slot``; the op's ShapeError when the slot is empty."""
+        names = self.op.inputs.get(slot, ())
+        if not names:
+            self.fail(f"input {slot} is missing")
+        return self.block.find_var_recursive(names[0])
+
+    def tensor(self, slot: str) -> Tensor:
+        """The (first) variable of input ``slot``, a tensor whose shape and dtype are known; the op's ShapeError
+        when it is not one."""
+        return self._tensor(slot, self.input(slot))
+
+    def tensors(self, slot: str) -> list[Tensor]:
+        """Every variable of input ``slot``, each a tensor whose shape and dtype are known (:meth:`tensor`)."""
+        return [self._tensor(slot, var) for var in self.inputs(slot)]
+
+    def _tensor(self, slot: str, var: Variable) -> Tensor:
+        if var.shape is None or var.dtype is None:
+            self.fail(f"input {slot} {var.name!r} must be a tensor, not {var.kind.text}")
+        return cast("Tensor", var)
 
     def has_input(self, slot: str) -> bool:
         return bool(self.op.inputs.get(slot))
@@ -201,7 +234,7 @@ class InferContext:
     def set_output(
         self, slot: str, shape: tuple[int, ...] | list[int], dtype: str, lod_level: int | None = None, index: int = 0
     ) -> None:
-        names = self.op.outputs.get(slot, [])
+        names = self.op.outputs.get(slot, ())
         if index >= len(names):
             return
         var = self.block.find_var_recursive(names[index])
@@ -210,7 +243,7 @@ class InferContext:
         if lod_level is not None:
             var.lod_level = lod_level
 
-    def fail(self, message: str) -> None:
+    def fail(self, message: str) -> NoReturn:
         raise ShapeError(f"{self.op.type}: {message}\n  in: {self.op}")
 
 

@@ -95,6 +95,11 @@ def _infer_select(ctx: InferContext) -> None:
         )
 
 
+def _infer_select_and_status(ctx: InferContext) -> None:
+    _infer_select(ctx)
+    _status(ctx)
+
+
 CHANNEL_CREATE = OpSchema(
     "channel_create",
     outputs=(Slot("Out"),),
@@ -156,7 +161,7 @@ SELECT = OpSchema(
         AttrDef("case_count", AttrType.INTS),
         AttrDef("cases", AttrType.BLOCKS),
     ),
-    infer=lambda ctx: (_infer_select(ctx), _status(ctx)),
+    infer=_infer_select_and_status,
     side_effects=True,
     lowering=Lowering.CONTROL,
     doc="Do the channel operation of one ready case (uniformly at random), then run its block.",

@@ -24,7 +24,17 @@ import numpy as np
 from blockir.errors import BlockirError
 from blockir.ir.attrs import AttrType
 from blockir.ir.dtypes import PROTO_TO_DTYPE
-from blockir.ir.schema import EMPTY_VAR, AttrDef, GradContext, InferContext, KernelContext, OpSchema, OpSpec, Slot
+from blockir.ir.schema import (
+    EMPTY_VAR,
+    AttrDef,
+    GradContext,
+    InferContext,
+    KernelContext,
+    OpSchema,
+    OpSpec,
+    Slot,
+    Tensor,
+)
 
 FLOATS = frozenset({"float16", "float32", "float64"})
 NUMBERS = FLOATS | {"int32", "int64"}
@@ -75,7 +85,7 @@ def dtype_attr(ctx: InferContext, name: str) -> str:
     dtype = PROTO_TO_DTYPE.get(code)
     if dtype is None:
         ctx.fail(f"attribute {name}={code} is not a dtype code (BOOL=0, INT32=2, INT64=3, FP32=5, FP64=6)")
-    return dtype  # type: ignore[return-value]
+    return dtype
 
 
 def np_dtype(code: int) -> np.dtype:
@@ -106,11 +116,9 @@ def numel(shape: Sequence[int]) -> int:
     return n
 
 
-def check_dtype(ctx: InferContext, slot: str, allowed: frozenset[str]) -> Any:
+def check_dtype(ctx: InferContext, slot: str, allowed: frozenset[str]) -> Tensor:
     """The (first) variable of input ``slot``; fail when there is none or its dtype is not in ``allowed``."""
-    var = ctx.input(slot)
-    if var is None:
-        ctx.fail(f"input {slot} is missing")
+    var = ctx.tensor(slot)
     if var.dtype not in allowed:
         ctx.fail(f"{slot} {fmt(var)} has dtype {var.dtype}; expected one of {', '.join(sorted(allowed))}")
     return var
@@ -131,7 +139,7 @@ def merge_shapes(
     """The first variable of duplicable input ``slot`` and the shape its variables share (known dims
     win over -1); fail unless all have the first one's dtype and rank, and compatible dims except on ``axis``."""
     first = check_dtype(ctx, slot, dtypes)
-    xs = ctx.inputs(slot)
+    xs = ctx.tensors(slot)
     shape = list(first.shape)
     for var in xs[1:]:
         same_dtype(ctx, first, var)
@@ -154,10 +162,10 @@ def normalize_axis(ctx: InferContext, axis: int, rank: int, what: str = "axis") 
 
 def infer_like(ctx: InferContext, src: str, dst: str, index: int = 0) -> None:
     """Give output ``dst`` (entry ``index``) the shape, dtype and LoD level of input ``src`` (gradients)."""
-    names = ctx.op.inputs.get(src, [])
+    names = ctx.op.inputs.get(src, ())
     if index < len(names):
         var = ctx.block.find_var_recursive(names[index])
-        if var.shape is not None:
+        if var.shape is not None and var.dtype is not None:  # a tensor
             ctx.set_output(dst, var.shape, var.dtype, lod_level=var.lod_level, index=index)
 
 
@@ -252,7 +260,7 @@ def broadcast_shapes(ctx: InferContext, x: Any, y: Any, axis: int) -> tuple[int,
         out = broadcast_dims(xs, ys)
         if out is None:
             ctx.fail(f"X {fmt(x)} and Y {fmt(y)} do not broadcast")
-        return out  # type: ignore[return-value]
+        return out
     core = trim_ones(ys)
     if not 0 <= axis <= len(xs) - len(core):
         ctx.fail(

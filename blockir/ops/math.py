@@ -158,7 +158,7 @@ def _infer_matmul(ctx: InferContext) -> None:
         ctx.fail(f"the batch dims of X {fmt(x)} and Y {fmt(y)} do not broadcast")
     rows = a[:1] if len(xs) > 1 else ()  # a vector operand's added dim is dropped again
     cols = b[1:] if len(ys) > 1 else ()
-    ctx.set_output("Out", (*batch, *rows, *cols) or (1,), x.dtype)  # type: ignore[misc]
+    ctx.set_output("Out", (*batch, *rows, *cols) or (1,), x.dtype)
 
 
 def _matmul(ctx: KernelContext, x: Any, y: Any) -> Any:
@@ -635,8 +635,7 @@ SUM = OpSchema(
 def _infer_concat(ctx: InferContext) -> None:
     axis = normalize_axis(ctx, ctx.attr("axis"), len(check_dtype(ctx, "X", ALL_DTYPES).shape))
     first, shape = merge_shapes(ctx, "X", ALL_DTYPES, axis)
-    xs = ctx.inputs("X")
-    sizes = [v.shape[axis] for v in xs]
+    sizes = [v.shape[axis] for v in ctx.tensors("X")]
     shape[axis] = -1 if any(d < 0 for d in sizes) else sum(sizes)
     ctx.set_output("Out", shape, first.dtype)
 
@@ -707,7 +706,7 @@ def _reshape2(ctx: KernelContext, x: Any) -> tuple[Any, Any]:
 
 
 def _infer_reshape2_grad(ctx: InferContext) -> None:
-    xshape = ctx.input("XShape")
+    xshape = ctx.tensor("XShape")
     ctx.set_output("X@GRAD", xshape.shape[1:], xshape.dtype)
 
 

@@ -19,7 +19,7 @@ ID_DTYPES = ("int64", "int32")
 
 
 def _float_input(ctx: InferContext, slot: str) -> Any:
-    var = ctx.input(slot)
+    var = ctx.tensor(slot)
     if var.dtype not in FLOAT_DTYPES:
         ctx.fail(f"{slot} {fmt(var)} must be a floating-point tensor")
     if not var.shape:
@@ -73,7 +73,7 @@ _CE_ATTRS = (AttrDef("soft_label", AttrType.BOOLEAN, False), AttrDef("ignore_ind
 
 def _infer_cross_entropy(ctx: InferContext) -> None:
     x = _float_input(ctx, "X")
-    label = ctx.input("Label")
+    label = ctx.tensor("Label")
     _check_label(ctx, x, label, len(x.shape) - 1)
     ctx.set_output("Y", (*x.shape[:-1], 1), x.dtype, lod_level=x.lod_level)
 
@@ -160,7 +160,7 @@ _SWCE_ATTRS = (
 def _infer_softmax_with_cross_entropy(ctx: InferContext) -> None:
     logits = _float_input(ctx, "Logits")
     axis = normalize_axis(ctx, ctx.attr("axis"), len(logits.shape))
-    _check_label(ctx, logits, ctx.input("Label"), axis)
+    _check_label(ctx, logits, ctx.tensor("Label"), axis)
     loss_shape = list(logits.shape)
     loss_shape[axis] = 1
     ctx.set_output("Softmax", logits.shape, logits.dtype, lod_level=logits.lod_level)
@@ -184,9 +184,9 @@ def _softmax_with_cross_entropy(ctx: KernelContext, logits: Any, label: Any) -> 
     lse = xp.log(denom)
     exp /= denom
     if ctx.attrs["soft_label"]:
-        loss = lse * total - weighted
+        loss = lse * total - weighted  # type: ignore[possibly-undefined]  # set under the same condition
     else:
-        loss = xp.where(valid, lse - weighted, 0).astype(logits.dtype, copy=False)
+        loss = xp.where(valid, lse - weighted, 0).astype(logits.dtype, copy=False)  # type: ignore[possibly-undefined]  # ditto
     return exp, loss
 
 
@@ -251,7 +251,7 @@ SOFTMAX_WITH_CROSS_ENTROPY = OpSchema(
 
 
 def _infer_top_k(ctx: InferContext) -> None:
-    x = ctx.input("X")
+    x = ctx.tensor("X")
     k = ctx.attr("k")
     if not x.shape:
         ctx.fail(f"X {fmt(x)} must have at least one dimension")
@@ -290,7 +290,7 @@ TOP_K = OpSchema(
 
 
 def _infer_accuracy(ctx: InferContext) -> None:
-    indices, label = ctx.input("Indices"), ctx.input("Label")
+    indices, label = ctx.tensor("Indices"), ctx.tensor("Label")
     if indices.dtype not in ID_DTYPES or len(indices.shape) != 2:
         ctx.fail(f"Indices {fmt(indices)} must be an int64 [N, k] tensor (the output of top_k)")
     if label.dtype not in ID_DTYPES:
@@ -331,7 +331,7 @@ _LOOKUP_ATTRS = (AttrDef("is_sparse", AttrType.BOOLEAN, False), AttrDef("padding
 
 
 def _infer_lookup_table(ctx: InferContext) -> None:
-    w, ids = ctx.input("W"), ctx.input("Ids")
+    w, ids = ctx.tensor("W"), ctx.tensor("Ids")
     if w.dtype not in FLOAT_DTYPES or len(w.shape) != 2:
         ctx.fail(f"W {fmt(w)} must be a floating-point [vocab, dim] table")
     if ids.dtype not in ID_DTYPES:

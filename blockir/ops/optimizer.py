@@ -34,7 +34,7 @@ def _same_shape(a: Any, b: Any) -> bool:
 
 def _infer_update(ctx: InferContext) -> None:
     """Check dtypes and shapes, and that every ``<Slot>Out`` names the variable of input ``<Slot>``."""
-    param, grad, lr = (ctx.input(slot) for slot in _FIXED)
+    param, grad, lr = (ctx.tensor(slot) for slot in _FIXED)
     if param.dtype not in FLOAT_DTYPES:
         ctx.fail(f"Param {fmt(param)} must be a floating-point tensor")
     if grad.dtype != param.dtype or not _same_shape(grad, param):
@@ -44,7 +44,7 @@ def _infer_update(ctx: InferContext) -> None:
     for slot, names in ctx.op.inputs.items():
         if slot in _FIXED or not names:
             continue
-        state = ctx.input(slot)
+        state = ctx.tensor(slot)
         if slot.endswith("Pow"):
             if numel(state.shape) not in (1, -1):
                 ctx.fail(f"{slot} {fmt(state)} must have one element, e.g. shape [1]")

@@ -84,7 +84,7 @@ def _reduce_segments(xp: Any, ufunc: Any, flat: Any, seg: _Segments) -> Any:
 
 
 def _infer_sequence_pool(ctx: InferContext) -> None:
-    x = ctx.input("X")
+    x = ctx.tensor("X")
     pooltype = ctx.attr("pooltype")
     if pooltype not in POOL_TYPES:
         ctx.fail(f"pooltype {pooltype!r} is not one of {', '.join(POOL_TYPES)}")

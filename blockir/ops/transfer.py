@@ -72,7 +72,7 @@ def _infer_memcpy(ctx: InferContext) -> None:
     x = ctx.input("X")
     for out in ctx.outputs("Out"):
         out.kind = x.kind
-    if x.shape is not None:
+    if x.shape is not None and x.dtype is not None:  # a tensor
         ctx.set_output("Out", x.shape, x.dtype, lod_level=x.lod_level)
 
 

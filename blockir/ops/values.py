@@ -36,10 +36,10 @@ class LoDTensor:
             if not level.size or level[0] != 0 or (level[1:] < level[:-1]).any():
                 raise BlockirError(f"LoD level {i} must start at 0 and not decrease: {level.tolist()}")
         self.lod = [level.astype(np.int64, copy=False).tolist() for level in levels]
-        for i, level in enumerate(self.lod):
+        for i, offsets in enumerate(self.lod):
             below = len(self.lod[i + 1]) - 1 if i + 1 < len(self.lod) else rows
-            if level[-1] != below:
-                raise BlockirError(f"LoD level {i} ends at {level[-1]}, expected {below}: {self.lod}")
+            if offsets[-1] != below:
+                raise BlockirError(f"LoD level {i} ends at {offsets[-1]}, expected {below}: {self.lod}")
 
     @staticmethod
     def from_lengths(data: Any, lengths: list[list[int]] | list[int]) -> LoDTensor:

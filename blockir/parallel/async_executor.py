@@ -278,7 +278,7 @@ class AsyncExecutor:
         with self._plans(program, job, 1) as plans:  # its errors come first, and it names the values
             plan = plans[0]
         made = {name for _, name, _ in plan.writebacks}
-        missing = sorted(n for n in made if root.find_var(n) is None or root.find_var(n).value is None)
+        missing = sorted(n for n in made if getattr(root.find_var(n), "value", None) is None)
         if missing:
             raise BlockirError(
                 f"process mode shares the scope's values; persistable(s) "
@@ -307,7 +307,7 @@ class AsyncExecutor:
             keep = self.keep_workers and not pool.broken and all(error is None for *_, error in results)
             return results
         finally:  # also on errors and KeyboardInterrupt: no worker is left running, unless kept idle
-            if keep:
+            if keep and pool is not None:
                 with self._lock:
                     self._kept.append(pool)
                     pool = self._kept.pop(0) if len(self._kept) > 1 else None  # one kept by a run meanwhile
@@ -384,10 +384,10 @@ class _Job:
             self._report(k, stats, sums, reader, read)
         except BaseException as e:  # reported to the caller by run_from_files
             stop.set()
-            files = (
+            failed = (
                 [reader.file] if isinstance(e, DataFeedError) or not reader.batch_files else reader.batch_files
             )  # the file the reader failed on, or those of the batch that failed
-            error = BlockirError(f"async worker {k} failed on file {', '.join(map(str, files))}: {e}")
+            error = BlockirError(f"async worker {k} failed on file {', '.join(map(str, failed))}: {e}")
             error.__cause__ = e  # in the same process: the caller sees the original traceback too
             return stats, sums, error
         finally:
@@ -488,7 +488,7 @@ class _Control:
         self.owner = name is None
         self.block = SharedMemory(name=name, create=self.owner, size=size if self.owner else 0)
         self.name = self.block.name
-        self.values: np.ndarray | None = np.ndarray((size // 8,), np.float64, buffer=self.block.buf)
+        self.values = np.ndarray((size // 8,), np.float64, buffer=self.block.buf)
         if self.owner:
             self.values[:] = 0
 
@@ -518,7 +518,7 @@ class _Control:
 
     def __exit__(self, *exc: object) -> None:
         """Unmap the block; the caller, who made it, also frees it."""
-        self.values = None
+        del self.values  # the block's one view here: closing it would fail while the view lives
         with suppress(BufferError):  # a view still over it keeps the mapping; the block goes anyway
             self.block.close()
         if self.owner:
@@ -625,7 +625,7 @@ def _serve(conn: Any, lock: Any, place: str) -> None:
             except (BrokenPipeError, EOFError):  # the caller closed the pool meanwhile
                 return
             if result[2] is not None:  # its traceback may hold arrays over the run's blocks: unmapped now
-                result = None
+                del result
                 gc.collect()
             _release_freed_memory()
 
@@ -658,7 +658,7 @@ def _work(k: int, spec: _ProcessSpec, program: Program, exe: Executor, lock: Any
             def write_back() -> None:  # a value an op replaced (instead of updating it in place) goes to the block
                 for name, array in written:
                     holder = scope.find_var(name)
-                    if holder.value is not array:
+                    if holder is not None and holder.value is not array:
                         array[...] = holder.value
                         holder.set(array)
 

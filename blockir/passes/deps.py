@@ -47,7 +47,7 @@ def _depend(graph: nx.DiGraph, src: int, dst: int, kind: str, name: str) -> None
     data["kind"] = min(data["kind"], kind, key=_PRIMARY.index)
 
 
-def dependency_graph(block: Block) -> nx.DiGraph:
+def dependency_graph(block: Block) -> nx.DiGraph[int]:
     """The data dependencies of ``block``'s ops, as a DiGraph over op indices.
 
     Node ``i`` has attribute ``op`` (``block.ops[i]``). An edge ``i -> j`` means
@@ -55,7 +55,7 @@ def dependency_graph(block: Block) -> nx.DiGraph:
     ``(kind, variable)`` pair behind it, kind ``"RAW"``, ``"WAR"`` or ``"WAW"``),
     ``vars`` (the variable names) and ``kind`` (RAW if any, else WAW, else WAR).
     """
-    graph = nx.DiGraph(block=block.idx)
+    graph: nx.DiGraph[int] = nx.DiGraph(block=block.idx)
     writer: dict[str, int] = {}
     readers: dict[str, list[int]] = {}  # the ops that read the variable's current value
     for i, op in enumerate(block.ops):
@@ -79,9 +79,10 @@ def dependency_graph(block: Block) -> nx.DiGraph:
     return graph
 
 
-def describe(graph: nx.DiGraph) -> str:
+def describe(graph: nx.DiGraph[int]) -> str:
     """``block 0: 12 ops, 17 edges (RAW 11, WAR 4, WAW 2), critical path 9 ops``."""
-    kinds = Counter(kind for _, _, deps in graph.edges(data="deps") for kind, _ in deps)
+    edges: list[tuple[int, int, list[tuple[str, str]]]] = list(graph.edges(data="deps"))
+    kinds = Counter(kind for _, _, deps in edges for kind, _ in deps)
     path = nx.dag_longest_path_length(graph) + 1 if graph else 0
     return (
         f"block {graph.graph['block']}: {graph.number_of_nodes()} ops, {graph.number_of_edges()} edges "

@@ -91,7 +91,10 @@ def stream_waits(
     ``block`` may be None when ``graph`` is given (over ``0..len(streams)-1``).
     """
     where = "the graph" if block is None else f"block {block.idx}"
-    graph = dependency_graph(block) if graph is None else graph
+    if graph is None:
+        if block is None:
+            raise BlockirError("stream_waits: give the block or its dependency graph")
+        graph = dependency_graph(block)
     if len(streams) != graph.number_of_nodes():
         raise BlockirError(f"stream_waits: {len(streams)} streams for the {graph.number_of_nodes()} ops of {where}")
     known: dict[str, dict[str, int]] = {}  # stream -> the clock of its last op so far

@@ -82,7 +82,7 @@ class RunContext:
         with self._lock:
             errors = list(self._errors)
         causes = [e for e in errors if not isinstance(e.__cause__ or e, ChannelClosedError)]
-        return (causes or errors or [None])[0]
+        return (causes or errors)[0] if errors else None
 
 
 def _zero(var: Variable, xp: Any) -> Any:

@@ -242,7 +242,7 @@ class Executor:
             raise BlockirError("this executor is closed")
         tracer = None if trace is None else Tracer(plan.steps, plan.copies_from)
         fetched = plan.run(feed, global_scope() if scope is None else scope, return_numpy, self._pool, tracer)
-        if tracer is not None:
+        if tracer is not None and trace is not None:
             tracer.write(trace)
         return fetched
 

@@ -242,7 +242,7 @@ def _share_lod(out: Any, src: Any) -> Any:
 def _store(slots: list[int | None], duplicable: bool, lod_from: int | None) -> Callable[[list, Any], None]:
     """Stores one output slot's result in its value slots (None entries are unbound)."""
     if not duplicable:
-        i = slots[0]
+        i = cast(int, slots[0])  # a wanted output slot of one variable is bound
         if lod_from is None:
             return lambda values, r: values.__setitem__(i, r)
         return lambda values, r: values.__setitem__(i, _share_lod(r, values[lod_from]))
@@ -580,7 +580,7 @@ def _schedule(
 ) -> Schedule:
     """The dataflow schedule of the steps (``ops``: the block's ops that are steps, in order)."""
     index = {id(op): k for k, op in enumerate(ops)}
-    graph = nx.DiGraph()
+    graph: nx.DiGraph[int] = nx.DiGraph()
     graph.add_nodes_from(range(len(ops)))
     for i, j in dependency_graph(block).edges:  # feed and fetch ops are not steps: the run starts and ends there
         a, b = index.get(id(block.ops[i])), index.get(id(block.ops[j]))

@@ -36,6 +36,7 @@ executor), idle between runs.
 
 from __future__ import annotations
 
+import functools
 import queue
 import sys
 import threading
@@ -282,7 +283,7 @@ def _run_lane(schedule: Schedule, steps: tuple[Step, ...], lane: int, run: _Run)
             stream = schedule.streams[j]
             for i in schedule.waits[j]:
                 if schedule.lane_of[i] != lane:
-                    _wait(schedule, run.gates[i], f"waiting for {steps[i].ctx.op_text}")
+                    _wait(schedule, run.gates[i], f"waiting for {steps[i].ctx.op_text}")  # type: ignore[arg-type]  # waited on across lanes: gated
                 if run.error is not None:
                     return
                 if schedule.streams[i].is_async:
@@ -296,7 +297,7 @@ def _run_lane(schedule: Schedule, steps: tuple[Step, ...], lane: int, run: _Run)
                 for _, i in reuse:
                     values[i] = None
                 flags = _reusable(args, reuse)
-                result = stream.launch(kernel, ctx, *args, reuse=flags)  # type: ignore[call-arg]
+                result = stream.launch(kernel, ctx, *args, reuse=flags)
             else:
                 result = stream.launch(kernel, ctx, *args)
             scatter(values, result)
@@ -305,7 +306,7 @@ def _run_lane(schedule: Schedule, steps: tuple[Step, ...], lane: int, run: _Run)
             if schedule.recorded[j]:
                 run.events[j] = stream.record_event()
             if schedule.gated[j]:
-                run.gates[j].set()
+                run.gates[j].set()  # type: ignore[union-attr]  # schedule.gated[j]: it has a gate
     except Exception as e:
         run.fail(kernel_error(steps[j], values, args, e))  # type: ignore[index]
     except BaseException as e:  # KeyboardInterrupt, SystemExit: stop everybody, then re-raise as it is
@@ -389,7 +390,7 @@ def execute(schedule: Schedule, steps: tuple[Step, ...], values: list, pool: Wor
     if schedule.channels:
         register_thread()  # the calling thread takes part before any worker can block waiting for it
     done = [
-        pool.submit(lane - 1, lambda lane=lane: _run_lane(schedule, steps, lane, run), schedule.channels)
+        pool.submit(lane - 1, functools.partial(_run_lane, schedule, steps, lane, run), schedule.channels)
         for lane in range(1, len(schedule.lanes))
     ]
     try:
