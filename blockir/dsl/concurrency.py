@@ -148,12 +148,13 @@ def channel_recv(
     (false once the channel is closed and drained; the values are then zero-row)."""
     ch = _check_channel(ch, "channel.recv")
     outs = _received_vars(ch, _layout(ch, like, "channel.recv"))
+    status_vars = [_status_var()] if status else []
     outputs: dict[str, list[core.Variable]] = {"Out": list(outs)}
-    if status:
-        outputs["Status"] = [_status_var()]
+    if status_vars:
+        outputs["Status"] = list(status_vars)
     block = framework.default_main_program().current_block()
     framework.append_op(block, "channel_recv", {"Channel": [ch]}, outputs, layer="channel.recv")
-    return [*outs, *outputs.get("Status", [])]
+    return [*outs, *status_vars]
 
 
 def channel_close(ch: core.Variable) -> None:

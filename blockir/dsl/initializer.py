@@ -11,6 +11,7 @@ import math
 from typing import Any
 
 from blockir.dsl import framework
+from blockir.dsl.variable import tensor_dtype
 from blockir.errors import BlockirError
 from blockir.ir.core import Block, Variable
 from blockir.ir.dtypes import DTYPE_TO_PROTO, FLOAT_DTYPES
@@ -44,7 +45,7 @@ class Initializer:
         shape = var.shape or ()
         if any(d < 0 for d in shape):
             raise BlockirError(f"cannot initialise {var.name!r}: its shape {list(shape)} is not fully known")
-        attrs = {"shape": list(shape), "dtype": DTYPE_TO_PROTO[var.dtype], **self.attrs(var)}
+        attrs = {"shape": list(shape), "dtype": DTYPE_TO_PROTO[tensor_dtype(var)], **self.attrs(var)}
         framework.append_op(block, self.op_type, outputs={"Out": [var.name]}, attrs=attrs, device=device)
 
     def __repr__(self) -> str:
@@ -129,6 +130,8 @@ class XavierInitializer(_RandomInitializer):
         return "uniform_random" if self.uniform else "gaussian_random"
 
     def attrs(self, var: Variable) -> dict[str, Any]:
+        fan_in: float
+        fan_out: float
         fan_in, fan_out = compute_fans(var.shape or ())
         fan_in = fan_in if self.fan_in is None else self.fan_in
         fan_out = fan_out if self.fan_out is None else self.fan_out

@@ -15,7 +15,7 @@ from typing import Any
 from blockir.dsl import framework, unique_name
 from blockir.dsl.initializer import Constant, Initializer, Xavier
 from blockir.dsl.param_attr import ParamAttr
-from blockir.dsl.variable import Parameter, Variable
+from blockir.dsl.variable import Parameter, Variable, tensor_dtype, tensor_shape
 from blockir.errors import BlockirError, ShapeError
 from blockir.ir import core
 from blockir.ir.core import Block, Operator, Program
@@ -165,7 +165,7 @@ class LayerHelper:
         if bias_attr is False:
             return x
         assert isinstance(bias_attr, ParamAttr)
-        b = self.create_parameter(bias_attr, x.shape[dim_start:], x.dtype, is_bias=True)
+        b = self.create_parameter(bias_attr, tensor_shape(x)[dim_start:], tensor_dtype(x), is_bias=True)
         out = self.create_tmp(x.dtype)
         self.append_op("elementwise_add", {"X": [x], "Y": [b]}, {"Out": [out]}, {"axis": dim_start})
         return out

@@ -15,7 +15,7 @@ from typing import Any
 from blockir.dsl import framework
 from blockir.dsl.layer_helper import LayerHelper
 from blockir.dsl.param_attr import ParamAttr
-from blockir.dsl.variable import Variable
+from blockir.dsl.variable import Variable, tensor_dtype, tensor_shape
 from blockir.errors import BlockirError
 from blockir.ir import core
 from blockir.ir.dtypes import DTYPE_TO_PROTO, to_dtype
@@ -95,13 +95,12 @@ def fc(
     ``bias_attr=False`` means no bias.
     """
     helper = LayerHelper("fc", name)
-    inputs = list(input) if isinstance(input, (list, tuple)) else [input]
+    inputs = [helper.check_variable(x, "input") for x in (input if isinstance(input, (list, tuple)) else [input])]
     if not inputs:
         raise helper.error("input is an empty list")
     for x in inputs:
-        helper.check_variable(x, "input")
         helper.check_float(x, "input")
-    dtype = inputs[0].dtype
+    dtype = tensor_dtype(inputs[0])
     if any(x.dtype != dtype for x in inputs):
         raise helper.error(f"inputs have different dtypes: {', '.join(f'{x.name}: {x.dtype}' for x in inputs)}")
     if isinstance(size, bool) or not isinstance(size, int) or size <= 0:
@@ -109,18 +108,18 @@ def fc(
     attrs = _param_attrs(helper, param_attr, len(inputs))
     products: list[Variable] = []
     for x, attr in zip(inputs, attrs):
-        rank = len(x.shape)
-        flatten = rank - 1 if num_flatten_dims == -1 else num_flatten_dims
-        if not 1 <= flatten < rank:
+        shape = tensor_shape(x)
+        flatten = len(shape) - 1 if num_flatten_dims == -1 else num_flatten_dims
+        if not 1 <= flatten < len(shape):
             raise helper.error(
-                f"num_flatten_dims={num_flatten_dims} is out of range for input {x.name!r} of shape {list(x.shape)}"
+                f"num_flatten_dims={num_flatten_dims} is out of range for input {x.name!r} of shape {list(shape)}"
             )
-        if any(d < 0 for d in x.shape[flatten:]):
+        if any(d < 0 for d in shape[flatten:]):
             raise helper.error(
-                f"input {x.name!r} of shape {list(x.shape)}: the dims from num_flatten_dims="
+                f"input {x.name!r} of shape {list(shape)}: the dims from num_flatten_dims="
                 f"{flatten} on make the weight's height and must be known"
             )
-        w = helper.create_parameter(attr, [math.prod(x.shape[flatten:]), size], dtype)
+        w = helper.create_parameter(attr, [math.prod(shape[flatten:]), size], dtype)
         product = helper.create_tmp(dtype)
         helper.append_op(
             "mul", {"X": [x], "Y": [w]}, {"Out": [product]}, {"x_num_col_dims": flatten, "y_num_col_dims": 1}
@@ -131,7 +130,7 @@ def fc(
     else:
         pre_bias = helper.create_tmp(dtype)
         helper.append_op("sum", {"X": products}, {"Out": [pre_bias]})
-    pre_act = helper.append_bias(pre_bias, ParamAttr.to_attr(bias_attr), dim_start=flatten)
+    pre_act = helper.append_bias(pre_bias, ParamAttr.to_attr(bias_attr), dim_start=flatten)  # type: ignore[possibly-undefined]  # inputs is not empty
     return helper.append_activation(pre_act, act)
 
 
@@ -334,7 +333,7 @@ def _check_label(helper: LayerHelper, input: core.Variable, label: core.Variable
     helper.check_variable(label, "label")
     helper.check_float(input, "input")
     if soft_label:
-        helper.check_dtype(label, "soft label", (input.dtype,))
+        helper.check_dtype(label, "soft label", (tensor_dtype(input),))
     else:
         helper.check_dtype(label, "label", _LABEL_DTYPES)
 
@@ -416,11 +415,9 @@ def accuracy(input: core.Variable, label: core.Variable, k: int = 1) -> Variable
 def concat(input: Sequence[core.Variable], axis: int = 0, name: str | None = None) -> Variable:
     """Join ``input`` along ``axis``."""
     helper = LayerHelper("concat", name)
-    inputs = list(input) if isinstance(input, (list, tuple)) else [input]
+    inputs = [helper.check_variable(x, "input") for x in (input if isinstance(input, (list, tuple)) else [input])]
     if not inputs:
         raise helper.error("input is an empty list")
-    for x in inputs:
-        helper.check_variable(x, "input")
     out = helper.create_tmp(inputs[0].dtype)
     helper.append_op("concat", {"X": inputs}, {"Out": [out]}, {"axis": axis})
     return out
@@ -448,7 +445,7 @@ def cast(x: core.Variable, dtype: Any) -> Variable:
     helper.check_variable(x, "x")
     out_dtype = to_dtype(dtype)
     return helper.unary(
-        "cast", x, {"in_dtype": DTYPE_TO_PROTO[x.dtype], "out_dtype": DTYPE_TO_PROTO[out_dtype]}, out_dtype
+        "cast", x, {"in_dtype": DTYPE_TO_PROTO[tensor_dtype(x)], "out_dtype": DTYPE_TO_PROTO[out_dtype]}, out_dtype
     )
 
 

@@ -19,7 +19,7 @@ from typing import Any
 from blockir.dsl import framework, unique_name
 from blockir.dsl.backward import append_backward
 from blockir.dsl.layer_helper import LayerHelper
-from blockir.dsl.variable import Variable
+from blockir.dsl.variable import Variable, tensor_dtype, tensor_shape
 from blockir.errors import BlockirError
 from blockir.ir import core
 from blockir.ir.core import Block, Operator, Program
@@ -152,8 +152,8 @@ class Optimizer:
             )
         var = helper.create_global_var(
             unique_name.generate(f"{param.name}_{name}"),
-            param.shape if shape is None else shape,
-            param.dtype,
+            tensor_shape(param) if shape is None else shape,
+            tensor_dtype(param),
             fill_value,
             device=device,
         )
@@ -172,7 +172,7 @@ class Optimizer:
         return self._lr_vars[program]
 
     def _param_lr(self, helper: LayerHelper, block: Block, param: core.Variable, device: str | None) -> core.Variable:
-        lr = self._global_lr(helper, block.program, param.dtype)
+        lr = self._global_lr(helper, block.program, tensor_dtype(param))
         factor = getattr(param, "optimize_attr", {}).get("learning_rate", 1.0)
         if factor == 1.0:
             return lr

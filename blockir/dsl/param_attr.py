@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Literal
 
 from blockir.dsl.initializer import Initializer
 from blockir.errors import BlockirError
@@ -44,7 +44,7 @@ class ParamAttr:
         self.device = require_device(device, "ParamAttr device") if device is not None else None
 
     @staticmethod
-    def to_attr(arg: Any) -> ParamAttr | bool:
+    def to_attr(arg: Any) -> ParamAttr | Literal[False]:
         """Fluid's conversion of a layer's ``param_attr``/``bias_attr`` argument.
 
         None -> default ParamAttr; a string -> ParamAttr(name=...); an Initializer

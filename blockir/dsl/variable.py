@@ -11,9 +11,24 @@ from __future__ import annotations
 import numbers
 from typing import Any
 
+from blockir.errors import BlockirError
 from blockir.ir import core
 
-__all__ = ["Parameter", "Variable"]
+__all__ = ["Parameter", "Variable", "tensor_dtype", "tensor_shape"]
+
+
+def tensor_shape(var: core.Variable) -> tuple[int, ...]:
+    """The shape of ``var``; an error naming it when it is no tensor (a channel, a feed list)."""
+    if var.shape is None:
+        raise BlockirError(f"{var.name!r} is a {var.kind.text}, not a tensor")
+    return var.shape
+
+
+def tensor_dtype(var: core.Variable) -> str:
+    """The dtype of ``var``; an error naming it when it is no tensor (a channel, a feed list)."""
+    if var.dtype is None:
+        raise BlockirError(f"{var.name!r} is a {var.kind.text}, not a tensor")
+    return var.dtype
 
 
 class Variable(core.Variable):
