@@ -10,34 +10,38 @@ A module's fixture wraps its tests, e.g.::
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
+from typing import TypeVar
 
 from blockir.ir.schema import OpSchema, register, unregister
 from blockir.passes import Pass, register_pass, unregister_pass
+
+T = TypeVar("T")
 
 
 @contextmanager
 def ops_registered(*schemas: OpSchema) -> Iterator[None]:
     """``schemas`` in the op registry inside the block, gone after it."""
-    done: list[OpSchema] = []
-    try:
-        for schema in schemas:
-            done.append(register(schema))
+    with _registered(schemas, register, lambda schema: unregister(schema.type)):
         yield
-    finally:
-        for schema in done:
-            unregister(schema.type)
 
 
 @contextmanager
 def passes_registered(*classes: type[Pass]) -> Iterator[None]:
     """``classes`` in the pass registry inside the block, gone after it."""
-    done: list[type[Pass]] = []
+    with _registered(classes, register_pass, lambda cls: unregister_pass(cls.name)):
+        yield
+
+
+@contextmanager
+def _registered(items: Iterable[T], add: Callable[[T], object], remove: Callable[[T], object]) -> Iterator[None]:
+    done: list[T] = []
     try:
-        for cls in classes:
-            done.append(register_pass(cls))
+        for item in items:
+            add(item)
+            done.append(item)
         yield
     finally:
-        for cls in done:
-            unregister_pass(cls.name)
+        for item in done:
+            remove(item)
