@@ -22,11 +22,11 @@
 from __future__ import annotations
 
 import collections
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from blockir.dsl import framework
-from blockir.dsl.variable import Variable
+from blockir.dsl.variable import Variable, tensor_dtype, tensor_shape
 from blockir.errors import BlockirError
 from blockir.ir import core
 from blockir.ir.core import Block, Operator
@@ -148,7 +148,7 @@ class _Analysis:
         return grad_name(name) if name in self.needed else EMPTY_VAR
 
 
-def _slot_names(slots: dict[str, list[str]], declared: tuple[Slot, ...] | None) -> list[str]:
+def _slot_names(slots: Mapping[str, Sequence[str]], declared: tuple[Slot, ...] | None) -> list[str]:
     """Names in the slots not marked ``no_grad`` (every slot when the op has no schema)."""
     stopped = {s.name for s in declared or () if s.no_grad}
     return [n for slot, names in slots.items() if slot not in stopped for n in names]
@@ -200,7 +200,7 @@ def _loss_gradient(block: Block, loss: core.Variable, analysis: _Analysis) -> _P
         "fill_constant",
         {},
         {"Out": [grad_name(loss.name)]},
-        {"shape": list(loss.shape), "dtype": DTYPE_TO_PROTO[loss.dtype], "value": 1.0},
+        {"shape": list(tensor_shape(loss)), "dtype": DTYPE_TO_PROTO[tensor_dtype(loss)], "value": 1.0},
     )
     return _Pending(
         spec,

@@ -88,13 +88,17 @@ def name_scope(prefix: str) -> Iterator[None]:
     belong to the unique-name generator, so :func:`blockir.dsl.unique_name.guard`
     starts them afresh.
     """
-    if not isinstance(prefix, str) or not prefix or "/" in prefix:
-        raise BlockirError(f"name_scope prefix must be a non-empty string without '/', got {prefix!r}")
-    token = _name_scope.set(_current_scope().child(prefix))
+    token = _name_scope.set(_current_scope().child(_checked_prefix(prefix)))
     try:
         yield
     finally:
         _name_scope.reset(token)
+
+
+def _checked_prefix(prefix: object) -> str:
+    if isinstance(prefix, str) and prefix and "/" not in prefix:
+        return prefix
+    raise BlockirError(f"name_scope prefix must be a non-empty string without '/', got {prefix!r}")
 
 
 def current_name_scope() -> str:

@@ -3,8 +3,9 @@
 In memory an attribute is a plain Python value plus its :class:`AttrType`:
 INT/LONG -> int, FLOAT/FLOAT64 -> float (a FLOAT is rounded to float32 when set,
 so it survives the wire format exactly), STRING -> str, BOOLEAN -> bool, the
-list types -> list of those, BLOCK -> block index (int), BLOCKS -> list of block
-indices.
+list types -> tuple of those (immutable, so that an attribute changes only
+through ``Operator.set_attr``), BLOCK -> block index (int), BLOCKS -> tuple of
+block indices.
 """
 
 from __future__ import annotations
@@ -90,7 +91,7 @@ def normalize(value: Any, t: AttrType, name: str = "?") -> Any:
     if t in LIST_TYPES:
         if isinstance(value, (str, bytes)) or not hasattr(value, "__iter__"):
             raise BlockirError(f"attribute {name!r}: {value!r} is not a list for {t.name}")
-        return [_scalar(v, LIST_TYPES[t], name) for v in value]
+        return tuple(_scalar(v, LIST_TYPES[t], name) for v in value)
     return _scalar(value, t, name)
 
 

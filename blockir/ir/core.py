@@ -1,7 +1,12 @@
 """The in-memory IR: Program, Block, Operator, Variable.
 
-Plain mutable Python objects. Every change made through these classes bumps the
-owning program's mutation counter, which executors and pass pipelines cache on.
+Plain mutable Python objects that change only through their methods (and the
+plain fields of programs, blocks and variables): an op's inputs, outputs and
+attributes, a block's ops and variables and a program's blocks are read-only
+views. Every change bumps the owning program's mutation counter, which
+executors and pass pipelines cache on, and an attribute is checked against its
+declared type when it is set. The loaders (proto and text) build programs
+through a private unchecked path and leave the judging to the verifier.
 ``to_proto``/``from_proto`` (in :mod:`blockir.ir.proto_io`) round-trip losslessly
 and the text form (:mod:`blockir.ir.text`) prints and parses back identically.
 """
@@ -9,8 +14,10 @@ and the text form (:mod:`blockir.ir.text`) prints and parses back identically.
 from __future__ import annotations
 
 import itertools
-from collections.abc import Iterable, Iterator
-from typing import Any
+import sys
+from collections.abc import Iterable, Iterator, Mapping, Sequence
+from types import MappingProxyType
+from typing import Any, TypeGuard, TypeVar, overload
 
 from blockir.errors import BlockirError
 from blockir.ir import attrs as _attrs
@@ -21,6 +28,12 @@ from blockir.ir.schema import COMMON_ATTRS, REQUIRED, InferContext, OpRole, find
 # Global so that counters of different programs never collide: a cached
 # (id(program), mutation) pair can never be reused by another program state.
 _MUTATIONS = itertools.count(1)
+
+
+def _is_name(value: object) -> TypeGuard[str]:
+    """Whether ``value`` is a non-empty string (a name, a type, a slot)."""
+    return isinstance(value, str) and value != ""
+
 
 TENSOR_KINDS = frozenset({VarKind.LOD_TENSOR, VarKind.SELECTED_ROWS, VarKind.LOD_TENSOR_ARRAY})
 
@@ -34,6 +47,9 @@ class Variable:
     ``device`` is where the value lives (``""``: not decided; the ``place`` pass
     decides it, and keeps a persistable's or a fed variable's device, e.g. one
     pinned by ``ParamAttr(device=...)``).
+
+    Setting a field of a variable that belongs to a block counts as a change of
+    its program; its name changes only through :meth:`Block.rename_var`.
     """
 
     _FIELDS = (
@@ -64,7 +80,7 @@ class Variable:
         capacity: int = 0,
         device: str = "",
     ) -> None:
-        if not isinstance(name, str) or not name:
+        if not _is_name(name):
             raise BlockirError(f"variable name must be a non-empty string, got {name!r}")
         self.block: Block | None = None
         self.name = name
@@ -81,8 +97,10 @@ class Variable:
         self.device = str(device)
 
     def __setattr__(self, key: str, value: Any) -> None:
-        object.__setattr__(self, key, value)
         block = self.__dict__.get("block")
+        if key == "name" and block is not None:
+            raise BlockirError(f"variable {self.name!r}: rename it with Block.rename_var, which renames its uses")
+        object.__setattr__(self, key, value)
         if block is not None and key != "block":
             block.program._touch()
 
@@ -102,53 +120,155 @@ class Variable:
         return format_var(self)
 
 
+_OP_READ_ONLY = frozenset({"type", "inputs", "outputs", "attrs", "attr_types"})
+
+
 class Operator:
-    """One op: type, inputs and outputs by slot (lists of variable names), typed attributes."""
+    """One op: its type, inputs and outputs by slot (tuples of variable names), typed attributes.
+
+    ``inputs``, ``outputs``, ``attrs`` and ``attr_types`` are read-only views: every
+    change goes through the methods (:meth:`set_input`, :meth:`set_output`,
+    :meth:`remove_input`, :meth:`remove_output`, :meth:`rename_input`,
+    :meth:`rename_output`, :meth:`set_attr`, :meth:`remove_attr`, setting
+    ``is_target``), which bump the program's mutation counter. List attributes are
+    tuples, so no value can be changed in place either.
+    """
+
+    block: Block
+    id: int
+    type: str
+    inputs: Mapping[str, tuple[str, ...]]
+    """Input slot -> the names it binds, in slot order."""
+    outputs: Mapping[str, tuple[str, ...]]
+    """Output slot -> the names it binds, in slot order."""
+    attrs: Mapping[str, Any]
+    """Attribute name -> value, in the order they were set."""
+    attr_types: Mapping[str, AttrType]
+    """Attribute name -> its :class:`AttrType`."""
+    # What the views show, changed by the methods only.
+    _inputs: dict[str, tuple[str, ...]]
+    _outputs: dict[str, tuple[str, ...]]
+    _attrs: dict[str, Any]
+    _attr_types: dict[str, AttrType]
+    _is_target: bool
 
     def __init__(
         self,
         block: Block,
         type: str,
-        inputs: dict[str, list[str]] | None = None,
-        outputs: dict[str, list[str]] | None = None,
-        attrs: dict[str, Any] | None = None,
-        attr_types: dict[str, AttrType] | None = None,
-        id: int | None = None,
+        inputs: Mapping[str, Iterable[Any]] | None = None,
+        outputs: Mapping[str, Iterable[Any]] | None = None,
+        attrs: Mapping[str, Any] | None = None,
+        attr_types: Mapping[str, AttrType] | None = None,
         is_target: bool = False,
     ) -> None:
-        if not isinstance(type, str) or not type:
+        """An op of ``block`` (not yet in its list of ops: :meth:`Block.append_op` makes and adds one).
+
+        Slots hold variable names or Variables; each attribute is set as :meth:`set_attr` sets it, with its
+        type from ``attr_types`` when given there.
+        """
+        if not _is_name(type):
             raise BlockirError(f"op type must be a non-empty string, got {type!r}")
-        self.block = block
-        self.type = type
-        self.inputs: dict[str, list[str]] = {k: list(v) for k, v in (inputs or {}).items()}
-        self.outputs: dict[str, list[str]] = {k: list(v) for k, v in (outputs or {}).items()}
-        self.attrs: dict[str, Any] = {}
-        self.attr_types: dict[str, AttrType] = {}
-        self.is_target = bool(is_target)
-        self.id = block.program._new_op_id() if id is None else id
+        self._init(block, type, {}, {}, {}, {}, None, is_target)
+        for slot, names in (inputs or {}).items():
+            self._inputs[self._slot(slot, "input")] = self._names(slot, names)
+        for slot, names in (outputs or {}).items():
+            self._outputs[self._slot(slot, "output")] = self._names(slot, names)
+        types = attr_types or {}
         for name, value in (attrs or {}).items():
-            self.set_attr(name, value, (attr_types or {}).get(name))
+            self.set_attr(name, value, types.get(name))
+
+    def _init(
+        self,
+        block: Block,
+        type: str,
+        inputs: dict[str, tuple[str, ...]],
+        outputs: dict[str, tuple[str, ...]],
+        attrs: dict[str, Any],
+        attr_types: dict[str, AttrType],
+        id: int | None,
+        is_target: bool,
+    ) -> None:
+        """Fill in the op (from :meth:`__init__`, or unchecked from :meth:`Block._load_op`)."""
+        self.__dict__.update(
+            block=block,
+            id=block.program._new_op_id() if id is None else id,
+            type=type,
+            _is_target=bool(is_target),
+            _inputs=inputs,
+            _outputs=outputs,
+            _attrs=attrs,
+            _attr_types=attr_types,
+            inputs=MappingProxyType(inputs),
+            outputs=MappingProxyType(outputs),
+            attrs=MappingProxyType(attrs),
+            attr_types=MappingProxyType(attr_types),
+        )
+
+    def _touch(self) -> None:
+        self.block.program._touch()
+
+    def __setattr__(self, key: str, value: Any) -> None:
+        if key in _OP_READ_ONLY:
+            raise AttributeError(f"Operator.{key} is read-only; an op changes through its methods (set_input, ...)")
+        object.__setattr__(self, key, value)
+
+    @property
+    def is_target(self) -> bool:
+        return self._is_target
+
+    @is_target.setter
+    def is_target(self, value: bool) -> None:
+        self._is_target = bool(value)
+        self._touch()
 
     # -- attributes -------------------------------------------------------
+    def declared_attr_type(self, name: str) -> AttrType | None:
+        """The type the op's schema (or :data:`~blockir.ir.schema.COMMON_ATTRS`) gives attribute ``name``."""
+        schema = find(self.type)
+        adef = schema.attr_def(name) if schema is not None else None
+        return adef.type if adef is not None else COMMON_ATTRS.get(name)
+
     def set_attr(self, name: str, value: Any, type: AttrType | None = None) -> None:
-        """Set an attribute; its type comes from ``type``, else the schema, else the value."""
-        if type is None:
-            schema = find(self.type)
-            adef = schema.attr_def(name) if schema else None
-            for known in (adef.type if adef else None, COMMON_ATTRS.get(name), self.attr_types.get(name)):
-                if known is not None:
-                    type = known
-                    break
-            else:
-                type = _attrs.infer_type(value, name)
-        self.attrs[name] = _attrs.normalize(value, type, name)
-        self.attr_types[name] = AttrType(type)
-        self.block.program._touch()
+        """Set an attribute, typed by the schema (or ``COMMON_ATTRS``), else by ``type``, else as it was,
+        else by the value (:func:`blockir.ir.attrs.infer_type`).
+
+        Attributes no schema declares are allowed (Paddle's ops carry such extras; the verifier reports
+        them on registered ops). A value that does not fit the type, or a ``type`` other than the one the
+        schema declares, is a :class:`BlockirError` naming the attribute and the op, raised here.
+        """
+        try:
+            if not _is_name(name):
+                raise BlockirError(f"attribute name must be a non-empty string, got {name!r}")
+            t = self._attr_type(name, value, type)
+            normalized = _attrs.normalize(value, t, name)
+        except BlockirError as e:
+            raise BlockirError(f"{e}\n  in: {self}") from None
+        self._attrs[name] = normalized
+        self._attr_types[name] = t
+        self._touch()
+
+    def _attr_type(self, name: str, value: Any, given: AttrType | None) -> AttrType:
+        """The type attribute ``name`` takes (see :meth:`set_attr`)."""
+        if given is not None:
+            try:
+                given = AttrType(given)
+            except ValueError:
+                raise BlockirError(f"attribute {name!r}: {given!r} is not an AttrType") from None
+        declared = self.declared_attr_type(name)
+        if declared is not None:
+            if given is not None and given is not declared:
+                raise BlockirError(f"attribute {name!r} is {declared.name} for {self.type}, not {given.name}")
+            return declared
+        if given is not None:
+            return given
+        current = self._attr_types.get(name)
+        return current if current is not None else _attrs.infer_type(value, name)
 
     def attr(self, name: str, default: Any = REQUIRED) -> Any:
         """The attribute's value, else the schema default, else ``default``, else an error."""
-        if name in self.attrs:
-            return self.attrs[name]
+        if name in self._attrs:
+            return self._attrs[name]
         schema = find(self.type)
         adef = schema.attr_def(name) if schema else None
         if adef is not None and adef.default is not REQUIRED:
@@ -158,56 +278,93 @@ class Operator:
         raise BlockirError(f"op has no attribute {name!r}: {self}")
 
     def remove_attr(self, name: str) -> None:
-        self.attrs.pop(name, None)
-        self.attr_types.pop(name, None)
-        self.block.program._touch()
+        """Remove attribute ``name`` (nothing when the op does not have it)."""
+        if name in self._attrs:
+            del self._attrs[name], self._attr_types[name]
+            self._touch()
 
     def has_attr(self, name: str) -> bool:
-        return name in self.attrs
+        return name in self._attrs
 
     @property
     def device(self) -> str:
-        return self.attrs.get("op_device", "")
+        return self._attrs.get("op_device", "")
 
     # -- inputs and outputs ----------------------------------------------
-    def input(self, slot: str) -> list[str]:
-        return self.inputs.get(slot, [])
+    def input(self, slot: str) -> tuple[str, ...]:
+        return self._inputs.get(slot, ())
 
-    def output(self, slot: str) -> list[str]:
-        return self.outputs.get(slot, [])
+    def output(self, slot: str) -> tuple[str, ...]:
+        return self._outputs.get(slot, ())
 
-    def set_input(self, slot: str, names: list[str]) -> None:
-        self.inputs[slot] = list(names)
-        self.block.program._touch()
+    def _slot(self, slot: object, kind: str) -> str:
+        if not _is_name(slot):
+            raise BlockirError(f"{kind} slot must be a non-empty string, got {slot!r}\n  in: {self}")
+        return slot
 
-    def set_output(self, slot: str, names: list[str]) -> None:
-        self.outputs[slot] = list(names)
-        self.block.program._touch()
+    def _names(self, slot: str, names: Iterable[Any]) -> tuple[str, ...]:
+        """Variable names (a Variable stands for its name, a single one for a slot of one)."""
+        items = names if isinstance(names, (list, tuple)) else [names]
+        return tuple(self._name(item, f"slot {slot}") for item in items)
+
+    def _name(self, item: Any, where: str) -> str:
+        name = item if isinstance(item, str) else getattr(item, "name", item)
+        if not _is_name(name):
+            raise BlockirError(f"{where}: {name!r} is not a variable or variable name\n  in: {self}")
+        return name
+
+    def set_input(self, slot: str, names: Iterable[Any]) -> None:
+        """Bind input ``slot`` to ``names`` (variable names or Variables; ``[]`` keeps the slot, empty)."""
+        self._inputs[self._slot(slot, "input")] = self._names(slot, names)
+        self._touch()
+
+    def set_output(self, slot: str, names: Iterable[Any]) -> None:
+        """Bind output ``slot`` to ``names`` (variable names or Variables; ``[]`` keeps the slot, empty)."""
+        self._outputs[self._slot(slot, "output")] = self._names(slot, names)
+        self._touch()
+
+    def remove_input(self, slot: str) -> None:
+        """Drop input ``slot`` (nothing when the op does not have it)."""
+        if self._inputs.pop(slot, None) is not None:
+            self._touch()
+
+    def remove_output(self, slot: str) -> None:
+        """Drop output ``slot`` (nothing when the op does not have it)."""
+        if self._outputs.pop(slot, None) is not None:
+            self._touch()
 
     def rename_input(self, old: str, new: str) -> None:
-        for names in self.inputs.values():
-            names[:] = [new if n == old else n for n in names]
-        self.block.program._touch()
+        """Read ``new`` wherever the op reads ``old``."""
+        if _rename_in(self._inputs, old, self._name(new, "rename_input")):
+            self._touch()
 
     def rename_output(self, old: str, new: str) -> None:
-        for names in self.outputs.values():
-            names[:] = [new if n == old else n for n in names]
-        self.block.program._touch()
+        """Write ``new`` wherever the op writes ``old``."""
+        if _rename_in(self._outputs, old, self._name(new, "rename_output")):
+            self._touch()
+
+    def _rename(self, old: str, new: str) -> None:
+        """``old`` becomes ``new`` in the inputs, outputs and ``op_role_var`` (for :meth:`Block.rename_var`)."""
+        _rename_in(self._inputs, old, new)
+        _rename_in(self._outputs, old, new)
+        role_var = self._attrs.get("op_role_var")
+        if isinstance(role_var, tuple) and old in role_var:
+            self._attrs["op_role_var"] = tuple(new if n == old else n for n in role_var)
 
     def input_names(self) -> list[str]:
-        return [n for names in self.inputs.values() for n in names]
+        return [n for names in self._inputs.values() for n in names]
 
     def output_names(self) -> list[str]:
-        return [n for names in self.outputs.values() for n in names]
+        return [n for names in self._outputs.values() for n in names]
 
     def sub_block_indices(self) -> list[int]:
         """The block indices this op's BLOCK / BLOCKS attributes hold (not checked to exist)."""
         idx: list[int] = []
-        for name, t in self.attr_types.items():
+        for name, t in self._attr_types.items():
             if t is AttrType.BLOCK:
-                idx.append(self.attrs[name])
+                idx.append(self._attrs[name])
             elif t is AttrType.BLOCKS:
-                idx.extend(self.attrs[name])
+                idx.extend(self._attrs[name])
         return idx
 
     def sub_blocks(self) -> list[Block]:
@@ -223,8 +380,78 @@ class Operator:
     __repr__ = __str__
 
 
+def _rename_in(slots: dict[str, tuple[str, ...]], old: str, new: str) -> bool:
+    """Replace ``old`` by ``new`` in every slot; whether any held it."""
+    changed = False
+    for slot, names in slots.items():
+        if old in names:
+            slots[slot] = tuple(new if n == old else n for n in names)
+            changed = True
+    return changed
+
+
+_T = TypeVar("_T")
+_V = TypeVar("_V", bound="Variable")  # a Variable subclass (the DSL's) comes back as itself
+
+
+class SequenceView(Sequence[_T]):
+    """A read-only view of a list (``Block.ops``, ``Program.blocks``): indexing, slicing (a list), ``len``,
+    iteration, ``in``, ``index``; equal to a list or tuple of the same items."""
+
+    __slots__ = ("_items",)
+
+    def __init__(self, items: list[_T]) -> None:
+        self._items = items
+
+    def __len__(self) -> int:
+        return len(self._items)
+
+    @overload
+    def __getitem__(self, index: int) -> _T: ...
+    @overload
+    def __getitem__(self, index: slice) -> list[_T]: ...
+    def __getitem__(self, index: int | slice) -> _T | list[_T]:
+        return self._items[index]
+
+    def __iter__(self) -> Iterator[_T]:
+        return iter(self._items)
+
+    def __reversed__(self) -> Iterator[_T]:
+        return reversed(self._items)
+
+    def __contains__(self, item: object) -> bool:
+        return item in self._items
+
+    def index(self, item: Any, start: int = 0, stop: int = sys.maxsize) -> int:
+        return self._items.index(item, start, stop)
+
+    def __eq__(self, other: object) -> bool:
+        if isinstance(other, SequenceView):
+            other = other._items
+        return (
+            isinstance(other, (list, tuple))
+            and len(other) == len(self._items)
+            and all(a == b for a, b in zip(self._items, other))
+        )
+
+    __hash__ = None  # type: ignore[assignment]  # equal to lists, which do not hash
+
+    def __repr__(self) -> str:
+        return repr(self._items)
+
+
+_BLOCK_FIELDS = frozenset({"parent_idx", "forward_block_idx", "device"})
+
+
 class Block:
-    """A list of ops over a table of variables; may have a parent block (for sub-blocks)."""
+    """A list of ops over a table of variables; may have a parent block (for sub-blocks).
+
+    ``ops`` and ``vars`` are read-only views: ops change through :meth:`append_op`,
+    :meth:`insert_op`, :meth:`prepend_op`, :meth:`remove_op`, :meth:`reorder_ops` and
+    the :class:`Operator` methods, variables through :meth:`add_var`,
+    :meth:`create_var`, :meth:`remove_var`, :meth:`rename_var` and their fields;
+    setting ``parent_idx``, ``forward_block_idx`` or ``device`` counts as a change too.
+    """
 
     def __init__(
         self, program: Program, idx: int, parent_idx: int = -1, forward_block_idx: int = -1, device: str = ""
@@ -234,8 +461,21 @@ class Block:
         self.parent_idx = parent_idx
         self.forward_block_idx = forward_block_idx
         self.device = device
-        self.vars: dict[str, Variable] = {}
-        self.ops: list[Operator] = []
+        self._vars: dict[str, Variable] = {}
+        self._ops: list[Operator] = []
+        self.__dict__.update(vars=MappingProxyType(self._vars), ops=SequenceView(self._ops))
+
+    vars: Mapping[str, Variable]
+    """Name -> variable, in declaration order."""
+    ops: SequenceView[Operator]
+    """The ops in order."""
+
+    def __setattr__(self, key: str, value: Any) -> None:
+        if key in ("vars", "ops"):
+            raise AttributeError(f"Block.{key} is read-only; a block changes through its methods (append_op, ...)")
+        object.__setattr__(self, key, value)
+        if key in _BLOCK_FIELDS and "_ops" in self.__dict__:
+            self.program._touch()
 
     @property
     def parent_block(self) -> Block | None:
@@ -244,26 +484,26 @@ class Block:
     # -- variables ---------------------------------------------------------
     def var(self, name: str) -> Variable:
         try:
-            return self.vars[name]
+            return self._vars[name]
         except KeyError:
             raise BlockirError(f"variable {name!r} not found in block {self.idx}") from None
 
     def has_var(self, name: str) -> bool:
-        return name in self.vars
+        return name in self._vars
 
     def find_var_recursive(self, name: str) -> Variable:
         block: Block | None = self
         while block is not None:
-            if name in block.vars:
-                return block.vars[name]
+            if name in block._vars:
+                return block._vars[name]
             block = block.parent_block
         raise BlockirError(f"variable {name!r} not found in block {self.idx} or its ancestors")
 
-    def add_var(self, var: Variable) -> Variable:
-        if var.name in self.vars:
+    def add_var(self, var: _V) -> _V:
+        if var.name in self._vars:
             raise BlockirError(f"variable {var.name!r} already exists in block {self.idx}")
         var.block = self
-        self.vars[var.name] = var
+        self._vars[var.name] = var
         self.program._touch()
         return var
 
@@ -271,75 +511,126 @@ class Block:
         return self.add_var(Variable(name, **fields))
 
     def remove_var(self, name: str) -> None:
-        self.vars.pop(name).block = None
+        """Remove variable ``name`` from the block (ops using it are left as they are)."""
+        self.var(name).block = None
+        del self._vars[name]
         self.program._touch()
 
     def rename_var(self, old: str, new: str) -> None:
-        """Rename a variable and every use of it by ops of this block."""
-        var = self.vars.pop(old)
+        """Rename variable ``old`` of this block to ``new``, and every use of it: the inputs, outputs and
+        ``op_role_var`` of the ops of this block and of its sub-blocks (at any depth) that see it, that is
+        of the blocks between which and this one no block declares a variable ``old`` of its own."""
+        var = self.var(old)
+        if not _is_name(new):
+            raise BlockirError(f"variable name must be a non-empty string, got {new!r}")
+        if new in self._vars:
+            raise BlockirError(f"cannot rename {old!r} to {new!r}: block {self.idx} has a variable {new!r}")
+        entries = [(new if name == old else name, v) for name, v in self._vars.items()]  # keeps the order
+        self._vars.clear()
+        self._vars.update(entries)
         object.__setattr__(var, "name", new)
-        self.vars[new] = var
-        for op in self.ops:
-            op.rename_input(old, new)
-            op.rename_output(old, new)
+        for block in self._blocks_seeing(old):
+            for op in block._ops:
+                op._rename(old, new)
         self.program._touch()
 
-    # -- ops ---------------------------------------------------------------
-    def _make_op(
-        self, type: str, inputs: dict[str, Any] | None, outputs: dict[str, Any] | None, attrs: dict[str, Any] | None
-    ) -> Operator:
-        op = Operator(self, type, _names(inputs), _names(outputs))
-        for name, value in (attrs or {}).items():
-            op.set_attr(name, value)
-        return op
+    def _blocks_seeing(self, name: str) -> list[Block]:
+        """This block and the blocks below it whose lookup of ``name`` reaches this block."""
+        blocks = self.program._blocks
+        seeing = []
+        for block in blocks:
+            b: Block | None = block
+            for _ in range(len(blocks)):  # parent chains are acyclic in valid programs; bounded anyway
+                if b is None or b is self or name in b._vars:
+                    break
+                b = blocks[b.parent_idx] if 0 <= b.parent_idx < len(blocks) else None
+            if b is self:
+                seeing.append(block)
+        return seeing
 
+    # -- ops ---------------------------------------------------------------
     def append_op(
         self,
         type: str,
-        inputs: dict[str, Any] | None = None,
-        outputs: dict[str, Any] | None = None,
-        attrs: dict[str, Any] | None = None,
+        inputs: Mapping[str, Any] | None = None,
+        outputs: Mapping[str, Any] | None = None,
+        attrs: Mapping[str, Any] | None = None,
         infer: bool = True,
     ) -> Operator:
         """Append an op; slot values may be Variables, names or lists of them.
 
         With ``infer`` the op's schema (when registered) sets its outputs' shape and dtype.
         """
-        return self.insert_op(len(self.ops), type, inputs, outputs, attrs, infer)
+        return self.insert_op(len(self._ops), type, inputs, outputs, attrs, infer)
 
     def insert_op(
         self,
         index: int,
         type: str,
-        inputs: dict[str, Any] | None = None,
-        outputs: dict[str, Any] | None = None,
-        attrs: dict[str, Any] | None = None,
+        inputs: Mapping[str, Any] | None = None,
+        outputs: Mapping[str, Any] | None = None,
+        attrs: Mapping[str, Any] | None = None,
         infer: bool = True,
     ) -> Operator:
-        op = self._make_op(type, inputs, outputs, attrs)
+        op = Operator(self, type, inputs, outputs, attrs)
         if infer:
             schema = find(type)
             if schema is not None and schema.infer is not None:
                 schema.infer(InferContext(op, self))
-        self.ops.insert(index, op)
+        self._ops.insert(index, op)
         self.program._touch()
         return op
 
     def prepend_op(
         self,
         type: str,
-        inputs: dict[str, Any] | None = None,
-        outputs: dict[str, Any] | None = None,
-        attrs: dict[str, Any] | None = None,
+        inputs: Mapping[str, Any] | None = None,
+        outputs: Mapping[str, Any] | None = None,
+        attrs: Mapping[str, Any] | None = None,
         infer: bool = True,
     ) -> Operator:
         return self.insert_op(0, type, inputs, outputs, attrs, infer)
 
     def remove_op(self, op: Operator | int) -> Operator:
-        index = op if isinstance(op, int) else self.ops.index(op)
-        removed = self.ops.pop(index)
+        """Remove an op (or the op at an index) from the block; return it."""
+        index = op if isinstance(op, int) else self._index(op)
+        removed = self._ops.pop(index)
         self.program._touch()
         return removed
+
+    def reorder_ops(self, ops: Iterable[Operator]) -> None:
+        """Put the block's ops in the order of ``ops``: the same ops, each once."""
+        order = list(ops)
+        if len(order) != len(self._ops) or {id(op) for op in order} != {id(op) for op in self._ops}:
+            raise BlockirError(f"reorder_ops: not an order of the {len(self._ops)} ops of block {self.idx}")
+        if any(a is not b for a, b in zip(order, self._ops)):
+            self._ops[:] = order
+            self.program._touch()
+
+    def _index(self, op: Operator) -> int:
+        for i, o in enumerate(self._ops):
+            if o is op:
+                return i
+        raise BlockirError(f"op is not in block {self.idx}: {op}")
+
+    def _load_op(
+        self,
+        type: str,
+        inputs: dict[str, tuple[str, ...]],
+        outputs: dict[str, tuple[str, ...]],
+        attrs: dict[str, Any],
+        attr_types: dict[str, AttrType],
+        is_target: bool = False,
+        id: int | None = None,
+    ) -> Operator:
+        """Append an op made of exactly what it is given, unchecked, taking ownership of the dicts: the fast
+        path of the proto reader, the text parser and :meth:`Program.clone`, which hold what a file held
+        (the verifier judges it). Slot values are tuples of names; attribute values are in their in-memory
+        form (:func:`blockir.ir.attrs.normalize`) or what a file held."""
+        op = object.__new__(Operator)
+        op._init(self, type, inputs, outputs, attrs, attr_types, id, is_target)
+        self._ops.append(op)
+        return op
 
     def __str__(self) -> str:
         from blockir.ir.text import format_block
@@ -347,16 +638,12 @@ class Block:
         return format_block(self)
 
 
-def _names(slots: dict[str, Any] | None) -> dict[str, list[str]]:
-    out: dict[str, list[str]] = {}
-    for slot, value in (slots or {}).items():
-        items = value if isinstance(value, (list, tuple)) else [value]
-        out[slot] = [v if isinstance(v, str) else v.name for v in items]
-    return out
-
-
 class Program:
-    """A list of blocks; block 0 is the global block."""
+    """A list of blocks; block 0 is the global block.
+
+    ``blocks`` is a read-only view (:meth:`create_block` adds one); setting
+    ``version``, ``random_seed`` or ``device`` counts as a change.
+    """
 
     def __init__(self) -> None:
         self.version = 0
@@ -364,12 +651,29 @@ class Program:
         self.device = ""
         self._op_ids = itertools.count()
         self._mutation = next(_MUTATIONS)
-        self.blocks: list[Block] = [Block(self, 0)]
+        self._blocks: list[Block] = [Block(self, 0)]
+        self.__dict__["blocks"] = SequenceView(self._blocks)
         self.current_block_idx = 0
+
+    blocks: SequenceView[Block]
+    """The blocks, block 0 first."""
+
+    @classmethod
+    def _bare(cls) -> Program:
+        """A program without blocks, for the loaders to fill (:meth:`_load_block`, :meth:`Block._load_op`)."""
+        program = cls()
+        program._blocks.clear()
+        return program
+
+    def _load_block(self, parent_idx: int, forward_block_idx: int = -1, device: str = "") -> Block:
+        """Append a block as a file declares it, unchecked (the loaders' fast path)."""
+        block = Block(self, len(self._blocks), parent_idx, forward_block_idx, device)
+        self._blocks.append(block)
+        return block
 
     # -- bookkeeping ---------------------------------------------------------
     def _touch(self) -> None:
-        self._mutation = next(_MUTATIONS)
+        self.__dict__["_mutation"] = next(_MUTATIONS)
 
     @property
     def mutation(self) -> int:
@@ -380,31 +684,32 @@ class Program:
         return next(self._op_ids)
 
     def __setattr__(self, key: str, value: Any) -> None:
+        if key == "blocks":
+            raise AttributeError("Program.blocks is read-only; create_block adds a block")
         object.__setattr__(self, key, value)
         if key in ("version", "random_seed", "device") and "_mutation" in self.__dict__:
             self._touch()
 
     # -- blocks -----------------------------------------------------------
     def global_block(self) -> Block:
-        return self.blocks[0]
+        return self._blocks[0]
 
     def block(self, idx: int) -> Block:
-        if not 0 <= idx < len(self.blocks):
-            raise BlockirError(f"block index {idx} out of range (program has {len(self.blocks)} blocks)")
-        return self.blocks[idx]
+        if not 0 <= idx < len(self._blocks):
+            raise BlockirError(f"block index {idx} out of range (program has {len(self._blocks)} blocks)")
+        return self._blocks[idx]
 
     @property
     def num_blocks(self) -> int:
-        return len(self.blocks)
+        return len(self._blocks)
 
     def current_block(self) -> Block:
-        return self.blocks[self.current_block_idx]
+        return self._blocks[self.current_block_idx]
 
     def create_block(self, parent_idx: int | None = None) -> Block:
         """Create a sub-block of the current block (or of ``parent_idx``) and make it current."""
         parent = self.current_block_idx if parent_idx is None else parent_idx
-        block = Block(self, len(self.blocks), parent)
-        self.blocks.append(block)
+        block = self._load_block(parent)
         self.current_block_idx = block.idx
         self._touch()
         return block
@@ -415,15 +720,15 @@ class Program:
 
     # -- queries ------------------------------------------------------------
     def list_vars(self) -> Iterator[Variable]:
-        for block in self.blocks:
-            yield from block.vars.values()
+        for block in self._blocks:
+            yield from block._vars.values()
 
     def all_parameters(self) -> list[Variable]:
         return [v for v in self.global_block().vars.values() if v.is_parameter]
 
     def ops(self) -> Iterator[Operator]:
-        for block in self.blocks:
-            yield from block.ops
+        for block in self._blocks:
+            yield from block._ops
 
     # -- copies and serialisation ------------------------------------------------
     def clone(self, for_test: bool = False) -> Program:
@@ -434,18 +739,20 @@ class Program:
         (:func:`strip_training`). Every variable and block stays, under its name and index, so the test
         program runs in the scope of the training program, on its parameters; the original is unchanged.
         """
-        new = Program()
-        new.blocks = []
-        for block in self.blocks:
-            nb = Block(new, block.idx, block.parent_idx, block.forward_block_idx, block.device)
-            new.blocks.append(nb)
-            for var in block.vars.values():
+        new = Program._bare()
+        for block in self._blocks:
+            nb = new._load_block(block.parent_idx, block.forward_block_idx, block.device)
+            for var in block._vars.values():
                 var.copy_to(nb)
-            for op in block.ops:
-                nb.ops.append(
-                    Operator(
-                        nb, op.type, op.inputs, op.outputs, op.attrs, op.attr_types, id=op.id, is_target=op.is_target
-                    )
+            for op in block._ops:
+                nb._load_op(
+                    op.type,
+                    dict(op._inputs),
+                    dict(op._outputs),
+                    dict(op._attrs),
+                    dict(op._attr_types),
+                    op.is_target,
+                    op.id,
                 )
         new.version, new.random_seed, new.device = self.version, self.random_seed, self.device
         new.current_block_idx = self.current_block_idx

@@ -17,14 +17,14 @@ import secrets
 import stat
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any, BinaryIO
+from typing import Any, BinaryIO, cast
 
 from google.protobuf.message import DecodeError
 from google.protobuf.unknown_fields import UnknownFieldSet
 
 from blockir.errors import BlockirError, ProgramFormatError
-from blockir.ir.attrs import AttrType
-from blockir.ir.core import Block, Operator, Program, Variable
+from blockir.ir.attrs import LIST_TYPES, AttrType
+from blockir.ir.core import Operator, Program, Variable
 from blockir.ir.dtypes import DTYPE_TO_PROTO, PROTO_TO_DTYPE, VarKind
 from blockir.proto import framework_pb2 as pb
 
@@ -57,7 +57,7 @@ def _tensor_desc(desc: Any, var: Variable) -> None:
 
 def var_to_proto(var: Variable) -> pb.VarDesc:
     d = pb.VarDesc(name=var.name)
-    d.type.type = int(var.kind)
+    d.type.type = cast("pb.VarType.Type", int(var.kind))
     if var.kind is VarKind.LOD_TENSOR:
         _tensor_desc(d.type.lod_tensor.tensor, var)
         d.type.lod_tensor.lod_level = var.lod_level
@@ -67,7 +67,7 @@ def var_to_proto(var: Variable) -> pb.VarDesc:
     elif var.kind is VarKind.SELECTED_ROWS:
         _tensor_desc(d.type.selected_rows, var)
     elif var.kind in (VarKind.CHANNEL, VarKind.CHANNEL_LIST):
-        d.type.channel.data_type = DTYPE_TO_PROTO[var.dtype or "float32"]
+        d.type.channel.data_type = cast("pb.VarType.Type", DTYPE_TO_PROTO[var.dtype or "float32"])
         d.type.channel.capacity = var.capacity
     for flag in ("persistable", "need_check_feed", "is_parameter", "stop_gradient"):
         if getattr(var, flag):
@@ -87,7 +87,7 @@ def op_to_proto(op: Operator) -> pb.OpDesc:
         t = op.attr_types[name]
         a = d.attrs.add(name=name, type=int(t))
         field = ATTR_FIELD[t]
-        if isinstance(value, list):
+        if t in LIST_TYPES:
             getattr(a, field).extend(value)
         else:
             setattr(a, field, value)
@@ -161,7 +161,7 @@ def _attr_value(a: Any, where: str) -> tuple[Any, AttrType]:
     except ValueError:
         raise ProgramFormatError(f"{where}: attribute {a.name!r} has unsupported type {a.type}") from None
     value = getattr(a, ATTR_FIELD[t])
-    return (list(value) if t.name.endswith("S") else value), t
+    return (tuple(value) if t in LIST_TYPES else value), t
 
 
 def _check_text(msg: Any, source: str) -> None:
@@ -177,16 +177,14 @@ def _check_text(msg: Any, source: str) -> None:
 
 def program_from_proto(d: pb.ProgramDesc, source: str = "<proto>") -> Program:
     _check_text(d, source)
-    program = Program()
-    program.blocks = []
+    program = Program._bare()
     for i, b in enumerate(d.blocks):
         where = f"{source}: block {i}"
         if b.idx != i:
             raise ProgramFormatError(f"{where}: has idx {b.idx}, expected {i}")
         if not -1 <= b.parent_idx < len(d.blocks) or b.parent_idx == i:
             raise ProgramFormatError(f"{where}: invalid parent_idx {b.parent_idx}")
-        block = Block(program, i, b.parent_idx, b.forward_block_idx, b.device)
-        program.blocks.append(block)
+        block = program._load_block(b.parent_idx, b.forward_block_idx, b.device)
         for vd in b.vars:
             if vd.name in block.vars:
                 raise ProgramFormatError(f"{where}: variable {vd.name!r} declared twice")
@@ -197,15 +195,18 @@ def program_from_proto(d: pb.ProgramDesc, source: str = "<proto>") -> Program:
             except BlockirError as e:
                 raise ProgramFormatError(f"{where}: {e}") from None
         for j, od in enumerate(b.ops):
-            op = Operator(block, od.type or "?", is_target=od.is_target)
-            for var in od.inputs:
-                op.inputs[var.parameter] = list(var.arguments)
-            for var in od.outputs:
-                op.outputs[var.parameter] = list(var.arguments)
+            attrs: dict[str, Any] = {}
+            types: dict[str, AttrType] = {}
             for a in od.attrs:
-                value, t = _attr_value(a, f"{where}, op {j} ({od.type})")
-                op.attrs[a.name], op.attr_types[a.name] = value, t
-            block.ops.append(op)
+                attrs[a.name], types[a.name] = _attr_value(a, f"{where}, op {j} ({od.type})")
+            block._load_op(
+                od.type or "?",
+                {v.parameter: tuple(v.arguments) for v in od.inputs},
+                {v.parameter: tuple(v.arguments) for v in od.outputs},
+                attrs,
+                types,
+                od.is_target,
+            )
     if not program.blocks:
         raise ProgramFormatError(f"{source}: program has no blocks")
     program.version = d.version.version
@@ -228,7 +229,7 @@ def program_from_bytes(data: bytes, source: str = "<bytes>") -> Program:
         what = "only fields a ProgramDesc does not have" if UnknownFieldSet(desc) else "no blocks"
         raise ProgramFormatError(f"{source}: not a ProgramDesc (it has {what}; another kind of protobuf message?)")
     if not desc.IsInitialized():
-        missing = ", ".join(desc.FindInitializationErrors())
+        missing = ", ".join(desc.FindInitializationErrors())  # type: ignore[attr-defined]  # on every Message; not in the stubs
         raise ProgramFormatError(f"{source}: not a ProgramDesc (missing required fields: {missing})")
     return program_from_proto(desc, source)
 

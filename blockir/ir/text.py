@@ -48,7 +48,7 @@ from __future__ import annotations
 import json
 import math
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import numpy as np
@@ -140,7 +140,7 @@ def format_attr_value(value: Any, t: AttrType) -> str:
     return _scalar(value, t)
 
 
-def _slots(slots: dict[str, list[str]]) -> str:
+def _slots(slots: Mapping[str, tuple[str, ...]]) -> str:
     parts = []
     for slot, names in slots.items():
         value = _ref(names[0]) if len(names) == 1 else "[" + ", ".join(map(_ref, names)) + "]"
@@ -402,7 +402,7 @@ class _Parser:
         m = _PLAIN.match(self.line, start)
         if m and m.group() in _EMPTY_LIST_OF and self.line.startswith("[]", m.end()):
             self.pos = m.end() + 2
-            return [], _EMPTY_LIST_OF[m.group()]
+            return (), _EMPTY_LIST_OF[m.group()]
         if self.eat("["):
             items: list[tuple[Any, AttrType]] = []
 
@@ -418,7 +418,7 @@ class _Parser:
                 raise self.fail(
                     "an empty list needs its type: " + ", ".join(f"{v}[]" for v in _EMPTY_LIST.values()), start
                 )
-            value, t = [v for v, _ in items], _LIST_OF[items[0][1]]
+            value, t = tuple(v for v, _ in items), _LIST_OF[items[0][1]]
         else:
             value, t = self.scalar()
         try:
@@ -460,8 +460,7 @@ class _Parser:
         self.next_line("the program header 'program version=N ...'")
         self.keyword("program")
         opts = self.options({"version": self.integer, "random_seed": self.integer, "device": self.device_name})
-        program = Program()
-        program.blocks = []
+        program = Program._bare()
         program.version = opts.get("version", 0)
         program.random_seed = opts.get("random_seed", 0)
         program.device = opts.get("device", "")
@@ -485,8 +484,7 @@ class _Parser:
             raise self.fail("the block header needs parent=N", start)
         self.expect("{")
         self.end_of_line()
-        block = Block(program, idx, opts["parent"], opts.get("forward_block_idx", -1), opts.get("device", ""))
-        program.blocks.append(block)
+        block = program._load_block(opts["parent"], opts.get("forward_block_idx", -1), opts.get("device", ""))
         while True:
             self.next_line(f"'}}' closing block {idx}")
             if self.eat("}"):
@@ -554,26 +552,28 @@ class _Parser:
         self.expect("=")
         return key
 
-    def slot_list(self, close: str) -> dict[str, list[str]]:
-        slots: dict[str, list[str]] = {}
+    def slot_list(self, close: str) -> dict[str, tuple[str, ...]]:
+        slots: dict[str, tuple[str, ...]] = {}
 
         def item() -> None:
             slot = self.key("slot", slots)
-            slots[slot] = self.sequence("]", self.ref) if self.eat("[") else [self.ref()]
+            slots[slot] = tuple(self.sequence("]", self.ref)) if self.eat("[") else (self.ref(),)
 
         self.sequence(close, item)
         return slots
 
     def op(self, block: Block) -> None:
-        outputs: dict[str, list[str]] = {}
+        outputs: dict[str, tuple[str, ...]] = {}
         if self.peek() == "%":
-            outputs = {"Out": [self.ref()]}
+            outputs = {"Out": (self.ref(),)}
             self.expect("=")
         elif self.eat("("):
             outputs = self.slot_list(")")
             self.expect("=")
         type_pos = self.mark()
         op_type = self.name("an op type, 'var %name : ...', or '}'")
+        if not op_type:
+            raise self.fail("op type must be a non-empty string", type_pos)
         self.expect("(")
         inputs = self.slot_list(")")
         attrs: dict[str, Any] = {}
@@ -598,11 +598,7 @@ class _Parser:
                 raise self.expected("attributes {...}, a device @name, 'is_target' or end of line", start)
             is_target = True
         self.end_of_line()
-        try:
-            op = Operator(block, op_type, inputs, outputs, attrs, types, is_target=is_target)
-        except BlockirError as e:
-            raise self.fail(str(e), type_pos) from None
-        block.ops.append(op)
+        block._load_op(op_type, inputs, outputs, attrs, types, is_target)
 
 
 def parse_program(text: str, source: str = "<text>") -> Program:

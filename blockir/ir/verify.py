@@ -223,7 +223,7 @@ def _block_ref_problems(op: Operator, here: int) -> list[str]:
     blocks = op.block.program.blocks
     for name in [n for n, t in op.attr_types.items() if t in (AttrType.BLOCK, AttrType.BLOCKS)]:
         value = op.attrs[name]
-        for idx in value if isinstance(value, list) else [value]:
+        for idx in value if isinstance(value, tuple) else [value]:
             if not 0 <= idx < len(blocks):
                 problems.append(f"attribute {name!r} refers to block {idx}, which does not exist")
             elif blocks[idx].parent_idx != here:

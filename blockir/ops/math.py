@@ -701,7 +701,7 @@ def _reshape2(ctx: KernelContext, x: Any) -> tuple[Any, Any]:
     try:
         out = x.reshape([x.shape[i] if d == 0 else d for i, d in enumerate(target)])
     except (ValueError, IndexError):
-        raise kernel_error(ctx, f"reshape2: X of shape {list(x.shape)} cannot be reshaped to {target}") from None
+        raise kernel_error(ctx, f"reshape2: X of shape {list(x.shape)} cannot be reshaped to {list(target)}") from None
     return out, ctx.xp.empty((0, *x.shape), dtype=x.dtype) if ctx.wants[1] else None
 
 

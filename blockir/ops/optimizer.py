@@ -54,7 +54,7 @@ def _infer_update(ctx: InferContext) -> None:
         source = slot.removesuffix("Out")
         if names and names != ctx.op.inputs.get(source):
             ctx.fail(
-                f"updates in place: {slot} {names} must name the {source} variable {ctx.op.inputs.get(source, [])}"
+                f"updates in place: {slot} {list(names)} must name the {source} variable {list(ctx.op.input(source))}"
             )
 
 

@@ -43,8 +43,8 @@ def test_mlp_backward_structure(progs):
     ]
     ops = main.global_block().ops
     fill = ops[n_forward]
-    assert fill.type == "fill_constant" and fill.output("Out") == [loss.name + "@GRAD"]
-    assert fill.attr("value") == 1.0 and fill.attr("shape") == [1]
+    assert fill.type == "fill_constant" and fill.output("Out") == (loss.name + "@GRAD",)
+    assert fill.attr("value") == 1.0 and fill.attr("shape") == (1,)
     assert fill.attr("op_role") == OpRole.BACKWARD | OpRole.LOSS
     loss_op = _writers(main, loss.name)[0]
     assert loss_op.attr("op_role") == OpRole.FORWARD | OpRole.LOSS
@@ -74,7 +74,7 @@ def test_mlp_backward_structure(progs):
     # the op writing a parameter's gradient names the pair
     for p, g in params_grads:
         (writer,) = _writers(main, g.name)
-        assert writer.attr("op_role_var") == [p.name, g.name]
+        assert writer.attr("op_role_var") == (p.name, g.name)
     bir.ir.verify(main)
 
 
@@ -107,7 +107,7 @@ def test_a_variable_used_twice_gets_its_gradients_summed(progs):
     (total,) = _writers(main, h.name + "@GRAD")
     assert total.type == "sum"
     parts = total.input("X")
-    assert parts == [f"{h.name}@GRAD@RENAME@{k}" for k in range(3)]
+    assert parts == tuple(f"{h.name}@GRAD@RENAME@{k}" for k in range(3))
     for part in parts:
         assert block.var(part).shape == h.shape
         assert len(_writers(main, part)) == 1
@@ -130,8 +130,8 @@ def test_shared_parameter_gradients_are_summed(progs):
     params_grads = bir.append_backward(loss)
     assert [(p.name, g.name) for p, g in params_grads] == [("w", "w@GRAD")]
     (total,) = _writers(main, "w@GRAD")
-    assert total.type == "sum" and total.input("X") == ["w@GRAD@RENAME@0", "w@GRAD@RENAME@1"]
-    assert total.attr("op_role_var") == ["w", "w@GRAD"]
+    assert total.type == "sum" and total.input("X") == ("w@GRAD@RENAME@0", "w@GRAD@RENAME@1")
+    assert total.attr("op_role_var") == ("w", "w@GRAD")
     assert not any(op.has_attr("op_role_var") for op in _grad_ops(main) if op is not total)
 
 

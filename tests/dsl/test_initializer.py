@@ -33,9 +33,9 @@ def test_fc_parameters_live_in_main_and_are_initialised_in_startup(progs):
     w_init = init["fc_0.w_0"]
     assert w_init.type == "uniform_random"
     assert w_init.attr("min") == pytest.approx(-limit) and w_init.attr("max") == pytest.approx(limit)
-    assert w_init.attr("shape") == [6, 4] and w_init.attr("dtype") == DTYPE_TO_PROTO["float32"]
+    assert w_init.attr("shape") == (6, 4) and w_init.attr("dtype") == DTYPE_TO_PROTO["float32"]
     b_init = init["fc_0.b_0"]
-    assert b_init.type == "fill_constant" and b_init.attr("value") == 0.0 and b_init.attr("shape") == [4]
+    assert b_init.type == "fill_constant" and b_init.attr("value") == 0.0 and b_init.attr("shape") == (4,)
     assert not any(op.type in ("uniform_random", "fill_constant") for op in main.global_block().ops)
 
 

@@ -58,10 +58,10 @@ def test_fc_names_and_ops(progs):
     out = bir.layers.fc(x, size=3, num_flatten_dims=2, act="tanh")
     mul, add, act = _ops(main)
     assert (mul.type, add.type, act.type) == ("mul", "elementwise_add", "tanh")
-    assert mul.input("X") == ["x"] and mul.input("Y") == ["fc_0.w_0"] and mul.output("Out") == ["fc_0.tmp_0"]
+    assert mul.input("X") == ("x",) and mul.input("Y") == ("fc_0.w_0",) and mul.output("Out") == ("fc_0.tmp_0",)
     assert mul.attr("x_num_col_dims") == 2 and mul.attr("y_num_col_dims") == 1
-    assert add.input("Y") == ["fc_0.b_0"] and add.attr("axis") == 2
-    assert act.output("Out") == [out.name] == ["fc_0.tmp_2"]
+    assert add.input("Y") == ("fc_0.b_0",) and add.attr("axis") == 2
+    assert act.output("Out") == (out.name,) == ("fc_0.tmp_2",)
     assert main.global_block().var("fc_0.w_0").shape == (6, 3)
     assert out.shape == (-1, 5, 3)
     named = bir.layers.fc(x, size=2, num_flatten_dims=-1, name="pred", bias_attr=False)
@@ -144,7 +144,7 @@ def test_softmax_with_cross_entropy_can_return_the_softmax(progs):
     label = bir.data("label", shape=[-1, 1], dtype="int64")
     loss, prob = bir.layers.softmax_with_cross_entropy(x, label, return_softmax=True)
     (op,) = _ops(main)
-    assert op.output("Loss") == [loss.name] and op.output("Softmax") == [prob.name]
+    assert op.output("Loss") == (loss.name,) and op.output("Softmax") == (prob.name,)
     assert prob.shape == (-1, 6)
 
 
@@ -165,7 +165,7 @@ def test_operator_overloading_emits_elementwise_and_scale_ops(progs):
     ):
         out = expr()
         (op,) = last()
-        assert op.type == op_type and op.input("X") == ["x"] and op.input("Y") == ["y"]
+        assert op.type == op_type and op.input("X") == ("x",) and op.input("Y") == ("y",)
         assert isinstance(out, bir.dsl.Variable) and out.shape == (-1, 4)
     cases = [
         (lambda: x + 2, 1.0, 2.0),
@@ -180,17 +180,17 @@ def test_operator_overloading_emits_elementwise_and_scale_ops(progs):
     for expr, scale, bias in cases:
         out = expr()
         (op,) = last()
-        assert op.type == "scale" and op.input("X") == ["x"]
+        assert op.type == "scale" and op.input("X") == ("x",)
         assert (op.attr("scale"), op.attr("bias")) == (scale, bias)
         assert out.shape == (-1, 4)
     out = 2 / x
     fill, div = last(2)
-    assert fill.type == "fill_constant" and fill.attr("value") == 2.0 and fill.attr("shape") == [1]
-    assert div.type == "elementwise_div" and div.input("X") == fill.output("Out") and div.input("Y") == ["x"]
+    assert fill.type == "fill_constant" and fill.attr("value") == 2.0 and fill.attr("shape") == (1,)
+    assert div.type == "elementwise_div" and div.input("X") == fill.output("Out") and div.input("Y") == ("x",)
     assert out.shape == (-1, 4)
     out = x / 0
     fill, div = last(2)
-    assert fill.attr("value") == 0.0 and div.input("X") == ["x"] and div.input("Y") == fill.output("Out")
+    assert fill.attr("value") == 0.0 and div.input("X") == ("x",) and div.input("Y") == fill.output("Out")
     with pytest.raises(TypeError):
         x + "a"
     with pytest.raises(TypeError):

@@ -25,16 +25,16 @@ def test_sgd_appends_one_in_place_update_per_parameter(progs):
     assert [op.type for op in optimize_ops] == ["sgd", "sgd"]
     assert main.global_block().ops[-2:] == optimize_ops
     for op, (p, g) in zip(optimize_ops, params_grads):
-        assert op.input("Param") == op.output("ParamOut") == [p.name]
-        assert op.input("Grad") == [g.name]
-        assert op.input("LearningRate") == ["learning_rate_0"]
+        assert op.input("Param") == op.output("ParamOut") == (p.name,)
+        assert op.input("Grad") == (g.name,)
+        assert op.input("LearningRate") == ("learning_rate_0",)
         assert op.attr("op_role") == OpRole.OPTIMIZE
-        assert op.attr("op_role_var") == [p.name, g.name]
+        assert op.attr("op_role_var") == (p.name, g.name)
         assert op.attr("op_namescope") == "/optimizer/"
     lr = main.global_block().var("learning_rate_0")
     assert lr.persistable and lr.shape == (1,) and lr.dtype == "float32"
     fill = _startup_fills(startup)["learning_rate_0"]
-    assert fill.attr("value") == pytest.approx(0.1) and fill.attr("shape") == [1]
+    assert fill.attr("value") == pytest.approx(0.1) and fill.attr("shape") == (1,)
     assert startup.global_block().var("learning_rate_0").persistable
     bir.ir.verify(main)
     bir.ir.verify(startup)
@@ -46,7 +46,7 @@ def test_momentum_and_adagrad_state(progs):
     ops, _ = bir.optimizer.Momentum(learning_rate=0.1, momentum=0.9, use_nesterov=True).minimize(loss)
     op = ops[0]
     assert op.type == "momentum" and op.attr("mu") == pytest.approx(0.9) and op.attr("use_nesterov") is True
-    assert op.input("Velocity") == op.output("VelocityOut") == ["fc_0.w_0_velocity_0"]
+    assert op.input("Velocity") == op.output("VelocityOut") == ("fc_0.w_0_velocity_0",)
     velocity = main.global_block().var("fc_0.w_0_velocity_0")
     assert velocity.persistable and velocity.shape == (5, 3)
     assert _startup_fills(startup)["fc_0.w_0_velocity_0"].attr("value") == 0.0
@@ -56,7 +56,7 @@ def test_momentum_and_adagrad_state(progs):
         ops, _ = bir.optimizer.Adagrad(learning_rate=0.1, epsilon=1e-5, initial_accumulator_value=0.1).minimize(_net())
     op = ops[1]
     assert op.type == "adagrad" and op.attr("epsilon") == pytest.approx(1e-5)
-    assert op.input("Moment") == op.output("MomentOut") == ["fc_0.b_0_moment_0"]
+    assert op.input("Moment") == op.output("MomentOut") == ("fc_0.b_0_moment_0",)
     assert _startup_fills(startup2)["fc_0.b_0_moment_0"].attr("value") == pytest.approx(0.1)
 
 
@@ -75,10 +75,10 @@ def test_adam_state_and_attributes(progs):
         "Beta2Pow": "fc_0.w_0_beta2_pow_acc_0",
     }
     for slot, name in state.items():
-        assert op.output(slot + "Out") == [name]
+        assert op.output(slot + "Out") == (name,)
     fills = _startup_fills(startup)
     assert fills["fc_0.w_0_beta1_pow_acc_0"].attr("value") == pytest.approx(0.8)
-    assert fills["fc_0.w_0_beta2_pow_acc_0"].attr("shape") == [1]
+    assert fills["fc_0.w_0_beta2_pow_acc_0"].attr("shape") == (1,)
     assert main.global_block().var("fc_0.w_0_moment1_0").shape == (5, 3)
     assert all(main.global_block().var(n).persistable for n in state.values())
     bir.ir.verify(main)
@@ -96,7 +96,7 @@ def test_per_parameter_learning_rate_and_frozen_parameters(progs):
     (op,) = ops
     (scaled,) = op.input("LearningRate")
     (scale,) = [o for o in main.global_block().ops if scaled in o.output_names()]
-    assert scale.type == "scale" and scale.input("X") == ["learning_rate_0"]
+    assert scale.type == "scale" and scale.input("X") == ("learning_rate_0",)
     assert scale.attr("scale") == pytest.approx(0.5)
     assert scale.attr("op_role") == OpRole.LR_SCHED | OpRole.OPTIMIZE
 

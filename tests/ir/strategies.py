@@ -1,6 +1,7 @@
 """Hypothesis strategies for random IR programs, reusable by any test.
 
-``programs()`` builds :class:`Program` objects through the IR API: up to four
+``programs()`` builds :class:`Program` objects through the IR API (ops through the
+loaders' unchecked path, as a file may hold them, whatever their schemas say): up to four
 nested blocks (BLOCK/BLOCKS attributes refer to them), variables of every
 :class:`VarKind` (LoD levels, channel capacities, every flag), ops of
 registered and unregistered types with 0..3 variables per slot, and attributes
@@ -24,7 +25,7 @@ from typing import Any
 from hypothesis import strategies as st
 
 from blockir.ir import AttrType, Block, Operator, Program, Variable, VarKind
-from blockir.ir.attrs import INT32_MAX, INT32_MIN, INT64_MAX, INT64_MIN
+from blockir.ir.attrs import INT32_MAX, INT32_MIN, INT64_MAX, INT64_MIN, normalize
 from blockir.ir.dtypes import DTYPES
 
 PLAIN_NAMES = st.from_regex(r"[A-Za-z_][A-Za-z0-9_.@/:-]{0,10}", fullmatch=True)
@@ -159,14 +160,21 @@ def ops(
     attr_types: dict[str, AttrType] = {}
     for attr_name in draw(_ATTR_NAMES):
         t = draw(_ATTR_TYPES[float64])
-        attrs[attr_name], attr_types[attr_name] = draw(attr_values(t, num_blocks)), t
+        attrs[attr_name], attr_types[attr_name] = normalize(draw(attr_values(t, num_blocks)), t), t
     device = draw(_OP_DEVICES)
     if device is not None:  # last, as the DSL sets it
         attrs["op_device"] = device
         attr_types["op_device"] = AttrType.INT if isinstance(device, int) else AttrType.STRING
-    op = Operator(block, draw(OP_TYPES), draw(slots), outputs, attrs, attr_types, is_target=draw(st.booleans()))
-    block.ops.append(op)
-    return op
+    # The loaders' unchecked path: a program as a file may hold it, attributes of types their schemas
+    # do not declare included (the verifier's to judge).
+    return block._load_op(
+        draw(OP_TYPES),
+        {slot: tuple(names) for slot, names in draw(slots).items()},
+        {slot: tuple(names) for slot, names in outputs.items()},
+        attrs,
+        attr_types,
+        draw(st.booleans()),
+    )
 
 
 @st.composite

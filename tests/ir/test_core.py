@@ -20,6 +20,7 @@ def program_with_op() -> Program:
     b.create_var("x", shape=[2, 3])
     b.create_var("y", shape=[2, 3])
     b.append_op("t", {"X": "x"}, {"Out": "y"}, {"k": 1}, infer=False)
+    b.append_op("t", {"X": "y"}, {"Out": "x"}, infer=False)
     return p
 
 
@@ -43,6 +44,12 @@ CHANGES: list[tuple[str, Callable[[Program], Any]]] = [
     ("set_output", lambda p: p.global_block().ops[0].set_output("Out", ["x"])),
     ("rename_input", lambda p: p.global_block().ops[0].rename_input("x", "q")),
     ("rename_output", lambda p: p.global_block().ops[0].rename_output("y", "q")),
+    ("remove_input", lambda p: p.global_block().ops[0].remove_input("X")),
+    ("remove_output", lambda p: p.global_block().ops[0].remove_output("Out")),
+    ("is_target", lambda p: setattr(p.global_block().ops[0], "is_target", True)),
+    ("reorder_ops", lambda p: p.global_block().reorder_ops(reversed(p.global_block().ops))),
+    ("block device", lambda p: setattr(p.global_block(), "device", "cpu:1")),
+    ("forward_block_idx", lambda p: setattr(p.create_block(0), "forward_block_idx", 0)),
 ]
 
 
@@ -82,7 +89,7 @@ def test_clone_is_deep_and_keeps_op_ids() -> None:
     # Changing the clone leaves the original alone.
     text = str(p)
     q.global_block().ops[0].set_attr("k", 7)
-    q.global_block().ops[0].inputs["X"].append("y")
+    q.global_block().ops[0].set_input("X", ["x", "y"])
     q.global_block().var("x").shape = (9,)
     q.block(1).ops[0].set_attr("n", 1)
     assert str(p) == text
@@ -198,6 +205,9 @@ def test_attr_keeps_its_type_on_update() -> None:
     assert op.attr_types["n"] is AttrType.LONG
     with pytest.raises(BlockirError, match="not a valid LONG"):
         op.set_attr("n", "four")
+    op.set_attr("i", 3)  # INT, whose value is 0: kept too
+    with pytest.raises(BlockirError, match="does not fit INT"):
+        op.set_attr("i", 2**40)
 
 
 def test_variable_fields_by_kind() -> None:

@@ -152,20 +152,20 @@ def test_paddle_built_program_decodes(paddle: ModuleType) -> None:
     assert (g.kind, g.dtype, g.shape) == (VarKind.SELECTED_ROWS, "float64", (100, 8))
     assert p.global_block().var("feed").kind is VarKind.FEED_MINIBATCH
     op = p.global_block().ops[0]
-    assert op.is_target and op.inputs == {"X": ["x", "g"]} and op.outputs == {"Out": []}
+    assert op.is_target and op.inputs == {"X": ("x", "g")} and op.outputs == {"Out": ()}
     assert op.attrs == {
         "i": -3,
         "f": 0.25,
         "s": "str",
-        "ints": [1, 2],
-        "floats": [0.5],
-        "strings": ["a"],
+        "ints": (1, 2),
+        "floats": (0.5,),
+        "strings": ("a",),
         "b": True,
-        "bools": [False],
+        "bools": (False,),
         "sub_block": 1,
         "l": 2**40,
-        "blocks": [1],
-        "longs": [-(2**40)],
+        "blocks": (1,),
+        "longs": (-(2**40),),
     }
     assert [t.name for t in op.attr_types.values()] == [
         "INT",

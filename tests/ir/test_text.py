@@ -9,7 +9,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from blockir.errors import BlockirError, ParseError
-from blockir.ir import AttrType, Operator, Program, VarKind, parse, parse_program
+from blockir.ir import AttrType, Program, VarKind, parse, parse_program
 from blockir.ir.attrs import INT32_MIN, INT64_MAX
 from blockir.ir.text import format_attr_value, format_op, format_program, format_var
 from tests.ir.strategies import programs
@@ -72,11 +72,11 @@ def test_example_parses_back() -> None:
     p = parse_program(EXAMPLE)
     assert str(p) == EXAMPLE.replace("(Out=%s) = sum", "%s = sum")
     mul = p.global_block().ops[0]
-    assert (mul.type, mul.inputs, mul.outputs) == ("mul", {"X": ["x"], "Y": ["fc_0.w_0"]}, {"Out": ["h"]})
+    assert (mul.type, mul.inputs, mul.outputs) == ("mul", {"X": ("x",), "Y": ("fc_0.w_0",)}, {"Out": ("h",)})
     assert mul.attrs == {"x_num_col_dims": 1, "y_num_col_dims": 1, "op_device": "cuda:0"}
     assert list(mul.attrs) == ["x_num_col_dims", "y_num_col_dims", "op_device"]
     assert mul.attr_types["op_device"] is AttrType.STRING and mul.device == "cuda:0"
-    assert p.global_block().ops[3].inputs == {"X": []}
+    assert p.global_block().ops[3].inputs == {"X": ()}
     assert p.global_block().ops[3].attrs == {"op_device": ""}
     assert [op.is_target for op in p.global_block().ops] == [False] * 5 + [True]
     x = p.global_block().var("x")
@@ -154,10 +154,10 @@ def test_attribute_spelling(t: AttrType, value: object, text: str) -> None:
     p = Program()
     for _ in range(2):
         p.create_block(0)
-    op = Operator(p.global_block(), "t", attrs={"a": value}, attr_types={"a": t})
+    op = p.global_block().append_op("t", attrs={}, infer=False)
+    op.set_attr("a", value, t)
     assert format_attr_value(op.attrs["a"], t) == text
     assert format_op(op) == f"t() {{a={text}}}"
-    p.global_block().ops.append(op)
     back = parse(str(p)).global_block().ops[0]
     assert back.attr_types == {"a": t}
     assert format_attr_value(back.attrs["a"], t) == text

@@ -12,6 +12,7 @@ from blockir.errors import VerifyError
 from blockir.ir import AttrType, Program, VarKind, verify
 from blockir.ir.schema import EMPTY_VAR, find
 from blockir.ir.verify import column_problems, op_problems
+from tests.ir.loaded import with_attr
 
 
 def framed() -> Program:
@@ -41,7 +42,7 @@ def test_the_framed_program_verifies() -> None:
 def test_a_feed_op_without_out_is_reported_with_its_text() -> None:
     p = framed()
     feed = p.global_block().ops[0]
-    del feed.outputs["Out"]
+    feed.remove_output("Out")
     p.global_block().var("x").need_check_feed = True  # fed by the executor instead
     assert problems(p) == [f"block 0, op 0: required output slot Out is missing\n    in: {feed}"]
     assert "feed(X=%feed) {col=0}" in str(feed)
@@ -110,8 +111,7 @@ def test_feed_and_fetch_ops_of_a_sub_block_have_their_own_columns() -> None:
 
 def test_a_column_of_another_type_is_an_attribute_problem_only() -> None:
     p = framed()
-    fetch = p.global_block().ops[2]
-    fetch.set_attr("col", "first", AttrType.STRING)
+    p, _ = with_attr(p.global_block().ops[2], "col", "first", AttrType.STRING)  # set_attr refuses it
     assert [f.split("\n")[0] for f in problems(p)] == ["block 0, op 2: attribute 'col' is STRING, expected INT"]
     assert column_problems(p.global_block()) == []
 

@@ -89,11 +89,11 @@ def test_copies_record_their_lineage_and_role_and_survive_save_load() -> None:
     first = by_out["fc_0.tmp_2@cpu:1"]
     assert (first.attr("op_pass"), first.attr("op_origin"), first.attr("op_role")) == (
         "insert-copies",
-        ["relu:fc_0.tmp_2", "mul:fc_1.tmp_0"],
+        ("relu:fc_0.tmp_2", "mul:fc_1.tmp_0"),
         0,
     )
     assert by_out["fc_1.tmp_2@GRAD@cpu:1"].attr("op_role") == 1  # backward, with its reader
-    assert by_out["learning_rate_0@cpu:1"].attr("op_origin") == ["sgd:fc_1.w_0"]  # from the scope: no writer
+    assert by_out["learning_rate_0@cpu:1"].attr("op_origin") == ("sgd:fc_1.w_0",)  # from the scope: no writer
     assert str(back) == str(result)
 
 

@@ -51,8 +51,8 @@ def test_an_order_breaking_a_war_edge_computes_something_else() -> None:
     program = parse_program(HAZARDS)
     rp = RandomProgram(program, {"x": np.array([[1, -2], [3, -4]], "float32")}, {}, ["y"])
     reordered = program.clone()
-    ops = list(reordered.global_block().ops)
-    reordered.global_block().ops[:] = [ops[0], ops[2], ops[1], ops[3]]  # scale after t was overwritten
+    ops = reordered.global_block().ops
+    reordered.global_block().reorder_ops([ops[0], ops[2], ops[1], ops[3]])  # scale after t was overwritten
     assert (1, 2) in dependency_graph(program.global_block()).edges
     (good,), _ = rp.run()
     (bad,), _ = rp.run(reordered)
@@ -159,6 +159,6 @@ def test_every_topological_order_computes_the_same(rp: RandomProgram, rng: rando
         order = random_topological_order(graph, rng)
         assert sorted(order) == list(range(len(rp.program.global_block().ops)))
         reordered = rp.program.clone()
-        ops = list(reordered.global_block().ops)
-        reordered.global_block().ops[:] = [ops[i] for i in order]
+        ops = reordered.global_block().ops
+        reordered.global_block().reorder_ops([ops[i] for i in order])
         assert_same_results(rp.run(reordered), expected)

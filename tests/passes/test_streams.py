@@ -143,7 +143,7 @@ def test_two_compute_streams_take_independent_branches_and_keep_chains_together(
 def test_an_op_whose_predecessor_is_no_longer_last_on_its_stream_starts_a_new_one() -> None:
     program = parse_program(CHAIN)  # h = relu(x); y = tanh(h); z = sigmoid(x)
     ops = program.global_block().ops
-    ops[:] = [ops[0], ops[2], ops[1]]  # h, z, y: z breaks the chain h -> y on compute0
+    program.global_block().reorder_ops([ops[0], ops[2], ops[1]])  # h, z, y: z breaks the chain h -> y on compute0
     Streams(compute=2).run(program)
     assert streams_of(program) == ["cpu/compute0", "cpu/compute1", "cpu/compute0"]
     in_order = parse_program(CHAIN)

@@ -63,7 +63,7 @@ def test_sends_are_placed_on_the_channel_device_with_a_copy():
     placed, _ = bir.passes.run(producer, "place,insert-copies")
     sends = [op for op in placed.global_block().ops if op.type == "channel_send"]
     assert [op.device for op in sends] == ["cpu", "cpu:1"]
-    assert sends[1].input("X") == ["image@cpu:1", "label@cpu:1"]
+    assert sends[1].input("X") == ("image@cpu:1", "label@cpu:1")
 
 
 def test_a_go_block_runs_concurrently_and_the_run_waits_for_it():

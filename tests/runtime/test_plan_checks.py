@@ -13,6 +13,7 @@ import blockir as bir
 from blockir.errors import BlockirError, VerifyError
 from blockir.ir import AttrType, Block, Operator, Program, VarKind, verify
 from blockir.runtime.plan import check_block
+from tests.ir.loaded import with_attr
 from tests.ir.strategies import programs
 
 
@@ -34,15 +35,17 @@ def _second_fetch(b: Block, col: int) -> Operator:
     return b.append_op("fetch", {"X": "x"}, {"Out": "fetch"}, {"col": col}, infer=False)
 
 
+def _col_a_string(b: Block) -> Program:
+    """A second fetch, and the first one's col a string: a loaded copy, as a file may hold it (set_attr refuses)."""
+    _second_fetch(b, 1)
+    return with_attr(b.ops[2], "col", "a", AttrType.STRING)[0]
+
+
 BREAKAGES: dict[str, tuple[Callable[[Block], object], int, str]] = {  # how, the op it breaks, the problem
     "feed-without-out": (lambda b: b.ops[0].set_output("Out", []), 0, "required output slot Out is missing"),
     "fetch-without-x": (lambda b: b.ops[2].set_input("X", []), 2, "required input slot X is missing"),
     "relu-reading-empty": (lambda b: b.ops[1].set_input("X", ["@EMPTY@"]), 1, "required input slot X is missing"),
-    "col-a-string": (
-        lambda b: (_second_fetch(b, 1), b.ops[2].set_attr("col", "a", AttrType.STRING)),
-        2,
-        "attribute 'col' is STRING, expected INT",
-    ),
+    "col-a-string": (_col_a_string, 2, "attribute 'col' is STRING, expected INT"),
     "col-taken-twice": (lambda b: _second_fetch(b, 0), 3, "fetch column 0 is taken by op 2 too"),
     "col-negative": (lambda b: b.ops[2].set_attr("col", -1), 2, "fetch column -1 is negative"),
     "two-outs": (
@@ -58,7 +61,8 @@ BREAKAGES: dict[str, tuple[Callable[[Block], object], int, str]] = {  # how, the
 def test_the_executor_refuses_what_verify_reports(breakage: str, place: str) -> None:
     program = framed()
     breaking, index, problem = BREAKAGES[breakage]
-    breaking(program.global_block())
+    broken = breaking(program.global_block())
+    program = broken if isinstance(broken, Program) else program
     op_text = str(program.global_block().ops[index])
     with pytest.raises(VerifyError) as verified:
         verify(program)
