@@ -41,7 +41,7 @@ from typing import Any
 
 import numpy as np
 
-from blockir.ir.devices import device_kind
+from blockir.ir.devices import device_kind, format_device
 from blockir.ops.transfer import MEMCPY, map_arrays
 from blockir.runtime.device import Device, Event, Stream, get_device
 
@@ -65,7 +65,7 @@ def _cupy() -> Any:
 def device_names() -> list[str]:
     """``cuda:0``, ``cuda:1``, ... for each GPU this machine has (none without CuPy)."""
     cupy = _cupy()
-    return [] if cupy is None else [f"cuda:{i}" for i in range(cupy.cuda.runtime.getDeviceCount())]
+    return [] if cupy is None else [format_device("cuda", i) for i in range(cupy.cuda.runtime.getDeviceCount())]
 
 
 def make_device(index: int) -> CUDADevice | None:
@@ -192,7 +192,7 @@ class CUDAStream(Stream):
         launches next."""
         if a.device.id == self.device.index:
             return self._cupy.ascontiguousarray(a)
-        source = get_device(f"cuda:{a.device.id}").stream(self.name)
+        source = get_device(format_device("cuda", a.device.id)).stream(self.name)
         assert isinstance(source, CUDAStream)
         source.wait_event(self.record_event())
         contiguous = source.launch(self._cupy.ascontiguousarray, a)

@@ -238,7 +238,7 @@ def value_device(value: Any) -> str:
     else the host (numpy arrays of virtual CPU devices look like the host's)."""
     array = value.data if isinstance(value, LoDTensor) else value.values if isinstance(value, SelectedRows) else value
     gpu = getattr(getattr(array, "device", None), "id", None)  # numpy 2's ndarray.device is the string "cpu"
-    return HOST if gpu is None else f"cuda:{gpu}"
+    return HOST if gpu is None else format_device("cuda", gpu)
 
 
 def array_module(device: str) -> Any:
