@@ -13,6 +13,7 @@ import blockir
 from blockir.cli.common import add_check_nan_inf, name_value, output_file, positive
 from blockir.errors import BlockirError
 from blockir.ir import load_program
+from blockir.ir.schema import Lowering, lowering_of
 from blockir.runtime.plan import SCHEDULERS
 
 
@@ -73,18 +74,17 @@ def command(args: argparse.Namespace) -> int:
             exe, directory, program, predicate=blockir.io.is_persistable, filename=filename, scope=scope
         )
     fetch = args.fetch or None
-    if fetch is None and not any(op.type == "fetch" for op in program.global_block().ops):
+    fetch_ops = sorted(
+        (op for op in program.global_block().ops if lowering_of(op.type) is Lowering.FETCH),
+        key=lambda op: op.attrs.get("col", 0),
+    )
+    if fetch is None and not fetch_ops:
         raise BlockirError(f"{args.program}: the program has no fetch ops; name what to fetch with --fetch NAME")
     with exe:
         values = exe.run(program, feed=_feeds(args), fetch_list=fetch, scope=scope, trace=args.trace)
     if args.trace is not None:
         print(f"wrote the trace to {args.trace} (open it in https://ui.perfetto.dev)", file=sys.stderr)
-    names = fetch or [
-        op.input("X")[0]
-        for op in sorted(
-            (op for op in program.global_block().ops if op.type == "fetch"), key=lambda op: op.attrs.get("col", 0)
-        )
-    ]
+    names = fetch or [op.input("X")[0] for op in fetch_ops]
     arrays = {name: np.asarray(value) for name, value in zip(names, values)}
     if args.out is not None:
         from blockir.ir.proto_io import atomic_file

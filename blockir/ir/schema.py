@@ -169,6 +169,12 @@ def find(op_type: str) -> OpSchema | None:
     return _REGISTRY.get(op_type)
 
 
+def lowering_of(op_type: str) -> Lowering | None:
+    """How an op of ``op_type`` lowers into a plan (None when the type is not registered)."""
+    schema = _REGISTRY.get(op_type)
+    return None if schema is None else schema.lowering
+
+
 def registered() -> dict[str, OpSchema]:
     return dict(_REGISTRY)
 

@@ -38,7 +38,7 @@ from blockir.errors import VerifyError
 from blockir.ir.attrs import AttrType
 from blockir.ir.core import Block, Operator, Program, Variable
 from blockir.ir.devices import DEVICE_FORMS, is_valid_device
-from blockir.ir.schema import COMMON_ATTRS, EMPTY_VAR, GRAD_SUFFIX, REQUIRED, OpSchema, find
+from blockir.ir.schema import COMMON_ATTRS, EMPTY_VAR, GRAD_SUFFIX, REQUIRED, Lowering, OpSchema, find, lowering_of
 
 __all__ = ["column_problems", "op_problems", "verify"]
 
@@ -111,7 +111,7 @@ class _Verifier:
 
     def check_ops(self) -> None:
         blocks = self.program.blocks
-        fed = [{n for op in b.ops if op.type == "feed" for n in op.output_names()} for b in blocks]
+        fed = [{n for op in b.ops if lowering_of(op.type) is Lowering.FEED for n in op.output_names()} for b in blocks]
         entry: dict[int, set[str]] = {}  # sub-block -> what is defined where its owner op runs
         done: dict[int, set[str]] = {}  # block -> what is defined after its last op
         # Parents before children: a parent's chain is one shorter than its child's.
@@ -251,7 +251,8 @@ def column_problems(block: Block) -> list[tuple[int, str]]:
     taken: dict[tuple[str, int], int] = {}
     for index, op in enumerate(block.ops):
         col = op.attrs.get("col", 0)
-        if op.type not in ("feed", "fetch") or not isinstance(col, int):  # a col of another type: see op_problems
+        framing = lowering_of(op.type) in (Lowering.FEED, Lowering.FETCH)
+        if not framing or not isinstance(col, int):  # a col of another type: see op_problems
             continue
         if col < 0:
             problems.append((index, f"{op.type} column {col} is negative"))
