@@ -13,6 +13,7 @@ pipeline (``blockir.passes.pipelines``).
 
 from __future__ import annotations
 
+import abc
 from dataclasses import dataclass
 from typing import ClassVar, TypeVar
 
@@ -33,7 +34,7 @@ class Pass:
 
 
 @dataclass(frozen=True)
-class Pipeline(Pass):
+class Pipeline(Pass, abc.ABC):
     """A named pipeline: a pass made of passes (:meth:`passes`), with options as fields like any pass.
 
     Registered with :func:`register_pass`, it is named in pipeline strings like
@@ -45,9 +46,9 @@ class Pipeline(Pass):
     def __post_init__(self) -> None:
         self.passes()
 
-    def passes(self) -> list[Pass]:  # pragma: no cover - abstract
+    @abc.abstractmethod
+    def passes(self) -> list[Pass]:
         """The passes this pipeline runs, in order."""
-        raise NotImplementedError
 
     def run(self, program: Program) -> bool:
         """Run the passes in order, outside the pass manager; return whether any changed the program."""

@@ -170,6 +170,5 @@ def test_unique_name_guard_restarts_name_scope_numbering():
 def test_program_guard_with_a_bad_startup_program_changes_nothing():
     outer = bir.default_main_program()
     with pytest.raises(BlockirError, match="startup_program must be a blockir Program"):
-        with bir.program_guard(bir.Program(), "startup"):  # type: ignore[arg-type]
-            pass
+        bir.program_guard(bir.Program(), "startup").__enter__()  # type: ignore[arg-type]
     assert bir.default_main_program() is outer
