@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 
 class BlockirError(Exception):
     """Base class of every error blockir reports to a user."""
@@ -70,13 +72,18 @@ class PassError(BlockirError):
 
     The message names the pass, the passes before it and the reproducer: the
     program the pass received, saved as a ``.pb`` file that ``blockir opt`` reruns.
+    ``report`` is the :class:`~blockir.passes.PassReport` of the passes that ran
+    before it (``None`` where the error was built outside the pass manager).
     """
 
-    def __init__(self, message: str, pass_name: str, before: list[str], reproducer: str) -> None:
+    def __init__(
+        self, message: str, pass_name: str, before: list[str], reproducer: str, report: Any = None
+    ) -> None:
         super().__init__(message)
         self.pass_name = pass_name
         self.before = before
         self.reproducer = reproducer
+        self.report = report
 
 
 class ChannelClosedError(BlockirError):

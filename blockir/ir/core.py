@@ -13,6 +13,7 @@ and the text form (:mod:`blockir.ir.text`) prints and parses back identically.
 
 from __future__ import annotations
 
+import hashlib
 import itertools
 import sys
 from collections.abc import Iterable, Iterator, Mapping, Sequence
@@ -774,7 +775,12 @@ class Program:
         return program_from_proto(desc)
 
     def serialize(self) -> bytes:
-        return self.to_proto().SerializeToString()
+        """The ``ProgramDesc`` bytes (deterministic: the same program gives the same bytes)."""
+        return self.to_proto().SerializeToString(deterministic=True)
+
+    def digest(self) -> str:
+        """sha256 (hex) of :meth:`serialize`: names this program in pass reports and run traces."""
+        return hashlib.sha256(self.serialize()).hexdigest()
 
     @staticmethod
     def parse(data: bytes, source: str = "<bytes>") -> Program:

@@ -14,6 +14,7 @@ from blockir.passes.feed_fetch import FeedFetch
 from blockir.passes.inference import Inference, inference
 from blockir.passes.manager import (
     Instrument,
+    KeepPrograms,
     PassRecord,
     PassReport,
     describe_passes,
@@ -38,6 +39,7 @@ __all__ = [
     "Inference",
     "InferencePipeline",
     "InsertCopies",
+    "KeepPrograms",
     "Instrument",
     "Pass",
     "PassRecord",

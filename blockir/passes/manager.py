@@ -21,8 +21,10 @@ Whether a pass changed the program is decided by comparing the serialized
 program before and after it (a structural hash: rebuilding identical ops is no
 change); what the pass returned is recorded too. A pass that raises, or whose
 result the verifier rejects, becomes a :class:`~blockir.errors.PassError`
-naming it and the passes before it, with the program it received saved as a
-reproducer ``.pb`` for ``blockir opt``.
+naming it and the passes before it (its ``report`` has their records), with
+the program it received saved as a reproducer ``.pb`` for ``blockir opt``.
+The :class:`KeepPrograms` instrument keeps the program after every pass (the
+report keeps only their digests); the visualizer uses both.
 
 ``run(..., snapshots=False)`` is the cheap mode the executor and
 ``save_inference_model`` use: no program is serialized before or after a pass,
@@ -59,6 +61,7 @@ from blockir.passes.base import Pass, Pipeline, registered_passes
 
 __all__ = [
     "Instrument",
+    "KeepPrograms",
     "OptionInfo",
     "PassRecord",
     "PassReport",
@@ -512,6 +515,26 @@ class VerifyEach(Instrument):
         verify(program)
 
 
+class KeepPrograms(Instrument):
+    """Keep a clone of the program the pipeline received and of the program after each pass.
+
+    ``programs[0]`` is the input, ``programs[k]`` the program after pass ``k``;
+    clones keep their ops' ids, so an op is the same op from one to the next.
+    When pass ``k`` fails, ``programs[k - 1]`` is the program it received. The
+    visualizer uses it; it costs one clone per pass, so it is off unless given
+    (``run(..., instruments=[KeepPrograms()])``).
+    """
+
+    def __init__(self) -> None:
+        self.programs: list[Program] = []
+
+    def before_pipeline(self, passes: Sequence[Pass], program: Program) -> None:
+        self.programs = [program.clone()]
+
+    def after_pass(self, record: PassRecord, program: Program) -> None:
+        self.programs.append(program.clone())
+
+
 class Timing(Instrument):
     """Print the timing table of the pipeline to ``out`` at the end."""
 
@@ -574,9 +597,16 @@ def _record(
 
 
 def _failure(
-    what: str, cause: BaseException, passes: Sequence[Pass], index: int, received: bytes, dump_dir: Path | None
+    what: str,
+    cause: BaseException,
+    passes: Sequence[Pass],
+    index: int,
+    received: bytes,
+    dump_dir: Path | None,
+    report: PassReport,
 ) -> PassError:
-    """A PassError for pass ``index``, after saving the program it received as a reproducer."""
+    """A PassError for pass ``index`` (with the report of the passes before it), after saving the program it
+    received as a reproducer."""
     p = passes[index - 1]
     directory = dump_dir if dump_dir is not None else Path(tempfile.mkdtemp(prefix="blockir-repro-"))
     path = _numbered(directory, index, len(passes), p.name, ".input.pb")
@@ -589,7 +619,8 @@ def _failure(
         f"  the program it received is saved as {path}; rerun it with:\n"
         f"  blockir opt {shlex.quote(str(path))} -p {shlex.quote(label)} -o out.pb"
     )
-    return PassError(message, p.name, before, str(path))
+    done = PassReport(report.pipeline, [r for r in report.records if r.index < index])
+    return PassError(message, p.name, before, str(path), done)
 
 
 def expand(passes: Sequence[Pass]) -> list[Pass]:
@@ -657,7 +688,7 @@ def run(
         except Exception as e:
             if not snapshots:
                 raise
-            raise _failure("failed", e, passes, index, before.data, directory) from e
+            raise _failure("failed", e, passes, index, before.data, directory, report) from e
         finally:
             _RUNNING.reset(token)
         seconds = time.perf_counter() - start
@@ -670,7 +701,7 @@ def run(
         except VerifyError as e:
             if not snapshots:
                 raise
-            raise _failure("produced an invalid program", e, passes, index, before.data, directory) from e
+            raise _failure("produced an invalid program", e, passes, index, before.data, directory, report) from e
         before = after
     for instrument in active:
         instrument.after_pipeline(report, work)

@@ -225,7 +225,8 @@ class Executor:
         :class:`~blockir.errors.ExecutionError` naming the op and its inputs,
         once all other work of the run has stopped. ``trace`` names a file to
         write a Chrome trace-event JSON of the run to (one event per op, on its
-        device and stream: :mod:`blockir.runtime.trace`), for Perfetto. The
+        device and stream: :mod:`blockir.runtime.trace`), for Perfetto and ``blockir viz``; it names the
+        program it ran by digest. The
         program itself is never modified.
         """
         if program is None:
@@ -240,7 +241,11 @@ class Executor:
         plan = self._plan(program, frozenset(feed), fetch, _on_gpu(feed))
         if not self._finalizer.alive:
             raise BlockirError("this executor is closed")
-        tracer = None if trace is None else Tracer(plan.steps, plan.copies_from)
+        tracer = None
+        if trace is not None:
+            prepared = self._prepare(program, _on_gpu(feed))
+            ran = {"program": program.digest(), "compiled": prepared.program.digest()}
+            tracer = Tracer(plan.steps, plan.copies_from, dict(ran, pipeline=prepared.report.pipeline))
         fetched = plan.run(feed, global_scope() if scope is None else scope, return_numpy, self._pool, tracer)
         if tracer is not None and trace is not None:
             tracer.write(trace)

@@ -4,7 +4,11 @@ One process per device (``pid``, named by a ``process_name`` metadata event),
 one thread per stream (``tid``, named ``DEVICE/STREAM``), one complete event
 (``ph: "X"``) per op with its op id, text and the thread that ran it in
 ``args``, and a flow (``ph: "s"`` then ``"f"``) from the op that wrote a value
-to each ``memcpy`` that copies it to another device. Times are microseconds
+to each ``memcpy`` that copies it to another device. The top-level
+``otherData`` names what ran: ``{"blockir": {"program": DIGEST, "compiled":
+DIGEST, "pipeline": PIPELINE}}``, the digests (:meth:`Program.digest`) of the
+program given to the executor and of the program its pipeline made of it (the
+one whose op ids the events carry). Times are microseconds
 from the start of the run. On an asynchronous (CUDA) stream an op's event spans
 its launch, not its execution on the device.
 """
@@ -26,9 +30,12 @@ __all__ = ["Tracer"]
 class Tracer:
     """Collects the op events of one run of a plan (thread-safe); :meth:`write` saves them."""
 
-    def __init__(self, steps: tuple[Step, ...], copies_from: tuple[int | None, ...]) -> None:
+    def __init__(
+        self, steps: tuple[Step, ...], copies_from: tuple[int | None, ...], ran: dict[str, str] | None = None
+    ) -> None:
         self.steps = steps
         self.copies_from = copies_from
+        self.ran = ran or {}  # digests of the programs the run came from (the module docstring)
         self.start = time.perf_counter_ns()
         self.ops: list[tuple[int, str, str, int, int]] = []  # (step, stream, thread, start ns, end ns)
         self._lock = threading.Lock()
@@ -104,7 +111,8 @@ class Tracer:
         """Save the trace as JSON (atomically: a temporary file renamed over ``path``)."""
         path = Path(path)
         tmp = path.with_name(f".{path.name}.tmp")
-        tmp.write_text(json.dumps({"traceEvents": self.events(), "displayTimeUnit": "ms"}))
+        trace = {"traceEvents": self.events(), "displayTimeUnit": "ms", "otherData": {"blockir": self.ran}}
+        tmp.write_text(json.dumps(trace))
         os.replace(tmp, path)
 
 

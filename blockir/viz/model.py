@@ -1,0 +1,290 @@
+"""The page's data model: what the pass manager kept of each pass, as one JSON-ready dict.
+
+:func:`collect` runs a pipeline with the :class:`~blockir.passes.KeepPrograms`
+instrument and keeps every program (a failing pass's ``PassError`` carries the
+report of the passes before it); :func:`build` turns the programs into the
+model. Nothing here re-derives what a pass did: ops are matched across passes
+by their ids (which clones keep), lineage is the ``op_pass``/``op_origin`` the
+passes recorded, devices and streams are the ops' ``op_device``/``op_stream``.
+
+The model (``format`` ``"blockir-viz"``, ``version`` 1)::
+
+    title, pipeline              the page's title; the pipeline as the report names it
+    devices, streams             every op device ("" = not placed) and op stream seen, sorted
+    states[k]                    k = 0: the input; k >= 1: after pass k (its PassRecord's fields,
+                                 ``stats``: ops per device, copies, bytes copied across devices)
+    ops[v]                       one entry per op *version* (op id + its text form); ``present``
+                                 has one character per state, "1" where the op is this version
+    nodes                        op id -> [x, y, w, h, block]: one position per op for all states
+    blocks[b]                    parent, owner op id (the op running it), box [x, y, w, h]
+    edges[e]                     [writer op id, reader op id, variable, presence per state]
+    vars[b]                      name -> [shape, dtype, persistable] of block b
+    failure                      None, or the pass that raised: label, message, the state it received
+    trace                        None, or the run's spans (:mod:`blockir.viz.trace`)
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from blockir.errors import PassError
+from blockir.ir import Block, Operator, Program, Variable
+from blockir.ir.schema import Lowering, lowering_of
+from blockir.ir.text import format_attr_value, format_op
+from blockir.passes.base import origin_key
+from blockir.passes.base import Pass
+from blockir.passes.manager import KeepPrograms, PassRecord, PassReport, expand, format_pass, parse_pipeline
+from blockir.passes.manager import run as run_pipeline
+from blockir.viz.layout import layout
+from blockir.viz.trace import Trace, match_trace
+
+__all__ = ["FORMAT", "VERSION", "Collected", "build", "collect"]
+
+FORMAT = "blockir-viz"
+VERSION = 1
+
+_KINDS = {Lowering.FEED: "feed", Lowering.FETCH: "fetch", Lowering.COPY: "copy", Lowering.CONTROL: "control"}
+
+
+@dataclass
+class Collected:
+    """A pipeline's run with every program kept: ``programs[k]`` is the input (k = 0) or after pass k."""
+
+    pipeline: str
+    programs: list[Program]
+    records: list[PassRecord]
+    error: PassError | None  # the failing pass's error; its program is programs[-1], the one it received
+    failed: str | None  # the failing pass in pipeline syntax
+
+
+def collect(program: Program, pipeline: str | Sequence[Pass]) -> Collected:
+    """Run ``pipeline`` on a clone of ``program`` keeping every program; a pass that raises ends the run.
+
+    A pipeline that does not parse raises :class:`~blockir.errors.PipelineError`,
+    an invalid input :class:`~blockir.errors.VerifyError`; a failing pass is
+    kept in the result (``error``), not raised.
+    """
+    passes = parse_pipeline(pipeline) if isinstance(pipeline, str) else list(pipeline)
+    keep = KeepPrograms()
+    try:
+        _, report = run_pipeline(program, passes, instruments=[keep])
+    except PassError as e:
+        done: PassReport = e.report
+        failed = format_pass(expand(passes)[len(done.records)])
+        return Collected(done.pipeline, keep.programs[: len(done.records) + 1], done.records, e, failed)
+    return Collected(report.pipeline, keep.programs, report.records, None, None)
+
+
+def build(collected: Collected, title: str, trace: Trace | None = None) -> dict[str, Any]:
+    """The data model of ``collected`` (module docstring), with ``trace``'s spans linked to its ops."""
+    programs = collected.programs
+    count = len(programs)
+    versions: dict[tuple[int, str], dict[str, Any]] = {}
+    edges: dict[tuple[int, int, str], list[str]] = {}
+    first_seen: dict[int, tuple[int, int, int]] = {}  # op id -> (block, state, position) where it first appears
+    keys_by_state: list[dict[str, int]] = []
+    for k, program in enumerate(programs):
+        keys_by_state.append({origin_key(op): op.id for op in program.ops()})
+        for block in program.blocks:
+            writer: dict[str, int] = {}
+            for pos, op in enumerate(block.ops):
+                first_seen.setdefault(op.id, (block.idx, k, pos))
+                text = format_op(op)
+                version = versions.get((op.id, text))
+                if version is None:
+                    version = versions[(op.id, text)] = _version(op, text, k, keys_by_state)
+                    version["present"] = ["0"] * count
+                version["present"][k] = "1"
+                for name in op.input_names():
+                    if name in writer and writer[name] != op.id:
+                        edges.setdefault((writer[name], op.id, name), ["0"] * count)[k] = "1"
+                for name in op.output_names():
+                    writer[name] = op.id
+    ops = list(versions.values())
+    for v, op in enumerate(ops):
+        op["v"] = v
+        op["present"] = "".join(op["present"])
+    edge_list = [[src, dst, name, "".join(p)] for (src, dst, name), p in edges.items()]
+    blocks = [
+        {"idx": b.idx, "parent": b.parent_idx, "owner": None, "box": None}
+        for b in max(programs, key=lambda p: len(p.blocks)).blocks
+    ]
+    for op in ops:
+        for idx in op.pop("sub_blocks"):
+            if idx < len(blocks) and blocks[idx]["owner"] is None:
+                blocks[idx]["owner"] = op["id"]
+    nodes, boxes = layout(ops, edge_list, first_seen, blocks)
+    for b, box in zip(blocks, boxes):
+        b["box"] = box
+    states = [_state(k, program, collected) for k, program in enumerate(programs)]
+    devices = sorted({op["device"] for op in ops}, key=_device_order)
+    streams = sorted({op["stream"] for op in ops if op["stream"]})
+    linked = None if trace is None else match_trace(trace, programs, [s["digest"] for s in states])
+    return {
+        "format": FORMAT,
+        "version": VERSION,
+        "title": title,
+        "pipeline": collected.pipeline,
+        "devices": devices,
+        "streams": streams,
+        "states": states,
+        "ops": ops,
+        "nodes": {str(i): n for i, n in nodes.items()},
+        "blocks": blocks,
+        "edges": edge_list,
+        "vars": [_vars(block) for block in max(programs, key=lambda p: len(p.blocks)).blocks],
+        "failure": _failure(collected),
+        "trace": linked,
+    }
+
+
+def _device_order(device: str) -> tuple[int, str, int]:
+    kind, _, index = device.partition(":")
+    return (0 if device else 1, kind, int(index) if index.isdigit() else -1)
+
+
+def _kind(op: Operator) -> str:
+    lowering = lowering_of(op.type)
+    return "op" if lowering is None else _KINDS.get(lowering, "op")
+
+
+def _shape_text(var: Variable | None) -> str:
+    if var is None or var.shape is None:
+        return ""
+    return f"[{', '.join(map(str, var.shape))}] {var.dtype}"
+
+
+def _find(op: Operator, name: str) -> Variable | None:
+    """The variable ``name`` as ``op``'s block sees it (its own, else its parents'), None if undeclared."""
+    block: Block | None = op.block
+    while block is not None:
+        if block.has_var(name):
+            return block.var(name)
+        block = block.parent_block
+    return None
+
+
+def _version(op: Operator, text: str, state: int, keys_by_state: list[dict[str, int]]) -> dict[str, Any]:
+    """One version of ``op`` (first seen in ``state``): what the page shows of it."""
+    kind = _kind(op)
+    outputs = op.output_names()
+    params = [n for n in op.input_names() if (v := _find(op, n)) is not None and v.persistable]
+    first = outputs[0] if outputs else None
+    label = [op.type, (f"{first} {_shape_text(_find(op, first))}".rstrip() if first else "")]
+    if len(outputs) > 1:
+        label[1] += f" +{len(outputs) - 1}"
+    if params:
+        label.append("param " + ", ".join(params))
+    origin = list(op.attrs.get("op_origin", ()))
+    made_by = op.attrs.get("op_pass")
+    origin_ids = _resolve(origin, op.id, state, keys_by_state)
+    return {
+        "id": op.id,
+        "block": op.block.idx,
+        "type": op.type,
+        "kind": kind,
+        "text": text,
+        "device": op.device,
+        "stream": op.attrs.get("op_stream") or None,
+        "attrs": [[k, format_attr_value(v, op.attr_types[k])] for k, v in op.attrs.items()],
+        "label": label,
+        "pass": made_by,
+        "origin": origin,
+        "origin_ids": origin_ids,
+        "lineage": _lineage(op, kind, made_by, origin) if made_by else None,
+        "bytes": _copy_bytes(op) if kind == "copy" else None,
+        "sub_blocks": op.sub_block_indices(),
+        "present": None,
+    }
+
+
+def _resolve(origin: list[str], op_id: int, state: int, keys_by_state: list[dict[str, int]]) -> list[int | None]:
+    """The ids of the ops ``origin`` names: in the program the creating pass received, else in this one."""
+    found: list[int | None] = []
+    for key in origin:
+        candidates = [keys_by_state[k].get(key) for k in (state - 1, state) if k >= 0]
+        found.append(next((i for i in candidates if i is not None and i != op_id), None))
+    return found
+
+
+def _lineage(op: Operator, kind: str, made_by: str, origin: list[str]) -> str:
+    """``memcpy inserted by insert-copies for relu -> mul, cpu:1 -> cpu`` (or ``created by PASS from ...``)."""
+    types = [key.split(":", 1)[0] for key in origin]
+    if kind == "copy":
+        source = op.input_names()[0] if op.input_names() else "?"
+        var = _find(op, source)
+        flow = " -> ".join(types if len(types) > 1 else [source, *types])
+        src = (var.device if var is not None and var.device else "?") if var is not None else "?"
+        return f"{op.type} inserted by {made_by} for {flow}, {src} -> {op.device or '?'}"
+    return f"{op.type} created by {made_by}" + (f" from {', '.join(origin)}" if origin else "")
+
+
+def _copy_bytes(op: Operator) -> list[int] | None:
+    """[bytes of the known dims, number of -1 dims] of the value a copy moves (None when unknown)."""
+    names = op.input_names()
+    var = _find(op, names[0]) if names else None
+    if var is None or var.shape is None or var.dtype is None:
+        return None
+    known = int(np.prod([d for d in var.shape if d != -1], dtype=np.int64)) * np.dtype(var.dtype).itemsize
+    return [known, sum(d == -1 for d in var.shape)]
+
+
+def bytes_text(terms: dict[int, int]) -> str:
+    """``6,272 B × (-1) + 128 B``: bytes by how many -1 dims they are multiplied by, -1 shown as such."""
+    parts = []
+    for unknown in sorted(terms, reverse=True):
+        factor = "".join(" × (-1)" for _ in range(unknown))
+        parts.append(f"{terms[unknown]:,} B{factor}")
+    return " + ".join(parts) or "0 B"
+
+
+def _state(k: int, program: Program, collected: Collected) -> dict[str, Any]:
+    per_device: dict[str, int] = {}
+    copies = 0
+    terms: dict[int, int] = {}
+    for op in program.ops():
+        per_device[op.device] = per_device.get(op.device, 0) + 1
+        if _kind(op) == "copy":
+            copies += 1
+            moved = _copy_bytes(op)
+            if moved is not None:
+                terms[moved[1]] = terms.get(moved[1], 0) + moved[0]
+    stats = {
+        "devices": dict(sorted(per_device.items(), key=lambda item: _device_order(item[0]))),
+        "copies": copies,
+        "copy_bytes": bytes_text(terms),
+    }
+    state: dict[str, Any] = {"index": k, "ops": sum(per_device.values()), "stats": stats, "digest": program.digest()}
+    if k == 0:
+        state.update(label="input", name="input", changed=None, seconds=None, added=None, removed=None)
+        state.update(modified=None, returned=None, notes=[])
+    else:
+        r = collected.records[k - 1]
+        state.update(label=r.label, name=r.name, changed=r.changed, returned=r.returned, seconds=r.seconds)
+        state.update(added=r.added, removed=r.removed, modified=r.modified, notes=list(r.notes))
+        state["digest"] = r.digest
+    return state
+
+
+def _failure(collected: Collected) -> dict[str, Any] | None:
+    """The step the page shows for a pass that raised: its label, message, and the state it received."""
+    if collected.error is None:
+        return None
+    received = len(collected.programs) - 1
+    return {
+        "index": received + 1,
+        "label": collected.failed,
+        "message": str(collected.error),
+        "received": received,
+        "reproducer": collected.error.reproducer,
+    }
+
+
+def _vars(block: Any) -> dict[str, list[Any]]:
+    return {
+        v.name: [list(v.shape) if v.shape is not None else None, v.dtype, v.persistable] for v in block.vars.values()
+    }
