@@ -13,7 +13,7 @@ import sys
 from collections.abc import Callable, Sequence
 
 import blockir
-from blockir.cli import demo, opt, passes, run, show, train
+from blockir.cli import demo, opt, passes, run, show, train, viz
 from blockir.cli.common import Parser
 from blockir.errors import BlockirError
 
@@ -31,6 +31,7 @@ def build_parser() -> argparse.ArgumentParser:
     demo.add(commands)
     opt.add(commands)
     passes.add(commands)
+    viz.add(commands)
     return parser
 
 

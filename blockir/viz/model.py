@@ -35,8 +35,7 @@ from blockir.errors import PassError
 from blockir.ir import Block, Operator, Program, Variable
 from blockir.ir.schema import Lowering, lowering_of
 from blockir.ir.text import format_attr_value, format_op
-from blockir.passes.base import origin_key
-from blockir.passes.base import Pass
+from blockir.passes.base import Pass, origin_key
 from blockir.passes.manager import KeepPrograms, PassRecord, PassReport, expand, format_pass, parse_pipeline
 from blockir.passes.manager import run as run_pipeline
 from blockir.viz.layout import layout
@@ -172,13 +171,19 @@ def _version(op: Operator, text: str, state: int, keys_by_state: list[dict[str, 
     """One version of ``op`` (first seen in ``state``): what the page shows of it."""
     kind = _kind(op)
     outputs = op.output_names()
-    params = [n for n in op.input_names() if (v := _find(op, n)) is not None and v.persistable]
-    first = outputs[0] if outputs else None
-    label = [op.type, (f"{first} {_shape_text(_find(op, first))}".rstrip() if first else "")]
-    if len(outputs) > 1:
-        label[1] += f" +{len(outputs) - 1}"
-    if params:
-        label.append("param " + ", ".join(params))
+    persistable = [v for n in op.input_names() if (v := _find(op, n)) is not None and v.persistable]
+    if outputs:
+        line = f"{outputs[0]} {_shape_text(_find(op, outputs[0]))}".rstrip()
+        line += f" +{len(outputs) - 1}" if len(outputs) > 1 else ""
+    else:  # an op writing nothing (a send, a go): what it reads
+        line = "reads " + ", ".join(op.input_names()) if op.input_names() else ""
+    label = [op.type, line]
+    params = [v.name for v in persistable if v.is_parameter]
+    others = [v.name for v in persistable if not v.is_parameter]
+    if params or others:
+        label.append(
+            " · ".join(f"{word} {', '.join(names)}" for word, names in (("param", params), ("state", others)) if names)
+        )
     origin = list(op.attrs.get("op_origin", ()))
     made_by = op.attrs.get("op_pass")
     origin_ids = _resolve(origin, op.id, state, keys_by_state)
