@@ -76,9 +76,7 @@ class PassError(BlockirError):
     before it (``None`` where the error was built outside the pass manager).
     """
 
-    def __init__(
-        self, message: str, pass_name: str, before: list[str], reproducer: str, report: Any = None
-    ) -> None:
+    def __init__(self, message: str, pass_name: str, before: list[str], reproducer: str, report: Any = None) -> None:
         super().__init__(message)
         self.pass_name = pass_name
         self.before = before

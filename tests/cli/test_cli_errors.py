@@ -7,6 +7,7 @@ good model; the directory must hold exactly the same files afterwards.
 from __future__ import annotations
 
 import io
+import json
 import signal
 import subprocess
 import sys
@@ -95,6 +96,24 @@ def _bundle_copy(w: Path) -> Path:
     target = w / "bad_params.npz"
     target.write_bytes((w / "bundle_dir" / "params.npz").read_bytes())
     return _flipped(target)
+
+
+def _other_trace(work: Path) -> Path:
+    """A trace of a run of another program than main.pb (made outside ``work``, so nothing is left there)."""
+    other = Program()
+    block = other.global_block()
+    block.create_var("x", shape=(2,), need_check_feed=True)
+    block.create_var("y", shape=(2,))
+    block.append_op("relu", inputs={"X": ["x"]}, outputs={"Out": ["y"]})
+    path = work.parent / "other.json"
+    bir.Executor().run(other, feed={"x": np.ones(2, "float32")}, fetch_list=["y"], trace=str(path))
+    return path
+
+
+def _anonymous_trace(work: Path) -> Path:
+    """A Chrome trace without blockir's digests naming an op id main.pb does not have."""
+    event = {"ph": "X", "name": "conv2d", "pid": 1, "tid": 1, "ts": 0, "dur": 5, "args": {"id": 99}}
+    return _write(work.parent / "anon.json", json.dumps({"traceEvents": [event]}).encode())
 
 
 def _bad_zip(path: Path) -> Path:
@@ -220,6 +239,43 @@ CASES: dict[str, tuple[Case, str]] = {
     "train: no program": (
         lambda w: ["train", "--data-feed", str(w / "data.prototxt"), "--files", str(w / "part-0")],
         "MAIN.pb",
+    ),
+    # viz
+    "viz: missing program": (lambda w: ["viz", str(w / "nope.pb"), "-o", str(w / "p.html")], "nope.pb"),
+    "viz: not a program": (
+        lambda w: ["viz", str(_write(w / "p.pb", b"\x12\x34\x56")), "-o", str(w / "p.html")],
+        "not a ProgramDesc",
+    ),
+    "viz: pipeline does not parse": (
+        lambda w: ["viz", str(w / "main.pb"), "-p", "place{default=cpu:1", "-o", str(w / "p.html")],
+        "unbalanced braces",
+    ),
+    "viz: trace not JSON": (
+        lambda w: ["viz", str(w / "main.pb"), "--trace", str(_write(w / "t.json", b"{oops")), "-o", str(w / "p.html")],
+        "t.json: not JSON",
+    ),
+    "viz: trace not a Chrome trace": (
+        lambda w: [
+            "viz",
+            str(w / "main.pb"),
+            "--trace",
+            str(_write(w / "t.json", b'{"a": 1}')),
+            "-o",
+            str(w / "p.html"),
+        ],
+        "not a Chrome trace",
+    ),
+    "viz: trace of another program": (
+        lambda w: ["viz", str(w / "main.pb"), "--trace", str(_other_trace(w)), "-o", str(w / "p.html")],
+        "is of another program",
+    ),
+    "viz: trace naming ops the program lacks": (
+        lambda w: ["viz", str(w / "main.pb"), "--trace", str(_anonymous_trace(w)), "-o", str(w / "p.html")],
+        "id 99 (conv2d)",
+    ),
+    "viz: -o in a missing directory": (
+        lambda w: ["viz", str(w / "main.pb"), "-o", str(w / "no" / "p.html")],
+        "does not exist",
     ),
     # usage
     "no command": (lambda w: [], "COMMAND"),

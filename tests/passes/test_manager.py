@@ -20,6 +20,7 @@ from blockir.passes import (
     Deps,
     Inference,
     Instrument,
+    KeepPrograms,
     Pass,
     PassRecord,
     PassReport,
@@ -425,6 +426,33 @@ def test_a_failing_pass_names_itself_and_saves_a_reproducer(tmp_path: Path) -> N
     # What the pass received: the pruned program, before the pass removed its first op.
     received = load_program(reproducer)
     assert [op.type for op in received.global_block().ops] == ["relu", "tanh"]
+
+
+def test_a_pass_error_carries_the_report_of_the_passes_before_it(tmp_path: Path) -> None:
+    with pytest.raises(PassError) as info:
+        run(chain(), "prune{targets=y},deps,test-fail,deps", dump_dir=tmp_path)
+    report = info.value.report
+    assert report.pipeline == "prune{targets=y},deps,test-fail,deps"
+    assert [(r.index, r.label) for r in report] == [(1, "prune{targets=y}"), (2, "deps")]
+    assert report.records[0].removed == 1 and report.records[0].digest is not None
+    with pytest.raises(PassError) as info:  # an invalid result: its own record is not among those before it
+        run(chain(), "deps,test-drop-first", dump_dir=tmp_path)
+    assert [r.name for r in info.value.report] == ["deps"]
+
+
+def test_keep_programs_keeps_every_program_with_its_op_ids(tmp_path: Path) -> None:
+    keep = KeepPrograms()
+    program = chain()
+    result, report = run(program, "prune{targets=y},deps", instruments=[keep])
+    assert len(keep.programs) == 3
+    assert [str(p) for p in keep.programs] == [str(program), str(result), str(result)]
+    assert [op.id for op in keep.programs[0].ops()] == [op.id for op in program.ops()]
+    assert [op.id for op in keep.programs[1].ops()] == [op.id for op in program.ops()][:2]
+    assert [p.digest() for p in keep.programs[1:]] == [r.digest for r in report]
+    assert keep.programs[1] is not keep.programs[2]  # clones: a later pass cannot change an earlier one
+    with pytest.raises(PassError):
+        run(program, "deps,test-fail", instruments=[keep], dump_dir=tmp_path)
+    assert [str(p) for p in keep.programs] == [str(program), str(program)]  # up to what the failing pass received
 
 
 def test_without_a_dump_dir_the_reproducer_goes_to_a_temporary_directory() -> None:
