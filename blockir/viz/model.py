@@ -104,18 +104,18 @@ def build(collected: Collected, title: str, trace: Trace | None = None) -> dict[
                 for name in op.output_names():
                     writer[name] = op.id
     ops = list(versions.values())
-    for v, op in enumerate(ops):
-        op["v"] = v
-        op["present"] = "".join(op["present"])
+    for v, entry in enumerate(ops):
+        entry["v"] = v
+        entry["present"] = "".join(entry["present"])
     edge_list = [[src, dst, name, "".join(p)] for (src, dst, name), p in edges.items()]
-    blocks = [
+    blocks: list[dict[str, Any]] = [
         {"idx": b.idx, "parent": b.parent_idx, "owner": None, "box": None}
         for b in max(programs, key=lambda p: len(p.blocks)).blocks
     ]
-    for op in ops:
-        for idx in op.pop("sub_blocks"):
+    for entry in ops:
+        for idx in entry.pop("sub_blocks"):
             if idx < len(blocks) and blocks[idx]["owner"] is None:
-                blocks[idx]["owner"] = op["id"]
+                blocks[idx]["owner"] = entry["id"]
     nodes, boxes = layout(ops, edge_list, first_seen, blocks)
     for b, box in zip(blocks, boxes):
         b["box"] = box

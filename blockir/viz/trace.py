@@ -119,7 +119,9 @@ def match_trace(trace: Trace, programs: Sequence[Program], digests: Sequence[str
     else:
         state, how = _state_naming(trace, programs), "ops"
     types = _types(programs[state])
-    linked = [[lane, ts, dur, op if types.get(op) == name else -1, name] for lane, ts, dur, op, name in trace.spans]
+    linked: list[tuple[int, float, float, int, str]] = [
+        (lane, ts, dur, op if types.get(op) == name else -1, name) for lane, ts, dur, op, name in trace.spans
+    ]
     op_time: dict[int, float] = {}
     for _, _, dur, op, _ in linked:
         if op >= 0:
@@ -130,7 +132,7 @@ def match_trace(trace: Trace, programs: Sequence[Program], digests: Sequence[str
         "state": state,
         "match": how,
         "lanes": trace.lanes,
-        "spans": linked,
+        "spans": [list(span) for span in linked],
         "op_time": {str(k): v for k, v in op_time.items()},
         "end": max(ts + dur for _, ts, dur, _, _ in trace.spans),
         "unlinked": sum(1 for s in linked if s[3] < 0),
