@@ -111,7 +111,9 @@ elk.layout(graph).then(() => { window.done = (performance.now() - t0) / 1000; },
 """
 
 
-def _in_chromium(library: Path, script: str, nodes: list[list[float]], edges: list[tuple[int, int]], timeout: float) -> str:
+def _in_chromium(
+    library: Path, script: str, nodes: list[list[float]], edges: list[tuple[int, int]], timeout: float
+) -> str:
     if not library.is_file():
         return f"{library} not found (npm install dagre@0.8.5 elkjs)"
     driver = chromium()
@@ -153,8 +155,11 @@ def main() -> None:
     if args.js is not None:
         nodes = [[k, w, h] for k, (w, h) in sorted(sizes.items())]
         modules = args.js / "node_modules"
-        print(f"dagre 0.8.5 in Chromium: {_in_chromium(modules / 'dagre/dist/dagre.min.js', _DAGRE, nodes, edges, args.timeout)}")
-        print(f"elkjs layered in Chromium: {_in_chromium(modules / 'elkjs/lib/elk.bundled.js', _ELK, nodes, edges, args.timeout)}")
+        for name, library, script in (
+            ("dagre 0.8.5", "dagre/dist/dagre.min.js", _DAGRE),
+            ("elkjs layered", "elkjs/lib/elk.bundled.js", _ELK),
+        ):
+            print(f"{name} in Chromium: {_in_chromium(modules / library, script, nodes, edges, args.timeout)}")
 
 
 if __name__ == "__main__":
