@@ -9,6 +9,7 @@ report; ``registered_passes()`` lists the passes, and the named pipelines
 
 from blockir.passes.base import Pass, Pipeline, register_pass, registered_passes, unregister_pass
 from blockir.passes.copies import InsertCopies
+from blockir.passes.data_parallel import DataParallel
 from blockir.passes.deps import Deps, dependency_graph
 from blockir.passes.feed_fetch import FeedFetch
 from blockir.passes.inference import Inference, inference
@@ -33,6 +34,7 @@ from blockir.passes.prune import Prune, prune
 from blockir.passes.streams import Streams, op_stream, stream_waits
 
 __all__ = [
+    "DataParallel",
     "DefaultDevicePipeline",
     "Deps",
     "FeedFetch",

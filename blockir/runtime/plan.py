@@ -34,6 +34,9 @@ Feed and fetch ops (as ``save_inference_model`` writes them) are not steps:
 their outputs are the feed targets and their inputs the default fetch targets
 of the plan.
 
+A value the scope lacks is an error, unless only optional input slots read
+it: they then get None (a ``broadcast``'s ``Current`` before the first copy).
+
 Devices: each op runs on its ``op_device`` (else its block's, its program's,
 or the executor's place) and its kernel computes with that device's array
 module. Feeds arrive on the host and scope values where the variable lives
@@ -454,6 +457,7 @@ def compile_plan(
         )
 
     steps = _make_steps(infos, slots, flow.may_lod, liveness, compile_block, check_nan_inf)
+    required = _required(infos)
     schedule = None
     if scheduler == "dataflow" and any(s.stream != steps[0].stream for s in steps):
         schedule = _schedule(block, framing.ops, infos, steps, slots, num_threads)
@@ -464,7 +468,7 @@ def compile_plan(
         steps=steps,
         feeds=feeds,
         scope_inputs=tuple(
-            ScopeInput(slots[n], n, block.find_var_recursive(n).persistable, reader, _home(block, n))
+            ScopeInput(slots[n], n, block.find_var_recursive(n).persistable, reader, _home(block, n), n in required)
             for n, reader in flow.external.items()
         ),
         fetches=tuple(Fetch(slots[v.name], v.name, v.persistable, flow.located[v.name]) for v in fetch_vars),
@@ -474,6 +478,16 @@ def compile_plan(
         run_slot=slots.get(RUN_SLOT),
         channels=tuple(i for n, i in slots.items() if n != RUN_SLOT and block.find_var_recursive(n).kind in _CHANNELS),
     )
+
+
+def _required(infos: list[_OpInfo]) -> set[str]:
+    """The variables some op reads through a slot that is not optional before any op writes them."""
+    required: set[str] = set()
+    written: set[str] = set()
+    for info in infos:
+        required.update(n for slot, names in info.inputs if not slot.optional for n in names if n not in written)
+        written.update(info.writes)
+    return required
 
 
 class _Flow(NamedTuple):
@@ -749,6 +763,7 @@ class ScopeInput(NamedTuple):
     persistable: bool
     reader: str  # the text of the first op reading it, for errors
     device: str  # where the plan takes it
+    required: bool  # read through a slot that is not optional: a missing value is an error (else None)
 
 
 class Fetch(NamedTuple):
@@ -797,9 +812,11 @@ class Plan:
         values: list[Any] = [None] * self.num_slots
         for spec in self.feeds:
             values[spec.slot] = spec.check(feed[spec.name])
-        for slot, name, persistable, reader, device in self.scope_inputs:
+        for slot, name, persistable, reader, device, required in self.scope_inputs:
             holder = scope.find_var(name)
             if holder is None or holder.value is None:
+                if not required:  # only optional slots read it, e.g. a broadcast's Current before the first copy
+                    continue
                 raise _missing_value(name, persistable, reader)
             if holder.device != device:  # e.g. loaded onto the host, needed on cpu:1: move it
                 holder.set(transfer(holder.value, device), device)
