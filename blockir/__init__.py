@@ -42,7 +42,18 @@ if TYPE_CHECKING:  # the lazy names below, for type checkers
     )
     from blockir.dsl.concurrency import ChannelList, Select, channel, channel_list, go, make_channel
     from blockir.parallel import AsyncExecutor
-    from blockir.runtime import CPUPlace, Executor, Scope, global_scope, scope_guard
+    from blockir.runtime import (
+        BuildStrategy,
+        CompiledProgram,
+        CPUPlace,
+        ExecutionStrategy,
+        Executor,
+        Scope,
+        cpu_places,
+        cuda_places,
+        global_scope,
+        scope_guard,
+    )
     from blockir.runtime.channel import Channel
 
 # name -> (module, attribute of it; None: the module itself), loaded on first access
@@ -74,7 +85,21 @@ _LAZY: dict[str, tuple[str, str | None]] = {
         for name in ("ChannelList", "Select", "channel", "channel_list", "go", "make_channel")
     },
     "AsyncExecutor": ("blockir.parallel", "AsyncExecutor"),
-    **{name: ("blockir.runtime", name) for name in ("CPUPlace", "Executor", "Scope", "global_scope", "scope_guard")},
+    **{
+        name: ("blockir.runtime", name)
+        for name in (
+            "BuildStrategy",
+            "CPUPlace",
+            "CompiledProgram",
+            "ExecutionStrategy",
+            "Executor",
+            "Scope",
+            "cpu_places",
+            "cuda_places",
+            "global_scope",
+            "scope_guard",
+        )
+    },
     "Channel": ("blockir.runtime.channel", "Channel"),
 }
 
@@ -118,3 +143,4 @@ __all__ += ["ParamAttr", "append_backward", "data", "default_main_program", "def
 __all__ += ["initializer", "layers", "name_scope", "optimizer", "program_guard", "unique_name"]
 __all__ += ["ChannelList", "Select", "channel", "channel_list", "go", "make_channel"]
 __all__ += ["AsyncExecutor", "CPUPlace", "Channel", "Executor", "Scope", "global_scope", "scope_guard"]
+__all__ += ["BuildStrategy", "CompiledProgram", "ExecutionStrategy", "cpu_places", "cuda_places"]

@@ -244,6 +244,9 @@ class _Replicate:
         self._broadcasts(broadcast_at)
         for op in self.ops:
             self.block.remove_op(op)
+        used = {n for op in self.block.ops for n in (*op.input_names(), *op.output_names())}
+        for name in sorted(self.written - used):  # now only per replica: fetching it names its replicas
+            self.block.remove_var(name)
 
     def _split(self) -> list[str]:
         shares: list[str] = []

@@ -22,8 +22,9 @@ attribute, in every block (the device of an op is its ``op_device``, or where
    on that stream so far (the latest such predecessor), so a chain stays on one
    stream; else it starts on the device's next compute stream, round-robin.
 
-With ``keep=true`` a block whose ops all have an ``op_stream`` keeps them (the
-executor's pipeline uses it: a program streamed by hand runs as it is).
+With ``keep=true`` an op that has an ``op_stream`` keeps it and the others get
+theirs by these rules (the executor's pipeline uses it: a program streamed by
+hand, wholly or in part, e.g. by ``data-parallel``, runs as it says).
 
 Each stream runs its ops in program order. :func:`stream_waits` gives, for
 each op, the ops on other streams it must wait for: the fewest waits that,
@@ -156,7 +157,7 @@ class Streams(Pass):
         default=True, metadata={"help": "memcpy ops run on a copy stream (false: on the compute streams)"}
     )
     keep: bool = field(
-        default=False, metadata={"help": "a block whose ops all have an op_stream keeps them (false: reassigned)"}
+        default=False, metadata={"help": "ops that have an op_stream keep it (false: every op reassigned)"}
     )
 
     def __post_init__(self) -> None:
@@ -172,12 +173,9 @@ class Streams(Pass):
         waits: dict[int, dict[int, tuple[int, ...]]] = {}
         for block in program.blocks:
             graph = dependency_graph(block)
-            if self.keep and all(STREAM_ATTR in op.attrs for op in block.ops):
-                streams = [op.attrs[STREAM_ATTR] for op in block.ops]
-            else:
-                streams = self.assign(block, placement, graph)
-                for op, stream in zip(block.ops, streams):
-                    changed = _set_stream(op, stream) or changed
+            streams = self.assign(block, placement, graph)
+            for op, stream in zip(block.ops, streams):
+                changed = _set_stream(op, stream) or changed
             waits[block.idx] = stream_waits(block, streams, graph)
             note(describe(block, streams, waits[block.idx]))
         record_detail("waits", waits)
@@ -192,7 +190,9 @@ class Streams(Pass):
         streams: list[str] = []
         for j, (op, device) in enumerate(zip(block.ops, devices)):
             schema = find(op.type)
-            if schema is not None and schema.host:
+            if self.keep and STREAM_ATTR in op.attrs:
+                stream = op.attrs[STREAM_ATTR]
+            elif schema is not None and schema.host:
                 stream = HOST_STREAM
             elif self.copy and is_copy(op):
                 stream = copy_stream(self.source(block, op, where), device)

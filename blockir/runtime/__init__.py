@@ -1,13 +1,17 @@
 """The runtime: devices, places, scopes, the executor and its plans, schedulers, traces, channels."""
 
 from blockir.runtime.channel import Channel, blocked_on, register_thread, select
+from blockir.runtime.compiled import BuildStrategy, CompiledProgram, ExecutionStrategy, cpu_places, cuda_places
 from blockir.runtime.executor import Executor
 from blockir.runtime.place import CPUPlace, Place
 from blockir.runtime.plan import Plan
 from blockir.runtime.scope import Scope, ScopeVariable, global_scope, scope_guard
 
 __all__ = [
+    "BuildStrategy",
     "CPUPlace",
+    "CompiledProgram",
+    "ExecutionStrategy",
     "Channel",
     "Executor",
     "Place",
@@ -15,6 +19,8 @@ __all__ = [
     "Scope",
     "ScopeVariable",
     "blocked_on",
+    "cpu_places",
+    "cuda_places",
     "global_scope",
     "register_thread",
     "scope_guard",

@@ -5,7 +5,7 @@ from __future__ import annotations
 import dataclasses
 import os
 import weakref
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any, NamedTuple, TypeVar
 
 from blockir.errors import BlockirError
@@ -15,6 +15,7 @@ from blockir.ir.devices import HOST, checked_device
 from blockir.passes.manager import PassReport
 from blockir.passes.manager import run as run_pipeline
 from blockir.passes.pipelines import DefaultDevicePipeline
+from blockir.runtime.compiled import CompiledProgram
 from blockir.runtime.device import get_device, value_device
 from blockir.runtime.place import Place, as_place
 from blockir.runtime.plan import SCHEDULERS, Plan, check_block, compile_plan
@@ -203,8 +204,8 @@ class Executor:
 
     def run(
         self,
-        program: Program | None = None,
-        feed: Mapping[str, Any] | None = None,
+        program: Program | CompiledProgram | None = None,
+        feed: Mapping[str, Any] | Sequence[Mapping[str, Any]] | None = None,
         fetch_list: Iterable[Any] | None = None,
         scope: Scope | None = None,
         return_numpy: bool = True,
@@ -217,7 +218,11 @@ class Executor:
         ``SelectedRows``; each is checked against the variable's dtype, shape
         (-1 matches any size) and LoD level. ``fetch_list`` holds names or
         variables; None fetches the targets of the program's ``fetch`` ops, if
-        any. Persistable variables are read from and written to ``scope``
+        any. A :class:`~blockir.runtime.compiled.CompiledProgram` with data
+        parallelism runs as its replicated program: ``feed`` (one batch, or
+        Fluid's list of one dict per place, joined in order) is split over the
+        replicas and each fetched variable comes back joined along axis 0 (a
+        scalar loss as one value per replica). Persistable variables are read from and written to ``scope``
         (default: :func:`global_scope`); temporaries are freed after their last
         use and never reach the scope. With ``return_numpy`` fetched LoD
         tensors come back as their data arrays and selected rows as dense
@@ -229,15 +234,19 @@ class Executor:
         program it ran by digest. The
         program itself is never modified.
         """
+        fetch = None if fetch_list is None else tuple(_name(f) for f in fetch_list)
         if program is None:
             program = default_main_program()
+        elif isinstance(program, CompiledProgram):
+            if feed is not None:
+                feed = program.merged_feed(feed)
+            program = program.replicated(fetch or ())
         elif not isinstance(program, Program):
-            raise BlockirError(f"Executor.run needs a Program, got {type(program).__name__}")
+            raise BlockirError(f"Executor.run needs a Program or a CompiledProgram, got {type(program).__name__}")
         if feed is None:
             feed = {}
         elif not isinstance(feed, Mapping):
             raise BlockirError(f"feed must be a dict of variable name -> value, got {type(feed).__name__}")
-        fetch = None if fetch_list is None else tuple(_name(f) for f in fetch_list)
         plan = self._plan(program, frozenset(feed), fetch, _on_gpu(feed))
         if not self._finalizer.alive:
             raise BlockirError("this executor is closed")

@@ -400,6 +400,12 @@ def _framing(block: Block) -> _Framing:
 
 def _program_var(block: Block, name: str, what: str) -> Variable:
     if not isinstance(name, str) or not _has_var(block, name):
+        replicas = [n for n in block.vars if n.startswith(f"{name}@R") and n[len(name) + 2 :].isdigit()]
+        if replicas:  # the data-parallel pass made it per replica
+            raise BlockirError(
+                f"{what} {name!r} is not a variable of the program: it exists only per replica, as "
+                f"{', '.join(replicas)} (data-parallel{{fetch={name}}} gathers it under its name)"
+            )
         raise BlockirError(f"{what} {name!r} is not a variable of the program")
     return block.find_var_recursive(name)
 

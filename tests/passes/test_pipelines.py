@@ -113,7 +113,10 @@ def test_streams_keep_leaves_a_block_streamed_by_hand() -> None:
     text = str(program)
     assert not Streams(compute=3, keep=True).run(program) and str(program) == text
     program.global_block().append_op("relu", {"X": ["z"]}, {"Out": ["y"]})  # one op without a stream
-    assert Streams(compute=3, keep=True).run(program)
+    assert Streams(compute=3, keep=True).run(program)  # it gets one by the rules: it continues z's stream
+    streams = ["cpu/compute1", "cpu/compute1", "cpu/compute0", "cpu/compute0"]
+    assert [op.attr("op_stream") for op in program.global_block().ops] == streams
+    assert Streams(compute=3).run(program)  # without keep every op is reassigned
     assert [op.attr("op_stream") for op in program.global_block().ops] == ["cpu/compute0"] * 2 + ["cpu/compute1"] * 2
     with pytest.raises(BlockirError, match="the streams option keep must be true or false, got 1"):
         Streams(keep=1)  # type: ignore[arg-type]
