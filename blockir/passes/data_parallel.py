@@ -37,7 +37,8 @@ becomes, in program order:
 
 Replicas sharing a device run on its compute streams ``DEVICE/compute{j}``
 (``op_stream``), and the reductions and updates that follow are spread over the
-same streams by parameter. Every op the pass creates records its lineage.
+same streams by parameter, balanced by size (the largest parameter first, each
+to the stream with the fewest elements so far). Every op the pass creates records its lineage.
 """
 
 from __future__ import annotations
@@ -46,6 +47,8 @@ import difflib
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
+
+import numpy as np
 
 from blockir.errors import BlockirError
 from blockir.ir import Block, Operator, Program
@@ -124,6 +127,7 @@ class _Replicate:
         self.fed = self._fed()
         self.grads = self._grads()
         self.copies: dict[tuple[str, int], Operator | None] = {}  # (persistable, device) -> its first reader
+        self._lanes: dict[int, dict[str, int]] = {}  # lanes on a device -> parameter -> its lane
 
     # -- checks ------------------------------------------------------------------------------------------
     def _check(self) -> None:
@@ -285,9 +289,21 @@ class _Replicate:
         return [index % len(self.devices)]
 
     def _lane(self, param: str, device_index: int) -> int:
-        """The stream (lane) of a parameter's reduction and update on a device: spread by parameter."""
-        params = sorted(set(self.grads.values()))
-        return params.index(param) % self.o.places.count(self.devices[device_index])
+        """The stream (lane) of a parameter's reduction and update on a device: the parameters are spread over
+        the device's replica streams by size, the largest first, each to the lane with the fewest elements."""
+        lanes = self.o.places.count(self.devices[device_index])
+        if lanes not in self._lanes:
+            load = [0] * lanes
+            chosen: dict[str, int] = {}
+            for name in sorted(set(self.grads.values()), key=lambda n: (-self._size(n), n)):
+                chosen[name] = load.index(min(load))
+                load[chosen[name]] += self._size(name)
+            self._lanes[lanes] = chosen
+        return self._lanes[lanes][param]
+
+    def _size(self, name: str) -> int:
+        shape = self._var(name).shape or ()
+        return int(np.prod([max(d, 1) for d in shape], dtype=np.int64))
 
     def _reduce(self, grad: str, writer: Operator, shares: list[str]) -> None:
         param = self.grads[grad]
