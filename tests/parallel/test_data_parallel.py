@@ -8,6 +8,7 @@ strategies, even and uneven splits.
 
 from __future__ import annotations
 
+import json
 import threading
 import tracemalloc
 from collections.abc import Callable
@@ -287,3 +288,40 @@ def test_the_pass_preserves_results_on_random_mlps(
                 exe.run(program, feed=feed, fetch_list=[loss], scope=scope)
         results.append({p.name: np.asarray(scope.get(p.name)) for p in main.all_parameters()})
     assert_same_params(results[1], results[0])
+
+
+def test_updates_are_spread_over_the_replica_streams_balanced_by_size() -> None:
+    main, _, loss, _ = mlp(OPTIMIZERS["sgd"])
+    result, _ = run(main, f"data-parallel{{places=cpu,cpu loss={loss}}}")
+    ops = result.global_block().ops
+    updates = {op.attr("op_role_var")[0]: op.attr("op_stream") for op in ops if op.type == "sgd"}
+    # largest first, each to the lighter stream: fc_1.w_0 (128 elements) on compute0, fc_0.w_0 (96) on compute1,
+    # then fc_0.b_0 (16), fc_2.w_0 (8), fc_1.b_0 (8) on compute1 (up to 128) and fc_2.b_0 (1) on compute0.
+    assert updates == {
+        "fc_1.w_0": "cpu/compute0",
+        "fc_0.w_0": "cpu/compute1",
+        "fc_0.b_0": "cpu/compute1",
+        "fc_2.w_0": "cpu/compute1",
+        "fc_1.b_0": "cpu/compute1",
+        "fc_2.b_0": "cpu/compute0",
+    }
+    reduced = [op for op in ops if op.type == "allreduce"]
+    reductions = {op.output("Out")[0].removesuffix("@GRAD"): op.attr("op_stream") for op in reduced}
+    assert reductions == updates  # each parameter reduced where it is updated
+    replicas = {op.attr("op_stream") for op in ops if op.output_names() and op.output_names()[0].endswith("@R1")}
+    assert replicas == {"cpu/compute1"}
+
+
+def test_reductions_overlap_the_rest_of_the_backward(tmp_path: Any) -> None:
+    """On the host stream, the reduction of fc_1.w_0's gradient runs before replica 0 computes fc_0.w_0's."""
+    main, startup, loss, feed = mlp(OPTIMIZERS["sgd"])
+    scope = bir.Scope()
+    with bir.Executor() as exe:
+        exe.run(startup, scope=scope)
+        compiled = bir.CompiledProgram(main).with_data_parallel(loss, places=["cpu", "cpu"])
+        exe.run(compiled, feed=feed, fetch_list=[loss], scope=scope, trace=str(tmp_path / "run.json"))
+    events = json.loads((tmp_path / "run.json").read_text())["traceEvents"]
+    spans = {e["args"]["op"]: (e["ts"], e["ts"] + e["dur"], e["tid"]) for e in events if e["ph"] == "X"}
+    reduce_fc1 = next(v for k, v in spans.items() if k.startswith("%fc_1.w_0@GRAD = allreduce"))
+    grad_fc0 = next(v for k, v in spans.items() if "(Y@GRAD=%fc_0.w_0@GRAD@R0) = mul_grad" in k)
+    assert reduce_fc1[2] == grad_fc0[2] and reduce_fc1[1] <= grad_fc0[0]
