@@ -23,6 +23,7 @@ import blockir as bir
 from blockir.errors import BlockirError, ExecutionError
 from blockir.ops.values import LoDTensor
 from blockir.passes import run
+from tests.gpu import real_cupy
 from tests.runtime import fake_cupy
 
 RNG = np.random.default_rng(3)
@@ -334,6 +335,7 @@ def test_reductions_overlap_the_rest_of_the_backward(tmp_path: Any) -> None:
 def test_two_replicas_on_one_real_gpu_compute_the_same(model: str) -> None:
     """Two replicas on the streams of one GPU (this project's GPU machines have one; two GPUs run on the
     stand-in above)."""
+    real_cupy()
     _, ref_params, _ = train(model, "adam", None)
     _, params, _ = train(model, "adam", ["cuda:0", "cuda:0"])
     assert_same_params(params, ref_params)
