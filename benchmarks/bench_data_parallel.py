@@ -17,6 +17,8 @@ Models: the MLP 784-512-512-10 with softmax cross-entropy and Adam, and the bag-
 per contender, instances/s (median and range over the rounds) and the speed-up over ``one`` taken within
 each round, and the goals: the better of the two modes >= 1.6x ``one``, and >= 0.95x the plain threads'
 speed-up.
+``--keep-freed-memory`` first calls ``blockir.runtime.keep_freed_memory()`` (process-wide: run it
+separately from a default run to compare).
 """
 
 from __future__ import annotations
@@ -152,8 +154,18 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--steps", type=int, default=6)
     parser.add_argument("--batch", type=int, default=512)
+    parser.add_argument(
+        "--keep-freed-memory",
+        action="store_true",
+        help="call blockir.runtime.keep_freed_memory() first (glibc keeps freed blocks: no page faults per step)",
+    )
     args = parser.parse_args()
-    print(f"{os.cpu_count()} cores, BLAS limited to 1 thread per replica, batch {args.batch}, {args.steps} steps")
+    if args.keep_freed_memory:
+        bir.runtime.keep_freed_memory()
+    memory = "kept (keep_freed_memory)" if args.keep_freed_memory else "glibc's default"
+    print(
+        f"{os.cpu_count()} cores, BLAS 1 thread per replica, batch {args.batch}, {args.steps} steps, freed memory: {memory}"
+    )
     with threadpool_limits(1):
         for name, model in (("MLP 784-512-512-10, Adam", mlp), ("bag of words, sparse embedding, SGD", bow)):
             shapes = model(2)[4]

@@ -37,7 +37,6 @@ of ending with this one, until :meth:`AsyncExecutor.close`; a failed run ends th
 
 from __future__ import annotations
 
-import ctypes
 import gc
 import math
 import multiprocessing as mp
@@ -64,6 +63,7 @@ from blockir.ir.core import Program, Variable
 from blockir.ops.values import LoDTensor
 from blockir.runtime.device import get_device
 from blockir.runtime.executor import Executor, _name
+from blockir.runtime.memory import keep_freed_memory, release_freed_memory
 from blockir.runtime.place import Place, as_place
 from blockir.runtime.plan import Plan
 from blockir.runtime.scope import Scope, global_scope
@@ -609,7 +609,7 @@ def _close_pools(pools: list[_Pool]) -> None:
 def _serve(conn: Any, lock: Any, place: str) -> None:
     """A worker process: runs each spec it is sent, sends back the report, until its connection closes."""
     gc.freeze()  # what the process was forked with: never traversed by its collections (and not copied)
-    _keep_freed_memory()
+    keep_freed_memory()
     program: tuple[bytes, Program] | None = None  # the last one, parsed
     with Executor(place, scheduler="sequential") as exe:  # its plans serve later runs of the same program
         while True:
@@ -627,7 +627,7 @@ def _serve(conn: Any, lock: Any, place: str) -> None:
             if result[2] is not None:  # its traceback may hold arrays over the run's blocks: unmapped now
                 del result
                 gc.collect()
-            _release_freed_memory()
+            release_freed_memory()
 
 
 def _work(k: int, spec: _ProcessSpec, program: Program, exe: Executor, lock: Any) -> _Result:
@@ -689,31 +689,6 @@ def _blas_share(workers: int) -> Any:
 def _cores() -> int:
     """The cores this process may run on."""
     return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
-
-
-def _keep_freed_memory() -> None:
-    """Have glibc's malloc keep freed memory for reuse in this process (no-op elsewhere).
-
-    By default a fresh worker process hands the blocks of each batch's temporaries back to the system
-    and faults them in again for the next batch: on bow_net about 140,000 page faults and 15% of the
-    time per 40,000 instances. Fixed thresholds (which also end glibc's adjusting them) prevent that,
-    at the cost of up to ``M_TRIM_THRESHOLD`` of freed memory kept by the worker."""
-    try:
-        mallopt = ctypes.CDLL(None).mallopt
-    except (OSError, AttributeError):
-        return
-    mallopt(_M_TRIM_THRESHOLD, 256 << 20)
-    mallopt(_M_MMAP_THRESHOLD, 32 << 20)  # glibc's largest
-
-
-def _release_freed_memory() -> None:
-    """Hand the memory glibc's malloc keeps back to the system (no-op elsewhere): a worker kept idle
-    between runs holds no more than it uses."""
-    with suppress(OSError, AttributeError):
-        ctypes.CDLL(None).malloc_trim(0)
-
-
-_M_TRIM_THRESHOLD, _M_MMAP_THRESHOLD = -1, -3  # mallopt parameters (malloc.h)
 
 
 def _start_method() -> Any:

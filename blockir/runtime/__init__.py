@@ -3,6 +3,7 @@
 from blockir.runtime.channel import Channel, blocked_on, register_thread, select
 from blockir.runtime.compiled import BuildStrategy, CompiledProgram, ExecutionStrategy, cpu_places, cuda_places
 from blockir.runtime.executor import Executor
+from blockir.runtime.memory import keep_freed_memory, release_freed_memory
 from blockir.runtime.place import CPUPlace, Place
 from blockir.runtime.plan import Plan
 from blockir.runtime.scope import Scope, ScopeVariable, global_scope, scope_guard
@@ -22,7 +23,9 @@ __all__ = [
     "cpu_places",
     "cuda_places",
     "global_scope",
+    "keep_freed_memory",
     "register_thread",
+    "release_freed_memory",
     "scope_guard",
     "select",
 ]
