@@ -163,9 +163,8 @@ def main() -> None:
     if args.keep_freed_memory:
         bir.runtime.keep_freed_memory()
     memory = "kept (keep_freed_memory)" if args.keep_freed_memory else "glibc's default"
-    print(
-        f"{os.cpu_count()} cores, BLAS 1 thread per replica, batch {args.batch}, {args.steps} steps, freed memory: {memory}"
-    )
+    print(f"{os.cpu_count()} cores, BLAS 1 thread per replica, batch {args.batch}, {args.steps} steps")
+    print(f"freed memory: {memory}")
     with threadpool_limits(1):
         for name, model in (("MLP 784-512-512-10, Adam", mlp), ("bag of words, sparse embedding, SGD", bow)):
             shapes = model(2)[4]
