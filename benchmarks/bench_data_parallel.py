@@ -36,6 +36,7 @@ from threadpoolctl import threadpool_limits
 
 import blockir as bir
 from blockir.ops.values import LoDTensor
+from blockir.runtime import keep_freed_memory
 
 GOAL_SPEEDUP, GOAL_OF_CEILING = 1.6, 0.95
 
@@ -161,7 +162,7 @@ def main() -> None:
     )
     args = parser.parse_args()
     if args.keep_freed_memory:
-        bir.runtime.keep_freed_memory()
+        keep_freed_memory()
     memory = "kept (keep_freed_memory)" if args.keep_freed_memory else "glibc's default"
     print(f"{os.cpu_count()} cores, BLAS 1 thread per replica, batch {args.batch}, {args.steps} steps")
     print(f"freed memory: {memory}")
