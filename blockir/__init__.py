@@ -23,7 +23,7 @@ except PackageNotFoundError:  # running from a source tree that was not installe
     __version__ = "0.0.0"
 
 if TYPE_CHECKING:  # the lazy names below, for type checkers
-    from blockir import io, passes, viz
+    from blockir import io, passes, runtime, viz
     from blockir.datafeed import DataFeedDesc
     from blockir.datafeed import staged as reader
     from blockir.dsl import (
@@ -61,6 +61,7 @@ _LAZY: dict[str, tuple[str, str | None]] = {
     "io": ("blockir.io", None),
     "passes": ("blockir.passes", None),
     "viz": ("blockir.viz", None),
+    "runtime": ("blockir.runtime", None),
     "reader": ("blockir.datafeed.staged", None),  # bir.reader.staged(...), as in Fluid
     "DataFeedDesc": ("blockir.datafeed", "DataFeedDesc"),
     **{
@@ -138,7 +139,7 @@ def select(cases: Any = None, default: bool = False, timeout: float | None = Non
 # ruff and type checkers read a literal __all__; tests/test_package.py checks it names exactly the eager and lazy names
 __all__ = ["BlockirError", "ChannelClosedError", "ChannelTimeout", "DeadlockError", "LoDTensor", "Program"]
 __all__ += ["SelectedRows", "__version__", "ir", "load_program", "ops", "select"]
-__all__ += ["DataFeedDesc", "io", "passes", "reader", "viz"]
+__all__ += ["DataFeedDesc", "io", "passes", "reader", "runtime", "viz"]
 __all__ += ["ParamAttr", "append_backward", "data", "default_main_program", "default_startup_program", "device_guard"]
 __all__ += ["initializer", "layers", "name_scope", "optimizer", "program_guard", "unique_name"]
 __all__ += ["ChannelList", "Select", "channel", "channel_list", "go", "make_channel"]
