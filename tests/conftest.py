@@ -1,5 +1,7 @@
 import os
+import tempfile
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 from hypothesis import HealthCheck, settings
@@ -29,6 +31,13 @@ def _fresh_names() -> Iterator[None]:
     whatever ran before it."""
     with bir.unique_name.guard():
         yield
+
+
+@pytest.fixture(autouse=True)
+def _temporary_files_in_tmp_path(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """What the code under test puts in the temporary directory (a failing pass's reproducer) goes to the
+    test's own directory, removed with it, not to the system's."""
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
 
 
 @pytest.fixture(scope="session", autouse=True)
