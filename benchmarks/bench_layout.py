@@ -28,11 +28,13 @@ from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # for tests.viz.browser
 
 from bench_viz import PIPELINE, big_program  # noqa: E402
 
 from blockir.viz.layout import layout  # noqa: E402
 from blockir.viz.model import build, collect  # noqa: E402
+from tests.viz.browser import chromium  # noqa: E402
 
 
 def _graph(layers: int) -> tuple[dict[str, Any], list[tuple[int, int]], dict[int, tuple[float, float]]]:
@@ -42,23 +44,6 @@ def _graph(layers: int) -> tuple[dict[str, Any], list[tuple[int, int]], dict[int
     edges = sorted({(index[s], index[d]) for s, d, _, _ in data["edges"]})
     sizes = {index[int(i)]: (n[2], n[3]) for i, n in data["nodes"].items()}
     return data, edges, sizes
-
-
-def chromium() -> Any:
-    """A headless Debian Chromium driven by Selenium, or None where either is missing."""
-    import shutil
-
-    binary, driver = shutil.which("chromium"), shutil.which("chromedriver")
-    if binary is None or driver is None:
-        return None
-    from selenium import webdriver
-    from selenium.webdriver.chrome.service import Service
-
-    options = webdriver.ChromeOptions()
-    options.binary_location = binary
-    for flag in ("--headless=new", "--no-sandbox", "--disable-dev-shm-usage"):
-        options.add_argument(flag)
-    return webdriver.Chrome(service=Service(driver), options=options)
 
 
 def _blockir(data: dict[str, Any]) -> float:

@@ -189,11 +189,12 @@ window.vizTiming = {parsed, drawn, interactive} (performance.now()); window.vizR
     const html = [];
     let run = [];
     const flush = () => {
-      if (run.length > 1) {
+      if (run.length) {
         const f = run[0].index;
-        html.push(`<li class="fold" data-fold="${f}">${run.length} unchanged passes (${run.map((s) => esc(s.name)).join(", ")}) ▸</li>`);
+        const what = `${run.length} unchanged pass${run.length > 1 ? "es" : ""}`;
+        html.push(`<li class="fold" data-fold="${f}">${what} (${run.map((s) => esc(s.name)).join(", ")}) ▸</li>`);
         for (const st of run) html.push(`<li class="state hidden" data-state="${st.index}" data-fold="${f}">${passRow(st)}</li>`);
-      } else for (const st of run) html.push(`<li class="state" data-state="${st.index}">${passRow(st)}</li>`);
+      }
       run = [];
     };
     for (const st of D.states) {

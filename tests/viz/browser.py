@@ -1,0 +1,53 @@
+"""Headless Chromium through Selenium, for the tests marked ``browser`` and ``benchmarks/bench_viz.py``.
+
+Debian's ``chromium`` and ``chromium-driver`` (``/usr/bin/chromium``, ``/usr/bin/chromedriver``): the
+browsers Selenium or Playwright would download are not reachable here. :func:`chromium` returns None
+where either binary or selenium is missing, so that callers can skip.
+"""
+
+from __future__ import annotations
+
+import shutil
+import time
+from pathlib import Path
+from typing import Any
+
+__all__ = ["chromium", "missing", "open_page"]
+
+
+def missing() -> str | None:
+    """Why no headless Chromium can be started here, or None."""
+    try:
+        import selenium  # noqa: F401
+    except ImportError:
+        return "selenium is not installed (pip install -e '.[dev]')"
+    for binary, package in (("chromium", "chromium"), ("chromedriver", "chromium-driver")):
+        if shutil.which(binary) is None:
+            return f"{binary} is not installed (apt-get install {package})"
+    return None
+
+
+def chromium(width: int = 1500, height: int = 900) -> Any:
+    """A new headless Chromium (a Selenium driver) whose console messages can be read, or None."""
+    if missing() is not None:
+        return None
+    from selenium import webdriver
+    from selenium.webdriver.chrome.service import Service
+
+    options = webdriver.ChromeOptions()
+    options.binary_location = shutil.which("chromium") or ""
+    for flag in ("--headless=new", "--no-sandbox", "--disable-dev-shm-usage", f"--window-size={width},{height}"):
+        options.add_argument(flag)
+    options.set_capability("goog:loggingPrefs", {"browser": "ALL"})
+    return webdriver.Chrome(service=Service(shutil.which("chromedriver") or ""), options=options)
+
+
+def open_page(driver: Any, path: Path, timeout: float = 60.0) -> float:
+    """Load the page at ``path`` and wait until it says it is interactive; the seconds that took."""
+    start = time.perf_counter()
+    driver.get(path.resolve().as_uri())
+    while not driver.execute_script("return window.vizReady === true"):
+        if time.perf_counter() - start > timeout:
+            raise TimeoutError(f"{path}: not interactive after {timeout:.0f} s")
+        time.sleep(0.02)
+    return time.perf_counter() - start
