@@ -11,7 +11,7 @@ from blockir.cli.common import output_file
 from blockir.errors import VerifyError
 from blockir.ir import load_program
 from blockir.ir.proto_io import atomic_write
-from blockir.viz.page import DEFAULT_PIPELINE, model, render
+from blockir.viz.page import DEFAULT_PIPELINE, page_data, render
 
 
 def command(args: argparse.Namespace) -> int:
@@ -20,7 +20,7 @@ def command(args: argparse.Namespace) -> int:
     program = load_program(args.program)
     title = args.title or Path(args.program).name
     try:
-        data, collected = model(program, args.pipeline, trace=args.trace, title=title)
+        data, collected = page_data(program, args.pipeline, trace=args.trace, title=title)
     except VerifyError as e:  # the input is invalid (a pass's invalid output is a failing step of the page)
         raise VerifyError(f"{args.program}: {e}", e.problems) from None
     atomic_write(Path(out), render(data).encode())

@@ -8,7 +8,7 @@ page (:mod:`blockir.viz.page`). ``docs/viz.md`` describes the page.
 """
 
 from blockir.viz.model import build, collect
-from blockir.viz.page import model, write
+from blockir.viz.page import page_data, write
 from blockir.viz.trace import TraceError, load_trace
 
-__all__ = ["TraceError", "build", "collect", "load_trace", "model", "write"]
+__all__ = ["TraceError", "build", "collect", "load_trace", "page_data", "write"]

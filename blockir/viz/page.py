@@ -22,13 +22,13 @@ from blockir.passes.manager import PassReport
 from blockir.viz.model import Collected, build, collect
 from blockir.viz.trace import load_trace
 
-__all__ = ["model", "render", "write"]
+__all__ = ["page_data", "render", "write"]
 
 DEFAULT_PIPELINE = "default-device-pipeline"
 _PLACEHOLDER = re.compile(r"/\*VIZ_CSS\*/|/\*VIZ_JS\*/|VIZ_DATA|VIZ_TITLE")
 
 
-def model(
+def page_data(
     program: Program,
     pipeline: str | Sequence[Pass] = DEFAULT_PIPELINE,
     *,
@@ -78,7 +78,7 @@ def write(
     When a pass raises, the page is still written (the failing pass is its last
     step) and then its :class:`~blockir.errors.PassError` is raised.
     """
-    data, collected = model(program, pipeline, trace=trace, title=title)
+    data, collected = page_data(program, pipeline, trace=trace, title=title)
     atomic_write(Path(path), render(data).encode())
     if collected.error is not None:
         raise collected.error

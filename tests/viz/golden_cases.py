@@ -2,7 +2,7 @@
 
 A ``.before.txt`` is a pass golden case (``tests/passes/golden/README.md``: the
 first line ``# pipeline: PIPELINE``, comments, a program in the text form); its
-``.model.json`` is the model :func:`blockir.viz.model` makes of it, pretty-printed,
+``.model.json`` is the model :func:`blockir.viz.page_data` makes of it, pretty-printed,
 with what varies from run to run replaced: pass times by null, the reproducer's
 temporary path by ``<reproducer>``. The pipeline may name ``explode``, a
 test-only pass that raises. ``scripts/regen_golden.py tests/viz/golden`` rewrites
@@ -18,7 +18,7 @@ from typing import Any, ClassVar
 
 from blockir.ir import Program, parse_program
 from blockir.passes import Pass
-from blockir.viz import model
+from blockir.viz import page_data
 from tests.passes.golden_cases import pipeline_of
 from tests.registries import passes_registered
 
@@ -55,5 +55,5 @@ def expected_model(before: Path) -> str:
     """The text ``.model.json`` should hold for the case ``before``."""
     text = before.read_text()
     with passes_registered(Explode):
-        data, _ = model(parse_program(text, str(before)), pipeline_of(before, text), title=before.name)
+        data, _ = page_data(parse_program(text, str(before)), pipeline_of(before, text), title=before.name)
     return json.dumps(normalized(data), indent=1, ensure_ascii=False) + "\n"

@@ -12,7 +12,7 @@ import blockir as bir
 from blockir.errors import PassError, PipelineError, VerifyError
 from blockir.ir import parse_program
 from blockir.ir.text import format_op
-from blockir.viz import collect, model
+from blockir.viz import collect, page_data
 from blockir.viz.layout import GAP_Y
 from blockir.viz.model import build
 from tests.passes.programs import CHAIN, RandomProgram, runnable_programs
@@ -63,7 +63,7 @@ def test_each_state_is_its_kept_program_and_the_diffs_match_the_pass_records(rp:
 @settings(max_examples=40)
 @given(runnable_programs(devices=DEVICES))
 def test_every_op_has_one_place_and_edges_point_down(rp: RandomProgram) -> None:
-    data, _ = model(rp.program, "place,insert-copies,streams")
+    data, _ = page_data(rp.program, "place,insert-copies,streams")
     nodes = {int(i): n for i, n in data["nodes"].items()}
     assert nodes.keys() == {op["id"] for op in data["ops"]}
     for src, dst, _, _ in data["edges"]:
@@ -87,7 +87,7 @@ block 0 parent=-1 {
   %h = sigmoid(X=%h)
 }"""
     )
-    data, _ = model(program, "")
+    data, _ = page_data(program, "")
     assert data["edges"] == [[0, 1, "h", "1"], [1, 2, "h", "1"]]
 
 
@@ -138,7 +138,7 @@ def test_the_dsl_program_of_the_readme_gets_a_model_with_persistable_inputs_mark
         x = bir.layers.data("x", [-1, 4])
         loss = bir.layers.mean(bir.layers.fc(x, 2))
         bir.optimizer.SGD(0.1).minimize(loss)
-    data, _ = model(main, "place")
+    data, _ = page_data(main, "place")
     labels = [op["label"] for op in data["ops"] if op["type"] == "sgd"]
     assert labels
     assert all(label[2].startswith("param fc_0.") and "state learning_rate_0" in label[2] for label in labels)

@@ -11,7 +11,7 @@ import pytest
 import blockir as bir
 from blockir.errors import PassError
 from blockir.ir import parse_program
-from blockir.viz import model, write
+from blockir.viz import page_data, write
 from blockir.viz.page import render
 from tests.registries import passes_registered
 from tests.viz.golden_cases import GOLDEN, Explode
@@ -31,7 +31,7 @@ def test_the_page_embeds_exactly_the_model(tmp_path: Path) -> None:
     program = parse_program(TWO_DEVICES)
     report = write(tmp_path / "p.html", program, "place,insert-copies,streams", title="two")
     page = (tmp_path / "p.html").read_text()
-    data, _ = model(program, "place,insert-copies,streams", title="two")
+    data, _ = page_data(program, "place,insert-copies,streams", title="two")
     for state in (*data["states"], *embedded(page)["states"]):
         state["seconds"] = None
     got = embedded(page)
@@ -44,7 +44,7 @@ def test_the_page_embeds_exactly_the_model(tmp_path: Path) -> None:
 
 
 def test_the_page_fetches_nothing() -> None:
-    page = render(model(parse_program(TWO_DEVICES), "place")[0])
+    page = render(page_data(parse_program(TWO_DEVICES), "place")[0])
     code = _DATA.sub("", page)
     for pattern in (r"\bsrc\s*=", r"<link\b", r"@import", r"url\(", r"\bfetch\(", "XMLHttpRequest", r"\bimport\("):
         assert not re.search(pattern, code), pattern

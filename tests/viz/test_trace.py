@@ -10,7 +10,7 @@ import pytest
 
 import blockir as bir
 from blockir.ir import Program, parse_program
-from blockir.viz import TraceError, load_trace, model
+from blockir.viz import TraceError, load_trace, page_data
 
 TWO_DEVICES = (Path(__file__).parent / "golden" / "two_devices.before.txt").read_text()
 
@@ -41,7 +41,7 @@ def test_a_trace_names_the_program_it_ran_and_the_one_it_was_given(tmp_path: Pat
 def test_spans_link_to_the_state_whose_program_ran(tmp_path: Path) -> None:
     program = _program()
     path = _run(program, tmp_path / "run.json")
-    data, _ = model(program, "place,insert-copies,deps,streams{keep=true}", trace=path)
+    data, _ = page_data(program, "place,insert-copies,deps,streams{keep=true}", trace=path)
     trace = data["trace"]
     assert trace["match"] == "compiled" and trace["state"] == 4 and trace["unlinked"] == 0
     ops = {op["id"]: op["type"] for op in data["ops"]}
@@ -54,7 +54,7 @@ def test_spans_link_to_the_state_whose_program_ran(tmp_path: Path) -> None:
 def test_a_run_through_another_pipeline_links_by_op_id_and_type(tmp_path: Path) -> None:
     program = _program()
     path = _run(program, tmp_path / "run.json")
-    data, _ = model(program, "place", trace=path)  # no copies on the page: their spans stay unlinked
+    data, _ = page_data(program, "place", trace=path)  # no copies on the page: their spans stay unlinked
     trace = data["trace"]
     assert trace["match"] == "program" and trace["state"] == 1
     assert trace["unlinked"] == 2
@@ -66,7 +66,7 @@ def test_a_trace_of_another_program_is_refused(tmp_path: Path) -> None:
     other.global_block().ops[2].set_attr("op_device", "cpu:1")
     path = _run(other, tmp_path / "run.json")
     with pytest.raises(TraceError, match="run.json is of another program: it ran sha256"):
-        model(_program(), "place,insert-copies", trace=path)
+        page_data(_program(), "place,insert-copies", trace=path)
 
 
 def _write(path: Path, doc: object) -> Path:
@@ -81,14 +81,14 @@ def test_a_trace_without_digests_is_matched_by_the_ops_it_names(tmp_path: Path) 
         {"ph": "X", "name": "memcpy", "pid": 1, "tid": 8, "ts": 90, "dur": 2, "args": {"id": 3}},
         {"ph": "i", "name": "marker", "pid": 1, "tid": 7, "ts": 95},
     ]
-    data, _ = model(_program(), "place,insert-copies,streams", trace=_write(tmp_path / "t.json", events))
+    data, _ = page_data(_program(), "place,insert-copies,streams", trace=_write(tmp_path / "t.json", events))
     trace = data["trace"]
     assert trace["match"] == "ops" and trace["state"] == 3
     assert trace["lanes"] == ["worker", "pid 1 / tid 8"]
     assert trace["spans"] == [[0, 10.0, 4.0, 1, "relu"], [1, 0.0, 2.0, 3, "memcpy"]]
     with pytest.raises(TraceError, match=r"names ops that are not in the program: id 1 \(conv2d\)"):
         events[1]["name"] = "conv2d"
-        model(_program(), "place", trace=_write(tmp_path / "t.json", events))
+        page_data(_program(), "place", trace=_write(tmp_path / "t.json", events))
 
 
 @pytest.mark.parametrize(
@@ -112,4 +112,4 @@ def test_files_that_are_not_chrome_traces_of_ops_are_refused(tmp_path: Path, con
 
 def test_a_missing_trace_is_refused_before_any_pass_runs(tmp_path: Path) -> None:
     with pytest.raises(TraceError, match="cannot read it"):
-        model(_program(), "place", trace=tmp_path / "nope.json")
+        page_data(_program(), "place", trace=tmp_path / "nope.json")
