@@ -159,6 +159,14 @@ def test_clicking_a_copy_shows_its_lineage_and_its_origin_is_a_link(
     assert js(driver, "return document.querySelector('#details h2').textContent").startswith(f"Op #{origin} ")
 
 
+def test_a_modified_op_shows_what_the_pass_changed(driver: Any, pages: dict[str, Path]) -> None:
+    open_page(driver, pages["mlp"])
+    select_state(driver, 4)  # streams gives every op its op_stream
+    click(driver, "g.node.modified:not(.copy)")
+    changes = js(driver, "return [...document.querySelectorAll('#details table.changes tr')].map(r => r.textContent)")
+    assert len(changes) == 1 and changes[0].startswith('op_stream(none) → "cpu')
+
+
 def test_search_counts_matches_and_enter_jumps_to_one(driver: Any, pages: dict[str, Path]) -> None:
     open_page(driver, pages["mlp"])
     select_state(driver, 2)

@@ -260,6 +260,15 @@ window.vizTiming = {parsed, drawn, interactive} (performance.now()); window.vizR
         (op.bytes ? `<br>moves ${fmt(op.bytes[0])} B${" × (-1)".repeat(op.bytes[1])}` : "") + `</div>`;
     }
     const present = byState[s][i] >= 0 ? "" : byState[cmp][i] >= 0 ? " — removed by this pass (ghost)" : " — not in this pass's program";
+    const before = byState[cmp][i], changes = [];
+    if (byState[s][i] >= 0 && before >= 0 && before !== byState[s][i]) { // what changed since the compared pass
+      const was = new Map(D.ops[before].attrs), now = new Map(op.attrs);
+      for (const [k, val] of now) if (was.get(k) !== val) changes.push([k, was.has(k) ? was.get(k) : "(none)", val]);
+      for (const [k, val] of was) if (!now.has(k)) changes.push([k, val, "(none)"]);
+      if (!changes.length) changes.push(["text", D.ops[before].text, op.text]); // inputs or outputs renamed
+    }
+    const changed = changes.length ? `<h2>Changed since pass ${cmp}</h2><table class="changes">` +
+      changes.map(([k, a, b]) => `<tr><td>${esc(k)}</td><td><code>${esc(a)}</code> → <code>${esc(b)}</code></td></tr>`).join("") + `</table>` : "";
     let spans = "";
     if (D.trace) {
       const js = spansOf.get(id) || [];
@@ -269,7 +278,7 @@ window.vizTiming = {parsed, drawn, interactive} (performance.now()); window.vizR
     }
     $("#details").innerHTML = `<h2>Op #${op.id} · ${esc(op.type)}${present}</h2><pre class="text">${esc(op.text)}</pre>` + lineage +
       `<div class="facts">device <b>${esc(op.device || "unplaced")}</b> · stream <b>${esc(op.stream || "—")}</b> · block <b>${op.block}</b> · ${op.kind}</div>` +
-      `<h2>Attributes</h2><table>${attrs || "<tr><td>(none)</td></tr>"}</table>` + spans;
+      changed + `<h2>Attributes</h2><table>${attrs || "<tr><td>(none)</td></tr>"}</table>` + spans;
   }
   function select(id, center) {
     if (selected != null && slot.has(selected)) nodeEls[slot.get(selected)].classList.remove("selected");
