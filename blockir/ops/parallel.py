@@ -4,8 +4,9 @@ The ``data-parallel`` pass (:mod:`blockir.passes.data_parallel`) inserts them:
 
 - ``split_batch``: the fed batch ``X`` cut along axis 0 into one part per
   replica (``numpy.array_split``'s sizes: the first ``rows % N`` parts one row
-  longer), a LoD tensor by whole sequences of its outer level; ``Share`` is each
-  part's fraction of the batch (rows, or sequences), what its gradient weighs;
+  longer, or the sizes fed in ``Sections`` when it has a value), a LoD tensor by
+  whole sequences of its outer level; ``Share`` is each part's fraction of the
+  batch (rows, or sequences), what its gradient weighs;
 - ``allreduce``: ``Out = Σ Share[i] * X[i]``, the gradient of the whole batch
   from the replicas' gradients of their parts' mean losses; sparse gradients
   (``SelectedRows``) are reduced by concatenating the weighted rows and summing
@@ -49,17 +50,20 @@ def _infer_split(ctx: InferContext) -> None:
     ctx.set_output("Share", [1], "float64")
 
 
-def _split_batch(ctx: KernelContext, x: Any) -> tuple[list[Any], list[Any]]:
+def _split_batch(ctx: KernelContext, x: Any, sections: Any = None) -> tuple[list[Any], list[Any]]:
     n = ctx.attrs["replicas"]
-    if isinstance(x, LoDTensor):
-        offsets = x.lod[0]
-        count = len(offsets) - 1
+    count = len(x.lod[0]) - 1 if isinstance(x, LoDTensor) else int(np.shape(x)[0]) if np.ndim(x) else 0
+    unit = "sequences" if isinstance(x, LoDTensor) else "rows"
+    if sections is None:
+        if count < n:
+            raise ValueError(f"a batch of {count} {unit} cannot be split over {n} replicas (each needs at least one)")
+        sizes = split_sizes(count, n)
     else:
-        count = int(np.shape(x)[0]) if np.ndim(x) else 0
-    if count < n:
-        unit = "sequences" if isinstance(x, LoDTensor) else "rows"
-        raise ValueError(f"a batch of {count} {unit} cannot be split over {n} replicas (each needs at least one)")
-    sizes = split_sizes(count, n)
+        sizes = [int(v) for v in np.asarray(sections.get() if hasattr(sections, "get") else sections).reshape(-1)]
+        if len(sizes) != n or min(sizes) < 1 or sum(sizes) != count:
+            raise ValueError(
+                f"Sections {sizes} must be {n} sizes of at least 1 that add up to the batch's {count} {unit}"
+            )
     bounds = np.cumsum([0, *sizes]).tolist()
     shares = [ctx.xp.asarray([s / count], dtype=np.float64) for s in sizes]
     if not isinstance(x, LoDTensor):
@@ -82,12 +86,13 @@ def _sub_lod(lod: list[list[int]], a: int, b: int) -> list[list[int]]:
 
 SPLIT_BATCH = OpSchema(
     "split_batch",
-    inputs=(Slot("X", lod=True, no_grad=True),),
+    inputs=(Slot("X", lod=True, no_grad=True), Slot("Sections", optional=True, no_grad=True)),
     outputs=(Slot("Out", duplicable=True, lod=True), Slot("Share", duplicable=True)),
     attrs=(AttrDef("replicas", AttrType.INT),),
     infer=_infer_split,
     kernel=_split_batch,
-    doc="X cut along axis 0 (a LoD tensor by sequences) into `replicas` parts; Share[i] = part i's fraction.",
+    doc="X cut along axis 0 (a LoD tensor by sequences) into `replicas` parts, evenly or by the sizes in "
+    "Sections; Share[i] = part i's fraction.",
 )
 
 

@@ -6,14 +6,17 @@ copy per device), ``loss`` (the loss the backward starts from), ``strategy``
 (``all-reduce`` or ``reduce``, Fluid's ``BuildStrategy.ReduceStrategy``),
 ``scale`` (``coeff-num-device``, Fluid's default ``GradientScaleStrategy``: each
 replica's gradient weighs its share of the batch, 1/N for an even split; or
-``one``: gradients summed), ``fetch`` (more variables to gather for fetching).
+``one``: gradients summed), ``fetch`` (more variables to gather for fetching),
+``sections`` (the parts' sizes are fed).
 
 The global block (sub-blocks are refused: control flow is not replicated)
 becomes, in program order:
 
 1. a ``split_batch`` per fed variable (read by the model before any op writes
    it): ``x`` -> ``x@R0 .. x@R{N-1}`` and the shares ``x@SHARE@R{i}`` (the
-   first feed's shares weigh the gradients);
+   first feed's shares weigh the gradients); an even split, or with
+   ``sections=true`` the sizes fed in ``x@SECTIONS`` (``CompiledProgram`` does
+   so for a list of one feed dict per place, each replica computing on its own);
 2. on each device but the first, a ``broadcast{init_only=true}`` per
    persistable it uses: ``w`` -> ``w@D1`` (device ``k`` of the distinct
    devices in ``places`` holds ``NAME@D{k}``, the first holds ``NAME``
@@ -91,6 +94,9 @@ class DataParallel(Pass):
     strategy: str = field(default="all-reduce", metadata={"help": "all-reduce or reduce (one owner per parameter)"})
     scale: str = field(default="coeff-num-device", metadata={"help": "coeff-num-device (by batch share) or one"})
     fetch: tuple[str, ...] = field(default=(), metadata={"help": "more variables to gather along axis 0"})
+    sections: bool = field(
+        default=False, metadata={"help": "the parts' sizes are fed, as NAME@SECTIONS (false: an even split)"}
+    )
 
     def __post_init__(self) -> None:
         if not self.places:
@@ -261,9 +267,14 @@ class _Replicate:
             for share in mine:
                 if not self.block.has_var(share):
                     self.block.create_var(share, shape=(1,), dtype="float64")
+            inputs = {"X": [name]}
+            if self.o.sections:
+                inputs["Sections"] = [f"{name}@SECTIONS"]
+                if not self.block.has_var(inputs["Sections"][0]):
+                    self.block.create_var(inputs["Sections"][0], shape=(self.n,), dtype="int64", need_check_feed=True)
             self._emit(
                 "split_batch",
-                {"X": [name]},
+                inputs,
                 {"Out": parts, "Share": mine},
                 {"replicas": self.n},
                 [first_reader[name]],

@@ -79,7 +79,7 @@ class CompiledProgram:
         self.loss_name = ""
         self.build_strategy = BuildStrategy()
         self.exec_strategy = ExecutionStrategy()
-        self._built: dict[tuple[int, tuple[str, ...]], Program] = {}
+        self._built: dict[tuple[int, tuple[str, ...], bool], Program] = {}
 
     def with_data_parallel(
         self,
@@ -97,8 +97,9 @@ class CompiledProgram:
         self.replicated(())  # errors (an unknown loss, no backward) now, not at the first run
         return self
 
-    def pass_for(self, fetch: Sequence[str]) -> DataParallel:
-        """The ``data-parallel`` pass this program runs as when fetching ``fetch``."""
+    def pass_for(self, fetch: Sequence[str], sections: bool = False) -> DataParallel:
+        """The ``data-parallel`` pass this program runs as when fetching ``fetch`` (with ``sections``: fed a
+        list of dicts)."""
         if not self.places:
             raise BlockirError("CompiledProgram: call with_data_parallel(loss_name, places=...) before running it")
         return DataParallel(
@@ -107,20 +108,23 @@ class CompiledProgram:
             strategy=self.build_strategy.reduce_strategy.value,
             scale=self.build_strategy.gradient_scale_strategy.value,
             fetch=tuple(n for n in dict.fromkeys(fetch) if n != self.loss_name),
+            sections=sections,
         )
 
-    def replicated(self, fetch: Sequence[str]) -> Program:
-        """The replicated program (cached per state of the program and fetch targets)."""
-        key = (self.program.mutation, self.pass_for(fetch).fetch)
+    def replicated(self, fetch: Sequence[str], sections: bool = False) -> Program:
+        """The replicated program (cached per state of the program, fetch targets and ``sections``)."""
+        p = self.pass_for(fetch, sections)
+        key = (self.program.mutation, p.fetch, sections)
         built = self._built.get(key)
         if built is None:
             if len(self._built) >= 16:
                 self._built.clear()
-            built = self._built[key] = run_pipeline(self.program, [self.pass_for(fetch)], snapshots=False)[0]
+            built = self._built[key] = run_pipeline(self.program, [p], snapshots=False)[0]
         return built
 
     def merged_feed(self, feed: Mapping[str, Any] | Sequence[Mapping[str, Any]]) -> Mapping[str, Any]:
-        """``feed`` as one batch: a list of per-replica dicts (Fluid's form) is joined along axis 0, in order."""
+        """``feed`` as one batch: a list of per-replica dicts (Fluid's form) is joined along axis 0, in order,
+        with the sizes of the parts (``NAME@SECTIONS``) so that replica i computes on dict i."""
         if isinstance(feed, Mapping):
             return feed
         parts = list(feed)
@@ -130,10 +134,18 @@ class CompiledProgram:
         for k, part in enumerate(parts):
             if set(part) != names:
                 raise BlockirError(f"feed {k} names {sorted(part)}, feed 0 names {sorted(names)}: give the same names")
-        return {name: _join([part[name] for part in parts]) for name in parts[0]}
+        joined = {name: _join([part[name] for part in parts]) for name in parts[0]}
+        for name in parts[0]:  # each replica gets its own dict's rows (the data-parallel pass's x@SECTIONS)
+            joined[f"{name}@SECTIONS"] = np.array([_count(part[name]) for part in parts], dtype=np.int64)
+        return joined
 
     def __repr__(self) -> str:
         return f"CompiledProgram(places={self.places}, loss_name={self.loss_name!r})"
+
+
+def _count(value: Any) -> int:
+    """Rows of a batch, or sequences of a LoD tensor: what split_batch splits."""
+    return len(value.lod[0]) - 1 if isinstance(value, LoDTensor) else int(np.shape(value)[0])
 
 
 def _join(values: list[Any]) -> Any:

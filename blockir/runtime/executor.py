@@ -238,9 +238,10 @@ class Executor:
         if program is None:
             program = default_main_program()
         elif isinstance(program, CompiledProgram):
+            per_place = feed is not None and not isinstance(feed, Mapping)  # Fluid's list of dicts
             if feed is not None:
                 feed = program.merged_feed(feed)
-            program = program.replicated(fetch or ())
+            program = program.replicated(fetch or (), sections=per_place)
         elif not isinstance(program, Program):
             raise BlockirError(f"Executor.run needs a Program or a CompiledProgram, got {type(program).__name__}")
         if feed is None:

@@ -120,21 +120,28 @@ def test_replicas_on_two_gpus_compute_the_same(monkeypatch: pytest.MonkeyPatch, 
     assert copies and all(scope.find_var(n).device == "cuda:1" for n in copies)
 
 
-def test_a_list_of_feeds_one_per_place_is_the_batch_they_make() -> None:
+def test_a_list_of_feeds_gives_each_replica_its_own_dict() -> None:
     main, startup, loss, feed = mlp(OPTIMIZERS["sgd"])
-    parts = [{k: v[:4] for k, v in feed.items()}, {k: v[4:] for k, v in feed.items()}]
-    scope = bir.Scope()
+    parts = [{k: v[:3] for k, v in feed.items()}, {k: v[3:] for k, v in feed.items()}]  # 3 and 6 rows
     with bir.Executor() as exe:
-        exe.run(startup, scope=scope)
+
+        def first_loss(program: Any, batch: Any) -> np.ndarray:
+            scope = bir.Scope()
+            exe.run(startup, scope=scope)
+            return exe.run(program, feed=batch, fetch_list=[loss], scope=scope)[0]
+
         compiled = bir.CompiledProgram(main).with_data_parallel(loss, places=["cpu", "cpu"])
-        (got,) = exe.run(compiled, feed=parts, fetch_list=[loss], scope=scope)
-        ref_scope = bir.Scope()
-        exe.run(startup, scope=ref_scope)
-        (want,) = exe.run(main, feed=feed, fetch_list=[loss], scope=ref_scope)
-    np.testing.assert_allclose(np.array([5, 4]) / 9 @ got, want[0], rtol=1e-12)
-    with pytest.raises(BlockirError, match="one dict per place"):
-        exe2 = bir.Executor()
-        exe2.run(compiled, feed=parts[:1], fetch_list=[loss], scope=scope)
+        got = first_loss(compiled, parts)
+        alone = [first_loss(main, part)[0] for part in parts]
+        whole = first_loss(main, feed)[0]
+        np.testing.assert_allclose(got, alone, rtol=1e-12)  # replica i computed on dict i
+        np.testing.assert_allclose(np.array([3, 6]) / 9 @ got, whole, rtol=1e-12)
+        scope = bir.Scope()
+        exe.run(startup, scope=scope)
+        with pytest.raises(BlockirError, match="one dict per place"):
+            exe.run(compiled, feed=parts[:1], fetch_list=[loss], scope=scope)
+        with pytest.raises(ExecutionError, match=r"Sections \[0, 9\] must be 2 sizes of at least 1"):
+            exe.run(compiled, feed=[{k: v[:0] for k, v in feed.items()}, feed], fetch_list=[loss], scope=scope)
 
 
 def test_threads_over_one_copy_hold_one_copy_of_each_parameter() -> None:
@@ -197,7 +204,8 @@ def test_the_pass_prints_replicas_reductions_and_broadcasts() -> None:
     result, report = run(main, f"data-parallel{{places=cpu:0,cpu:1 loss={loss}}}")
     run(result, "place,insert-copies,streams")  # and the devices' pipeline takes it (verified after each pass)
     text = str(result)
-    assert "split_batch(X=%x)" in text and "allreduce(X=[%fc_0.w_0@GRAD@R0, %fc_0.w_0@GRAD@R1]" in text
+    assert "split_batch(X=%x)" in text
+    assert "allreduce(X=[%fc_0.w_0@GRAD@R0, %fc_0.w_0@GRAD@R1]" in text
     assert '%fc_0.w_0@D1 = broadcast(X=%fc_0.w_0, Current=%fc_0.w_0@D1) {dst_device="cpu:1", init_only=true' in text
     assert report.record("data-parallel").added > 0
     ops = result.global_block().ops
