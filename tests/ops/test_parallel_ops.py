@@ -87,3 +87,18 @@ def test_broadcast_copies_and_with_init_only_keeps_a_value_already_there() -> No
     np.testing.assert_array_equal(first, x)
     every = run_op("broadcast", {"X": x, "Current": current}, {"dst_device": "cpu:1"})["Out"]
     np.testing.assert_array_equal(every, x)  # without init_only: a copy every run
+
+
+def test_split_batch_cuts_where_sections_say() -> None:
+    x = RNG.normal(size=(9, 2))
+    out = run_op("split_batch", {"X": x, "Sections": np.array([2, 7])}, {"replicas": 2})
+    np.testing.assert_array_equal(out["Out"][0], x[:2])
+    np.testing.assert_array_equal(out["Out"][1], x[2:])
+    np.testing.assert_allclose(np.concatenate(out["Share"]), [2 / 9, 7 / 9])
+    lod = LoDTensor.from_lengths(np.arange(6.0).reshape(6, 1), [1, 2, 3])
+    first, second = run_op("split_batch", {"X": lod, "Sections": np.array([2, 1])}, {"replicas": 2})["Out"]
+    assert first.lengths() == [1, 2] and second.lengths() == [3]
+    with pytest.raises(
+        ValueError, match=r"Sections \[3, 7\] must be 2 sizes of at least 1 that add up to the batch's 9"
+    ):
+        run_op("split_batch", {"X": x, "Sections": np.array([3, 7])}, {"replicas": 2})
