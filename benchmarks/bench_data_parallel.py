@@ -17,8 +17,8 @@ Models: the MLP 784-512-512-10 with softmax cross-entropy and Adam, and the bag-
 per contender, instances/s (median and range over the rounds) and the speed-up over ``one`` taken within
 each round, and the goals: the better of the two modes >= 1.6x ``one``, and >= 0.95x the plain threads'
 speed-up.
-``--keep-freed-memory`` first calls ``blockir.runtime.keep_freed_memory()`` (process-wide: run it
-separately from a default run to compare).
+``with_data_parallel`` has glibc keep freed memory (``ExecutionStrategy.keep_freed_memory``, process-wide,
+so ``one`` runs with it too); ``--default-malloc`` turns that off, for a run to compare.
 """
 
 from __future__ import annotations
@@ -36,7 +36,6 @@ from threadpoolctl import threadpool_limits
 
 import blockir as bir
 from blockir.ops.values import LoDTensor
-from blockir.runtime import keep_freed_memory
 
 GOAL_SPEEDUP, GOAL_OF_CEILING = 1.6, 0.95
 
@@ -72,12 +71,17 @@ def bow(batch: int) -> tuple[bir.Program, bir.Program, str, dict[str, Any], list
     return main, startup, loss.name, feed, [(64, 2)]
 
 
-def trainer(model: Callable[..., Any], batch: int, places: list[str] | None, steps: int) -> Callable[[], None]:
+def trainer(
+    model: Callable[..., Any], batch: int, places: list[str] | None, steps: int, keep: bool
+) -> Callable[[], None]:
     main, startup, loss, feed, _ = model(batch)
     scope = bir.Scope()
     exe = bir.Executor("cpu")
     exe.run(startup, scope=scope)
-    program: Any = main if places is None else bir.CompiledProgram(main).with_data_parallel(loss, places=places)
+    program: Any = main
+    if places is not None:
+        strategy = bir.ExecutionStrategy(keep_freed_memory=keep)
+        program = bir.CompiledProgram(main).with_data_parallel(loss, exec_strategy=strategy, places=places)
 
     def run() -> None:
         for _ in range(steps):
@@ -156,23 +160,22 @@ def main() -> None:
     parser.add_argument("--steps", type=int, default=6)
     parser.add_argument("--batch", type=int, default=512)
     parser.add_argument(
-        "--keep-freed-memory",
+        "--default-malloc",
         action="store_true",
-        help="call blockir.runtime.keep_freed_memory() first (glibc keeps freed blocks: no page faults per step)",
+        help="ExecutionStrategy(keep_freed_memory=False): leave glibc's malloc as it is (it hands freed memory back)",
     )
     args = parser.parse_args()
-    if args.keep_freed_memory:
-        keep_freed_memory()
-    memory = "kept (keep_freed_memory)" if args.keep_freed_memory else "glibc's default"
+    memory = "glibc's default (--default-malloc)" if args.default_malloc else "kept (with_data_parallel's default)"
     print(f"{os.cpu_count()} cores, BLAS 1 thread per replica, batch {args.batch}, {args.steps} steps")
     print(f"freed memory: {memory}")
+    keep = not args.default_malloc
     with threadpool_limits(1):
         for name, model in (("MLP 784-512-512-10, Adam", mlp), ("bag of words, sparse embedding, SGD", bow)):
             shapes = model(2)[4]
             contenders = {
-                "one": trainer(model, args.batch, None, args.steps),
-                "threads": trainer(model, args.batch, ["cpu", "cpu"], args.steps),
-                "devices": trainer(model, args.batch, ["cpu:0", "cpu:1"], args.steps),
+                "one": trainer(model, args.batch, None, args.steps, keep),
+                "threads": trainer(model, args.batch, ["cpu", "cpu"], args.steps, keep),
+                "devices": trainer(model, args.batch, ["cpu:0", "cpu:1"], args.steps, keep),
                 "plain x1": plain(shapes, args.batch, 1, args.steps),
                 "plain x2": plain(shapes, args.batch, 2, args.steps),
             }

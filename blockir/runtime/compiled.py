@@ -25,6 +25,7 @@ from blockir.ops.values import LoDTensor
 from blockir.passes.data_parallel import DataParallel
 from blockir.passes.manager import run as run_pipeline
 from blockir.runtime.cuda import device_names
+from blockir.runtime.memory import keep_freed_memory
 
 __all__ = ["BuildStrategy", "CompiledProgram", "ExecutionStrategy", "cpu_places", "cuda_places"]
 
@@ -62,10 +63,16 @@ class BuildStrategy:
 
 @dataclass
 class ExecutionStrategy:
-    """How the replicated program runs (Fluid's ``ExecutionStrategy``): ``num_threads`` bounds the dataflow
-    scheduler's worker threads (None: one per stream)."""
+    """How the replicated program runs (Fluid's ``ExecutionStrategy``).
 
-    num_threads: int | None = None
+    ``keep_freed_memory`` (default True): :meth:`CompiledProgram.with_data_parallel` calls
+    :func:`blockir.runtime.keep_freed_memory`, so that glibc keeps freed memory for reuse in this process
+    (as Paddle's allocator keeps what it frees): replicas on threads otherwise fault their large
+    temporaries in again every step, and slow each other down doing so. Process-wide; False leaves
+    malloc as it is.
+    """
+
+    keep_freed_memory: bool = True
 
 
 class CompiledProgram:
@@ -93,6 +100,8 @@ class CompiledProgram:
         self.places = [checked_device(str(p), "a place of with_data_parallel") for p in (places or cpu_places())]
         self.build_strategy = build_strategy or BuildStrategy()
         self.exec_strategy = exec_strategy or ExecutionStrategy()
+        if self.exec_strategy.keep_freed_memory:
+            keep_freed_memory()
         self._built.clear()
         self.replicated(())  # errors (an unknown loss, no backward) now, not at the first run
         return self

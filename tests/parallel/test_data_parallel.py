@@ -347,3 +347,16 @@ def test_two_replicas_on_one_real_gpu_compute_the_same(model: str) -> None:
     _, ref_params, _ = train(model, "adam", None)
     _, params, _ = train(model, "adam", ["cuda:0", "cuda:0"])
     assert_same_params(params, ref_params)
+
+
+def test_with_data_parallel_keeps_freed_memory_unless_told_not_to(monkeypatch: pytest.MonkeyPatch) -> None:
+    import blockir.runtime.compiled as compiled
+
+    calls: list[str] = []
+    monkeypatch.setattr(compiled, "keep_freed_memory", lambda: calls.append("keep"))
+    main, _, loss, _ = mlp(OPTIMIZERS["sgd"])
+    bir.CompiledProgram(main).with_data_parallel(loss, places=["cpu", "cpu"])
+    assert calls == ["keep"]
+    off = bir.ExecutionStrategy(keep_freed_memory=False)
+    bir.CompiledProgram(main).with_data_parallel(loss, exec_strategy=off, places=["cpu", "cpu"])
+    assert calls == ["keep"]
