@@ -32,12 +32,13 @@ from typing import Any
 import numpy as np
 
 from blockir.errors import PassError
-from blockir.ir import Block, Operator, Program, Variable
+from blockir.ir import Operator, Program, Variable
 from blockir.ir.schema import Lowering, lowering_of
 from blockir.ir.text import format_attr_value, format_op
 from blockir.passes.base import Pass, origin_key
 from blockir.passes.manager import KeepPrograms, PassRecord, PassReport, expand, format_pass, parse_pipeline
 from blockir.passes.manager import run as run_pipeline
+from blockir.passes.place import find_var
 from blockir.viz.layout import layout
 from blockir.viz.trace import Trace, match_trace
 
@@ -158,13 +159,7 @@ def _shape_text(var: Variable | None) -> str:
 
 
 def _find(op: Operator, name: str) -> Variable | None:
-    """The variable ``name`` as ``op``'s block sees it (its own, else its parents'), None if undeclared."""
-    block: Block | None = op.block
-    while block is not None:
-        if block.has_var(name):
-            return block.var(name)
-        block = block.parent_block
-    return None
+    return find_var(op.block, name)
 
 
 def _version(op: Operator, text: str, state: int, keys_by_state: list[dict[str, int]]) -> dict[str, Any]:
@@ -223,7 +218,7 @@ def _lineage(op: Operator, kind: str, made_by: str, origin: list[str]) -> str:
         source = op.input_names()[0] if op.input_names() else "?"
         var = _find(op, source)
         flow = " -> ".join(types if len(types) > 1 else [source, *types])
-        src = (var.device if var is not None and var.device else "?") if var is not None else "?"
+        src = var.device if var is not None and var.device else "?"
         return f"{op.type} inserted by {made_by} for {flow}, {src} -> {op.device or '?'}"
     return f"{op.type} created by {made_by}" + (f" from {', '.join(origin)}" if origin else "")
 
