@@ -23,6 +23,7 @@ from blockir.ir.dtypes import DTYPE_TO_PROTO, to_dtype
 __all__ = [
     "accuracy",
     "assign",
+    "auc",
     "cast",
     "concat",
     "cross_entropy",
@@ -407,6 +408,55 @@ def accuracy(input: core.Variable, label: core.Variable, k: int = 1) -> Variable
         {"Accuracy": [acc], "Correct": [correct], "Total": [total]},
     )
     return acc
+
+
+def auc(
+    input: core.Variable,
+    label: core.Variable,
+    curve: str = "ROC",
+    num_thresholds: int = 2**12 - 1,
+    topk: int = 1,
+    slide_steps: int = 1,
+) -> tuple[Variable, Variable, list[Variable]]:
+    """Streaming ROC AUC of ``input`` (an [N, 2] softmax, or [N, 1] positive probabilities) against ``label``.
+
+    Fluid's ``layers.auc``: returns ``(auc, batch_auc, [batch_stat_pos, batch_stat_neg, stat_pos,
+    stat_neg])``. ``auc`` covers everything since the startup program ran (its counts per threshold bucket,
+    ``stat_pos``/``stat_neg``, are persistable, saved and restored with the model); ``batch_auc`` covers the
+    last ``slide_steps`` batches. ``topk`` is accepted for Fluid's signature and must be 1.
+    """
+    helper = LayerHelper("auc")
+    helper.check_variable(input, "input")
+    helper.check_variable(label, "label")
+    helper.check_float(input, "input")
+    helper.check_dtype(label, "label", _LABEL_DTYPES)
+    if curve != "ROC":
+        raise helper.error(f"curve must be 'ROC' (the only one computed), got {curve!r}")
+    for arg, value, low in (("num_thresholds", num_thresholds, 1), ("slide_steps", slide_steps, 1), ("topk", topk, 1)):
+        if isinstance(value, bool) or not isinstance(value, int) or value < low:
+            raise helper.error(f"{arg} must be an int >= {low}, got {value!r}")
+    if topk != 1:
+        raise helper.error(f"topk must be 1, got {topk}")
+    outputs: list[Variable] = []
+    stats: list[Variable] = []
+    for steps, rows in ((slide_steps, slide_steps), (0, 1)):  # the window of batches, then everything
+        pos, neg = (
+            helper.create_global_var(
+                f"{helper.name}.{kind}", (rows, num_thresholds + 1), "int64", 0.0, persistable=True
+            )
+            for kind in ("batch_stat_pos" if steps else "stat_pos", "batch_stat_neg" if steps else "stat_neg")
+        )
+        out = helper.create_tmp("float64", stop_gradient=True)
+        helper.append_op(
+            "auc",
+            {"Predict": [input], "Label": [label], "StatPos": [pos], "StatNeg": [neg]},
+            {"AUC": [out], "StatPosOut": [pos], "StatNegOut": [neg]},
+            {"curve": curve, "num_thresholds": num_thresholds, "slide_steps": steps},
+        )
+        outputs.append(out)
+        stats += [pos, neg]
+    batch_auc, global_auc = outputs
+    return global_auc, batch_auc, stats
 
 
 # -- tensors --------------------------------------------------------------------------------

@@ -325,6 +325,81 @@ ACCURACY = OpSchema(
     doc="Top-k accuracy: Accuracy (float32 [1]) = Correct / Total (int64 [1] each).",
 )
 
+# -- auc -------------------------------------------------------------------------------------------
+
+
+def _infer_auc(ctx: InferContext) -> None:
+    predict, label = ctx.tensor("Predict"), ctx.tensor("Label")
+    if predict.dtype not in FLOAT_DTYPES or len(predict.shape) != 2 or predict.shape[1] not in (-1, 1, 2):
+        ctx.fail(f"Predict {fmt(predict)} must be a float [N, 2] (or [N, 1]) tensor of probabilities")
+    if label.dtype not in ID_DTYPES or len(label.shape) != 2 or not compatible(label.shape[0], predict.shape[0]):
+        ctx.fail(f"Label {fmt(label)} must be an int [N, 1] tensor for Predict {fmt(predict)}")
+    if ctx.attr("curve") != "ROC":
+        ctx.fail(f"curve {ctx.attr('curve')!r}: only 'ROC' is computed")
+    if ctx.attr("num_thresholds") < 1 or ctx.attr("slide_steps") < 0:
+        ctx.fail("num_thresholds must be >= 1 and slide_steps >= 0")
+    width = ctx.attr("num_thresholds") + 1
+    rows = max(ctx.attr("slide_steps"), 1)
+    for slot in ("StatPos", "StatNeg"):
+        stat = ctx.tensor(slot)
+        if stat.dtype != "int64" or len(stat.shape) != 2 or not all(map(compatible, stat.shape, (rows, width))):
+            ctx.fail(f"{slot} {fmt(stat)} must be int64 [{rows}, {width}] (slide_steps rows of num_thresholds + 1)")
+    ctx.set_output("AUC", (1,), "float64")
+    ctx.set_output("StatPosOut", (rows, width), "int64")
+    ctx.set_output("StatNegOut", (rows, width), "int64")
+
+
+def roc_auc_of(pos: Any, neg: Any) -> float:
+    """The area under the ROC curve of positives and negatives counted per threshold bucket (ascending),
+    by the trapezoid rule from the highest bucket down (0 when a class is missing)."""
+    pos, neg = pos[::-1].astype("float64"), neg[::-1].astype("float64")
+    tp = pos.cumsum()  # true positives at each threshold, highest first
+    if not tp.size or tp[-1] == 0 or neg.sum() == 0:
+        return 0.0
+    area = (neg * (tp + (tp - pos))).sum() / 2.0  # each bucket's new negatives times the mean true positives
+    return float(area / tp[-1] / neg.sum())
+
+
+def _auc(ctx: KernelContext, predict: Any, label: Any, stat_pos: Any, stat_neg: Any) -> tuple[Any, Any, Any]:
+    xp, thresholds, steps = ctx.xp, ctx.attrs["num_thresholds"], ctx.attrs["slide_steps"]
+    if label.size != predict.shape[0]:
+        raise kernel_error(
+            ctx, f"Label {list(label.shape)} must have one entry per row of Predict {list(predict.shape)}"
+        )
+    positive = predict[:, -1]
+    bucket = xp.clip((positive * thresholds).astype("int64"), 0, thresholds)
+    is_pos = label.reshape(-1) > 0
+    pos = xp.bincount(bucket[is_pos], minlength=thresholds + 1).astype("int64")
+    neg = xp.bincount(bucket[~is_pos], minlength=thresholds + 1).astype("int64")
+    if steps == 0:  # accumulate for ever: one row
+        stat_pos, stat_neg = stat_pos + pos, stat_neg + neg
+    else:  # a window of the last slide_steps batches: the oldest row goes
+        stat_pos = xp.concatenate([stat_pos[1:], pos[None]])
+        stat_neg = xp.concatenate([stat_neg[1:], neg[None]])
+    auc = roc_auc_of(to_host(stat_pos.sum(axis=0)), to_host(stat_neg.sum(axis=0)))
+    return xp.asarray([auc], dtype="float64"), stat_pos, stat_neg
+
+
+AUC = OpSchema(
+    "auc",
+    inputs=(
+        Slot("Predict", no_grad=True),
+        Slot("Label", no_grad=True),
+        Slot("StatPos", no_grad=True),
+        Slot("StatNeg", no_grad=True),
+    ),
+    outputs=(Slot("AUC"), Slot("StatPosOut"), Slot("StatNegOut")),
+    attrs=(
+        AttrDef("curve", AttrType.STRING, "ROC"),
+        AttrDef("num_thresholds", AttrType.INT, 4095),
+        AttrDef("slide_steps", AttrType.INT, 1),
+    ),
+    infer=_infer_auc,
+    kernel=_auc,
+    doc="Streaming ROC AUC: each row's positive probability (Predict's last column) counted into one of "
+    "num_thresholds + 1 buckets by label; slide_steps = 0 accumulates for ever, N > 0 keeps the last N batches.",
+)
+
 # -- lookup_table --------------------------------------------------------------------------------
 
 _LOOKUP_ATTRS = (AttrDef("is_sparse", AttrType.BOOLEAN, False), AttrDef("padding_idx", AttrType.LONG, -1))
@@ -419,6 +494,7 @@ LOOKUP_TABLE = OpSchema(
 
 
 SCHEMAS: tuple[OpSchema, ...] = (
+    AUC,
     CROSS_ENTROPY,
     CROSS_ENTROPY_GRAD,
     SOFTMAX_WITH_CROSS_ENTROPY,

@@ -163,6 +163,54 @@ ACCURACY = [
     _accuracy_case(np.zeros((0, 5), np.float32), np.zeros((0, 1), np.int64), 2, "empty_batch"),
 ]
 
+# -- auc ---------------------------------------------------------------------------------------------------
+
+
+def ref_auc(predict: np.ndarray, label: np.ndarray, stat_pos: np.ndarray, stat_neg: np.ndarray, t: int, steps: int):
+    """Bucket by bucket, as Paddle's auc kernel: count, then walk the thresholds from the top."""
+    pos, neg = np.zeros(t + 1, np.int64), np.zeros(t + 1, np.int64)
+    for p, y in zip(predict[:, -1], label.reshape(-1)):
+        b = min(max(int(p * t), 0), t)
+        if y > 0:
+            pos[b] += 1
+        else:
+            neg[b] += 1
+    if steps == 0:
+        new_pos, new_neg = stat_pos + pos, stat_neg + neg
+    else:
+        new_pos, new_neg = np.vstack([stat_pos[1:], pos]), np.vstack([stat_neg[1:], neg])
+    tot_pos = tot_neg = 0.0
+    area = 0.0
+    total_pos, total_neg = new_pos.sum(axis=0), new_neg.sum(axis=0)
+    for b in range(t, -1, -1):
+        prev_pos, prev_neg = tot_pos, tot_neg
+        tot_pos += total_pos[b]
+        tot_neg += total_neg[b]
+        area += (tot_neg - prev_neg) * (tot_pos + prev_pos) / 2.0
+    auc = area / tot_pos / tot_neg if tot_pos > 0 and tot_neg > 0 else 0.0
+    return {"AUC": np.array([auc]), "StatPosOut": new_pos, "StatNegOut": new_neg}
+
+
+def _auc_case(n: int, t: int, steps: int, name: str, seed: int, history: bool = False) -> Case:
+    rng = np.random.default_rng(seed)
+    p1 = rng.random(n).astype("float32")
+    predict = np.stack([1 - p1, p1], axis=1)
+    label = (rng.random(n) < p1).astype("int64").reshape(n, 1)
+    rows = max(steps, 1)
+    stat_pos = rng.integers(0, 5, (rows, t + 1)) if history else np.zeros((rows, t + 1), np.int64)
+    stat_neg = rng.integers(0, 5, (rows, t + 1)) if history else np.zeros((rows, t + 1), np.int64)
+    inputs = {"Predict": predict, "Label": label, "StatPos": stat_pos, "StatNeg": stat_neg}
+    attrs = {"num_thresholds": t, "slide_steps": steps}
+    return Case(inputs, attrs, ref_auc(predict, label, stat_pos, stat_neg, t, steps), rtol=1e-12, name=name)
+
+
+AUC = [
+    _auc_case(64, 4095, 1, "batch", 1),
+    _auc_case(64, 7, 0, "accumulated_coarse", 2, history=True),
+    _auc_case(50, 100, 3, "window_of_3", 3, history=True),
+    _auc_case(1, 16, 1, "one_row", 5),
+]
+
 # -- lookup_table -----------------------------------------------------------------------------------------
 
 
@@ -266,6 +314,7 @@ CASES: dict[str, list[Case]] = {
     "softmax_with_cross_entropy": SOFTMAX_WITH_CROSS_ENTROPY,
     "top_k": TOP_K,
     "accuracy": ACCURACY,
+    "auc": AUC,
     "lookup_table": LOOKUP_TABLE,
     "sequence_pool": SEQUENCE_POOL,
 }
