@@ -123,11 +123,10 @@ class _Replicate:
         self.devices = list(dict.fromkeys(options.places))
         self.device_of = [self.devices.index(p) for p in options.places]  # replica -> device index
         self.lanes = [options.places[:i].count(p) for i, p in enumerate(options.places)]  # replica -> j on device
-        self.shared_device = any(options.places.count(p) > 1 for p in self.devices)
         self.ops = list(block.ops)
         self._check()
         self.model = [op for op in self.ops if not _role(op) & _SHARED_ROLES]
-        self.shared = [op for op in self.ops if op not in self.model]
+        self.shared = [op for op in self.ops if _role(op) & _SHARED_ROLES]
         self.written = {n for op in self.model for n in op.output_names()}
         self.persistable = {n for n in self._read_by(self.model + self.shared) if self._var(n).persistable}
         self.fed = self._fed()
@@ -175,7 +174,7 @@ class _Replicate:
         for op in self.model:
             for n in op.input_names():
                 if n not in seen and n not in self.persistable and n not in made_by_shared and n not in fed:
-                    fed.append(n)
+                    fed.append(n)  # a short list: the feeds
             seen.update(op.output_names())
         if not fed:
             raise BlockirError("data-parallel: the model reads no fed variable; there is no batch to split")
@@ -240,13 +239,18 @@ class _Replicate:
     def run(self) -> None:
         shares = self._split()
         broadcast_at = len(self.block.ops)
-        last_write = {g: max(k for k, op in enumerate(self.model) if g in op.output_names()) for g in self.grads}
+        last_write: dict[str, int] = {}  # gradient -> the model op that writes it last
+        for k, op in enumerate(self.model):
+            last_write.update((n, k) for n in op.output_names() if n in self.grads)
+        reduce_after: dict[int, list[str]] = {}
+        for grad, k in sorted(last_write.items()):
+            reduce_after.setdefault(k, []).append(grad)
         produced: set[str] = set()
         for k, op in enumerate(self.model):
             for replica in range(self.n):
                 self._replica(op, replica, produced)
             produced.update(op.output_names())
-            for grad in sorted(g for g, at in last_write.items() if at == k):
+            for grad in reduce_after.get(k, ()):
                 self._reduce(grad, op, shares)
         self._optimizer()
         for name in [self.o.loss, *self.o.fetch]:
@@ -394,7 +398,8 @@ class _Replicate:
                     [reader] if reader is not None else [],
                 )
             )
-        order = [op for op in self.block.ops if op not in made]
+        broadcast = {id(op) for op in made}
+        order = [op for op in self.block.ops if id(op) not in broadcast]
         self.block.reorder_ops(order[:at] + made + order[at:])
 
 
