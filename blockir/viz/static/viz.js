@@ -460,6 +460,7 @@ window.vizTiming = {parsed, drawn, interactive} (performance.now()); window.vizR
   // -- keys and controls ------------------------------------------------------------------------------------------------------
   document.addEventListener("keydown", (e) => {
     const inSearch = e.target === $("#search");
+    if (!inSearch && e.target.closest && e.target.closest("select, input")) return; // the control's own keys
     if (inSearch) {
       if (e.key === "Enter") { e.preventDefault(); runSearch(true); }
       if (e.key === "Escape") { e.target.blur(); }
