@@ -38,6 +38,7 @@ from typing import TYPE_CHECKING, Any, NoReturn, Protocol, cast
 
 from blockir.errors import OpNotFoundError, ShapeError
 from blockir.ir.attrs import AttrType
+from blockir.ir.devices import checked_device
 from blockir.ir.dtypes import VarKind
 
 if TYPE_CHECKING:
@@ -104,6 +105,11 @@ class Lowering(enum.Enum):
     CONTROL = "control"
     """A step whose kernel the runtime makes for each op when compiling (:mod:`blockir.runtime.control`):
     channels, and ``go`` and ``select``, which run sub-blocks; the NaN/inf check skips it."""
+    COLLECTIVE = "collective"
+    """A step over several devices: ``X[i]`` and ``Out[i]`` are on device ``i`` of the op's ``devices``
+    attribute (:func:`collective_devices`); the op runs on the first. Like a copy it reads across devices;
+    a CUDA stream launches its kernel as one collective over the devices' streams
+    (:mod:`blockir.runtime.cuda`); the NaN/inf check skips it."""
 
 
 @dataclass
@@ -173,6 +179,14 @@ def lowering_of(op_type: str) -> Lowering | None:
     """How an op of ``op_type`` lowers into a plan (None when the type is not registered)."""
     schema = _REGISTRY.get(op_type)
     return None if schema is None else schema.lowering
+
+
+def collective_devices(op: Operator) -> list[str] | None:
+    """The device of each ``X[i]`` / ``Out[i]`` of an op lowering as :attr:`Lowering.COLLECTIVE` (its ``devices``
+    attribute, spelled canonically); None for any other op."""
+    if lowering_of(op.type) is not Lowering.COLLECTIVE:
+        return None
+    return [checked_device(d, op) for d in op.attrs.get("devices", ())]
 
 
 def registered() -> dict[str, OpSchema]:

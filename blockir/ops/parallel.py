@@ -11,6 +11,12 @@ The ``data-parallel`` pass (:mod:`blockir.passes.data_parallel`) inserts them:
   from the replicas' gradients of their parts' mean losses; sparse gradients
   (``SelectedRows``) are reduced by concatenating the weighted rows and summing
   duplicate ids, never densified; without ``Share`` a plain sum;
+- ``device_allreduce``: one all-reduce over devices, ``Out[i] = Σ X`` on the
+  device of ``X[i]`` (``devices[i]``); it lowers as a collective
+  (:attr:`~blockir.ir.schema.Lowering.COLLECTIVE`): on CUDA devices one NCCL
+  all-reduce through ``cupy.cuda.nccl`` when CuPy has it, else through host
+  copies (:mod:`blockir.runtime.cuda`); the kernel here is the host's (``cpu:N``
+  devices): one sum, a copy of it per device;
 - ``broadcast``: a copy of ``X`` on the device of ``Out`` (a copy op); with
   ``init_only`` the copy is made only when ``Current`` (the variable ``Out``
   itself, read from the scope) has no value yet: the initial broadcast of a
@@ -24,12 +30,13 @@ from typing import Any
 import numpy as np
 
 from blockir.ir.attrs import AttrType
-from blockir.ir.devices import DEVICE_FORMS, is_valid_device
+from blockir.ir.devices import DEVICE_FORMS, device_kind, is_valid_device
+from blockir.ir.dtypes import VarKind
 from blockir.ir.schema import AttrDef, InferContext, KernelContext, Lowering, OpSchema, Slot
 from blockir.ops.transfer import copy_value
 from blockir.ops.values import LoDTensor, SelectedRows
 
-__all__ = ["ALLREDUCE", "BROADCAST", "SCHEMAS", "SPLIT_BATCH", "split_sizes"]
+__all__ = ["ALLREDUCE", "BROADCAST", "DEVICE_ALLREDUCE", "SCHEMAS", "SPLIT_BATCH", "split_sizes"]
 
 
 def split_sizes(total: int, parts: int) -> list[int]:
@@ -143,6 +150,47 @@ ALLREDUCE = OpSchema(
 )
 
 
+def _infer_device_allreduce(ctx: InferContext) -> None:
+    devices = ctx.attr("devices")
+    xs, outs = ctx.inputs("X"), ctx.outputs("Out")
+    if len(devices) < 2 or len(xs) != len(devices) or len(outs) != len(devices):
+        ctx.fail(f"{len(devices)} devices need as many X and Out variables (at least 2), got {len(xs)} and {len(outs)}")
+    for device in devices:
+        if not is_valid_device(device):
+            ctx.fail(f"devices has {device!r}, which is not a device (expected {DEVICE_FORMS})")
+    if len(set(devices)) != len(devices):
+        ctx.fail(f"devices {devices} names a device twice")
+    if len({device_kind(d) for d in devices}) > 1:
+        ctx.fail(f"devices {devices} mixes kinds of device (a collective is over GPUs, or over cpu:N)")
+    first = xs[0]
+    for x in xs:
+        if x.kind is not VarKind.LOD_TENSOR:
+            ctx.fail(f"X {x.name!r} is {x.kind.text}: device_allreduce reduces dense tensors only")
+        if x.dtype != first.dtype:
+            ctx.fail(f"X {x.name!r} is {x.dtype} but X {first.name!r} is {first.dtype}")
+    if first.shape is not None and first.dtype is not None:
+        ctx.set_output("Out", first.shape, first.dtype)
+
+
+def _device_allreduce(ctx: KernelContext, xs: list[Any]) -> list[Any]:
+    total = xs[0] + xs[1]
+    for x in xs[2:]:
+        total += x
+    return [total, *(total.copy() for _ in xs[1:])]
+
+
+DEVICE_ALLREDUCE = OpSchema(
+    "device_allreduce",
+    inputs=(Slot("X", duplicable=True, no_grad=True),),
+    outputs=(Slot("Out", duplicable=True),),
+    attrs=(AttrDef("devices", AttrType.STRINGS),),
+    infer=_infer_device_allreduce,
+    kernel=_device_allreduce,
+    lowering=Lowering.COLLECTIVE,
+    doc="Out[i] = the sum of every X, on devices[i], the device of X[i]; one collective (NCCL on CUDA).",
+)
+
+
 def _infer_broadcast(ctx: InferContext) -> None:
     device = ctx.attr("dst_device")
     if not is_valid_device(device):
@@ -172,4 +220,4 @@ BROADCAST = OpSchema(
     doc="Out = a copy of X on dst_device; with init_only, Current (Out's value in the scope) when it has one.",
 )
 
-SCHEMAS: tuple[OpSchema, ...] = (SPLIT_BATCH, ALLREDUCE, BROADCAST)
+SCHEMAS: tuple[OpSchema, ...] = (SPLIT_BATCH, ALLREDUCE, DEVICE_ALLREDUCE, BROADCAST)

@@ -20,7 +20,9 @@ block when no op owns it) and treats the variables of the blocks around it the
 same way: it reads copies of them and carries what it writes to them back.
 
 ``memcpy`` ops run on their ``dst_device`` and are the only ops reading across
-devices; the copies made by an earlier run are found again, so running the pass
+devices, with collectives (``device_allreduce``), which read ``X[i]`` and write
+``Out[i]`` on device ``i`` of their ``devices`` (copies are inserted to bring
+each ``X[i]`` there); the copies made by an earlier run are found again, so running the pass
 twice changes nothing. Each ``memcpy`` records its lineage (``op_pass``,
 ``op_origin``: the op that wrote the value, if any, and the first reader) and
 the ``op_role`` of that reader. Ops without ``op_device`` count as ``place``
@@ -36,12 +38,12 @@ from blockir.errors import BlockirError
 from blockir.ir import Block, Operator, Program, VarKind
 from blockir.ir.core import block_reads_writes, op_reads_writes
 from blockir.ir.devices import HOST, checked_device
-from blockir.ir.schema import EMPTY_VAR, Lowering, find
+from blockir.ir.schema import EMPTY_VAR, Lowering, collective_devices, find
 from blockir.ops.transfer import MEMCPY
 from blockir.passes.base import Pass, mark_created, register_pass
 from blockir.passes.place import Placement, find_var
 
-__all__ = ["InsertCopies", "copy_name", "is_copy"]
+__all__ = ["InsertCopies", "copy_name", "is_copy", "value_devices"]
 
 _COPYABLE = (VarKind.LOD_TENSOR, VarKind.SELECTED_ROWS)
 
@@ -50,6 +52,18 @@ def is_copy(op: Operator) -> bool:
     """Whether ``op`` is a copy between devices: its schema lowers as :attr:`Lowering.COPY`."""
     schema = find(op.type)
     return schema is not None and schema.lowering is Lowering.COPY
+
+
+def value_devices(op: Operator, device: str) -> tuple[dict[str, str], dict[str, str]]:
+    """Where ``op``, running on ``device``, reads each of its inputs and writes each of its outputs: on
+    ``device``, but a collective's ``X[i]`` and ``Out[i]`` on device ``i`` of its ``devices``."""
+    reads = dict.fromkeys((n for n in op.input_names() if n != EMPTY_VAR), device)
+    writes = dict.fromkeys((n for n in op.output_names() if n != EMPTY_VAR), device)
+    devices = collective_devices(op)
+    if devices is not None:
+        reads.update(zip(op.input("X"), devices))
+        writes.update(zip(op.output("Out"), devices))
+    return reads, writes
 
 
 def copy_name(name: str, device: str) -> str:
@@ -80,15 +94,16 @@ class _Walk:
         while index < len(self.block.ops):
             op = self.block.ops[index]
             device = self.placement.runs_on(op)
+            reads, writes = value_devices(op, device)
             if not is_copy(op):
-                for name in dict.fromkeys(op.input_names()):
-                    if name != EMPTY_VAR and self.location(name) != device:
+                for name, there in reads.items():
+                    if self.location(name) != there:
                         count = len(self.block.ops)
-                        op.rename_input(name, self.copy_to(name, device, op, index))
+                        op.rename_input(name, self.copy_to(name, there, op, index))
                         index += len(self.block.ops) - count
             for sub in op.sub_blocks():
                 self.walk_sub_block(sub)
-            index += 1 + self.record_writes(op, device, index)
+            index += 1 + self.record_writes(op, writes, index)
         program = self.block.program
         owned = {i for op in program.ops() for i in op.sub_block_indices()}
         for sub in program.blocks:  # sub-blocks no op owns see the block as it ends
@@ -143,12 +158,11 @@ class _Walk:
         self.changed = True
         return dst
 
-    def record_writes(self, op: Operator, device: str, index: int) -> int:
-        """Note what ``op`` (at ``index``) wrote; returns how many ops it inserted after it."""
+    def record_writes(self, op: Operator, writes: dict[str, str], index: int) -> int:
+        """Note what ``op`` (at ``index``) wrote (``writes``: each output's device); returns how many ops it
+        inserted after it."""
         inserted = 0
-        for name in dict.fromkeys(op.output_names()):
-            if name == EMPTY_VAR:
-                continue
+        for name, device in writes.items():
             self.copies.pop(name, None)
             home = self.location(name) if name in self.pinned else device
             if home == device:

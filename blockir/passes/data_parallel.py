@@ -7,7 +7,8 @@ copy per device), ``loss`` (the loss the backward starts from), ``strategy``
 ``scale`` (``coeff-num-device``, Fluid's default ``GradientScaleStrategy``: each
 replica's gradient weighs its share of the batch, 1/N for an even split; or
 ``one``: gradients summed), ``fetch`` (more variables to gather for fetching),
-``sections`` (the parts' sizes are fed).
+``sections`` (the parts' sizes are fed), ``collective`` (one ``device_allreduce`` per dense
+gradient over the devices).
 
 The global block (sub-blocks are refused: control flow is not replicated)
 becomes, in program order:
@@ -29,7 +30,14 @@ becomes, in program order:
    ``allreduce`` (``Out = Σ share[i] * G@R{i}``): with ``all-reduce`` one per
    device into ``G`` (or ``G@D{k}``), each followed by nothing else; with
    ``reduce`` one on the parameter's owner device (round-robin over the
-   devices, by parameter);
+   devices, by parameter). With ``collective=true`` (``all-reduce``, several
+   devices, a dense gradient) each device sums its own replicas' gradients
+   instead (``G@D{k}@LOCAL``, weighted; skipped for one replica with
+   ``scale=one``) and one ``device_allreduce`` over the devices adds the sums
+   into every device's ``G`` / ``G@D{k}``: N-1 additions per device rather than
+   N copies in and N-1 additions, and on CUDA one NCCL all-reduce
+   (``CompiledProgram`` turns it on for ``cuda:N`` places). Sparse gradients
+   are reduced by ``allreduce`` always (rows merged: NCCL has no such sum);
 5. the optimizer: with ``all-reduce`` its ops once per device, on that
    device's copies (the copies stay identical); with ``reduce`` each
    parameter's ops on its owner only, then a ``broadcast`` of what they wrote
@@ -54,7 +62,7 @@ from typing import Any, ClassVar
 import numpy as np
 
 from blockir.errors import BlockirError
-from blockir.ir import Block, Operator, Program
+from blockir.ir import Block, Operator, Program, VarKind
 from blockir.ir.devices import checked_device
 from blockir.ir.schema import GRAD_SUFFIX, Lowering, OpRole, lowering_of
 from blockir.passes.base import Pass, mark_created, register_pass
@@ -96,6 +104,10 @@ class DataParallel(Pass):
     fetch: tuple[str, ...] = field(default=(), metadata={"help": "more variables to gather along axis 0"})
     sections: bool = field(
         default=False, metadata={"help": "the parts' sizes are fed, as NAME@SECTIONS (false: an even split)"}
+    )
+    collective: bool = field(
+        default=False,
+        metadata={"help": "all-reduce dense gradients over devices with one device_allreduce (NCCL on CUDA)"},
     )
 
     def __post_init__(self) -> None:
@@ -322,6 +334,9 @@ class _Replicate:
 
     def _reduce(self, grad: str, writer: Operator, shares: list[str]) -> None:
         param = self.grads[grad]
+        if self._collective(grad):
+            self._reduce_collective(grad, writer, shares)
+            return
         for d in self._owners(param):
             out = self._declare(copy_name(grad, d), grad, self.devices[d])
             inputs = {"X": [replica_name(grad, i) for i in range(self.n)]}
@@ -329,6 +344,40 @@ class _Replicate:
                 inputs["Share"] = shares
             attrs = {"op_device": self.devices[d], "op_role": OpRole.BACKWARD, **self._stream(d, self._lane(param, d))}
             self._emit("allreduce", inputs, {"Out": [out]}, attrs, [writer])
+
+    def _collective(self, grad: str) -> bool:
+        return (
+            self.o.collective
+            and self.o.strategy == "all-reduce"
+            and len(self.devices) > 1
+            and self._var(grad).kind is VarKind.LOD_TENSOR
+        )
+
+    def _reduce_collective(self, grad: str, writer: Operator, shares: list[str]) -> None:
+        """Each device's replicas' gradients summed there (weighted by their shares), then one
+        ``device_allreduce`` of the sums over the devices into ``G`` / ``G@D{k}``."""
+        param = self.grads[grad]
+        local = []
+        for d, device in enumerate(self.devices):
+            mine = [i for i in range(self.n) if self.device_of[i] == d]
+            if len(mine) == 1 and self.o.scale == "one":
+                local.append(replica_name(grad, mine[0]))
+                continue
+            inputs = {"X": [replica_name(grad, i) for i in mine]}
+            if self.o.scale == "coeff-num-device":
+                inputs["Share"] = [shares[i] for i in mine]
+            out = self._declare(f"{copy_name(grad, d)}@LOCAL", grad, device)
+            attrs = {"op_device": device, "op_role": OpRole.BACKWARD, **self._stream(d, self._lane(param, d))}
+            self._emit("allreduce", inputs, {"Out": [out]}, attrs, [writer])
+            local.append(out)
+        outs = [self._declare(copy_name(grad, d), grad, device) for d, device in enumerate(self.devices)]
+        self._emit(
+            "device_allreduce",
+            {"X": local},
+            {"Out": outs},
+            {"devices": list(self.devices), "op_device": self.devices[0], "op_role": OpRole.BACKWARD},
+            [writer],
+        )
 
     def _optimizer(self) -> None:
         for op in self.shared:

@@ -14,7 +14,9 @@ attribute, in every block (the device of an op is its ``op_device``, or where
    overlap compute: the ``copy`` stream of its CUDA end when one end is a CUDA
    device (the destination when both are), else of its destination. Its source
    is the device of the op that last wrote its input in the block, else where
-   the input variable lives, else the host.
+   the input variable lives, else the host. A collective (``device_allreduce``)
+   runs on the copy stream of its first device (on CUDA it launches its work on
+   the same stream of each of its devices).
 3. Every other op runs on a compute stream of its device. With ``compute=1``
    that is ``DEVICE/compute0``. With more, an op continues the stream of one of
    its same-device predecessors in the dependency graph
@@ -47,9 +49,9 @@ import networkx as nx
 from blockir.errors import BlockirError
 from blockir.ir import Block, Operator, Program
 from blockir.ir.devices import HOST, checked_device, device_kind
-from blockir.ir.schema import find
+from blockir.ir.schema import collective_devices, find
 from blockir.passes.base import Pass, register_pass
-from blockir.passes.copies import is_copy
+from blockir.passes.copies import is_copy, value_devices
 from blockir.passes.deps import dependency_graph
 from blockir.passes.manager import note, record_detail
 from blockir.passes.place import Placement, find_var
@@ -196,6 +198,8 @@ class Streams(Pass):
                 stream = HOST_STREAM
             elif self.copy and is_copy(op):
                 stream = copy_stream(self.source(block, op, where), device)
+            elif self.copy and collective_devices(op) is not None:
+                stream = f"{device}/copy"
             else:
                 chained = [
                     i
@@ -210,7 +214,7 @@ class Streams(Pass):
                     stream = compute_stream(device, started % self.compute)
             streams.append(stream)
             last[stream] = j
-            where.update(dict.fromkeys(op.output_names(), device))
+            where.update(value_devices(op, device)[1])
         return streams
 
     @staticmethod

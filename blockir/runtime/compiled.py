@@ -4,7 +4,9 @@
 ``main`` replicated over ``places`` when an :class:`~blockir.runtime.Executor`
 runs it: the ``data-parallel`` pass (:mod:`blockir.passes.data_parallel`) makes
 the replicated program, once per set of fetch targets (they are gathered from
-the replicas along axis 0), and the executor runs it like any program.
+the replicas along axis 0), and the executor runs it like any program. Over
+``cuda:N`` places it reduces dense gradients with collectives (one
+``device_allreduce`` per gradient: NCCL when CuPy has it).
 ``docs/data_parallel.md`` has the details.
 """
 
@@ -20,7 +22,7 @@ import numpy as np
 
 from blockir.errors import BlockirError
 from blockir.ir.core import Program
-from blockir.ir.devices import checked_device
+from blockir.ir.devices import checked_device, device_kind
 from blockir.ops.values import LoDTensor
 from blockir.passes.data_parallel import DataParallel
 from blockir.passes.manager import run as run_pipeline
@@ -59,6 +61,9 @@ class BuildStrategy:
     def __init__(self) -> None:
         self.reduce_strategy = BuildStrategy.ReduceStrategy.AllReduce
         self.gradient_scale_strategy = BuildStrategy.GradientScaleStrategy.CoeffNumDevice
+        # All-reduce dense gradients over devices with one collective each (the pass's collective=true): NCCL
+        # on GPUs. None: on for cuda:N places, off for cpu:N (there one reduction per device, in parallel).
+        self.collective: bool | None = None
 
 
 @dataclass
@@ -118,6 +123,11 @@ class CompiledProgram:
             scale=self.build_strategy.gradient_scale_strategy.value,
             fetch=tuple(n for n in dict.fromkeys(fetch) if n != self.loss_name),
             sections=sections,
+            collective=(
+                all(device_kind(p) == "cuda" for p in self.places)
+                if self.build_strategy.collective is None
+                else self.build_strategy.collective
+            ),
         )
 
     def replicated(self, fetch: Sequence[str], sections: bool = False) -> Program:

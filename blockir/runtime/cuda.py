@@ -28,12 +28,23 @@ naming the devices available.
   destination's stream. Each buffer an enqueued copy still reads or writes is
   kept alive until an event recorded after the copy is done, so that no
   allocator hands its memory out again too early.
+- Collectives: a ``device_allreduce`` launched on a CUDA stream (its first
+  device's ``copy`` stream) is done by :meth:`CUDAStream.allreduce`: the same
+  stream of each GPU waits for what this one waited for, then one NCCL
+  all-reduce over the GPUs (``cupy.cuda.nccl``: communicators made once per set
+  of GPUs with ``NcclCommunicator.initAll``, the calls grouped between
+  ``groupStart`` and ``groupEnd`` as one thread must for several GPUs), and this
+  stream waits for every GPU's part, so that what waits on this stream sees
+  the sums. Without NCCL (CuPy built without it), or for a dtype NCCL lacks,
+  the values go through pinned host memory: copied down, summed on the host,
+  copied back up (the launching thread waits for the copies down).
 - :meth:`CUDADevice.put` copies a value at rest (no work pending on it) onto the
   device through its ``copy`` stream and returns once the copy is done.
 """
 
 from __future__ import annotations
 
+import importlib
 import threading
 from collections import deque
 from collections.abc import Callable
@@ -42,12 +53,27 @@ from typing import Any
 import numpy as np
 
 from blockir.ir.devices import device_kind, format_device
+from blockir.ops.parallel import DEVICE_ALLREDUCE
 from blockir.ops.transfer import MEMCPY, map_arrays
 from blockir.runtime.device import Device, Event, Stream, get_device
 
 __all__ = ["CUDADevice", "CUDAEvent", "CUDAStream", "device_names", "make_device"]
 
 _MEMCPY = MEMCPY.kernel
+_DEVICE_ALLREDUCE = DEVICE_ALLREDUCE.kernel
+_NCCL_TYPES = {
+    "float16": "NCCL_FLOAT16",
+    "float32": "NCCL_FLOAT32",
+    "float64": "NCCL_FLOAT64",
+    "int8": "NCCL_INT8",
+    "uint8": "NCCL_UINT8",
+    "int32": "NCCL_INT32",
+    "uint32": "NCCL_UINT32",
+    "int64": "NCCL_INT64",
+    "uint64": "NCCL_UINT64",
+}
+_communicators: dict[tuple[int, ...], list[Any]] = {}  # GPUs -> their NCCL communicators, made once
+_communicators_lock = threading.Lock()
 
 
 def _cupy() -> Any:
@@ -60,6 +86,25 @@ def _cupy() -> Any:
         return cupy if cupy.cuda.is_available() else None
     except Exception:  # a broken driver or runtime counts as no GPU
         return None
+
+
+def _nccl(cupy: Any) -> Any:
+    """``cupy.cuda.nccl`` when CuPy was built with NCCL, else None."""
+    nccl = getattr(cupy.cuda, "nccl", None)
+    if nccl is None:
+        try:
+            nccl = importlib.import_module("cupy.cuda.nccl")
+        except ImportError:
+            return None
+    return nccl if getattr(nccl, "available", False) else None
+
+
+def _communicators_of(nccl: Any, gpus: tuple[int, ...]) -> list[Any]:
+    """The NCCL communicators of ``gpus`` (rank ``i`` on ``gpus[i]``), made on first use."""
+    with _communicators_lock:
+        if gpus not in _communicators:
+            _communicators[gpus] = nccl.NcclCommunicator.initAll(list(gpus))
+        return _communicators[gpus]
 
 
 def device_names() -> list[str]:
@@ -115,6 +160,8 @@ class CUDAStream(Stream):
         if fn is _MEMCPY:
             ctx, x = args
             return self.copy(x, to_host=device_kind(ctx.attrs["dst_device"]) != "cuda")
+        if fn is _DEVICE_ALLREDUCE:
+            return self.allreduce(args[1])
         with self._gpu, self.cuda_stream:
             return fn(*args, **kwargs)
 
@@ -148,12 +195,72 @@ class CUDAStream(Stream):
             copied = map_arrays(
                 value, lambda a: self._copy_to_host(a, keep) if to_host else self._copy_to_device(a, keep)
             )
+        self._hold(keep)
+        return copied
+
+    def _hold(self, keep: list[Any]) -> None:
+        """Keep the buffers ``keep`` alive until the work launched on this stream so far is done."""
         with self._lock:
             while self._in_flight and self._in_flight[0][0].query():
                 self._in_flight.popleft()
             if keep:
                 self._in_flight.append((self.record_event(), keep))
-        return copied
+
+    def _peer(self, gpu: int) -> CUDAStream:
+        """The stream of this one's name on GPU ``gpu``."""
+        stream = get_device(format_device("cuda", gpu)).stream(self.name)
+        assert isinstance(stream, CUDAStream)
+        return stream
+
+    # -- collectives ---------------------------------------------------------------------------------
+
+    def allreduce(self, xs: list[Any]) -> list[Any]:
+        """``Out[i]``: the sum of the dense arrays ``xs`` on the GPU of ``xs[i]``, complete once the work
+        launched on this stream so far is (module docstring)."""
+        streams = [self._peer(x.device.id) for x in xs]
+        start = self.record_event()
+        for stream in streams:
+            if stream is not self:
+                stream.wait_event(start)
+        nccl = _nccl(self._cupy)
+        nccl_type = _NCCL_TYPES.get(np.dtype(xs[0].dtype).name)
+        if nccl is not None and nccl_type is not None:
+            outs = self._nccl_allreduce(nccl, getattr(nccl, nccl_type), streams, xs)
+        else:
+            outs = self._host_allreduce(streams, xs)
+        for stream in streams:
+            if stream is not self:
+                self.wait_event(stream.record_event())
+        return outs
+
+    def _nccl_allreduce(self, nccl: Any, nccl_type: int, streams: list[CUDAStream], xs: list[Any]) -> list[Any]:
+        cupy = self._cupy
+        comms = _communicators_of(nccl, tuple(s.device.index for s in streams))
+        outs, held = [], []
+        nccl.groupStart()
+        try:
+            for x, stream, comm in zip(xs, streams, comms):
+                with stream._gpu, stream.cuda_stream:
+                    x = cupy.ascontiguousarray(x)
+                    out = cupy.empty_like(x)
+                comm.allReduce(x.data.ptr, out.data.ptr, x.size, nccl_type, nccl.NCCL_SUM, stream.cuda_stream.ptr)
+                outs.append(out)
+                held.append([x, out])
+        finally:
+            nccl.groupEnd()
+        for stream, keep in zip(streams, held):
+            stream._hold(keep)
+        return outs
+
+    @staticmethod
+    def _host_allreduce(streams: list[CUDAStream], xs: list[Any]) -> list[Any]:
+        down = [stream.copy(x, to_host=True) for stream, x in zip(streams, xs)]
+        for stream in streams:
+            stream.synchronize()
+        total = down[0] + down[1]
+        for x in down[2:]:
+            total += x
+        return [stream.copy(total) for stream in streams]
 
     def _pinned_empty(self, shape: tuple[int, ...], dtype: np.dtype) -> np.ndarray:
         """A host array in pinned (page-locked) memory, which the GPU copies to and from asynchronously."""
@@ -192,8 +299,7 @@ class CUDAStream(Stream):
         launches next."""
         if a.device.id == self.device.index:
             return self._cupy.ascontiguousarray(a)
-        source = get_device(format_device("cuda", a.device.id)).stream(self.name)
-        assert isinstance(source, CUDAStream)
+        source = self._peer(a.device.id)
         source.wait_event(self.record_event())
         contiguous = source.launch(self._cupy.ascontiguousarray, a)
         self.wait_event(source.record_event())

@@ -42,7 +42,9 @@ or the executor's place) and its kernel computes with that device's array
 module. Feeds arrive on the host and scope values where the variable lives
 (``Variable.device``, else the host); an op's outputs are on its device. The
 compiler checks that every op but a copy reads only values on its own
-device (a copy runs on the device its ``device_attr`` names). At run time a
+device (a copy runs on the device its ``device_attr`` names; a collective
+reads and writes its ``X[i]`` and ``Out[i]`` on device ``i`` of its
+``devices``). At run time a
 scope value found on another device than the plan expects is moved there
 (copied, and re-tagged in the scope); persistables are written back tagged
 with the device they are on, and fetched values come back to the host
@@ -69,6 +71,7 @@ from blockir.ir.schema import EMPTY_VAR, KernelContext, Lowering, OpSchema, Slot
 from blockir.ir.verify import column_problems, op_problems
 from blockir.ops.transfer import map_arrays
 from blockir.ops.values import LoDTensor, SelectedRows, describe_value
+from blockir.passes.copies import value_devices
 from blockir.passes.deps import dependency_graph
 from blockir.passes.streams import op_stream
 from blockir.runtime.control import CompileBlock, RunContext, close_channels, control_kernel
@@ -554,14 +557,16 @@ def _locate(
     located = {f.name: f.device for f in feeds}
     located.update((n, _home(block, n)) for n in external)
     for info in infos:
+        reads, writes = value_devices(info.op, info.device)
         if info.lowering is not Lowering.COPY:
-            for n in info.reads:
-                if located[n] != info.device:
+            for n, there in reads.items():
+                if located[n] != there:
+                    where = "" if there == info.device else f" as its input on {there}"
                     raise BlockirError(
-                        f"op runs on {info.device} but reads {n!r}, which is on {located[n]} "
+                        f"op runs on {info.device} but reads {n!r}{where}, which is on {located[n]} "
                         f"(insert a memcpy: the insert-copies pass does): {info.text}"
                     )
-        located.update(dict.fromkeys(info.writes, info.device))
+        located.update(writes)
     return located
 
 

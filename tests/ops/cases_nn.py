@@ -325,6 +325,7 @@ BEHAVIOUR_TESTED: dict[str, str] = {
     "memcpy": "tests/ops/test_io_ops.py",
     "split_batch": "tests/ops/test_parallel_ops.py",
     "allreduce": "tests/ops/test_parallel_ops.py",
+    "device_allreduce": "tests/ops/test_parallel_ops.py",
     "broadcast": "tests/ops/test_parallel_ops.py",
     "uniform_random": "tests/ops/test_random_ops.py",
     "gaussian_random": "tests/ops/test_random_ops.py",

@@ -1,4 +1,4 @@
-"""The data-parallel ops against numpy: split_batch, allreduce (dense and SelectedRows), broadcast.
+"""The data-parallel ops against numpy: split_batch, allreduce (dense and SelectedRows), device_allreduce, broadcast.
 
 They have no gradients (the ``data-parallel`` pass places them after autodiff), so numpy references only.
 """
@@ -8,8 +8,12 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+import blockir as bir
+from blockir.errors import BlockirError
+from blockir.ir import Program
 from blockir.ops.parallel import split_sizes
 from blockir.ops.values import LoDTensor, SelectedRows
+from blockir.passes import run
 from tests.ops.harness import run_op
 
 RNG = np.random.default_rng(7)
@@ -102,3 +106,70 @@ def test_split_batch_cuts_where_sections_say() -> None:
         ValueError, match=r"Sections \[3, 7\] must be 2 sizes of at least 1 that add up to the batch's 9"
     ):
         run_op("split_batch", {"X": x, "Sections": np.array([3, 7])}, {"replicas": 2})
+
+
+@pytest.mark.parametrize("count", [2, 3])
+def test_device_allreduce_gives_every_device_its_own_copy_of_the_sum(count: int) -> None:
+    xs = [RNG.normal(size=(2, 3)) for _ in range(count)]
+    outs = run_op("device_allreduce", {"X": xs}, {"devices": [f"cpu:{k}" for k in range(count)]})["Out"]
+    assert len(outs) == count
+    for out in outs:
+        np.testing.assert_allclose(out, sum(xs), rtol=1e-12)
+    assert len({id(o) for o in outs}) == count  # each device's own array: an update of one leaves the others
+
+
+def test_device_allreduce_runs_over_cpu_devices_reading_each_input_where_it_is() -> None:
+    """In a program: X[i] is made on devices[i] and read there (no copy inserted), Out[i] is there after."""
+    program = Program()
+    block = program.global_block()
+    for name in ("a", "b", "a2", "b2", "sa", "sb"):
+        block.create_var(name, shape=(2,), dtype="float64", need_check_feed=name in ("a", "b"))
+    block.append_op("scale", {"X": "a"}, {"Out": "a2"}, {"scale": 2.0, "op_device": "cpu:0"})
+    block.append_op("scale", {"X": "b"}, {"Out": "b2"}, {"scale": 3.0, "op_device": "cpu:1"})
+    block.append_op(
+        "device_allreduce",
+        {"X": ["a2", "b2"]},
+        {"Out": ["sa", "sb"]},
+        {"devices": ["cpu:0", "cpu:1"], "op_device": "cpu:0"},
+    )
+    result, _ = run(program, "insert-copies,streams")
+    text = str(result)
+    assert "memcpy(X=%a2" not in text and "memcpy(X=%b2" not in text
+    assert 'op_stream="cpu/copy"' in text.split("device_allreduce")[1]
+    a, b = np.array([1.0, 2.0]), np.array([0.5, -1.0])
+    sa, sb = bir.Executor("cpu").run(result, feed={"a": a, "b": b}, fetch_list=["sa", "sb"])
+    np.testing.assert_allclose(sa, 2 * a + 3 * b)
+    np.testing.assert_allclose(sb, 2 * a + 3 * b)
+
+
+def test_a_device_allreduce_reading_a_value_on_the_wrong_device_is_refused_naming_it() -> None:
+    program = Program()
+    block = program.global_block()
+    for name in ("a", "b", "sa", "sb"):
+        block.create_var(name, shape=(2,), dtype="float64", need_check_feed=name in ("a", "b"))
+    block.append_op(
+        "device_allreduce",
+        {"X": ["a", "b"]},
+        {"Out": ["sa", "sb"]},
+        {"devices": ["cpu:0", "cpu:1"], "op_device": "cpu:0"},
+    )
+    with pytest.raises(BlockirError, match=r"reads 'b' as its input on cpu:1, which is on cpu .*device_allreduce"):
+        bir.Executor("cpu").run(program, feed={"a": np.zeros(2), "b": np.zeros(2)}, fetch_list=["sa"])
+
+
+@pytest.mark.parametrize(
+    ("devices", "message"),
+    [
+        (["cpu:0"], "1 devices need as many X and Out variables"),
+        (["cpu:0", "cpu:0"], "names a device twice"),
+        (["cpu:0", "cuda:0"], "mixes kinds of device"),
+        (["cpu:0", "tpu:1"], "'tpu:1', which is not a device"),
+    ],
+)
+def test_device_allreduce_refuses_bad_devices(devices: list[str], message: str) -> None:
+    program = Program()
+    block = program.global_block()
+    xs = [block.create_var(f"x{k}", shape=(2,), dtype="float32").name for k in range(len(devices))]
+    outs = [block.create_var(f"o{k}").name for k in range(len(devices))]
+    with pytest.raises(BlockirError, match=message):
+        block.append_op("device_allreduce", {"X": xs}, {"Out": outs}, {"devices": devices})

@@ -27,7 +27,12 @@ from tests.gpu import real_cupy
 from tests.runtime import fake_cupy
 
 RNG = np.random.default_rng(3)
-PLACES = {"threads": ["cpu", "cpu"], "devices": ["cpu:0", "cpu:1"], "three": ["cpu", "cpu", "cpu:1"]}
+PLACES = {
+    "threads": ["cpu", "cpu"],
+    "devices": ["cpu:0", "cpu:1"],
+    "three": ["cpu", "cpu", "cpu:1"],
+    "three-collective": ["cpu", "cpu", "cpu:1"],  # device_allreduce over the devices
+}
 
 
 def mlp(optimizer: Callable[[], Any]) -> tuple[bir.Program, bir.Program, str, dict[str, np.ndarray]]:
@@ -68,7 +73,12 @@ OPTIMIZERS = {"sgd": lambda: bir.optimizer.SGD(0.1), "adam": lambda: bir.optimiz
 
 
 def train(
-    model: str, optimizer: str, places: list[str] | None, strategy: str = "AllReduce", steps: int = 3
+    model: str,
+    optimizer: str,
+    places: list[str] | None,
+    strategy: str = "AllReduce",
+    steps: int = 3,
+    collective: bool | None = None,
 ) -> tuple[list[np.ndarray], dict[str, np.ndarray], bir.Scope]:
     main, startup, loss, feed = MODELS[model](OPTIMIZERS[optimizer])
     scope = bir.Scope()
@@ -78,6 +88,7 @@ def train(
         if places is not None:
             build = bir.BuildStrategy()
             build.reduce_strategy = bir.BuildStrategy.ReduceStrategy[strategy]
+            build.collective = collective
             program = bir.CompiledProgram(main).with_data_parallel(loss, build_strategy=build, places=places)
         losses = [exe.run(program, feed=feed, fetch_list=[loss], scope=scope)[0] for _ in range(steps)]
     params = {p.name: np.asarray(scope.find_var(p.name).value) for p in main.all_parameters()}
@@ -98,7 +109,7 @@ def test_replicas_compute_what_one_device_computes_on_the_whole_batch(
     model: str, optimizer: str, places: str, strategy: str
 ) -> None:
     ref_losses, ref_params, _ = train(model, optimizer, None)
-    losses, params, _ = train(model, optimizer, PLACES[places], strategy)
+    losses, params, _ = train(model, optimizer, PLACES[places], strategy, collective=places.endswith("collective"))
     assert_same_params(params, ref_params)
     n = len(PLACES[places])
     for got, want in zip(losses, ref_losses):
@@ -108,16 +119,31 @@ def test_replicas_compute_what_one_device_computes_on_the_whole_batch(
         np.testing.assert_allclose(shares @ got, want[0], rtol=1e-10)  # the batch's mean loss
 
 
+@pytest.mark.parametrize("nccl", [True, False], ids=["nccl", "no-nccl"])
+@pytest.mark.parametrize("places", [["cuda:0", "cuda:1"], ["cuda:0", "cuda:0", "cuda:1"]], ids=["2", "2+1"])
 @pytest.mark.parametrize("strategy", ["AllReduce", "Reduce"])
 @pytest.mark.parametrize("model", list(MODELS))
-def test_replicas_on_two_gpus_compute_the_same(monkeypatch: pytest.MonkeyPatch, model: str, strategy: str) -> None:
+def test_replicas_on_gpus_compute_the_same(
+    monkeypatch: pytest.MonkeyPatch, model: str, strategy: str, places: list[str], nccl: bool
+) -> None:
     _, ref_params, _ = train(model, "adam", None)
-    fake = fake_cupy.install(monkeypatch, gpus=2)
-    _, params, scope = train(model, "adam", ["cuda:0", "cuda:1"], strategy)
+    fake = fake_cupy.install(monkeypatch, gpus=2, nccl=nccl)
+    _, params, scope = train(model, "adam", places, strategy)
     assert_same_params(params, ref_params)
-    assert {c[2:] for c in fake.calls if c[0] == "d2d"} >= {(0, 1), (1, 0)}  # gradients crossed both ways
     copies = [n for n in scope.names() if n.endswith("@D1")]
     assert copies and all(scope.find_var(n).device == "cuda:1" for n in copies)
+    # All-reduce of the dense gradients: one collective each, NCCL when CuPy has it, else through the host;
+    # the sparse embedding gradient (bow) and the Reduce strategy copy the gradients between the GPUs.
+    dense = 6 if model == "mlp" else 2  # weights and biases per optimizer step
+    collectives = 3 * dense if strategy == "AllReduce" else 0
+    assert len(fake.entries("nccl")) == (2 * collectives if nccl else 0)  # a call per GPU
+    assert len(fake.entries("nccl_init")) == (1 if nccl and collectives else 0)
+    crossed = {c[2:] for c in fake.entries("d2d")}
+    assert (0, 1) in crossed  # the initial broadcast of the parameters
+    if strategy == "Reduce" or model == "bow":
+        assert (1, 0) in crossed  # gradients copied to their reducing device
+    if collectives and not nccl:
+        assert any(c[1].gpu == 1 for c in fake.entries("d2h"))  # cuda:1's sums went down to the host
 
 
 def test_a_list_of_feeds_gives_each_replica_its_own_dict() -> None:
@@ -266,9 +292,10 @@ def test_a_fetch_that_exists_only_per_replica_names_the_replicas() -> None:
     places=st.sampled_from([["cpu", "cpu"], ["cpu:0", "cpu:1"], ["cpu", "cpu:1", "cpu:2"], ["cpu:1"] * 3]),
     strategy=st.sampled_from(["AllReduce", "Reduce"]),
     optimizer=st.sampled_from(list(OPTIMIZERS)),
+    collective=st.booleans(),
 )
 def test_the_pass_preserves_results_on_random_mlps(
-    widths: list[int], act: str | None, rows: int, places: list[str], strategy: str, optimizer: str
+    widths: list[int], act: str | None, rows: int, places: list[str], strategy: str, optimizer: str, collective: bool
 ) -> None:
     def build() -> tuple[bir.Program, bir.Program, str]:
         main, startup = bir.Program(), bir.Program()
@@ -294,6 +321,7 @@ def test_the_pass_preserves_results_on_random_mlps(
             if with_places is not None:
                 build_strategy = bir.BuildStrategy()
                 build_strategy.reduce_strategy = bir.BuildStrategy.ReduceStrategy[strategy]
+                build_strategy.collective = collective
                 program = bir.CompiledProgram(main).with_data_parallel(loss, build_strategy, places=with_places)
             for _ in range(2):
                 exe.run(program, feed=feed, fetch_list=[loss], scope=scope)

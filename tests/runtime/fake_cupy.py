@@ -15,7 +15,8 @@ and the kernels use:
 - ``fake.cuda``: ``is_available``, ``runtime.getDeviceCount``, ``Device``
   (context manager), ``Stream`` (context manager; ``record``, ``wait_event``,
   ``synchronize``), ``Event`` (``record``, ``synchronize``, ``done``),
-  ``alloc_pinned_memory`` / ``PinnedMemoryPointer`` and ``get_current_stream``.
+  ``alloc_pinned_memory`` / ``PinnedMemoryPointer``, ``get_current_stream`` and
+  ``nccl`` (:class:`FakeNccl`; ``available`` only with ``install(nccl=True)``).
 
 Work runs at once, so events are done when recorded: the stand-in checks what
 the backend asks for and in which order, not timing (the ``gpu`` tests check
@@ -24,7 +25,8 @@ that on a real GPU). ``fake.calls`` records each request as a tuple:
 ``("wait", stream, event)``, ``("sync", stream)``, ``("event_sync", event)``,
 ``("pinned", nbytes)``, ``("h2d", stream, pinned_source)``,
 ``("d2h", stream, pinned_destination, blocking)``,
-``("d2d", stream, source_gpu, destination_gpu)`` and
+``("d2d", stream, source_gpu, destination_gpu)``, ``("nccl_init", gpus)``,
+``("nccl", stream, rank)`` (an all-reduce call) and
 ``("implicit", nbytes)`` (a host array turned into a device array by
 ``asarray`` / ``array``, as kernels do with small index arrays).
 """
@@ -52,12 +54,14 @@ def _fake() -> FakeCupy:
     return _active
 
 
-def install(monkeypatch: pytest.MonkeyPatch, gpus: int = 2) -> FakeCupy:
-    """A fresh stand-in with ``gpus`` GPUs, found by the CUDA backend until the test ends; the device
-    registry starts empty, so that no device of an earlier test is reused."""
-    fake = FakeCupy(gpus)
+def install(monkeypatch: pytest.MonkeyPatch, gpus: int = 2, nccl: bool = False) -> FakeCupy:
+    """A fresh stand-in with ``gpus`` GPUs (and NCCL when ``nccl``), found by the CUDA backend until the test
+    ends; the device registry and the NCCL communicators start empty, so that nothing of an earlier test is
+    reused."""
+    fake = FakeCupy(gpus, nccl)
     monkeypatch.setattr(cuda, "_cupy", lambda: fake)
     monkeypatch.setattr(device, "_devices", {})
+    monkeypatch.setattr(cuda, "_communicators", {})
     monkeypatch.setattr(sys.modules[__name__], "_active", fake)
     return fake
 
@@ -147,10 +151,15 @@ class FakeArray(np.ndarray):
 
 
 class _Pointer:
-    """``ndarray.data``: the array's memory, as far as copies between GPUs need it."""
+    """``ndarray.data``: the array's memory, as far as copies between GPUs and NCCL calls need it."""
 
     def __init__(self, array: FakeArray) -> None:
         self.array = array
+
+    @property
+    def ptr(self) -> int:
+        """An address NCCL calls take: :meth:`FakeNccl.buffer` finds the array again."""
+        return _fake().address(self.array)
 
     def copy_from_device_async(self, src: _Pointer, size: int, stream: FakeStream | None = None) -> None:
         fake = _fake()
@@ -264,8 +273,103 @@ class FakeStream:
     def done(self) -> bool:
         return True
 
+    @property
+    def ptr(self) -> int:
+        return _fake().address(self)
+
     def __repr__(self) -> str:
         return f"<{'null ' if self.null else ''}stream {self.id} of GPU {self.gpu}>"
+
+
+class FakeCommunicator:
+    """A ``cupy.cuda.nccl.NcclCommunicator`` of a clique made by ``initAll``: rank ``rank`` on GPU ``gpu``."""
+
+    def __init__(self, nccl: FakeNccl, clique: int, rank: int, gpu: int, size: int) -> None:
+        self.nccl, self.clique, self.rank, self.gpu, self.size = nccl, clique, rank, gpu, size
+
+    def allReduce(self, sendbuf: int, recvbuf: int, count: int, datatype: int, op: int, stream: int) -> None:  # noqa: N802  # CuPy's name
+        fake = _fake()
+        send, recv, on = fake.object_at(sendbuf), fake.object_at(recvbuf), fake.object_at(stream)
+        assert op == FakeNccl.NCCL_SUM, f"allReduce with op {op}"
+        for what, a in (("send", send), ("recv", recv)):
+            assert isinstance(a, FakeArray) and a.gpu == self.gpu, (
+                f"rank {self.rank}: the {what} buffer is not on GPU {self.gpu}"
+            )
+            assert a.flags.c_contiguous and a.size == count, (
+                f"rank {self.rank}: the {what} buffer is not {count} contiguous items"
+            )
+            assert FakeNccl.TYPES[datatype] == a.dtype, (
+                f"rank {self.rank}: a {a.dtype} buffer passed as {FakeNccl.TYPES[datatype]}"
+            )
+        assert isinstance(on, FakeStream) and on.gpu == self.gpu, f"rank {self.rank}: launched on {on}"
+        fake.calls.append(("nccl", on, self.rank))
+        self.nccl.enqueue(self, send, recv)
+
+
+class FakeNccl:
+    """``cupy.cuda.nccl`` (``available`` set by :func:`install`): communicators of one process over several GPUs.
+
+    A collective completes when every rank of its clique has called it. One thread calling for several ranks
+    must group the calls (``groupStart`` / ``groupEnd``): a call outside a group, or a group ending with a
+    collective some rank has not called, would hang NCCL, and raises here.
+    """
+
+    NCCL_SUM = 0
+    TYPES = {
+        k: np.dtype(n)
+        for k, n in enumerate(["float16", "float32", "float64", "int8", "uint8", "int32", "uint32", "int64", "uint64"])
+    }
+    (
+        NCCL_FLOAT16,
+        NCCL_FLOAT32,
+        NCCL_FLOAT64,
+        NCCL_INT8,
+        NCCL_UINT8,
+        NCCL_INT32,
+        NCCL_UINT32,
+        NCCL_INT64,
+        NCCL_UINT64,
+    ) = range(9)
+
+    def __init__(self, available: bool) -> None:
+        self.available = available
+        self.depth = 0
+        self.pending: dict[int, list[list[tuple[FakeArray, FakeArray]]]] = {}  # clique -> per rank, its calls
+        self.cliques = itertools.count()
+        self.NcclCommunicator = SimpleNamespace(initAll=self.init_all)
+
+    def init_all(self, devices: list[int]) -> list[FakeCommunicator]:
+        assert self.available, "NCCL used while not available"
+        assert len(set(devices)) == len(devices), f"initAll({devices}): a GPU twice"
+        clique = next(self.cliques)
+        _fake().calls.append(("nccl_init", tuple(devices)))
+        return [FakeCommunicator(self, clique, r, g, len(devices)) for r, g in enumerate(devices)]
+
+    def groupStart(self) -> None:  # noqa: N802  # CuPy's name
+        self.depth += 1
+
+    def groupEnd(self) -> None:  # noqa: N802  # CuPy's name
+        assert self.depth > 0, "groupEnd without groupStart"
+        self.depth -= 1
+        if not self.depth:
+            self.complete()
+
+    def enqueue(self, comm: FakeCommunicator, send: FakeArray, recv: FakeArray) -> None:
+        ranks = self.pending.setdefault(comm.clique, [[] for _ in range(comm.size)])
+        ranks[comm.rank].append((send, recv))
+        if not self.depth:
+            self.complete()
+
+    def complete(self) -> None:
+        pending, self.pending = self.pending, {}
+        for clique, ranks in pending.items():
+            counts = [len(calls) for calls in ranks]
+            if len(set(counts)) > 1:
+                raise RuntimeError(f"NCCL would hang: clique {clique}'s ranks called {counts} collectives")
+            for calls in zip(*ranks):
+                total = sum(send.view(np.ndarray).astype(send.dtype) for send, _ in calls)
+                for _, recv in calls:
+                    recv.view(np.ndarray)[...] = total
 
 
 class FakePinnedMemory(bytearray):
@@ -277,9 +381,10 @@ class FakeCupy:
 
     ndarray = FakeArray
 
-    def __init__(self, gpus: int = 2) -> None:
+    def __init__(self, gpus: int = 2, nccl: bool = False) -> None:
         self.gpus = gpus
         self.calls: list[tuple] = []
+        self._addresses: dict[int, Any] = {}  # what address() handed out, by address
         self.pinned: list[weakref.ref] = []  # every pinned allocation, while something holds it
         self._local = threading.local()
         self.null_streams = {g: FakeStream(null=True, gpu=g) for g in range(gpus)}  # per GPU
@@ -292,6 +397,7 @@ class FakeCupy:
             PinnedMemoryPointer=FakePinnedMemory,
             alloc_pinned_memory=self.alloc_pinned_memory,
             get_current_stream=self.get_current_stream,
+            nccl=FakeNccl(nccl),
         )
 
     def __getattr__(self, name: str) -> Any:
@@ -322,6 +428,14 @@ class FakeCupy:
                     raise ValueError(f"{what}: an array of GPU {a.gpu} used while GPU {gpu} is current")
             elif a.ndim:
                 raise TypeError(f"{what}: a host numpy array {a.dtype}{list(a.shape)} among device arrays")
+
+    def address(self, thing: Any) -> int:
+        """An address for ``thing`` (an array, a stream) as CuPy's ``ptr`` gives, kept so NCCL calls find it."""
+        self._addresses[id(thing)] = thing
+        return id(thing)
+
+    def object_at(self, address: int) -> Any:
+        return self._addresses[address]
 
     def entries(self, what: str) -> list[tuple]:
         """The log entries of one kind (``"h2d"``, ``"record"``, ...), in order."""

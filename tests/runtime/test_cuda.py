@@ -182,6 +182,60 @@ def test_a_strided_array_is_made_contiguous_on_its_own_gpu_before_the_peer_copy(
     ]
 
 
+@pytest.mark.parametrize("nccl", [True, False], ids=["nccl", "host"])
+@pytest.mark.parametrize("dtype", ["float32", "float64", "bool"])
+def test_an_allreduce_over_gpus_sums_on_every_gpu_after_what_the_launching_stream_waited_for(monkeypatch, nccl, dtype):
+    fake = fake_cupy.install(monkeypatch, gpus=3, nccl=nccl)
+    rng = np.random.default_rng(0)
+    hosts = [
+        (rng.normal(size=(2, 6)) > 0).astype(dtype) if dtype == "bool" else rng.normal(size=(2, 6)).astype(dtype)
+        for _ in range(3)
+    ]
+    xs = [fake_array(h[:, :3].copy(), g) for g, h in enumerate(hosts)]
+    xs[1] = fake_array(hosts[1], 1)[:, ::2]  # a strided array: made contiguous before NCCL reads it
+    total = hosts[0][:, :3] + hosts[1][:, ::2] + hosts[2][:, :3]
+    stream = get_device("cuda:0").stream("copy")
+    fake.calls.clear()
+    outs = stream.allreduce(xs)
+    assert [o.gpu for o in outs] == [0, 1, 2]
+    for out in outs:
+        np.testing.assert_array_equal(out.view(np.ndarray), total)
+    log = names(fake)
+    through_nccl = nccl and dtype != "bool"  # NCCL has no bool type: those go through the host
+    assert [c for c in log if c[0] == "nccl"] == (
+        [("nccl", f"cuda:{g}/copy", g) for g in range(3)] if through_nccl else []
+    )
+    start = ("record", "cuda:0/copy", "cuda:0/copy#0")
+    assert log[0] == start  # what the launching stream waited for, then every GPU's stream waits for it ...
+    for g in (1, 2):
+        assert ("wait", f"cuda:{g}/copy", "cuda:0/copy#0") in log
+        done = [c for c in log if c[0] == "record" and c[1] == f"cuda:{g}/copy"][-1]
+        work = [i for i, c in enumerate(log) if c[0] in ("nccl", "d2h", "h2d") and c[1] == f"cuda:{g}/copy"]
+        assert work and log.index(("wait", f"cuda:{g}/copy", "cuda:0/copy#0")) < work[0] < log.index(done)
+        assert ("wait", "cuda:0/copy", done[2]) in log[log.index(done) :]  # ... and the launching stream for each
+    if through_nccl:
+        assert fake.entries("nccl_init") == [("nccl_init", (0, 1, 2))]
+        stream.allreduce(xs)
+        assert len(fake.entries("nccl_init")) == 1  # communicators made once per set of GPUs
+    else:
+        assert {c[1] for c in log if c[0] == "d2h"} == {f"cuda:{g}/copy" for g in range(3)}
+
+
+def test_nccl_calls_for_several_gpus_from_one_thread_must_be_grouped(monkeypatch):
+    """The stand-in refuses what would hang NCCL, so the tests above show the backend groups its calls."""
+    fake = fake_cupy.install(monkeypatch, gpus=2, nccl=True)
+    nccl = fake.cuda.nccl
+    comms = nccl.NcclCommunicator.initAll([0, 1])
+    x = fake_array(np.ones(3), 0)
+    stream = get_device("cuda:0").stream("copy").cuda_stream
+    with pytest.raises(RuntimeError, match="would hang"):
+        comms[0].allReduce(x.data.ptr, x.data.ptr, 3, nccl.NCCL_FLOAT64, nccl.NCCL_SUM, stream.ptr)
+    nccl.groupStart()
+    comms[0].allReduce(x.data.ptr, x.data.ptr, 3, nccl.NCCL_FLOAT64, nccl.NCCL_SUM, stream.ptr)
+    with pytest.raises(RuntimeError, match=r"called \[1, 0\] collectives"):
+        nccl.groupEnd()
+
+
 def test_put_copies_every_kind_of_value_and_waits_for_the_copy(fake):
     lod = bir.LoDTensor(np.arange(6, dtype="float32").reshape(3, 2), [[0, 1, 3]])
     rows = bir.SelectedRows(np.array([2, 0]), np.ones((2, 3), "float32"), 5)
