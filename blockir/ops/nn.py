@@ -419,7 +419,7 @@ def _infer_lookup_table(ctx: InferContext) -> None:
     ctx.set_output("Out", (*ids.shape[:-1], w.shape[1]), w.dtype, lod_level=ids.lod_level)
 
 
-def _flat_ids(ctx: KernelContext, ids: Any, height: int) -> Any:
+def flat_ids(ctx: KernelContext, ids: Any, height: int) -> Any:
     """Ids flattened to one dimension, checked against the table height."""
     flat = ids.reshape(-1)
     if flat.size:
@@ -435,7 +435,7 @@ def _flat_ids(ctx: KernelContext, ids: Any, height: int) -> Any:
 
 def _lookup_table(ctx: KernelContext, w: Any, ids: Any) -> Any:
     """Out[i] = W[Ids[i]]; rows whose id is ``padding_idx`` are zero."""
-    flat = _flat_ids(ctx, ids, w.shape[0])
+    flat = flat_ids(ctx, ids, w.shape[0])
     out = ctx.xp.take(w, flat, axis=0)
     padding = ctx.attrs["padding_idx"]
     if padding != -1:
@@ -450,7 +450,7 @@ def _lookup_table_grad_kernel(ctx: KernelContext, w: Any, ids: Any, dout: Any) -
     rows of ``padding_idx`` are left out, as they get no gradient.
     """
     xp = ctx.xp
-    flat = _flat_ids(ctx, ids, w.shape[0])
+    flat = flat_ids(ctx, ids, w.shape[0])
     values = dout.reshape(flat.shape[0], w.shape[1])
     padding = ctx.attrs["padding_idx"]
     if padding != -1:

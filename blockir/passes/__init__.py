@@ -11,6 +11,7 @@ from blockir.passes.base import Pass, Pipeline, register_pass, registered_passes
 from blockir.passes.copies import InsertCopies
 from blockir.passes.data_parallel import DataParallel
 from blockir.passes.deps import Deps, dependency_graph
+from blockir.passes.distribute import Distribute
 from blockir.passes.feed_fetch import FeedFetch
 from blockir.passes.inference import Inference, inference
 from blockir.passes.manager import (
@@ -37,6 +38,7 @@ __all__ = [
     "DataParallel",
     "DefaultDevicePipeline",
     "Deps",
+    "Distribute",
     "FeedFetch",
     "Inference",
     "InferencePipeline",

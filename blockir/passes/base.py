@@ -14,6 +14,7 @@ pipeline (``blockir.passes.pipelines``).
 from __future__ import annotations
 
 import abc
+from collections.abc import Collection, Sequence
 from dataclasses import dataclass
 from typing import ClassVar, TypeVar
 
@@ -85,6 +86,19 @@ def registered_passes() -> dict[str, type[Pass]]:
 def origin_key(op: Operator) -> str:
     """A name for an op that survives save/load: ``type:out1,out2`` (or its inputs if it writes nothing)."""
     return f"{op.type}:{','.join(op.output_names() or op.input_names())}"
+
+
+def first_reads(ops: Sequence[Operator], exclude: Collection[str] = ()) -> list[str]:
+    """The variables ``ops`` read before any of them writes them, in order of first read, less ``exclude``
+    (a training block's feeds, when ``exclude`` holds its persistables)."""
+    reads: list[str] = []
+    written: set[str] = set()
+    for op in ops:
+        for name in op.input_names():
+            if name not in written and name not in exclude and name not in reads:
+                reads.append(name)
+        written.update(op.output_names())
+    return reads
 
 
 def mark_created(op: Operator, pass_name: str, origins: list[Operator]) -> Operator:

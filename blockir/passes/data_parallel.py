@@ -65,7 +65,7 @@ from blockir.errors import BlockirError
 from blockir.ir import Block, Operator, Program, VarKind
 from blockir.ir.devices import checked_device
 from blockir.ir.schema import GRAD_SUFFIX, Lowering, OpRole, lowering_of
-from blockir.passes.base import Pass, mark_created, register_pass
+from blockir.passes.base import Pass, first_reads, mark_created, register_pass
 
 __all__ = ["DataParallel", "copy_name", "replica_name"]
 
@@ -182,12 +182,7 @@ class _Replicate:
         """Variables the model reads before any model op writes them that are neither persistable nor made by a
         shared op: the batch."""
         made_by_shared = {n for op in self.shared for n in op.output_names()}
-        fed, seen = [], set()
-        for op in self.model:
-            for n in op.input_names():
-                if n not in seen and n not in self.persistable and n not in made_by_shared and n not in fed:
-                    fed.append(n)  # a short list: the feeds
-            seen.update(op.output_names())
+        fed = first_reads(self.model, self.persistable | made_by_shared)
         if not fed:
             raise BlockirError("data-parallel: the model reads no fed variable; there is no batch to split")
         return fed

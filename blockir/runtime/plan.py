@@ -213,7 +213,7 @@ def _getter(slots: list[int | None], slot: Slot, unwrap: set[int]) -> Callable[[
     def one(i: int | None) -> Callable[[list], Any]:
         if i is None:
             return lambda values: None
-        return (lambda values: _data(values[i])) if i in unwrap else itemgetter(i)
+        return (lambda values: _data(values[i])) if i in unwrap and not slot.lod else itemgetter(i)
 
     if slot.duplicable:
         getters = [one(i) for i in slots]
@@ -223,7 +223,9 @@ def _getter(slots: list[int | None], slot: Slot, unwrap: set[int]) -> Callable[[
 
 def _make_gather(args: list[tuple[Slot, list[int | None]]], unwrap: set[int]) -> Gather:
     simple = [
-        s[0] for slot, s in args if not slot.duplicable and len(s) == 1 and s[0] is not None and s[0] not in unwrap
+        s[0]
+        for slot, s in args
+        if not slot.duplicable and len(s) == 1 and s[0] is not None and (slot.lod or s[0] not in unwrap)
     ]
     if len(simple) == len(args):
         if not simple:

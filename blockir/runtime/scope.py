@@ -20,12 +20,13 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import Iterator
+from contextvars import ContextVar
 from typing import Any
 
 from blockir.errors import BlockirError
 from blockir.ir.devices import HOST
 
-__all__ = ["Scope", "ScopeVariable", "global_scope", "scope_guard"]
+__all__ = ["Scope", "ScopeVariable", "global_scope", "scope_guard", "set_context_scope"]
 
 
 class ScopeVariable:
@@ -135,19 +136,36 @@ class Scope:
 
 
 _global_scope = Scope()
+# A global scope of the current context only (a role of ``blockir launch --backend inprocess``, a thread of one
+# process, has its own): None, outside such a context, for the process's.
+_context_scope: ContextVar[Scope | None] = ContextVar("blockir_global_scope", default=None)
 
 
 def global_scope() -> Scope:
-    """The scope executors and ``bir.io`` use when none is given (switched by :func:`scope_guard`)."""
-    return _global_scope
+    """The scope executors and ``bir.io`` use when none is given (switched by :func:`scope_guard`): the
+    current context's (:func:`set_context_scope`) if it has one, else the process's."""
+    scope = _context_scope.get()
+    return _global_scope if scope is None else scope
+
+
+def set_context_scope(scope: Scope) -> None:
+    """Give the current context (a thread running in a ``contextvars.Context`` of its own) its own global scope."""
+    _context_scope.set(scope)
 
 
 @contextlib.contextmanager
 def scope_guard(scope: Scope) -> Iterator[Scope]:
-    """Make ``scope`` the global scope inside the ``with`` block."""
+    """Make ``scope`` the global scope inside the ``with`` block (the context's, when it has its own)."""
     global _global_scope
     if not isinstance(scope, Scope):
         raise BlockirError(f"scope_guard needs a Scope, got {type(scope).__name__}")
+    if _context_scope.get() is not None:
+        token = _context_scope.set(scope)
+        try:
+            yield scope
+        finally:
+            _context_scope.reset(token)
+        return
     previous, _global_scope = _global_scope, scope
     try:
         yield scope

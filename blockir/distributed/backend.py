@@ -1,0 +1,98 @@
+"""Where the parameter servers live and how workers reach them: in this process (threads), or as Ray actors.
+
+A backend publishes the :class:`~blockir.distributed.server.ParameterServer`
+objects of one training run (``run``: an id the launcher gives every role) and
+gives workers :class:`~blockir.distributed.communicator.ServerHandle` s to them.
+
+- :class:`InProcessBackend` (the default, and the reference the Ray backend is
+  tested against): the servers are objects of this process, registered by run
+  and index; a handle calls their methods on a small thread pool, so that the
+  requests to several servers are in flight together.
+- ``RayBackend`` (:mod:`blockir.distributed.ray_backend`, the ``ray`` extra):
+  each server is a named Ray actor; arrays travel through Ray's object store.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from concurrent.futures import Future, ThreadPoolExecutor
+from typing import Any, Protocol
+
+from blockir.distributed.server import ParameterServer
+from blockir.errors import BlockirError
+
+__all__ = ["Backend", "InProcessBackend", "InProcessHandle", "backend_named"]
+
+
+class Backend(Protocol):
+    """How a run's servers are published and found."""
+
+    def serve(self, run: str, index: int, server: ParameterServer) -> None:
+        """Publish ``server`` as server ``index`` of ``run``."""
+        ...
+
+    def handles(self, run: str, servers: int, timeout: float) -> list[Any]:
+        """Handles to the ``servers`` servers of ``run``, waiting up to ``timeout`` s for them to be published."""
+        ...
+
+    def unpublish(self, run: str, index: int) -> None:
+        """Take server ``index`` of ``run`` away (after it stopped)."""
+        ...
+
+
+class InProcessHandle:
+    """A server of this process: ``submit`` runs the method on a thread of the worker's pool."""
+
+    def __init__(self, server: ParameterServer, pool: ThreadPoolExecutor) -> None:
+        self.server = server
+        self.pool = pool
+
+    def submit(self, method: str, *args: Any) -> Future:
+        return self.pool.submit(getattr(self.server, method), *args)
+
+
+class InProcessBackend:
+    """Servers registered in this process, by run and index (module docstring)."""
+
+    _servers: dict[tuple[str, int], ParameterServer] = {}
+    _changed = threading.Condition()
+
+    def serve(self, run: str, index: int, server: ParameterServer) -> None:
+        with self._changed:
+            self._servers[(run, index)] = server
+            self._changed.notify_all()
+
+    def handles(self, run: str, servers: int, timeout: float) -> list[InProcessHandle]:
+        deadline = time.monotonic() + timeout
+        with self._changed:
+            while True:
+                missing = [k for k in range(servers) if (run, k) not in self._servers]
+                if not missing:
+                    break
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    raise BlockirError(f"parameter servers {missing} of run {run!r} did not start within {timeout:g} s")
+                self._changed.wait(min(left, 0.5))
+            found = [self._servers[(run, k)] for k in range(servers)]
+        pool = ThreadPoolExecutor(max_workers=max(2, servers), thread_name_prefix=f"blockir-ps-client-{run}")
+        return [InProcessHandle(server, pool) for server in found]
+
+    def unpublish(self, run: str, index: int) -> None:
+        with self._changed:
+            self._servers.pop((run, index), None)
+
+    def published(self, run: str, index: int) -> ParameterServer | None:
+        with self._changed:
+            return self._servers.get((run, index))
+
+
+def backend_named(name: str) -> Backend:
+    """The backend ``inprocess`` or ``ray``."""
+    if name == "inprocess":
+        return InProcessBackend()
+    if name == "ray":
+        from blockir.distributed.ray_backend import RayBackend
+
+        return RayBackend()
+    raise BlockirError(f"unknown parameter-server backend {name!r} (expected inprocess or ray)")

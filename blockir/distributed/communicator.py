@@ -1,0 +1,283 @@
+"""A worker's communicator: what the ``distributed_lookup_table``, ``send`` and ``recv`` ops call.
+
+One :class:`Communicator` per worker (every thread of the worker shares it: an
+``AsyncExecutor`` with thread workers inside a PS worker pushes through it). It
+talks to the servers through handles (:mod:`blockir.distributed.backend`):
+each call returns a future, so the calls to several servers are in flight
+together.
+
+- **Sparse pulls** ask each server for the distinct ids it holds
+  (``id % servers``) and put the rows back in the order asked.
+- **Pushes** cut each dense gradient into its blocks (by rows) and merge each
+  sparse gradient (duplicate ids summed) before sending: one request per server
+  per step, carrying every block and table that server holds.
+- **sync**: a push waits for the servers to apply the step (every worker's
+  gradients, averaged by batch), and ``recv`` pulls the dense blocks after it.
+- **async** (Downpour): a push goes into a bounded queue (``queue_size``
+  steps: a full queue blocks the step, never grows memory) and returns; a
+  communicator thread takes everything queued, merges it (dense gradients
+  summed, sparse rows joined and merged) and pushes it, and every
+  ``pull_every`` steps pulls the dense parameters, which the next ``recv``
+  installs.
+
+:attr:`Communicator.stats` counts requests, bytes and the seconds the worker
+waited on the servers.
+"""
+
+from __future__ import annotations
+
+import queue
+import threading
+import time
+from collections.abc import Sequence
+from typing import Any, Protocol
+
+import numpy as np
+
+from blockir.errors import BlockirError
+from blockir.passes.distribute import Split
+
+__all__ = ["Communicator", "Future", "ServerHandle"]
+
+
+class Future(Protocol):
+    def result(self) -> Any: ...
+
+
+class ServerHandle(Protocol):
+    """A parameter server as a worker reaches it: ``submit("push", ...)`` calls the server's ``push``."""
+
+    def submit(self, method: str, *args: Any) -> Future: ...
+
+
+_STOP = object()
+
+
+class Communicator:
+    """Worker ``worker``'s communicator over the servers ``handles`` (module docstring)."""
+
+    def __init__(
+        self,
+        split: Split,
+        handles: Sequence[ServerHandle],
+        worker: int,
+        mode: str = "async",
+        pull_every: int = 1,
+        queue_size: int = 4,
+    ) -> None:
+        if len(handles) != len(split.servers):
+            raise BlockirError(f"{len(handles)} server handles for {len(split.servers)} servers")
+        if pull_every < 1 or queue_size < 1:
+            raise BlockirError(f"pull_every ({pull_every}) and queue_size ({queue_size}) must be at least 1")
+        self.split = split
+        self.handles = list(handles)
+        self.worker = worker
+        self.mode = mode
+        self.pull_every = pull_every
+        self.steps = 0  # steps pushed
+        self.stats = {"requests": 0, "bytes_sent": 0, "payload_bytes": 0, "wait_s": 0.0}
+        self._blocks: dict[str, list[Any]] = {}
+        for b in split.blocks:
+            self._blocks.setdefault(b.param, []).append(b)
+        self._dims = {t.name: t.dim for t in split.tables}
+        self._lock = threading.Lock()
+        self._fresh: dict[str, np.ndarray] | None = None
+        self._error: BaseException | None = None
+        self._queue: queue.Queue[Any] = queue.Queue(maxsize=queue_size)
+        self._thread: threading.Thread | None = None
+        if mode == "async":
+            self._thread = threading.Thread(target=self._work, name=f"blockir-communicator-{worker}", daemon=True)
+            self._thread.start()
+
+    # -- the ops' Client ----------------------------------------------------------------------------------
+    def pull_sparse(self, table: str, ids: np.ndarray) -> np.ndarray:
+        self._raise()
+        servers = len(self.handles)
+        uniq, inverse = np.unique(np.asarray(ids, np.int64), return_inverse=True)
+        after = self.steps if self.mode == "sync" else 0
+        parts = [uniq[uniq % servers == k] for k in range(servers)]
+        futures = [
+            (k, part, self._submit(k, "pull_sparse", table, part, after)) for k, part in enumerate(parts) if part.size
+        ]
+        rows = np.zeros((len(uniq), self._dims[table]), np.float32)
+        for k, part, future in futures:
+            got = self._result(future)
+            if rows.dtype != got.dtype:
+                rows = rows.astype(got.dtype)
+            rows[np.searchsorted(uniq, part)] = got
+        return rows[inverse]
+
+    def push(self, dense: dict[str, np.ndarray], sparse: list[tuple[str, np.ndarray, np.ndarray]], weight: int) -> None:
+        self._raise()
+        merged = _merge_sparse(sparse)
+        payload = sum(g.nbytes for g in dense.values()) + sum(i.nbytes + r.nbytes for i, r in merged.values())
+        self.stats["payload_bytes"] += payload
+        if self.mode == "async":
+            start = time.perf_counter()
+            self._queue.put((dense, merged, weight))  # blocks while the queue is full: backpressure
+            self.stats["wait_s"] += time.perf_counter() - start
+        else:
+            self._send(dense, merged, weight)
+        self.steps += 1
+
+    def pull_dense(self, names: Sequence[str]) -> dict[str, np.ndarray] | None:
+        self._raise()
+        if self.mode == "async":
+            with self._lock:
+                fresh, self._fresh = self._fresh, None
+            return fresh
+        return self._pull(names, self.steps)
+
+    # -- set-up and end ---------------------------------------------------------------------------------
+    def init_dense(self, values: dict[str, np.ndarray]) -> None:
+        """Give the servers the dense parameters' first values (worker 0, after running the startup program)."""
+        per_server: dict[int, dict[str, np.ndarray]] = {}
+        for name, value in values.items():
+            for b in self._blocks.get(name, ()):
+                per_server.setdefault(b.server, {})[b.name] = np.ascontiguousarray(np.asarray(value)[b.begin : b.end])
+        for future in [self._submit(k, "init_dense", blocks) for k, blocks in per_server.items()]:
+            self._result(future)
+
+    def pull_all(self) -> dict[str, np.ndarray]:
+        """Every dense parameter as the servers hold it (waiting until worker 0 has given them values)."""
+        return self._pull(list(self._blocks), 0)
+
+    def stop(self) -> None:
+        """Push what is queued, end the communicator thread; raise its error, if it had one."""
+        if self._thread is not None and self._thread.is_alive():
+            self._queue.put(_STOP)
+            self._thread.join()
+        self._raise()
+
+    # -- inside ------------------------------------------------------------------------------------------
+    def _submit(self, server: int, method: str, *args: Any) -> Future:
+        self.stats["requests"] += 1
+        self.stats["bytes_sent"] += sum(_nbytes(a) for a in args)
+        return self.handles[server].submit(method, *args)
+
+    def _result(self, future: Future) -> Any:
+        start = time.perf_counter()
+        try:
+            return future.result()
+        finally:
+            self.stats["wait_s"] += time.perf_counter() - start
+
+    def _send(
+        self, dense: dict[str, np.ndarray], sparse: dict[str, tuple[np.ndarray, np.ndarray]], weight: int
+    ) -> None:
+        servers = len(self.handles)
+        dense_parts: list[dict[str, np.ndarray]] = [{} for _ in range(servers)]
+        for name, grad in dense.items():
+            for b in self._blocks[name]:
+                dense_parts[b.server][b.name] = np.ascontiguousarray(grad[b.begin : b.end]) if b.count > 1 else grad
+        sparse_parts: list[dict[str, tuple[np.ndarray, np.ndarray]]] = [{} for _ in range(servers)]
+        for table, (ids, rows) in sparse.items():
+            owner = ids % servers
+            for k in range(servers):
+                mine = owner == k
+                if mine.any():
+                    sparse_parts[k][table] = (ids[mine], rows[mine])
+        futures = [
+            self._submit(k, "push", self.worker, dense_parts[k], sparse_parts[k], weight)
+            for k in range(servers)
+            if dense_parts[k] or sparse_parts[k] or self.mode == "sync"
+        ]
+        for future in futures:
+            self._result(future)
+
+    def _pull(self, names: Sequence[str], after: int) -> dict[str, np.ndarray]:
+        wanted = [b for name in names for b in self._blocks[name]]
+        by_server: dict[int, list[str]] = {}
+        for b in wanted:
+            by_server.setdefault(b.server, []).append(b.name)
+        futures = {k: self._submit(k, "pull_dense", blocks, after) for k, blocks in by_server.items()}
+        got: dict[str, np.ndarray] = {}
+        for future in futures.values():
+            got.update(self._result(future))
+        return {name: _join([got[b.name] for b in self._blocks[name]]) for name in names}
+
+    def _work(self) -> None:
+        """The async communicator thread: merge what is queued, push it, pull every ``pull_every`` steps."""
+        since_pull = 0
+        try:
+            while True:
+                items = [self._queue.get()]
+                while True:
+                    try:
+                        items.append(self._queue.get_nowait())
+                    except queue.Empty:
+                        break
+                stop = any(item is _STOP for item in items)
+                steps = [item for item in items if item is not _STOP]
+                if steps:
+                    self._send(*_merge_steps(steps))
+                    since_pull += len(steps)
+                    if since_pull >= self.pull_every:
+                        fresh = self._pull(list(self._blocks), 0)
+                        with self._lock:
+                            self._fresh = fresh
+                        since_pull = 0
+                if stop:
+                    return
+        except BaseException as e:  # raised to the worker at its next call
+            self._error = e
+            while True:  # unblock a worker waiting on a full queue
+                try:
+                    self._queue.get_nowait()
+                except queue.Empty:
+                    break
+
+    def _raise(self) -> None:
+        if self._error is not None:
+            error, self._error = self._error, None
+            raise BlockirError(f"worker {self.worker}'s communicator failed: {error}") from error
+
+
+def _nbytes(value: Any) -> int:
+    if isinstance(value, np.ndarray):
+        return value.nbytes
+    if isinstance(value, dict):
+        return sum(_nbytes(v) for v in value.values())
+    if isinstance(value, (list, tuple)):
+        return sum(_nbytes(v) for v in value)
+    return 0
+
+
+def _join(parts: list[np.ndarray]) -> np.ndarray:
+    return parts[0] if len(parts) == 1 else np.concatenate(parts)
+
+
+def _merge_rows(ids: np.ndarray, rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Duplicate ids summed, ids sorted."""
+    uniq, inverse = np.unique(ids, return_inverse=True)
+    if len(uniq) == len(ids):
+        order = np.argsort(ids, kind="stable")
+        return ids[order], rows[order]
+    out = np.zeros((len(uniq), rows.shape[1]), rows.dtype)
+    np.add.at(out, inverse, rows)
+    return uniq, out
+
+
+def _merge_sparse(sparse: list[tuple[str, np.ndarray, np.ndarray]]) -> dict[str, tuple[np.ndarray, np.ndarray]]:
+    """One (ids, rows) per table, duplicates summed (a table looked up twice in a step gives two entries)."""
+    by_table: dict[str, tuple[list[np.ndarray], list[np.ndarray]]] = {}
+    for table, ids, rows in sparse:
+        parts = by_table.setdefault(table, ([], []))
+        parts[0].append(np.asarray(ids, np.int64))
+        parts[1].append(np.asarray(rows))
+    return {t: _merge_rows(np.concatenate(i), np.concatenate(r)) for t, (i, r) in by_table.items()}
+
+
+def _merge_steps(
+    steps: list[tuple[dict[str, np.ndarray], dict[str, tuple[np.ndarray, np.ndarray]], int]],
+) -> tuple[dict[str, np.ndarray], dict[str, tuple[np.ndarray, np.ndarray]], int]:
+    """Several queued steps as one push: dense gradients summed, sparse rows merged, batches added."""
+    if len(steps) == 1:
+        return steps[0]
+    dense: dict[str, np.ndarray] = {}
+    sparse: list[tuple[str, np.ndarray, np.ndarray]] = []
+    for grads, rows, _ in steps:
+        for name, g in grads.items():
+            dense[name] = dense[name] + g if name in dense else g.copy()
+        sparse.extend((t, i, r) for t, (i, r) in rows.items())
+    return dense, _merge_sparse(sparse), sum(w for _, _, w in steps)

@@ -1,0 +1,356 @@
+"""The fleet API of parameter-server training (Paddle's ``paddle.distributed.fleet``, with blockir's names).
+
+A script runs once per role, started by ``blockir launch --servers S --workers
+W script.py`` (:mod:`blockir.distributed.launch`), which tells each run its role:
+
+.. code-block:: python
+
+    fleet.init()
+    strategy = fleet.DistributedStrategy(); strategy.a_sync = True
+    opt = fleet.distributed_optimizer(bir.optimizer.Adagrad(0.05), strategy); opt.minimize(cost)
+    if fleet.is_server():
+        fleet.init_server(); fleet.run_server()
+    elif fleet.is_worker():
+        exe = bir.Executor("cpu"); exe.run(fleet.startup_program); fleet.init_worker()
+        ...  # train fleet.main_program
+        fleet.stop_worker()
+
+``minimize`` runs the optimizer's ``minimize`` and then the ``distribute``
+split (:func:`blockir.passes.distribute.split`): ``fleet.main_program`` is the
+worker program, ``fleet.startup_program`` the startup program less what only
+the servers hold. A role's state is its context's: the in-process launcher runs
+every role as a thread with its own context (its own default programs, name
+generator and global scope); elsewhere (a process per role) the process's.
+
+The role comes from the launcher: a context it set, else the environment
+(``BLOCKIR_ROLE`` = ``server`` or ``worker``, ``BLOCKIR_ROLE_INDEX``,
+``BLOCKIR_SERVERS``, ``BLOCKIR_WORKERS``, ``BLOCKIR_PS_RUN``,
+``BLOCKIR_PS_BACKEND`` = ``inprocess`` or ``ray``).
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from contextvars import ContextVar
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from blockir.distributed.backend import backend_named
+from blockir.distributed.communicator import Communicator
+from blockir.distributed.server import ParameterServer
+from blockir.errors import BlockirError
+from blockir.ir import Program
+from blockir.ir.defaults import default_startup_program
+from blockir.ops.distributed import PS_CLIENT
+from blockir.passes.distribute import Split, split
+from blockir.runtime.scope import global_scope
+
+__all__ = [
+    "DistributedOptimizer",
+    "DistributedStrategy",
+    "Role",
+    "barrier_worker",
+    "distributed_optimizer",
+    "init",
+    "init_server",
+    "init_worker",
+    "is_first_worker",
+    "is_server",
+    "is_worker",
+    "run_server",
+    "server_index",
+    "server_num",
+    "stop_worker",
+    "worker_index",
+    "worker_num",
+]
+
+ROLES = ("server", "worker")
+
+
+@dataclass(frozen=True)
+class Role:
+    """Which role this run of the script plays, in which training run."""
+
+    kind: str  # "server" or "worker"
+    index: int
+    servers: int
+    workers: int
+    run: str = "default"
+    backend: str = "inprocess"
+    timeout: float = 300.0  # how long to wait for servers, other workers, a sync step
+
+    def __post_init__(self) -> None:
+        if self.kind not in ROLES:
+            raise BlockirError(f"unknown role {self.kind!r} (expected server or worker)")
+        if self.servers < 1:
+            raise BlockirError(f"parameter-server training needs at least one server, got {self.servers}")
+        if self.workers < 1:
+            raise BlockirError(f"parameter-server training needs at least one worker, got {self.workers}")
+        count = self.servers if self.kind == "server" else self.workers
+        if not 0 <= self.index < count:
+            raise BlockirError(f"{self.kind} index {self.index} is out of range (there are {count} {self.kind}s)")
+
+    @staticmethod
+    def from_env(env: Mapping[str, str]) -> Role:
+        """The role the environment names (module docstring); an error naming what is missing or wrong."""
+        if "BLOCKIR_ROLE" not in env:
+            raise BlockirError(
+                "fleet.init: no role (run the script with `blockir launch --servers S --workers W script.py`, "
+                "which sets BLOCKIR_ROLE and the rest)"
+            )
+
+        def number(key: str, default: str | None = None) -> int:
+            text = env.get(key, default)
+            if text is None:
+                raise BlockirError(f"fleet.init: {key} is not set")
+            try:
+                return int(text)
+            except ValueError:
+                raise BlockirError(f"fleet.init: {key}={text!r} is not a number") from None
+
+        return Role(
+            env["BLOCKIR_ROLE"],
+            number("BLOCKIR_ROLE_INDEX", "0"),
+            number("BLOCKIR_SERVERS"),
+            number("BLOCKIR_WORKERS"),
+            env.get("BLOCKIR_PS_RUN", "default"),
+            env.get("BLOCKIR_PS_BACKEND", "inprocess"),
+            float(env.get("BLOCKIR_PS_TIMEOUT", "300")),
+        )
+
+
+@dataclass
+class DistributedStrategy:
+    """``a_sync``: False for sync training (every step averaged over the workers), True (default) for async
+    (Downpour). ``a_sync_configs``: ``pull_every`` (async: pull the dense parameters every n steps, default 1)
+    and ``queue_size`` (async: steps queued before a push blocks, default 4)."""
+
+    a_sync: bool = True
+    a_sync_configs: dict[str, Any] = field(default_factory=dict)
+
+    def mode(self) -> str:
+        unknown = set(self.a_sync_configs) - {"pull_every", "queue_size"}
+        if unknown:
+            raise BlockirError(f"DistributedStrategy.a_sync_configs: unknown keys {sorted(unknown)}")
+        return "async" if self.a_sync else "sync"
+
+
+_context_role: ContextVar[Role | None] = ContextVar("blockir_fleet_role", default=None)
+
+
+@dataclass
+class _Fleet:
+    role: Role
+    strategy: DistributedStrategy = field(default_factory=DistributedStrategy)
+    split: Split | None = None
+    startup: Program | None = None  # the startup program as minimize left it: the servers initialize from it
+    worker_startup: Program | None = None  # less what only the servers hold
+    server: ParameterServer | None = None
+    communicator: Communicator | None = None
+
+
+_context_fleet: ContextVar[_Fleet | None] = ContextVar("blockir_fleet", default=None)
+_process_fleet: _Fleet | None = None
+
+
+def set_context_role(role: Role) -> None:
+    """Give the current context its role (the in-process launcher, in each role's thread)."""
+    _context_role.set(role)
+
+
+def init(role: Role | None = None) -> None:
+    """Start this role: ``role``, else the launcher's (its context's, else the environment's)."""
+    global _process_fleet
+    in_context = _context_role.get()
+    state = _Fleet(role or in_context or Role.from_env(os.environ))
+    if in_context is not None:
+        _context_fleet.set(state)
+    else:
+        _process_fleet = state
+
+
+def _fleet() -> _Fleet:
+    state = _context_fleet.get() or _process_fleet
+    if state is None:
+        raise BlockirError("fleet.init() has not been called")
+    return state
+
+
+def _split() -> Split:
+    state = _fleet()
+    if state.split is None:
+        raise BlockirError("call fleet.distributed_optimizer(...).minimize(loss) first")
+    return state.split
+
+
+def is_server() -> bool:
+    return _fleet().role.kind == "server"
+
+
+def is_worker() -> bool:
+    return _fleet().role.kind == "worker"
+
+
+def is_first_worker() -> bool:
+    return is_worker() and _fleet().role.index == 0
+
+
+def worker_index() -> int:
+    role = _fleet().role
+    if role.kind != "worker":
+        raise BlockirError(f"worker_index: this role is server {role.index}")
+    return role.index
+
+
+def server_index() -> int:
+    role = _fleet().role
+    if role.kind != "server":
+        raise BlockirError(f"server_index: this role is worker {role.index}")
+    return role.index
+
+
+def worker_num() -> int:
+    return _fleet().role.workers
+
+
+def server_num() -> int:
+    return _fleet().role.servers
+
+
+class DistributedOptimizer:
+    """``fleet.distributed_optimizer(optimizer, strategy)``: ``minimize`` as the optimizer's, then the split."""
+
+    def __init__(self, optimizer: Any, strategy: DistributedStrategy | None) -> None:
+        self.optimizer = optimizer
+        self.strategy = strategy or DistributedStrategy()
+
+    def minimize(self, loss: Any, startup_program: Program | None = None) -> Any:
+        state = _fleet()
+        state.strategy = self.strategy
+        self.strategy.mode()  # errors now
+        result = self.optimizer.minimize(loss, startup_program=startup_program)
+        startup = startup_program or default_startup_program()
+        state.split = split(loss.block.program, state.role.servers, state.role.workers)
+        state.startup = startup.clone()
+        state.worker_startup = startup.clone()
+        _worker_startup(state.worker_startup, state.split.worker)
+        return result
+
+
+def distributed_optimizer(optimizer: Any, strategy: DistributedStrategy | None = None) -> DistributedOptimizer:
+    return DistributedOptimizer(optimizer, strategy)
+
+
+def _worker_startup(startup: Program, worker: Program) -> None:
+    """Drop from ``startup`` the ops making variables the worker program does not have (the servers')."""
+    block, have = startup.global_block(), worker.global_block()
+    for op in list(block.ops):
+        if not any(have.has_var(n) for n in op.output_names()):
+            block.remove_op(op)
+    used = {n for op in block.ops for n in op.output_names()}
+    for name in list(block.vars):
+        if name not in used:
+            block.remove_var(name)
+
+
+def __getattr__(name: str) -> Any:
+    """``fleet.main_program`` (the worker program) and ``fleet.startup_program``."""
+    if name == "main_program":
+        return _split().worker
+    if name == "startup_program":
+        _split()
+        return _fleet().worker_startup
+    raise AttributeError(f"module 'blockir.distributed.fleet' has no attribute {name!r}")
+
+
+# -- servers -------------------------------------------------------------------------------------------
+
+
+def init_server(dirname: str | None = None, var_names: list[str] | None = None) -> None:
+    """Make this role's parameter server and publish it (``dirname``: loading saved tables is not supported)."""
+    state = _fleet()
+    if state.role.kind != "server":
+        raise BlockirError(f"init_server: this role is worker {state.role.index}")
+    if dirname is not None or var_names is not None:
+        raise BlockirError("init_server: loading saved parameters (dirname, var_names) is not supported")
+    assert state.startup is not None
+    state.server = ParameterServer(
+        state.role.index, _split(), state.startup, state.strategy.mode(), timeout=state.role.timeout
+    )
+    backend_named(state.role.backend).serve(state.role.run, state.role.index, state.server)
+
+
+def run_server() -> None:
+    """Serve until every worker called ``stop_worker``."""
+    state = _fleet()
+    if state.server is None:
+        raise BlockirError("run_server: call init_server() first")
+    try:
+        state.server.wait_finished()
+    finally:
+        state.server.stop()
+        backend_named(state.role.backend).unpublish(state.role.run, state.role.index)
+
+
+# -- workers -------------------------------------------------------------------------------------------
+
+
+def init_worker() -> None:
+    """Connect to the servers; worker 0 gives them its dense parameters (run the startup program first), the
+    others take theirs. The communicator goes into the global scope, where the worker program's ops find it."""
+    state = _fleet()
+    role = state.role
+    if role.kind != "worker":
+        raise BlockirError(f"init_worker: this role is server {role.index}")
+    split_ = _split()
+    handles = backend_named(role.backend).handles(role.run, role.servers, role.timeout)
+    configs = state.strategy.a_sync_configs
+    communicator = Communicator(
+        split_,
+        handles,
+        role.index,
+        state.strategy.mode(),
+        pull_every=int(configs.get("pull_every", 1)),
+        queue_size=int(configs.get("queue_size", 4)),
+    )
+    scope = global_scope()
+    dense = list(dict.fromkeys(b.param for b in split_.blocks))
+    if role.index == 0:
+        missing = [n for n in dense if scope.find_var(n) is None]
+        if missing:
+            raise BlockirError(f"init_worker: the scope has no value for {missing}: run fleet.startup_program first")
+        communicator.init_dense({n: scope.get(n) for n in dense})
+    else:
+        for name, value in communicator.pull_all().items():
+            scope.set(name, np.array(value, copy=True))  # a value out of Ray's object store is read-only
+    scope.set(PS_CLIENT, communicator)
+    state.communicator = communicator
+
+
+def _communicator() -> Communicator:
+    communicator = _fleet().communicator
+    if communicator is None:
+        raise BlockirError("call fleet.init_worker() first")
+    return communicator
+
+
+def barrier_worker() -> None:
+    """Wait until every worker reached this barrier."""
+    communicator = _communicator()
+    communicator.handles[0].submit("barrier", _fleet().role.index).result()
+
+
+def stop_worker() -> None:
+    """Push what is queued, stop the communicator, and tell the servers this worker is done."""
+    state = _fleet()
+    communicator = _communicator()
+    try:
+        communicator.stop()
+    finally:
+        for handle in communicator.handles:
+            handle.submit("finish", state.role.index).result()
+        state.communicator = None

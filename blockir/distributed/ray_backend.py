@@ -1,0 +1,210 @@
+"""The Ray backend (the ``ray`` extra): every role a Ray actor, the servers reached through theirs.
+
+``blockir launch --backend ray`` (:func:`launch_ray`) starts a local Ray
+cluster on loopback (node address 127.0.0.1, no dashboard, usage statistics
+off), or joins the one at ``--address`` on that cluster's terms, and runs each
+role as a :class:`RoleActor` named ``blockir-RUN-ROLE-INDEX`` (namespace
+``blockir``): its ``run`` method runs the script with the role in the
+environment, its ``call`` method runs a method of the parameter server the
+script published in that actor's process (:class:`RayBackend`.serve publishes it
+there as the in-process backend does). The actor
+runs its methods on a thread pool, so a server answers while its script waits in
+``run_server``. Arrays travel through Ray's object store; nothing is pickled
+from a user's file. A role's standard output and error reach the launcher
+through Ray, each line prefixed with the role.
+
+When a role fails, :func:`launch_ray` stops the servers, waits for the other
+roles (they fail or end), kills every actor it made, and shuts the cluster down
+if it started it.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import tempfile
+import time
+import traceback
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import ray
+
+from blockir.distributed.backend import InProcessBackend
+from blockir.distributed.fleet import Role
+from blockir.distributed.server import ParameterServer
+from blockir.errors import BlockirError
+
+__all__ = ["NAMESPACE", "RayBackend", "RayHandle", "RoleActor", "launch_ray", "loopback_env"]
+
+NAMESPACE = "blockir"
+
+
+def actor_name(role: Role) -> str:
+    return f"blockir-{role.run}-{role.kind}-{role.index}"
+
+
+def loopback_env() -> dict[str, str]:
+    """The environment that keeps a Ray cluster this process starts on loopback and quiet."""
+    return {
+        "RAY_USAGE_STATS_ENABLED": "0",
+        "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER": "0",
+        "RAY_AUTH_MODE": "disabled",
+        "http_proxy": "http://127.0.0.1:9",
+        "https_proxy": "http://127.0.0.1:9",
+        "HTTP_PROXY": "http://127.0.0.1:9",
+        "HTTPS_PROXY": "http://127.0.0.1:9",
+        "no_proxy": "localhost,127.0.0.1,::1",
+        "NO_PROXY": "localhost,127.0.0.1,::1",
+    }
+
+
+class _RayFuture:
+    def __init__(self, ref: Any) -> None:
+        self.ref = ref
+
+    def result(self) -> Any:
+        try:
+            return ray.get(self.ref)
+        except ray.exceptions.RayTaskError as e:
+            raise BlockirError(str(e.cause) if e.cause is not None else str(e)) from None
+
+
+class RayHandle:
+    """A server reached through its role's actor: ``submit`` calls the server's method there."""
+
+    def __init__(self, actor: Any, run: str, index: int) -> None:
+        self.actor = actor
+        self.run = run
+        self.index = index
+
+    def submit(self, method: str, *args: Any) -> _RayFuture:
+        return _RayFuture(self.actor.call.remote(self.run, self.index, method, *args))
+
+
+class RayBackend:
+    """Servers published in the actor processes of a Ray cluster (module docstring)."""
+
+    def serve(self, run: str, index: int, server: ParameterServer) -> None:
+        InProcessBackend().serve(run, index, server)  # in the role actor's process, where its actor answers
+
+    def handles(self, run: str, servers: int, timeout: float) -> list[RayHandle]:
+        deadline = time.monotonic() + timeout
+        handles = []
+        for k in range(servers):
+            name = f"blockir-{run}-server-{k}"
+            while True:
+                try:
+                    actor = ray.get_actor(name, namespace=NAMESPACE)
+                    if ray.get(actor.serving.remote(run, k)):
+                        break
+                except ValueError:  # not made yet
+                    pass
+                if time.monotonic() > deadline:
+                    raise BlockirError(f"parameter server {k} of run {run!r} did not start within {timeout:g} s")
+                time.sleep(0.05)
+            handles.append(RayHandle(actor, run, k))
+        return handles
+
+    def unpublish(self, run: str, index: int) -> None:
+        InProcessBackend().unpublish(run, index)
+
+
+@ray.remote(max_concurrency=64)
+class RoleActor:
+    """One role of a run: runs the script (:meth:`run`) and answers for its server (:meth:`call`)."""
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+
+    def __repr__(self) -> str:  # Ray prefixes the actor's output lines with it
+        return self.name
+
+    def run(self, script: str, source: str, role: Role, args: list[str]) -> None:
+        from blockir.distributed.launch import run_role
+
+        os.environ.update(
+            BLOCKIR_ROLE=role.kind,
+            BLOCKIR_ROLE_INDEX=str(role.index),
+            BLOCKIR_SERVERS=str(role.servers),
+            BLOCKIR_WORKERS=str(role.workers),
+            BLOCKIR_PS_RUN=role.run,
+            BLOCKIR_PS_BACKEND="ray",
+            BLOCKIR_PS_TIMEOUT=str(role.timeout),
+        )
+        with tempfile.TemporaryDirectory() as where:
+            path = Path(where) / Path(script).name
+            path.write_text(source, encoding="utf-8")
+            sys.path.insert(0, str(Path(script).resolve().parent))
+            try:
+                run_role(path, role, args)
+            except SystemExit as e:
+                if e.code not in (None, 0):
+                    raise BlockirError(f"{self.name} exited with {e.code}") from None
+            except BaseException:
+                print(traceback.format_exc(), file=sys.stderr, end="")
+                raise
+
+    def serving(self, run: str, index: int) -> bool:
+        from blockir.distributed.backend import InProcessBackend
+
+        return InProcessBackend().published(run, index) is not None
+
+    def call(self, run: str, index: int, method: str, *args: Any) -> Any:
+        from blockir.distributed.backend import InProcessBackend
+
+        server = InProcessBackend().published(run, index)
+        if server is None:
+            raise BlockirError(f"parameter server {index} of run {run!r} is not serving")
+        return getattr(server, method)(*args)
+
+
+def launch_ray(script: str | Path | Callable[[], Any], roles: list[Role], args: list[str], address: str | None) -> Any:
+    """Run every role as a :class:`RoleActor` (module docstring); a :class:`~blockir.distributed.launch.LaunchResult`."""
+    from blockir.distributed.launch import LaunchResult, role_name
+
+    if callable(script):
+        raise BlockirError("launch: the ray backend runs script files, not callables")
+    source = Path(script).read_text(encoding="utf-8")
+    started = not ray.is_initialized()
+    if started:
+        if address is None:
+            os.environ.update(loopback_env())
+            ray.init(
+                num_cpus=max(2, os.cpu_count() or 2),
+                include_dashboard=False,
+                _node_ip_address="127.0.0.1",
+                _temp_dir=tempfile.mkdtemp(prefix="blockir-ray-"),
+                namespace=NAMESPACE,
+                log_to_driver=True,
+            )
+        else:
+            ray.init(address=address, namespace=NAMESPACE, log_to_driver=True)
+    actors = {}
+    result = LaunchResult()
+    try:
+        for role in roles:
+            name = role_name(role)
+            actors[name] = RoleActor.options(name=actor_name(role), namespace=NAMESPACE, num_cpus=0).remote(name)
+        pending = {actors[role_name(r)].run.remote(str(script), source, r, args): r for r in roles}
+        stopping = False
+        while pending:
+            done, _ = ray.wait(list(pending), num_returns=1)
+            role = pending.pop(done[0])
+            try:
+                ray.get(done[0])
+            except ray.exceptions.RayError as e:
+                cause = getattr(e, "cause", None)
+                result.failures[role_name(role)] = str(cause if cause is not None else e).strip().splitlines()[0]
+                if not stopping:
+                    stopping = True
+                    for other in roles:
+                        if other.kind == "server" and role_name(other) != role_name(role):
+                            actors[role_name(other)].call.remote(other.run, other.index, "stop")
+    finally:
+        for actor in actors.values():
+            ray.kill(actor)
+        if started:
+            ray.shutdown()
+    return result

@@ -1,0 +1,491 @@
+"""A parameter server: its dense blocks and sparse-table shards, and the optimizer applied to them.
+
+:class:`ParameterServer` ``k`` of a :class:`~blockir.passes.distribute.Split`
+holds the dense blocks placed on it and, of every sparse table, the rows whose
+id ``i`` has ``i % servers == k``. Its program (``split.servers[k]``) holds the
+optimizer ops of what it holds; it applies them with an executor over its own
+scope: a dense block's op on the block (in place), a table's op on the rows a
+push names (gathered from the shard, then written back).
+
+- **Dense blocks** get their first values from worker 0 (:meth:`init_dense`,
+  called by ``fleet.init_worker``); their optimizer state (moments, ``beta_pow``
+  accumulators, the learning rate) is made here by the startup program's ops for
+  those variables, cut to the block's rows.
+- **Sparse rows** are made on first use, each by the table's initializer op of
+  the startup program drawing one row with the seed :func:`row_seed` derives
+  from the op's seed and the id: a row's first value depends on nothing but the
+  table's seed and its id, never on arrival order or on how many servers there
+  are. The optimizer state of a row is made the same way from its own startup
+  op. An entry policy (the lookup's ``entry`` attribute) admits new ids: ``""``
+  every id, ``count_filter:N`` an id seen N times in pushes, ``probability:P``
+  an id drawn with probability P at each sighting (a draw seeded by the table,
+  the id and the sighting). Until admitted an id reads as zeros and its
+  gradients are dropped, the gradient of the push that admits it included.
+- **Modes.** ``sync``: a push waits for the pushes of every worker of the same
+  step; the gradients are averaged, weighted by each worker's batch, and
+  applied once, then the step's pulls are answered (equal to one worker on the
+  whole batch). ``async``: each push is applied as it comes (Downpour).
+  ``geo``: pushes carry parameter deltas (each worker trained ``k_steps``
+  locally), added to the dense blocks and rows as they come.
+
+Every method is safe to call from several threads at once (the Ray actor runs
+them on a thread pool; the in-process backend calls them from the workers'
+threads). A sync wait longer than ``timeout`` seconds is an error naming the
+workers that did not push.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from blockir.errors import BlockirError
+from blockir.ir import Operator, Program
+from blockir.ir.schema import GRAD_SUFFIX, KernelContext, lookup
+from blockir.passes.distribute import DenseBlock, SparseTable, Split, block_name
+from blockir.runtime.executor import Executor
+from blockir.runtime.scope import Scope
+
+__all__ = ["MODES", "ParameterServer", "row_seed"]
+
+MODES = ("sync", "async", "geo")
+
+
+def row_seed(seed: int, row: int) -> int:
+    """The seed of row ``row`` of a table initialized with seed ``seed`` (a positive int below 2**63)."""
+    state = np.random.SeedSequence([seed, row]).generate_state(2, np.uint32)
+    return int((int(state[0]) << 31) ^ int(state[1])) % (2**63 - 1) + 1
+
+
+def _run_init(op: Operator, shape: Sequence[int], seed: int | None = None) -> np.ndarray:
+    """What the startup op ``op`` (an initializer: no inputs) makes, for ``shape`` (and ``seed``)."""
+    schema = lookup(op.type)
+    attrs = {a.name: op.attrs.get(a.name, a.default) for a in schema.attrs}
+    attrs["shape"] = [int(d) for d in shape]
+    if seed is not None and "seed" in attrs:
+        attrs["seed"] = seed
+    ctx = KernelContext(xp=np, attrs=attrs, wants=(True,), op_text=str(op))
+    return np.asarray(schema.kernel(ctx))  # type: ignore[misc]
+
+
+@dataclass
+class _Entry:
+    """An admission policy of new ids."""
+
+    kind: str  # "", "count_filter", "probability"
+    value: float
+
+    @staticmethod
+    def parse(text: str, table: str) -> _Entry:
+        kind, _, value = text.partition(":")
+        if kind == "":
+            return _Entry("", 0.0)
+        try:
+            number = float(value)
+        except ValueError:
+            number = -1.0
+        if kind == "count_filter" and number >= 1 and number == int(number):
+            return _Entry(kind, number)
+        if kind == "probability" and 0 < number <= 1:
+            return _Entry(kind, number)
+        raise BlockirError(
+            f"table {table!r}: entry {text!r} is not a policy (count_filter:N with N >= 1, probability:P in (0, 1])"
+        )
+
+
+class _Shard:
+    """This server's rows of one sparse table: values and optimizer state per admitted id, grown on demand."""
+
+    def __init__(self, table: SparseTable, init: Operator, states: dict[str, Operator]) -> None:
+        self.table = table
+        self.entry = _Entry.parse(table.entry, table.name)
+        self.init = init
+        self.state_init = states  # state variable -> its startup op
+        self.index: dict[int, int] = {}  # id -> row of the arrays
+        self.ids = np.zeros(0, np.int64)
+        dtype = np.dtype(table.dtype)
+        self.arrays = {name: np.zeros((0, table.dim), dtype) for name in (table.name, *states)}
+        self.seen: dict[int, int] = {}  # sightings of ids not yet admitted
+
+    def __len__(self) -> int:
+        return len(self.index)
+
+    def rows(self, ids: np.ndarray) -> np.ndarray:
+        """Row positions of ``ids`` (-1: not admitted)."""
+        return np.array([self.index.get(int(i), -1) for i in ids], dtype=np.int64)
+
+    def admit(self, ids: np.ndarray) -> np.ndarray:
+        """Count a push's sightings of ``ids``; make the rows of those admitted now; the positions of those
+        admitted before this push (-1 for the others, whose gradients are dropped)."""
+        before = self.rows(ids)
+        new = [int(i) for i in dict.fromkeys(ids[before < 0].tolist())]
+        if self.entry.kind == "":
+            admitted = new
+        else:
+            admitted = []
+            for i in new:
+                count = self.seen.get(i, 0) + int(np.count_nonzero(ids == i))
+                self.seen[i] = count
+                if self._admits(i, count):
+                    admitted.append(i)
+                    del self.seen[i]
+            before[np.isin(ids, admitted)] = -1  # the admitting push's gradient is dropped too
+        if admitted:
+            self._make(admitted)
+        if self.entry.kind == "":
+            return self.rows(ids)
+        return before
+
+    def _admits(self, i: int, count: int) -> bool:
+        if self.entry.kind == "count_filter":
+            return count >= self.entry.value
+        draws = np.random.default_rng([row_seed(self._seed(), i), count]).random()
+        return bool(draws < self.entry.value)
+
+    def _seed(self) -> int:
+        return int(self.init.attrs.get("seed", 0))
+
+    def _make(self, ids: list[int]) -> None:
+        start = len(self.index)
+        for name, array in list(self.arrays.items()):
+            op = self.init if name == self.table.name else self.state_init[name]
+            self.arrays[name] = np.concatenate([array, _init_rows(op, ids, self.table.dim).astype(array.dtype)])
+        self.index.update((i, start + k) for k, i in enumerate(ids))
+        self.ids = np.concatenate([self.ids, np.asarray(ids, np.int64)])
+
+
+def _init_rows(op: Operator, ids: list[int], dim: int) -> np.ndarray:
+    """Rows of an initializer op for ``ids``: drawn one by one with :func:`row_seed` for a random op."""
+    if lookup(op.type).random:
+        seed = int(op.attrs.get("seed", 0))
+        return np.concatenate([_run_init(op, (1, dim), row_seed(seed, i)) for i in ids])
+    return _run_init(op, (len(ids), dim))
+
+
+class ParameterServer:
+    """Server ``index`` of ``split`` (module docstring); ``startup`` is the program the workers initialize with."""
+
+    def __init__(self, index: int, split: Split, startup: Program, mode: str = "async", timeout: float = 300.0) -> None:
+        if mode not in MODES:
+            raise BlockirError(f"parameter server mode must be one of {', '.join(MODES)}, got {mode!r}")
+        self.index = index
+        self.split = split
+        self.servers = len(split.servers)
+        self.mode = mode
+        self.timeout = timeout
+        self.scope = Scope()
+        self._executor = Executor("cpu")
+        self._lock = threading.Condition()
+        self._version = 0  # updates applied (sync: steps)
+        self._pending: dict[int, tuple[dict[str, np.ndarray], dict[str, tuple[np.ndarray, np.ndarray]], int]] = {}
+        self._stopped = False
+        self._finished: set[int] = set()
+        self._barrier_arrived: set[int] = set()
+        self._barrier_generation = 0
+        self.program = split.servers[index]
+        self.blocks = {b.name: b for b in split.blocks if b.server == index}
+        self._ops = {self._param_of(op): op for op in self.program.global_block().ops}
+        self._programs = {name: self._one_op(op) for name, op in self._ops.items()}
+        inits = _initializers(startup)
+        self.shards = {t.name: self._shard(t, inits) for t in split.tables}
+        self._init_states(inits)
+        self.stats = {"pushes": 0, "pulls": 0, "bytes_in": 0, "bytes_out": 0}
+
+    # -- set-up ---------------------------------------------------------------------------------------
+    @staticmethod
+    def _param_of(op: Operator) -> str:
+        return op.input("Param")[0]
+
+    @staticmethod
+    def _one_op(op: Operator) -> Program:
+        program = Program()
+        block = program.global_block()
+        source = op.block
+        for name in dict.fromkeys((*op.input_names(), *op.output_names())):
+            fields = source.var(name).fields()
+            fields.pop("name")
+            block.create_var(name, **fields)
+        copy = block.append_op(op.type, dict(op.inputs), dict(op.outputs), {}, infer=False)
+        for key, value in op.attrs.items():
+            copy.set_attr(key, value, op.attr_types[key])
+        return program
+
+    def _shard(self, table: SparseTable, inits: dict[str, Operator]) -> _Shard:
+        op = self._ops[table.name]
+        states = [
+            n for slot, names in op.inputs.items() if slot not in ("Param", "Grad", "LearningRate") for n in names
+        ]
+        per_row = {
+            s: _init_of(inits, s)
+            for s in states
+            if (self.program.global_block().var(s).shape or ())[-1:] == (table.dim,)
+        }
+        return _Shard(table, _init_of(inits, table.name), per_row)
+
+    def _init_states(self, inits: dict[str, Operator]) -> None:
+        """The optimizer state of the dense blocks and the tables' scalar states (``beta_pow``), and the learning
+        rates: made by their startup ops, a dense block's cut to its rows."""
+        block = self.program.global_block()
+        per_row = {s for shard in self.shards.values() for s in shard.state_init} | set(self.shards)
+        for name, var in block.vars.items():
+            if not var.persistable or name in per_row or name in self.blocks:
+                continue
+            source, held = self._source(name)
+            value = _run_init(_init_of(inits, source), _startup_shape(inits, source))
+            if held is not None and value.shape[:1] == (self._rows_of(held.param),):
+                value = value[held.begin : held.end]
+            self.scope.set(name, np.ascontiguousarray(value))
+
+    def _source(self, name: str) -> tuple[str, DenseBlock | None]:
+        """The worker variable a server variable holds (part of), and the block when it is a block's."""
+        for held in self.blocks.values():
+            if held.count > 1 and name.endswith(f".block{held.index}"):
+                source = name.removesuffix(f".block{held.index}")
+                if source in self.split.optimizer_states.get(held.param, ()):
+                    return source, held
+        return name, next((b for b in self.blocks.values() if name in self.split.optimizer_states[b.param]), None)
+
+    def _rows_of(self, param: str) -> int:
+        return max(b.end for b in self.split.blocks if b.param == param)
+
+    # -- the API the workers call ------------------------------------------------------------------------
+    def init_dense(self, values: dict[str, np.ndarray]) -> None:
+        """The dense blocks' first values (worker 0's, by block name)."""
+        with self._lock:
+            for name, value in values.items():
+                if name not in self.blocks:
+                    raise BlockirError(f"parameter server {self.index} holds no dense block {name!r}")
+                self.scope.set(name, np.array(value, copy=True))
+
+    def pull_dense(self, names: Sequence[str], after: int = 0) -> dict[str, np.ndarray]:
+        """The dense blocks ``names``; in sync mode once ``after`` steps are applied."""
+        with self._lock:
+            self._wait(after)
+            self._wait_for(
+                lambda: all(self.scope.find_var(n) is not None for n in names),
+                f"the first values of {list(names)} (fleet.init_worker on worker 0 gives them)",
+            )
+            values = {n: np.array(self.scope.get(n), copy=True) for n in names}
+            self.stats["pulls"] += 1
+            self.stats["bytes_out"] += sum(v.nbytes for v in values.values())
+            return values
+
+    def pull_sparse(self, table: str, ids: np.ndarray, after: int = 0) -> np.ndarray:
+        """Rows of ``table`` at ``ids`` (ids this server holds; zeros for ids not admitted); in sync mode once
+        ``after`` steps are applied."""
+        with self._lock:
+            self._wait(after)
+            shard = self._table(table)
+            ids = np.asarray(ids, np.int64)
+            self._check_ids(shard, ids)
+            if shard.entry.kind == "":
+                new = [int(i) for i in dict.fromkeys(ids.tolist()) if int(i) not in shard.index]
+                if new:
+                    shard._make(new)
+            rows = shard.rows(ids)
+            out = np.zeros((len(ids), shard.table.dim), shard.arrays[table].dtype)
+            known = rows >= 0
+            out[known] = shard.arrays[table][rows[known]]
+            self.stats["pulls"] += 1
+            self.stats["bytes_out"] += out.nbytes
+            return out
+
+    def push(
+        self,
+        worker: int,
+        dense: dict[str, np.ndarray],
+        sparse: dict[str, tuple[np.ndarray, np.ndarray]],
+        weight: int = 1,
+    ) -> int:
+        """One worker's gradients (deltas in geo mode): dense by block name, sparse by table as (ids, rows).
+        Sync: waits until every worker pushed this step and the update is applied. Returns the version."""
+        with self._lock:
+            if self._stopped:
+                raise BlockirError(f"parameter server {self.index} is stopped: worker {worker}'s push is refused")
+            self.stats["pushes"] += 1
+            self.stats["bytes_in"] += sum(v.nbytes for v in dense.values()) + sum(
+                i.nbytes + r.nbytes for i, r in sparse.values()
+            )
+            for table, (ids, _) in sparse.items():
+                self._check_ids(self._table(table), np.asarray(ids, np.int64))
+            if self.mode != "sync":
+                self._apply(dense, sparse)
+                self._version += 1
+                return self._version
+            step = self._version + 1
+            while worker in self._pending:  # its previous step still waits for the others
+                self._wait_for(lambda: worker not in self._pending, f"worker {worker}'s step {step} to be applied")
+                step = self._version + 1
+            self._pending[worker] = (dense, sparse, weight)
+            if len(self._pending) == self.split.workers:
+                self._apply_step()
+            else:
+                self._wait(step)
+            return self._version
+
+    def finish(self, worker: int) -> None:
+        """Worker ``worker`` is done (``fleet.stop_worker``)."""
+        with self._lock:
+            self._finished.add(worker)
+            self._lock.notify_all()
+
+    def wait_finished(self, timeout: float | None = None) -> None:
+        """Return once every worker finished (or the server was stopped); an error after ``timeout`` s."""
+        deadline = None if timeout is None else time.monotonic() + timeout
+        with self._lock:
+            while len(self._finished) < self.split.workers and not self._stopped:
+                if deadline is not None and time.monotonic() >= deadline:
+                    missing = sorted(set(range(self.split.workers)) - self._finished)
+                    raise BlockirError(
+                        f"parameter server {self.index}: workers {missing} did not finish in {timeout:g} s"
+                    )
+                self._lock.wait(1.0)
+
+    def barrier(self, worker: int) -> None:
+        """Wait until every worker reached the barrier as many times as ``worker`` has."""
+        with self._lock:
+            generation = self._barrier_generation
+            self._barrier_arrived.add(worker)
+            if len(self._barrier_arrived) == self.split.workers:
+                self._barrier_arrived = set()
+                self._barrier_generation += 1
+                self._lock.notify_all()
+                return
+            self._wait_for(lambda: self._barrier_generation > generation, "the other workers at barrier_worker")
+
+    def stop(self) -> None:
+        """Refuse pushes from now on; wake every waiter."""
+        with self._lock:
+            self._stopped = True
+            self._lock.notify_all()
+
+    def version(self) -> int:
+        with self._lock:
+            return self._version
+
+    def table_size(self, table: str) -> int:
+        """How many rows of ``table`` this server holds."""
+        with self._lock:
+            return len(self._table(table))
+
+    def table_ids(self, table: str) -> np.ndarray:
+        with self._lock:
+            return self._table(table).ids.copy()
+
+    # -- applying ----------------------------------------------------------------------------------------
+    def _wait(self, version: int) -> None:
+        if self.mode == "sync" and self._version < version:
+            self._wait_for(lambda: self._version >= version, f"step {version}")
+
+    def _wait_for(self, done: Any, what: str) -> None:
+        deadline = time.monotonic() + self.timeout
+        while not done():
+            if self._stopped:
+                raise BlockirError(f"parameter server {self.index} stopped while waiting for {what}")
+            left = deadline - time.monotonic()
+            if left <= 0:
+                missing = sorted(set(range(self.split.workers)) - set(self._pending))
+                raise BlockirError(
+                    f"parameter server {self.index}: waited {self.timeout:g} s for {what}; workers {missing} have not "
+                    f"pushed it"
+                )
+            self._lock.wait(min(left, 1.0))
+
+    def _apply_step(self) -> None:
+        pending, self._pending = self._pending, {}
+        total = sum(weight for _, _, weight in pending.values())
+        dense: dict[str, np.ndarray] = {}
+        sparse: dict[str, tuple[list[np.ndarray], list[np.ndarray]]] = {}
+        for worker in sorted(pending):
+            grads, rows, weight = pending[worker]
+            share = weight / total
+            for name, g in grads.items():
+                scaled = g * g.dtype.type(share)
+                dense[name] = dense[name] + scaled if name in dense else scaled
+            for table, (ids, values) in rows.items():
+                parts = sparse.setdefault(table, ([], []))
+                parts[0].append(np.asarray(ids, np.int64))
+                parts[1].append(values * values.dtype.type(share))
+        self._apply(dense, {t: (np.concatenate(i), np.concatenate(v)) for t, (i, v) in sparse.items()})
+        self._version += 1
+        self._lock.notify_all()
+
+    def _apply(self, dense: dict[str, np.ndarray], sparse: dict[str, tuple[np.ndarray, np.ndarray]]) -> None:
+        for name, grad in dense.items():
+            held = self.blocks.get(name)
+            if held is None:
+                raise BlockirError(f"parameter server {self.index} holds no dense block {name!r}")
+            if self.mode == "geo":
+                self.scope.get(name)[...] += grad.reshape(self.scope.get(name).shape)
+            else:
+                grad_name = _renamed_grad(held)
+                self._executor.run(self._programs[held.param], feed={grad_name: grad}, scope=self.scope)
+        for table, (ids, values) in sparse.items():
+            self._apply_rows(self._table(table), np.asarray(ids, np.int64), values)
+
+    def _apply_rows(self, shard: _Shard, ids: np.ndarray, values: np.ndarray) -> None:
+        rows = shard.admit(ids)
+        keep = rows >= 0
+        if not keep.any():
+            return
+        uniq, inverse = np.unique(rows[keep], return_inverse=True)
+        grad = np.zeros((len(uniq), shard.table.dim), values.dtype)
+        np.add.at(grad, inverse, values[keep].reshape(-1, shard.table.dim))
+        name = shard.table.name
+        if self.mode == "geo":
+            shard.arrays[name][uniq] += grad
+            return
+        feed = {n: shard.arrays[n][uniq] for n in shard.arrays}
+        feed[name + GRAD_SUFFIX] = grad
+        fetched = self._executor.run(
+            self._programs[name], feed=feed, fetch_list=list(shard.arrays), scope=Scope(self.scope)
+        )
+        for n, value in zip(shard.arrays, fetched):
+            shard.arrays[n][uniq] = value
+
+    def _table(self, table: str) -> _Shard:
+        shard = self.shards.get(table)
+        if shard is None:
+            raise BlockirError(f"parameter server {self.index} holds no sparse table {table!r}")
+        return shard
+
+    def _check_ids(self, shard: _Shard, ids: np.ndarray) -> None:
+        if ids.size == 0:
+            return
+        low, high = int(ids.min()), int(ids.max())
+        if low < 0 or high >= shard.table.height:
+            raise BlockirError(
+                f"table {shard.table.name!r}: id {low if low < 0 else high} is out of range (valid ids: "
+                f"0..{shard.table.height - 1})"
+            )
+        wrong = ids[ids % self.servers != self.index]
+        if wrong.size:
+            raise BlockirError(
+                f"parameter server {self.index} does not hold id {int(wrong[0])} of {shard.table.name!r}"
+            )
+
+
+def _renamed_grad(held: DenseBlock) -> str:
+    grad = held.param + GRAD_SUFFIX
+    return block_name(grad, held.index) if held.count > 1 else grad
+
+
+def _initializers(startup: Program) -> dict[str, Operator]:
+    """Variable -> the startup op that makes it."""
+    return {name: op for op in startup.global_block().ops for name in op.output_names()}
+
+
+def _init_of(inits: dict[str, Operator], name: str) -> Operator:
+    op = inits.get(name)
+    if op is None:
+        raise BlockirError(f"the startup program has no op making {name!r}, which a parameter server holds")
+    return op
+
+
+def _startup_shape(inits: dict[str, Operator], name: str) -> list[int]:
+    return [int(d) for d in inits[name].attrs.get("shape", [1])]
