@@ -97,10 +97,10 @@ class Communicator:
         after = self.steps if self.mode == "sync" else 0
         parts = [uniq[uniq % servers == k] for k in range(servers)]
         futures = [
-            (k, part, self._submit(k, "pull_sparse", table, part, after)) for k, part in enumerate(parts) if part.size
+            (part, self._submit(k, "pull_sparse", table, part, after)) for k, part in enumerate(parts) if part.size
         ]
         rows = np.zeros((len(uniq), self._dims[table]), np.float32)
-        for k, part, future in futures:
+        for part, future in futures:
             got = self._result(future)
             if rows.dtype != got.dtype:
                 rows = rows.astype(got.dtype)

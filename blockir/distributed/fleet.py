@@ -53,6 +53,7 @@ __all__ = [
     "DistributedStrategy",
     "Role",
     "barrier_worker",
+    "communicator",
     "distributed_optimizer",
     "init",
     "init_server",
@@ -61,6 +62,7 @@ __all__ = [
     "is_server",
     "is_worker",
     "run_server",
+    "server",
     "server_index",
     "server_num",
     "stop_worker",
@@ -284,6 +286,14 @@ def init_server(dirname: str | None = None, var_names: list[str] | None = None) 
     backend_named(state.role.backend).serve(state.role.run, state.role.index, state.server)
 
 
+def server() -> ParameterServer:
+    """This role's parameter server (after ``init_server``)."""
+    made = _fleet().server
+    if made is None:
+        raise BlockirError("call fleet.init_server() first")
+    return made
+
+
 def run_server() -> None:
     """Serve until every worker called ``stop_worker``."""
     state = _fleet()
@@ -331,7 +341,8 @@ def init_worker() -> None:
     state.communicator = communicator
 
 
-def _communicator() -> Communicator:
+def communicator() -> Communicator:
+    """This worker's communicator (after ``init_worker``)."""
     communicator = _fleet().communicator
     if communicator is None:
         raise BlockirError("call fleet.init_worker() first")
@@ -340,17 +351,16 @@ def _communicator() -> Communicator:
 
 def barrier_worker() -> None:
     """Wait until every worker reached this barrier."""
-    communicator = _communicator()
-    communicator.handles[0].submit("barrier", _fleet().role.index).result()
+    communicator().handles[0].submit("barrier", _fleet().role.index).result()
 
 
 def stop_worker() -> None:
     """Push what is queued, stop the communicator, and tell the servers this worker is done."""
     state = _fleet()
-    communicator = _communicator()
+    mine = communicator()
     try:
-        communicator.stop()
+        mine.stop()
     finally:
-        for handle in communicator.handles:
+        for handle in mine.handles:
             handle.submit("finish", state.role.index).result()
         state.communicator = None

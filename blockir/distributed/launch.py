@@ -102,6 +102,9 @@ def run_role(script: str | Path | Callable[[], Any], role: Role, args: list[str]
         return
     saved = sys.argv
     sys.argv = [str(script), *args]  # the roles share sys.argv: the same for all, set before any starts
+    here = str(Path(script).resolve().parent)
+    if here not in sys.path:
+        sys.path.insert(0, here)  # as `python script.py` has it: the script imports its neighbours
     try:
         runpy.run_path(str(script), run_name="__main__")
     finally:

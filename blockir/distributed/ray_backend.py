@@ -3,7 +3,7 @@
 ``blockir launch --backend ray`` (:func:`launch_ray`) starts a local Ray
 cluster on loopback (node address 127.0.0.1, no dashboard, usage statistics
 off), or joins the one at ``--address`` on that cluster's terms, and runs each
-role as a :class:`RoleActor` named ``blockir-RUN-ROLE-INDEX`` (namespace
+role as a ``RoleActor`` named ``blockir-RUN-ROLE-INDEX`` (namespace
 ``blockir``): its ``run`` method runs the script with the role in the
 environment, its ``call`` method runs a method of the parameter server the
 script published in that actor's process (:class:`RayBackend`.serve publishes it
@@ -27,7 +27,7 @@ import time
 import traceback
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import ray
 
@@ -91,9 +91,10 @@ class RayBackend:
 
     def handles(self, run: str, servers: int, timeout: float) -> list[RayHandle]:
         deadline = time.monotonic() + timeout
-        handles = []
+        handles: list[RayHandle] = []
         for k in range(servers):
             name = f"blockir-{run}-server-{k}"
+            actor = None
             while True:
                 try:
                     actor = ray.get_actor(name, namespace=NAMESPACE)
@@ -111,8 +112,7 @@ class RayBackend:
         InProcessBackend().unpublish(run, index)
 
 
-@ray.remote(max_concurrency=64)
-class RoleActor:
+class _RoleActor:
     """One role of a run: runs the script (:meth:`run`) and answers for its server (:meth:`call`)."""
 
     def __init__(self, name: str) -> None:
@@ -136,7 +136,7 @@ class RoleActor:
         with tempfile.TemporaryDirectory() as where:
             path = Path(where) / Path(script).name
             path.write_text(source, encoding="utf-8")
-            sys.path.insert(0, str(Path(script).resolve().parent))
+            sys.path.insert(0, str(Path(script).resolve().parent))  # its neighbours, on a machine that has them
             try:
                 run_role(path, role, args)
             except SystemExit as e:
@@ -160,8 +160,11 @@ class RoleActor:
         return getattr(server, method)(*args)
 
 
+RoleActor: Any = cast(Any, ray.remote)(max_concurrency=64)(_RoleActor)
+
+
 def launch_ray(script: str | Path | Callable[[], Any], roles: list[Role], args: list[str], address: str | None) -> Any:
-    """Run every role as a :class:`RoleActor` (module docstring); a :class:`~blockir.distributed.launch.LaunchResult`."""
+    """Run every role as a :class:`RoleActor` (module docstring); how they ended, a ``LaunchResult``."""
     from blockir.distributed.launch import LaunchResult, role_name
 
     if callable(script):
@@ -195,8 +198,9 @@ def launch_ray(script: str | Path | Callable[[], Any], roles: list[Role], args: 
             try:
                 ray.get(done[0])
             except ray.exceptions.RayError as e:
-                cause = getattr(e, "cause", None)
-                result.failures[role_name(role)] = str(cause if cause is not None else e).strip().splitlines()[0]
+                cause = getattr(e, "cause", None) or e
+                text = str(cause).strip().splitlines()
+                result.failures[role_name(role)] = f"{type(cause).__name__}: {text[0] if text else ''}"
                 if not stopping:
                     stopping = True
                     for other in roles:

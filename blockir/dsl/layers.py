@@ -13,6 +13,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from blockir.dsl import framework
+from blockir.dsl.entry import CountFilterEntry, ProbabilityEntry
 from blockir.dsl.layer_helper import LayerHelper
 from blockir.dsl.param_attr import ParamAttr
 from blockir.dsl.variable import Variable, tensor_dtype, tensor_shape
@@ -153,11 +154,17 @@ def embedding(
     padding_idx: int | None = None,
     param_attr: Any = None,
     dtype: Any = "float32",
+    is_distributed: bool = False,
+    entry: CountFilterEntry | ProbabilityEntry | None = None,
 ) -> Variable:
     """Rows of a ``size = [vocab, dim]`` table for int64 ids of shape [N, 1] (``lookup_table``).
 
     ``is_sparse=True`` makes the table's gradient a SelectedRows. Ids equal to
-    ``padding_idx`` (negative: counted from the end) give zero rows.
+    ``padding_idx`` (negative: counted from the end) give zero rows. In
+    parameter-server training (``docs/distributed.md``) a sparse table
+    (``is_sparse`` or ``is_distributed``) lives on the servers, sharded by id,
+    its rows made as ids arrive; ``entry`` (``CountFilterEntry(n)``,
+    ``ProbabilityEntry(p)``) decides which new ids get a row.
     """
     helper = LayerHelper("embedding")
     helper.check_variable(input, "input")
@@ -176,12 +183,16 @@ def embedding(
         raise helper.error("param_attr=False: the table cannot be omitted")
     w = helper.create_parameter(attr, size, to_dtype(dtype))
     out = helper.create_tmp(w.dtype)
-    helper.append_op(
-        "lookup_table",
-        {"W": [w], "Ids": [input]},
-        {"Out": [out]},
-        {"is_sparse": bool(is_sparse), "padding_idx": padding},
-    )
+    attrs: dict[str, Any] = {"is_sparse": bool(is_sparse), "padding_idx": padding}
+    if is_distributed:
+        attrs["is_distributed"] = True
+    if entry is not None:
+        if not isinstance(entry, (CountFilterEntry, ProbabilityEntry)):
+            raise helper.error(f"entry must be a CountFilterEntry or a ProbabilityEntry, got {entry!r}")
+        if not (is_sparse or is_distributed):
+            raise helper.error("entry needs a sparse table (is_sparse=True or is_distributed=True)")
+        attrs["entry"] = str(entry)
+    helper.append_op("lookup_table", {"W": [w], "Ids": [input]}, {"Out": [out]}, attrs)
     return out
 
 

@@ -402,7 +402,13 @@ AUC = OpSchema(
 
 # -- lookup_table --------------------------------------------------------------------------------
 
-_LOOKUP_ATTRS = (AttrDef("is_sparse", AttrType.BOOLEAN, False), AttrDef("padding_idx", AttrType.LONG, -1))
+_LOOKUP_ATTRS = (
+    AttrDef("is_sparse", AttrType.BOOLEAN, False),
+    AttrDef("padding_idx", AttrType.LONG, -1),
+    # Parameter-server training (the distribute pass): a table on the servers, and the admission of its new ids.
+    AttrDef("is_distributed", AttrType.BOOLEAN, False),
+    AttrDef("entry", AttrType.STRING, ""),
+)
 
 
 def _infer_lookup_table(ctx: InferContext) -> None:

@@ -60,6 +60,7 @@ from blockir.datafeed.desc import DataFeedDesc
 from blockir.datafeed.multislot import MultiSlotReader, slot_layout
 from blockir.errors import BlockirError, DataFeedError
 from blockir.ir.core import Program, Variable
+from blockir.ir.dtypes import VarKind
 from blockir.ops.values import LoDTensor
 from blockir.runtime.device import get_device
 from blockir.runtime.executor import Executor, _name
@@ -191,6 +192,12 @@ class AsyncExecutor:
         files = [os.fspath(f) for f in ([filelist] if isinstance(filelist, (str, os.PathLike)) else filelist)]
         if not files:
             raise BlockirError("run_from_files: the filelist is empty")
+        shared = [n for n, v in program.global_block().vars.items() if v.kind is VarKind.RAW]
+        if mode == "process" and shared:
+            raise BlockirError(
+                f"run_from_files: mode='process' cannot run a program reading {shared[0]!r}, an object of this process "
+                f"(a parameter-server worker's communicator): use mode='thread', whose workers share it"
+            )
         workers = min(_thread_num(thread_num, data_feed_desc), len(files))
         fetch_names = [_name(f) for f in fetch]
         bindings = _bind(program, data_feed_desc)

@@ -7,7 +7,8 @@ block per server; smaller ones stay whole).
 
 What the servers hold: every parameter an optimizer op updates (its
 ``op_role_var``). A parameter some ``lookup_table`` reads with
-``is_sparse=true`` is a **sparse table**: sharded by id over the servers (id
+``is_sparse=true`` or ``is_distributed=true`` is a **sparse table** (its
+``entry`` attribute the admission policy of new ids): sharded by id over the servers (id
 ``i`` on server ``i % servers``), its rows made on first use by the servers; the
 others are **dense**: cut into blocks (``NAME.block{k}``, rows ``begin:end``),
 each block on one server, the largest first onto the server holding the fewest
@@ -151,8 +152,8 @@ class _Splitter:
         self.param_of_op = {id(op): self._param(op) for op in self.optimizer}
         self.params = list(dict.fromkeys(self.param_of_op.values()))
         self.lookups = [op for op in self.block.ops if op.type == "lookup_table" and op.input("W")[0] in self.params]
-        sparse = {op.input("W")[0] for op in self.lookups if op.attrs.get("is_sparse")}
-        dense_lookups = [op for op in self.lookups if op.input("W")[0] in sparse and not op.attrs.get("is_sparse")]
+        sparse = {op.input("W")[0] for op in self.lookups if _sparse(op)}
+        dense_lookups = [op for op in self.lookups if op.input("W")[0] in sparse and not _sparse(op)]
         if dense_lookups:
             raise BlockirError(
                 f"distribute: table {dense_lookups[0].input('W')[0]!r} is read densely: {dense_lookups[0]}"
@@ -337,6 +338,10 @@ class _Splitter:
         for key, value in op.attrs.items():
             new_op.set_attr(key, value, op.attr_types[key])
         mark_created(new_op, Distribute.name, [op])
+
+
+def _sparse(lookup: Operator) -> bool:
+    return bool(lookup.attrs.get("is_sparse") or lookup.attrs.get("is_distributed"))
 
 
 def _renamed(name: str, held: DenseBlock) -> str:

@@ -1,0 +1,139 @@
+"""Parameter-server scenarios run against a backend, and the checks of their results.
+
+The same scenarios run in this process against the in-process backend (test_fleet.py) and, inside a
+loopback-only network namespace, against the Ray backend (ray_driver.py, run by test_ray.py); the same checks
+judge both.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+import blockir as bir
+from blockir.distributed.launch import launch
+from tests.distributed.scripts import ps_models
+
+SCRIPTS = Path(__file__).parent / "scripts"
+ASYNC_EPOCHS = 2
+
+
+def sync_run(out: Path, backend: str, servers: int, workers: int, model: str, optimizer: str, entry: str = "") -> dict:
+    """Train ``model`` 3 steps in sync mode; what the roles wrote, and the launch's failures."""
+    out.mkdir(parents=True, exist_ok=True)
+    args = [str(out), model, optimizer, "3", "sync", entry]
+    result = launch(SCRIPTS / "sync_train.py", servers, workers, args, backend=backend, timeout=120)
+    return {"failures": result.failures}
+
+
+SYNC_CASES = [(model, optimizer) for model in ("dense", "sparse") for optimizer in ("sgd", "adam", "adagrad")]
+
+
+def run_all(root: Path, backend: str) -> dict[str, Any]:
+    """Every scenario, results under ``root``; the launches' failures by scenario."""
+    failures: dict[str, Any] = {}
+    for model, optimizer in SYNC_CASES:
+        for servers, workers in ((1, 1), (2, 2)):
+            name = f"sync-{model}-{optimizer}-{servers}x{workers}"
+            failures[name] = sync_run(root / name, backend, servers, workers, model, optimizer)["failures"]
+    failures["async-bow"] = async_run(root / "async-bow", backend)
+    failures["failing"] = launch(SCRIPTS / "failing.py", 2, 2, [], backend=backend, timeout=60).failures
+    return failures
+
+
+def async_run(out: Path, backend: str) -> dict:
+    out.mkdir(parents=True, exist_ok=True)
+    result = launch(SCRIPTS / "async_bow.py", 2, 2, [str(out), str(ASYNC_EPOCHS)], backend=backend, timeout=300)
+    return result.failures
+
+
+# -- checks ------------------------------------------------------------------------------------------------
+
+
+def check_sync_equal(one: Path, many: Path, workers: int) -> None:
+    """N workers on N servers computed what one worker on one server computed on the whole batch."""
+    want = np.load(one / "worker0.npz")
+    for k in range(workers):
+        got = np.load(many / f"worker{k}.npz")
+        for name in want.files:
+            if name in ("losses", "seen", "table") and k:
+                continue
+            if name == "losses":
+                continue  # per worker: its share's loss
+            np.testing.assert_allclose(got[name], want[name], rtol=1e-10, atol=1e-12, err_msg=f"{many}: {name}")
+
+
+def check_dense_matches_plain_training(out: Path, optimizer: str) -> None:
+    """A dense program trained by the servers equals plain Executor training on the whole batch."""
+    main, startup = bir.Program(), bir.Program()
+    with bir.program_guard(main, startup), bir.unique_name.guard():
+        loss = ps_models.build("dense")
+        ps_models.OPTIMIZERS[optimizer]().minimize(loss)
+    scope = bir.Scope()
+    with bir.Executor("cpu") as exe:
+        exe.run(startup, scope=scope)
+        for _ in range(3):
+            exe.run(main, feed=ps_models.batch("dense"), scope=scope)
+    got = np.load(out / "worker0.npz")
+    for param in main.all_parameters():
+        np.testing.assert_allclose(got[param.name], scope.get(param.name), rtol=1e-10, atol=1e-12)
+
+
+def check_rows_on_their_servers(out: Path, servers: int) -> None:
+    """Each server holds the rows of its ids (id % servers), made for the ids the batch had and no others."""
+    seen = set(np.load(out / "worker0.npz")["seen"].tolist())
+    held: set[int] = set()
+    for k in range(servers):
+        ids = np.load(out / f"server{k}.npz")[ps_models.TABLE]
+        assert (ids % servers == k).all(), f"server {k} holds {ids}"
+        held |= set(ids.tolist())
+    assert held == seen
+
+
+def single_process_bow_accuracy() -> float:
+    """The async script's model trained by one process on all the data, as accurate as it gets there."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location(
+        "bow_classifier", SCRIPTS.parents[2] / "examples" / "bow_classifier.py"
+    )
+    assert spec is not None and spec.loader is not None
+    bow = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(bow)
+    main, startup = bir.Program(), bir.Program()
+    main.random_seed = startup.random_seed = 1
+    with bir.program_guard(main, startup), bir.unique_name.guard():
+        words = bir.layers.data("words", [-1, 1], dtype="int64", lod_level=1)
+        label = bir.layers.data("label", [-1, 1], dtype="int64")
+        emb = bir.layers.embedding(words, size=[bow.VOCAB, 32], is_sparse=True)
+        hidden = bir.layers.fc(bir.layers.tanh(bir.layers.sequence_pool(emb, "sum")), 32, act="tanh")
+        prediction = bir.layers.fc(hidden, 2, act="softmax")
+        cost = bir.layers.mean(bir.layers.cross_entropy(prediction, label))
+        accuracy = bir.layers.accuracy(prediction, label)
+        test = main.clone(for_test=True)
+        bir.optimizer.Adagrad(0.05).minimize(cost)
+    scope = bir.Scope()
+    with bir.Executor("cpu") as exe:
+        exe.run(startup, scope=scope)
+        words_, labels, _ = bow.make_corpus(3000, seed=0)
+        for epoch in range(ASYNC_EPOCHS):
+            for w, y in bow.batches(words_, labels, 32, np.random.default_rng(epoch)):
+                exe.run(main, feed={"words": w, "label": y}, scope=scope)
+        test_words, test_labels, _ = bow.make_corpus(2000, seed=99)
+        (acc,) = exe.run(test, feed={"words": test_words, "label": test_labels}, fetch_list=[accuracy], scope=scope)
+    return float(acc[0])
+
+
+def check_async_accuracy(out: Path, reference: float) -> dict:
+    """Async training with 2 workers and 2 servers is within a point of the single process."""
+    report = json.loads((out / "accuracy.json").read_text())
+    assert abs(report["accuracy"] - reference) <= 0.01, (report["accuracy"], reference)
+    return report
+
+
+def check_failing(failures: dict) -> None:
+    """Worker 1 failed, named with its error; the launch ended (nobody waits for ever on it)."""
+    assert "worker 1" in failures and "worker 1 gives up" in failures["worker 1"], failures

@@ -1,0 +1,68 @@
+"""A fleet script for the tests: the bag-of-words classifier of examples/bow_classifier.py trained in async
+(Downpour) mode; worker 0 scores it on held-out documents after every worker is done.
+
+    python async_bow.py OUT EPOCHS [PULL_EVERY]
+
+Worker ``k`` trains on its share of 3,000 documents (batches of 32) for EPOCHS epochs; worker 0 writes
+``OUT/accuracy.json``: its held-out accuracy, with the server-side table sizes.
+"""
+
+import importlib.util
+import json
+import sys
+from pathlib import Path
+
+import numpy as np
+import ps_models
+
+import blockir as bir
+from blockir.distributed import fleet
+
+out, epochs = sys.argv[1], int(sys.argv[2])
+pull_every = int(sys.argv[3]) if len(sys.argv) > 3 else 1
+root = Path(ps_models.__file__).resolve().parents[3]  # the repository (this file may run from a copy elsewhere)
+spec = importlib.util.spec_from_file_location("bow_classifier", root / "examples" / "bow_classifier.py")
+bow = importlib.util.module_from_spec(spec)
+spec.loader.exec_module(bow)
+
+fleet.init()
+main, startup = bir.default_main_program(), bir.default_startup_program()
+main.random_seed = startup.random_seed = 1
+words = bir.layers.data("words", [-1, 1], dtype="int64", lod_level=1)
+label = bir.layers.data("label", [-1, 1], dtype="int64")
+emb = bir.layers.embedding(words, size=[bow.VOCAB, 32], is_sparse=True)
+hidden = bir.layers.fc(bir.layers.tanh(bir.layers.sequence_pool(emb, "sum")), 32, act="tanh")
+prediction = bir.layers.fc(hidden, 2, act="softmax")
+cost = bir.layers.mean(bir.layers.cross_entropy(prediction, label))
+accuracy = bir.layers.accuracy(prediction, label)
+strategy = fleet.DistributedStrategy()
+strategy.a_sync = True
+strategy.a_sync_configs = {"pull_every": pull_every}
+fleet.distributed_optimizer(bir.optimizer.Adagrad(0.05), strategy).minimize(cost)
+test_program = fleet.main_program.clone(for_test=True)  # the forward, with the distributed lookups
+
+if fleet.is_server():
+    fleet.init_server()
+    fleet.run_server()
+else:
+    exe = bir.Executor("cpu")
+    exe.run(fleet.startup_program)
+    fleet.init_worker()
+    k, n = fleet.worker_index(), fleet.worker_num()
+    train_words, train_labels, _ = bow.make_corpus(3000, seed=0)
+    for epoch in range(epochs):
+        for i, (w, y) in enumerate(bow.batches(train_words, train_labels, 32, np.random.default_rng(epoch))):
+            if i % n == k:
+                exe.run(fleet.main_program, feed={"words": w, "label": y}, fetch_list=[cost])
+    fleet.communicator().stop()  # everything pushed
+    fleet.barrier_worker()
+    if k == 0:
+        for name, value in fleet.communicator().pull_all().items():  # the servers' dense parameters, at the end
+            bir.global_scope().set(name, np.array(value))
+        test_words, test_labels, signal = bow.make_corpus(2000, seed=99)
+        (acc,) = exe.run(test_program, feed={"words": test_words, "label": test_labels}, fetch_list=[accuracy])
+        Path(out, "accuracy.json").write_text(
+            json.dumps({"accuracy": float(acc[0]), "stats": fleet.communicator().stats})
+        )
+    fleet.barrier_worker()
+    fleet.stop_worker()

@@ -1,0 +1,54 @@
+"""A fleet script for the tests: train a model for some steps, write what came out.
+
+    python sync_train.py OUT MODEL OPTIMIZER STEPS MODE [ENTRY]
+
+MODEL ``dense`` or ``sparse``, OPTIMIZER ``sgd``, ``adam`` or ``adagrad``, MODE ``sync`` or ``async``, ENTRY
+``count2`` for a CountFilterEntry(2) table (ps_models.py). Each worker trains on its share of one fixed batch.
+Worker ``k`` writes ``OUT/worker{k}.npz``: its losses, its dense parameters and, from worker 0, the table's
+rows at the batch's ids as the servers hold them. Server ``k`` writes ``OUT/server{k}.npz``: the ids of the rows
+it holds and how many updates it applied.
+"""
+
+import sys
+
+import numpy as np
+from ps_models import OPTIMIZERS, TABLE, batch, build
+
+import blockir as bir
+from blockir.distributed import fleet
+
+out, model, optimizer, steps, mode = sys.argv[1], sys.argv[2], sys.argv[3], int(sys.argv[4]), sys.argv[5]
+entry = sys.argv[6] if len(sys.argv) > 6 else ""
+
+fleet.init()
+loss = build(model, entry)
+strategy = fleet.DistributedStrategy()
+strategy.a_sync = mode == "async"
+fleet.distributed_optimizer(OPTIMIZERS[optimizer](), strategy).minimize(loss)
+
+if fleet.is_server():
+    fleet.init_server()
+    fleet.run_server()
+    server = fleet.server()
+    np.savez(
+        f"{out}/server{fleet.server_index()}.npz",
+        version=server.version(),
+        **{table: server.table_ids(table) for table in server.shards},
+    )
+else:
+    exe = bir.Executor("cpu")
+    exe.run(fleet.startup_program)
+    fleet.init_worker()
+    k, n = fleet.worker_index(), fleet.worker_num()
+    losses = [exe.run(fleet.main_program, feed=batch(model, k, n), fetch_list=[loss])[0] for _ in range(steps)]
+    fleet.communicator().stop()  # async: everything pushed
+    fleet.barrier_worker()
+    scope = bir.global_scope()
+    values = {p.name: np.array(scope.get(p.name)) for p in fleet.main_program.all_parameters()}
+    if model == "sparse" and k == 0:
+        seen = np.unique(np.concatenate([batch(model, j, n)["words"].data[:, 0] for j in range(n)]))
+        values["seen"] = seen
+        values["table"] = fleet.communicator().pull_sparse(TABLE, seen)
+    np.savez(f"{out}/worker{k}.npz", losses=np.array(losses), **values)
+    fleet.barrier_worker()  # worker 0's pulls come before anybody's stop
+    fleet.stop_worker()
