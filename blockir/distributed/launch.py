@@ -17,9 +17,9 @@ naming the roles that failed and why; ``blockir launch`` then exits 1.
 
 from __future__ import annotations
 
+import builtins
 import contextvars
 import io
-import runpy
 import sys
 import threading
 import traceback
@@ -106,7 +106,11 @@ def run_role(script: str | Path | Callable[[], Any], role: Role, args: list[str]
     if here not in sys.path:
         sys.path.insert(0, here)  # as `python script.py` has it: the script imports its neighbours
     try:
-        runpy.run_path(str(script), run_name="__main__")
+        # As runpy.run_path would, but leaving sys.modules["__main__"] alone: the roles run at once in threads,
+        # and a module swapped in there by one of them would outlive it (multiprocessing re-imports it).
+        path = Path(script)
+        code = compile(path.read_text(encoding="utf-8"), str(path), "exec")
+        exec(code, {"__name__": "__main__", "__file__": str(path), "__builtins__": builtins})
     finally:
         sys.argv = saved
 

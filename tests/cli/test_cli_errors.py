@@ -202,6 +202,9 @@ CASES: dict[str, tuple[Case, str]] = {
     "demo --workdir a file": (lambda w: ["demo", "--workdir", str(w / "x.npy")], "not a directory"),
     "demo --epochs 0": (lambda w: ["demo", "--epochs", "0", "--workdir", str(w / "d")], "--epochs"),
     # train
+    "launch: script missing": (lambda w: ["launch", str(w / "nope.py")], "nope.py"),
+    "launch --servers 0": (lambda w: ["launch", "--servers", "0", str(w / "x.npy")], "--servers must be at least 1"),
+    "launch --workers 0": (lambda w: ["launch", "--workers", "0", str(w / "x.npy")], "--workers must be at least 1"),
     "train: no data feed file": (
         lambda w: ["train", str(w / "main.pb"), "--data-feed", str(w / "no.prototxt"), "--files", str(w / "part-0")],
         "no.prototxt",

@@ -128,9 +128,9 @@ def single_process_bow_accuracy() -> float:
 
 
 def check_async_accuracy(out: Path, reference: float) -> dict:
-    """Async training with 2 workers and 2 servers is within a point of the single process."""
+    """Async training with 2 workers and 2 servers reaches the single process's accuracy, to within a point."""
     report = json.loads((out / "accuracy.json").read_text())
-    assert abs(report["accuracy"] - reference) <= 0.01, (report["accuracy"], reference)
+    assert report["accuracy"] >= reference - 0.01, (report["accuracy"], reference)  # reaches it (or beats it)
     return report
 
 

@@ -56,3 +56,39 @@ def test_a_script_that_does_not_exist_or_fails_on_import_is_named(tmp_path: Path
     failures = launch(bad, 1, 2).failures
     assert set(failures) == {"server 0", "worker 0", "worker 1"}
     assert all("no_such_module_here" in text for text in failures.values())
+
+
+def test_blockir_launch_prefixes_each_role_and_exits_1_naming_the_failed_role(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from blockir.cli import main
+
+    out = tmp_path / "ok"
+    out.mkdir()
+    script = str(scenarios.SCRIPTS / "sync_train.py")
+    assert main(["launch", "--servers", "2", "--workers", "2", script, str(out), "dense", "sgd", "2", "sync"]) == 0
+    assert sorted(p.name for p in out.iterdir()) == ["server0.npz", "server1.npz", "worker0.npz", "worker1.npz"]
+    assert main(["launch", "--servers", "1", "--workers", "2", str(scenarios.SCRIPTS / "failing.py")]) == 1
+    err = capsys.readouterr().err
+    first = next(line for line in err.splitlines() if line.startswith("blockir launch:"))
+    assert first == "blockir launch: worker 1 failed: RuntimeError: worker 1 gives up"  # the cause comes first
+    assert "[worker 1] RuntimeError: worker 1 gives up" in err  # its traceback, prefixed with its role
+
+
+def test_process_workers_inside_a_ps_worker_are_refused(tmp_path: Path) -> None:
+    import blockir as bir
+    from blockir.errors import BlockirError
+    from blockir.passes.distribute import split
+    from tests.distributed.scripts import ps_models
+
+    main, startup = bir.Program(), bir.Program()
+    with bir.program_guard(main, startup), bir.unique_name.guard():
+        ps_models.OPTIMIZERS["sgd"]().minimize(ps_models.build("sparse"))
+    worker = split(main, 1, 1).worker
+    desc = bir.DataFeedDesc(
+        'name: "MultiSlotDataFeed" batch_size: 2 multi_slot_desc { '
+        'slots { name: "words" type: "uint64" is_dense: false is_used: true } '
+        'slots { name: "label" type: "uint64" is_dense: true is_used: true shape: 1 } }'
+    )
+    with bir.AsyncExecutor("cpu") as exe, pytest.raises(BlockirError, match="mode='process' cannot run a program"):
+        exe.run_from_files(worker, desc, [str(tmp_path / "part-0")], thread_num=2, fetch=[], mode="process")

@@ -1,0 +1,51 @@
+"""``blockir launch``: run a fleet script as parameter servers and workers (``docs/distributed.md``)."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+from blockir.distributed.launch import launch
+
+
+def command(args: argparse.Namespace) -> int:
+    result = launch(
+        args.script,
+        args.servers,
+        args.workers,
+        args.args,
+        backend=args.backend,
+        timeout=args.timeout,
+        address=args.address,
+    )
+    if result.ok:
+        return 0
+    for role, message in result.failures.items():  # the first to fail first: the others were stopped after it
+        print(f"blockir launch: {role} failed: {message}", file=sys.stderr)
+    return 1
+
+
+def add(commands: argparse._SubParsersAction) -> None:
+    p = commands.add_parser(
+        "launch",
+        help="run a fleet script as parameter servers and workers",
+        description="Run SCRIPT once per role of a parameter-server training run: --servers servers and "
+        "--workers workers, each told its role (fleet.init() reads it). --backend inprocess (the default) runs "
+        "every role as a thread of this process; --backend ray as a Ray actor, on a local Ray cluster kept on "
+        "loopback, or on the cluster at --address. Each role's output is printed prefixed with its role; when a "
+        "role fails the others are stopped and the command exits 1, naming it.",
+    )
+    p.add_argument("script", metavar="SCRIPT.py", help="the training script")
+    p.add_argument("args", nargs=argparse.REMAINDER, metavar="ARGS", help="the script's arguments")
+    p.add_argument("--servers", type=int, default=1, metavar="S", help="how many parameter servers (default 1)")
+    p.add_argument("--workers", type=int, default=1, metavar="W", help="how many workers (default 1)")
+    p.add_argument("--backend", choices=("inprocess", "ray"), default="inprocess", help="where the roles run")
+    p.add_argument("--address", default=None, help="the Ray cluster to join (ray backend; default: start one)")
+    p.add_argument(
+        "--timeout",
+        type=float,
+        default=300.0,
+        metavar="SECONDS",
+        help="how long a role waits for the servers, the other workers or a sync step (default 300)",
+    )
+    p.set_defaults(func=command)

@@ -1,0 +1,143 @@
+"""The parameter server alone: rows made on first use, seeded per row (the same whatever the number of servers
+or the order ids arrive in); entry policies; sync steps averaged by batch; the errors a worker can run into."""
+
+from __future__ import annotations
+
+import threading
+
+import numpy as np
+import pytest
+
+import blockir as bir
+from blockir.distributed import CountFilterEntry, ProbabilityEntry
+from blockir.distributed.server import ParameterServer, row_seed
+from blockir.errors import BlockirError
+from blockir.passes.distribute import Split, split
+
+TABLE = "embedding_0.w_0"
+
+
+def _split(servers: int, workers: int = 1, entry: object = None, optimizer: str = "sgd") -> tuple[Split, bir.Program]:
+    main, startup = bir.Program(), bir.Program()
+    main.random_seed = startup.random_seed = 7
+    with bir.program_guard(main, startup), bir.unique_name.guard():
+        ids = bir.layers.data("ids", [-1, 1], dtype="int64")
+        y = bir.layers.data("y", [-1, 4], dtype="float32")
+        emb = bir.layers.embedding(ids, size=[100, 4], is_sparse=True, entry=entry)  # type: ignore[arg-type]
+        loss = bir.layers.mean(bir.layers.square_error_cost(bir.layers.fc(emb, 4), y))
+        opt = bir.optimizer.SGD(0.5) if optimizer == "sgd" else bir.optimizer.Adam(0.1)
+        opt.minimize(loss)
+    return split(main, servers, workers), startup
+
+
+def _servers(servers: int, workers: int = 1, mode: str = "sync", **kw: object) -> list[ParameterServer]:
+    s, startup = _split(servers, workers, **kw)  # type: ignore[arg-type]
+    return [ParameterServer(k, s, startup, mode, timeout=5) for k in range(servers)]
+
+
+def test_a_rows_first_value_depends_only_on_the_tables_seed_and_its_id() -> None:
+    one = _servers(1)[0]
+    three = _servers(3)
+    ids = np.array([57, 3, 99, 10, 3], dtype=np.int64)
+    want = one.pull_sparse(TABLE, ids)
+    for i, row in zip(ids, want):
+        got = three[i % 3].pull_sparse(TABLE, np.array([i], dtype=np.int64))[0]  # another order, another shard
+        np.testing.assert_array_equal(got, row)
+    assert len({row_seed(5, i) for i in range(1000)}) == 1000
+    low, high = -0.9, 0.9  # the initializer's range (Xavier for [100, 4]: sqrt(6 / 104) = 0.24)
+    assert (want > low).all() and (want < high).all() and len(np.unique(want)) == want.size - 4  # id 3 twice
+
+
+def test_rows_are_made_on_first_use_only() -> None:
+    server = _servers(1)[0]
+    assert server.table_size(TABLE) == 0
+    server.pull_sparse(TABLE, np.array([4, 8, 4], dtype=np.int64))
+    assert sorted(server.table_ids(TABLE).tolist()) == [4, 8]
+
+
+def test_count_filter_admits_an_id_on_its_nth_sighting_and_drops_the_gradients_before() -> None:
+    server = _servers(1, mode="async", entry=CountFilterEntry(2))[0]
+    ids = np.array([5], dtype=np.int64)
+    assert (server.pull_sparse(TABLE, ids) == 0).all()  # not admitted: zeros, and no row made
+    grad = np.ones((1, 4), np.float32)
+    server.push(0, {}, {TABLE: (ids, grad)})  # first sighting: dropped
+    assert server.table_size(TABLE) == 0
+    server.push(0, {}, {TABLE: (ids, grad)})  # second: the row is made, this gradient dropped too
+    first = _servers(1)[0].pull_sparse(TABLE, ids)  # the row's initial value (no entry policy)
+    np.testing.assert_array_equal(server.pull_sparse(TABLE, ids), first)
+    server.push(0, {}, {TABLE: (ids, grad)})  # admitted: applied (SGD, lr 0.5)
+    np.testing.assert_allclose(server.pull_sparse(TABLE, ids), first - 0.5)
+
+
+def test_probability_entry_admits_the_same_ids_in_every_run() -> None:
+    admitted = []
+    for _ in range(2):
+        server = _servers(1, mode="async", entry=ProbabilityEntry(0.3))[0]
+        ids = np.arange(100, dtype=np.int64)
+        server.push(0, {}, {TABLE: (ids, np.zeros((100, 4), np.float32))})
+        admitted.append(sorted(server.table_ids(TABLE).tolist()))
+    assert admitted[0] == admitted[1]
+    assert 15 <= len(admitted[0]) <= 45  # about 30 of 100
+
+
+def test_sync_steps_are_averaged_by_batch_and_applied_once() -> None:
+    server = _servers(1, workers=2)[0]
+    ids = np.array([1], dtype=np.int64)
+    start = server.pull_sparse(TABLE, ids)
+    grads = [np.full((1, 4), 1.0, np.float32), np.full((1, 4), 4.0, np.float32)]
+    threads = [
+        threading.Thread(target=server.push, args=(k, {}, {TABLE: (ids, grads[k])}, weight))
+        for k, weight in ((0, 3), (1, 1))
+    ]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(10)
+    assert server.version() == 1
+    np.testing.assert_allclose(server.pull_sparse(TABLE, ids, after=1), start - 0.5 * (0.75 * 1 + 0.25 * 4))
+
+
+def test_a_sync_step_some_worker_never_pushes_is_an_error_naming_it() -> None:
+    server = _servers(1, workers=2)[0]
+    server.timeout = 0.3
+    with pytest.raises(BlockirError, match=r"waited 0.3 s for step 1; workers \[1\] have not pushed it"):
+        server.push(0, {}, {TABLE: (np.array([2], dtype=np.int64), np.ones((1, 4), np.float32))})
+
+
+def test_bad_requests_name_what_is_wrong() -> None:
+    servers = _servers(2, mode="async")
+    grad = np.ones((1, 4), np.float32)
+    with pytest.raises(BlockirError, match=r"table 'embedding_0.w_0': id 100 is out of range \(valid ids: 0..99\)"):
+        servers[0].pull_sparse(TABLE, np.array([100], dtype=np.int64))
+    with pytest.raises(BlockirError, match="parameter server 0 does not hold id 3"):
+        servers[0].push(0, {}, {TABLE: (np.array([3], dtype=np.int64), grad)})
+    with pytest.raises(BlockirError, match="holds no sparse table 'nope'"):
+        servers[0].pull_sparse("nope", np.array([0], dtype=np.int64))
+    servers[1].stop()
+    with pytest.raises(BlockirError, match="parameter server 1 is stopped: worker 0's push is refused"):
+        servers[1].push(0, {}, {TABLE: (np.array([3], dtype=np.int64), grad)})
+    with pytest.raises(BlockirError, match="unknown role 'boss'"):
+        from blockir.distributed.fleet import Role
+
+        Role("boss", 0, 1, 1)
+
+
+@pytest.mark.parametrize(
+    ("env", "message"),
+    [
+        ({}, "no role"),
+        ({"BLOCKIR_ROLE": "pserver", "BLOCKIR_SERVERS": "1", "BLOCKIR_WORKERS": "1"}, "unknown role 'pserver'"),
+        ({"BLOCKIR_ROLE": "server", "BLOCKIR_SERVERS": "0", "BLOCKIR_WORKERS": "1"}, "at least one server, got 0"),
+        ({"BLOCKIR_ROLE": "worker", "BLOCKIR_SERVERS": "1"}, "BLOCKIR_WORKERS is not set"),
+        ({"BLOCKIR_ROLE": "worker", "BLOCKIR_SERVERS": "x", "BLOCKIR_WORKERS": "1"}, "BLOCKIR_SERVERS='x'"),
+        (
+            {"BLOCKIR_ROLE": "worker", "BLOCKIR_ROLE_INDEX": "2", "BLOCKIR_SERVERS": "1", "BLOCKIR_WORKERS": "2"},
+            "worker index 2 is out of range",
+        ),
+    ],
+)
+def test_a_bad_role_in_the_environment_is_named(env: dict[str, str], message: str) -> None:
+    from blockir.distributed.fleet import Role
+
+    with pytest.raises(BlockirError, match=message):
+        Role.from_env(env)
