@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+from pathlib import Path
 
 import blockir
 from blockir.cli.common import output_dir, output_file
@@ -17,7 +18,7 @@ def command(args: argparse.Namespace) -> int:
         output_dir(args.dump_dir, "--dump-dir")
     program = load_program(args.program)
     try:
-        result, _ = blockir.passes.run(
+        result, report = blockir.passes.run(
             program,
             args.pipeline,
             print_after_all=args.print_after_all,
@@ -28,11 +29,18 @@ def command(args: argparse.Namespace) -> int:
         )
     except VerifyError as e:  # the input is invalid (a pass's invalid output is a PassError)
         raise VerifyError(f"{args.program}: {e}", e.problems) from None
+    side = {name: program for record in report.records for name, program in record.details.get("programs", {}).items()}
     if args.output is None:
         print(result)
+        for name, program in side.items():  # what a pass made besides the result (distribute: the servers')
+            print(f"\n# {name}\n{program}")
         return 0
     result.save(args.output)
     print(f"wrote {args.output}")
+    for name, program in side.items():
+        path = Path(args.output).with_suffix(f".{name}.pb")
+        program.save(str(path))
+        print(f"wrote {path}")
     return 0
 
 

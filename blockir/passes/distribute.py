@@ -30,7 +30,9 @@ them), and:
    dense parameters (updated in place), after the send's ``Token``.
 
 Each server's program (:attr:`Split.servers`, recorded by the pass as
-``report.record("distribute").details["servers"]``, and its text in the notes)
+``report.record("distribute").details["programs"]["server{k}"]``, which ``blockir
+opt`` prints after the worker program and, with ``-o OUT.pb``, writes to
+``OUT.server{k}.pb``)
 holds the optimizer ops of its blocks and tables: a block's op reads and writes
 ``NAME.block{k}``, ``NAME@GRAD.block{k}`` and, for each state of the parameter's
 shape, ``STATE.block{k}`` (a state of another shape, an Adam ``beta1_pow``, is
@@ -126,9 +128,8 @@ class Distribute(Pass):
 
     def run(self, program: Program) -> bool:
         result = _Splitter(self, program).run()
-        record_detail("servers", result.servers)
-        for k, server in enumerate(result.servers):
-            note(f"server {k}:\n{server}")
+        record_detail("programs", {f"server{k}": server for k, server in enumerate(result.servers)})
+        note(f"{len(result.blocks)} dense blocks, {len(result.tables)} sparse tables over {self.servers} servers")
         return True
 
 

@@ -190,3 +190,21 @@ def test_exit_status_from_a_real_process(model: Path) -> None:
     )
     assert done.returncode == 2 and done.stdout == ""
     assert done.stderr.startswith("blockir: error: pipeline 'nope', column 1: unknown pass 'nope'")
+
+
+def test_opt_distribute_prints_and_writes_the_server_programs_too(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    main_p, startup = bir.Program(), bir.Program()
+    with bir.program_guard(main_p, startup), bir.unique_name.guard():
+        x = bir.layers.data("x", [-1, 4])
+        y = bir.layers.data("y", [-1, 1])
+        bir.optimizer.SGD(0.1).minimize(bir.layers.mean(bir.layers.square_error_cost(bir.layers.fc(x, 1), y)))
+    main_p.save(str(tmp_path / "train.pb"))
+    assert main(["opt", str(tmp_path / "train.pb"), "-p", "distribute{servers=2 workers=2}"]) == 0
+    worker, server0, server1 = capsys.readouterr().out.split("\n\n# ")
+    assert "send(X=[%fc_0.w_0@GRAD, %fc_0.b_0@GRAD]" in parse_program(worker).global_block().ops[-2].__str__()
+    assert server0.startswith("server0\n") and "sgd(Param=%fc_0.w_0" in server0
+    assert server1.startswith("server1\n") and "sgd(Param=%fc_0.b_0" in server1
+    assert main(["opt", str(tmp_path / "train.pb"), "-p", "distribute{servers=2}", "-o", str(tmp_path / "d.pb")]) == 0
+    assert str(load_program(tmp_path / "d.server1.pb")) == server1.split("\n", 1)[1].rstrip("\n")
