@@ -24,7 +24,7 @@ import argparse
 import importlib.util
 import math
 import tempfile
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from types import ModuleType
 from typing import Any, NamedTuple
@@ -115,8 +115,11 @@ def bow_net(
     class_dim: int = 2,
     learning_rate: float = 0.01,
     seed: int = 1,
+    minimize: Callable[[Any, Any], Any] | None = None,
 ) -> BowNet:
-    """Paddle's bow_net on the data variables ``words`` (ids, one LoD level) and ``label``, minimized by Adagrad.
+    """Paddle's bow_net on the data variables ``words`` (ids, one LoD level) and ``label``, minimized by Adagrad
+    (``minimize(optimizer, loss)``, default ``optimizer.minimize(loss)``: a fleet script passes its distributed
+    optimizer's).
 
     Names are fresh for each net, so a ``seed`` gives the same initial weights at every call."""
     main, startup = bir.Program(), bir.Program()
@@ -131,7 +134,11 @@ def bow_net(
         prediction = bir.layers.fc(fc_2, size=class_dim, act="softmax")
         avg_cost = bir.layers.mean(bir.layers.cross_entropy(prediction, label))
         acc = bir.layers.accuracy(prediction, label)
-        bir.optimizer.Adagrad(learning_rate=learning_rate).minimize(avg_cost)
+        optimizer = bir.optimizer.Adagrad(learning_rate=learning_rate)
+        if minimize is None:
+            optimizer.minimize(avg_cost)
+        else:
+            minimize(optimizer, avg_cost)
     return BowNet(main, startup, avg_cost, acc, prediction)
 
 

@@ -18,7 +18,13 @@ together.
   communicator thread takes everything queued, merges it (dense gradients
   summed, sparse rows joined and merged) and pushes it, and every
   ``pull_every`` steps pulls the dense parameters, which the next ``recv``
-  installs.
+  installs. Sparse rows are cached for the same window: a lookup pulls only
+  the ids the cache lacks, and at each window's end the communicator thread
+  pulls afresh the rows of the ids the window used, which replace the cache
+  (so it holds at most one window's ids, and a row is at most one window
+  stale; ids not used for a window are pulled fresh when they come back).
+  The worker waits only for a lookup's missing rows and for a full queue
+  (``stats["wait_s"]``); ``stop`` drops the cache.
 
 :attr:`Communicator.stats` counts requests, bytes and the seconds the worker
 waited on the servers.
@@ -75,13 +81,15 @@ class Communicator:
         self.mode = mode
         self.pull_every = pull_every
         self.steps = 0  # steps pushed
-        self.stats = {"requests": 0, "bytes_sent": 0, "payload_bytes": 0, "wait_s": 0.0}
+        self.stats = {"requests": 0, "bytes_sent": 0, "payload_bytes": 0, "wait_s": 0.0, "communicator_s": 0.0}
         self._blocks: dict[str, list[Any]] = {}
         for b in split.blocks:
             self._blocks.setdefault(b.param, []).append(b)
         self._dims = {t.name: t.dim for t in split.tables}
         self._lock = threading.Lock()
         self._fresh: dict[str, np.ndarray] | None = None
+        self._cache = _RowCache(self._dims)
+        self._stopped = False
         self._error: BaseException | None = None
         self._queue: queue.Queue[Any] = queue.Queue(maxsize=queue_size)
         self._thread: threading.Thread | None = None
@@ -92,19 +100,17 @@ class Communicator:
     # -- the ops' Client ----------------------------------------------------------------------------------
     def pull_sparse(self, table: str, ids: np.ndarray) -> np.ndarray:
         self._raise()
-        servers = len(self.handles)
         uniq, inverse = np.unique(np.asarray(ids, np.int64), return_inverse=True)
-        after = self.steps if self.mode == "sync" else 0
-        parts = [uniq[uniq % servers == k] for k in range(servers)]
-        futures = [
-            (part, self._submit(k, "pull_sparse", table, part, after)) for k, part in enumerate(parts) if part.size
-        ]
-        rows = np.zeros((len(uniq), self._dims[table]), np.float32)
-        for part, future in futures:
-            got = self._result(future)
-            if rows.dtype != got.dtype:
-                rows = rows.astype(got.dtype)
-            rows[np.searchsorted(uniq, part)] = got
+        if self.mode == "sync" or self._stopped:  # stopped: no refresh keeps a cache fresh any more
+            return self._pull_rows(table, uniq, self.steps if self.mode == "sync" else 0, waited=True)[inverse]
+        with self._lock:
+            rows, missing = self._cache.lookup(table, uniq)
+        if missing.size:
+            got = self._pull_rows(table, missing, 0, waited=True)
+            with self._lock:
+                self._cache.insert(table, missing, got)
+            rows = rows.astype(got.dtype, copy=False)
+            rows[np.searchsorted(uniq, missing)] = got
         return rows[inverse]
 
     def push(self, dense: dict[str, np.ndarray], sparse: list[tuple[str, np.ndarray, np.ndarray]], weight: int) -> None:
@@ -117,7 +123,7 @@ class Communicator:
             self._queue.put((dense, merged, weight))  # blocks while the queue is full: backpressure
             self.stats["wait_s"] += time.perf_counter() - start
         else:
-            self._send(dense, merged, weight)
+            self._send(dense, merged, weight, waited=True)
         self.steps += 1
 
     def pull_dense(self, names: Sequence[str]) -> dict[str, np.ndarray] | None:
@@ -126,7 +132,7 @@ class Communicator:
             with self._lock:
                 fresh, self._fresh = self._fresh, None
             return fresh
-        return self._pull(names, self.steps)
+        return self._pull(names, self.steps, waited=True)
 
     # -- set-up and end ---------------------------------------------------------------------------------
     def init_dense(self, values: dict[str, np.ndarray]) -> None:
@@ -136,17 +142,21 @@ class Communicator:
             for b in self._blocks.get(name, ()):
                 per_server.setdefault(b.server, {})[b.name] = np.ascontiguousarray(np.asarray(value)[b.begin : b.end])
         for future in [self._submit(k, "init_dense", blocks) for k, blocks in per_server.items()]:
-            self._result(future)
+            self._result(future, waited=True)
 
     def pull_all(self) -> dict[str, np.ndarray]:
         """Every dense parameter as the servers hold it (waiting until worker 0 has given them values)."""
-        return self._pull(list(self._blocks), 0)
+        return self._pull(list(self._blocks), 0, waited=True)
 
     def stop(self) -> None:
-        """Push what is queued, end the communicator thread; raise its error, if it had one."""
+        """Push what is queued, end the communicator thread and drop the cached rows (lookups go to the servers
+        from now on); raise the thread's error, if it had one."""
         if self._thread is not None and self._thread.is_alive():
             self._queue.put(_STOP)
             self._thread.join()
+        with self._lock:
+            self._stopped = True
+            self._cache = _RowCache(self._dims)
         self._raise()
 
     # -- inside ------------------------------------------------------------------------------------------
@@ -155,15 +165,36 @@ class Communicator:
         self.stats["bytes_sent"] += sum(_nbytes(a) for a in args)
         return self.handles[server].submit(method, *args)
 
-    def _result(self, future: Future) -> Any:
+    def _result(self, future: Future, waited: bool) -> Any:
+        """The future's result; the time it took counts as the worker's waiting when ``waited`` (a training
+        thread's call), else as the communicator thread's."""
         start = time.perf_counter()
         try:
             return future.result()
         finally:
-            self.stats["wait_s"] += time.perf_counter() - start
+            self.stats["wait_s" if waited else "communicator_s"] += time.perf_counter() - start
+
+    def _pull_rows(self, table: str, uniq: np.ndarray, after: int, waited: bool) -> np.ndarray:
+        """Rows of ``table`` at the sorted distinct ``uniq``, from the servers holding them."""
+        servers = len(self.handles)
+        parts = [uniq[uniq % servers == k] for k in range(servers)]
+        futures = [
+            (part, self._submit(k, "pull_sparse", table, part, after)) for k, part in enumerate(parts) if part.size
+        ]
+        rows = np.zeros((len(uniq), self._dims[table]), np.float32)
+        for part, future in futures:
+            got = self._result(future, waited)
+            if rows.dtype != got.dtype:
+                rows = rows.astype(got.dtype)
+            rows[np.searchsorted(uniq, part)] = got
+        return rows
 
     def _send(
-        self, dense: dict[str, np.ndarray], sparse: dict[str, tuple[np.ndarray, np.ndarray]], weight: int
+        self,
+        dense: dict[str, np.ndarray],
+        sparse: dict[str, tuple[np.ndarray, np.ndarray]],
+        weight: int,
+        waited: bool = False,
     ) -> None:
         servers = len(self.handles)
         dense_parts: list[dict[str, np.ndarray]] = [{} for _ in range(servers)]
@@ -183,9 +214,9 @@ class Communicator:
             if dense_parts[k] or sparse_parts[k] or self.mode == "sync"
         ]
         for future in futures:
-            self._result(future)
+            self._result(future, waited)
 
-    def _pull(self, names: Sequence[str], after: int) -> dict[str, np.ndarray]:
+    def _pull(self, names: Sequence[str], after: int, waited: bool = False) -> dict[str, np.ndarray]:
         wanted = [b for name in names for b in self._blocks[name]]
         by_server: dict[int, list[str]] = {}
         for b in wanted:
@@ -193,7 +224,7 @@ class Communicator:
         futures = {k: self._submit(k, "pull_dense", blocks, after) for k, blocks in by_server.items()}
         got: dict[str, np.ndarray] = {}
         for future in futures.values():
-            got.update(self._result(future))
+            got.update(self._result(future, waited))
         return {name: _join([got[b.name] for b in self._blocks[name]]) for name in names}
 
     def _work(self) -> None:
@@ -213,9 +244,7 @@ class Communicator:
                     self._send(*_merge_steps(steps))
                     since_pull += len(steps)
                     if since_pull >= self.pull_every:
-                        fresh = self._pull(list(self._blocks), 0)
-                        with self._lock:
-                            self._fresh = fresh
+                        self._refresh()
                         since_pull = 0
                 if stop:
                     return
@@ -227,10 +256,66 @@ class Communicator:
                 except queue.Empty:
                     break
 
+    def _refresh(self) -> None:
+        """The end of a window of ``pull_every`` steps: the dense parameters, for the next ``recv``, and the
+        rows of the ids the window used, which replace the cache (ids it did not use leave it)."""
+        fresh = self._pull(list(self._blocks), 0)
+        with self._lock:
+            self._fresh = fresh
+            used = self._cache.take_used()
+        rows = {table: (ids, self._pull_rows(table, ids, 0, waited=False)) for table, ids in used.items()}
+        with self._lock:
+            self._cache.replace(rows)
+
     def _raise(self) -> None:
         if self._error is not None:
             error, self._error = self._error, None
             raise BlockirError(f"worker {self.worker}'s communicator failed: {error}") from error
+
+
+class _RowCache:
+    """Async mode: the rows a worker pulled, by table (sorted ids, their rows), and the ids the current window
+    of ``pull_every`` steps used; the communicator thread replaces it at the window's end."""
+
+    def __init__(self, dims: dict[str, int]) -> None:
+        self.ids = {t: np.zeros(0, np.int64) for t in dims}
+        self.rows = {t: np.zeros((0, d), np.float32) for t, d in dims.items()}
+        self.used: dict[str, list[np.ndarray]] = {t: [] for t in dims}
+
+    def lookup(self, table: str, uniq: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """Rows for the sorted distinct ``uniq`` (zeros where missing), and the missing ids; notes them used."""
+        self.used[table].append(uniq)
+        ids, rows = self.ids[table], self.rows[table]
+        out = np.zeros((len(uniq), rows.shape[1]), rows.dtype)
+        if not len(ids):
+            return out, uniq
+        at = np.minimum(np.searchsorted(ids, uniq), len(ids) - 1)
+        hit = ids[at] == uniq
+        out[hit] = rows[at[hit]]
+        return out, uniq[~hit]
+
+    def insert(self, table: str, ids: np.ndarray, rows: np.ndarray) -> None:
+        all_ids = np.concatenate([self.ids[table], ids])
+        order = np.argsort(all_ids, kind="stable")
+        self.ids[table] = all_ids[order]
+        self.rows[table] = np.concatenate([self.rows[table].astype(rows.dtype, copy=False), rows])[order]
+
+    def take_used(self) -> dict[str, np.ndarray]:
+        """The ids the window used (those to refresh; the others leave the cache); a new window starts."""
+        used = {t: np.unique(np.concatenate(parts)) for t, parts in self.used.items() if parts}
+        self.used = {t: [] for t in self.used}
+        return used
+
+    def replace(self, fresh: dict[str, tuple[np.ndarray, np.ndarray]]) -> None:
+        """The refreshed rows, and the rows used since the refresh began that it did not cover."""
+        for table in self.ids:
+            old_ids, old_rows = self.ids[table], self.rows[table]
+            ids, rows = fresh.get(table, (old_ids[:0], old_rows[:0]))
+            recent = np.concatenate(self.used[table]) if self.used[table] else old_ids[:0]
+            keep = np.isin(old_ids, recent) & ~np.isin(old_ids, ids)
+            self.ids[table], self.rows[table] = ids, rows
+            if keep.any():
+                self.insert(table, old_ids[keep], old_rows[keep])
 
 
 def _nbytes(value: Any) -> int:

@@ -128,13 +128,16 @@ class Role:
 @dataclass
 class DistributedStrategy:
     """``a_sync``: False for sync training (every step averaged over the workers), True (default) for async
-    (Downpour). ``a_sync_configs``: ``pull_every`` (async: pull the dense parameters every n steps, default 1)
-    and ``queue_size`` (async: steps queued before a push blocks, default 4)."""
+    (Downpour). ``a_sync_configs``: ``pull_every`` (async: pull the dense parameters, and refresh the cached
+    sparse rows, every n steps; default 1) and ``queue_size`` (async: steps queued before a push blocks; default
+    4). GEO mode (``k_steps``) is not supported."""
 
     a_sync: bool = True
     a_sync_configs: dict[str, Any] = field(default_factory=dict)
 
     def mode(self) -> str:
+        if "k_steps" in self.a_sync_configs:
+            raise BlockirError("DistributedStrategy: GEO mode (a_sync_configs k_steps) is not supported")
         unknown = set(self.a_sync_configs) - {"pull_every", "queue_size"}
         if unknown:
             raise BlockirError(f"DistributedStrategy.a_sync_configs: unknown keys {sorted(unknown)}")

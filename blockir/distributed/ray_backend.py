@@ -134,9 +134,10 @@ class _RoleActor:
             BLOCKIR_PS_TIMEOUT=str(role.timeout),
         )
         with tempfile.TemporaryDirectory() as where:
-            path = Path(where) / Path(script).name
-            path.write_text(source, encoding="utf-8")
-            sys.path.insert(0, str(Path(script).resolve().parent))  # its neighbours, on a machine that has them
+            path = Path(script)
+            if not (path.is_file() and path.read_text(encoding="utf-8") == source):  # another machine: a copy
+                path = Path(where) / path.name
+                path.write_text(source, encoding="utf-8")
             try:
                 run_role(path, role, args)
             except SystemExit as e:

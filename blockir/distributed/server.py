@@ -24,9 +24,9 @@ push names (gathered from the shard, then written back).
 - **Modes.** ``sync``: a push waits for the pushes of every worker of the same
   step; the gradients are averaged, weighted by each worker's batch, and
   applied once, then the step's pulls are answered (equal to one worker on the
-  whole batch). ``async``: each push is applied as it comes (Downpour).
-  ``geo``: pushes carry parameter deltas (each worker trained ``k_steps``
-  locally), added to the dense blocks and rows as they come.
+  whole batch). ``async``: each push is applied as it comes (Downpour). A
+  push normally carries every dense block a server holds: their optimizer ops
+  then run as one program.
 
 Every method is safe to call from several threads at once (the Ray actor runs
 them on a thread pool; the in-process backend calls them from the workers'
@@ -53,7 +53,7 @@ from blockir.runtime.scope import Scope
 
 __all__ = ["MODES", "ParameterServer", "row_seed"]
 
-MODES = ("sync", "async", "geo")
+MODES = ("sync", "async")
 
 
 def row_seed(seed: int, row: int) -> int:
@@ -190,7 +190,8 @@ class ParameterServer:
         self.program = split.servers[index]
         self.blocks = {b.name: b for b in split.blocks if b.server == index}
         self._ops = {self._param_of(op): op for op in self.program.global_block().ops}
-        self._programs = {name: self._one_op(op) for name, op in self._ops.items()}
+        self._programs = {name: self._program_of([op]) for name, op in self._ops.items()}
+        self._dense_program = self._program_of([self._ops[b.param] for b in self.blocks.values()])
         inits = _initializers(startup)
         self.shards = {t.name: self._shard(t, inits) for t in split.tables}
         self._init_states(inits)
@@ -202,17 +203,19 @@ class ParameterServer:
         return op.input("Param")[0]
 
     @staticmethod
-    def _one_op(op: Operator) -> Program:
+    def _program_of(ops: list[Operator]) -> Program:
+        """A program of copies of ``ops`` (of the server program) and the variables they use."""
         program = Program()
         block = program.global_block()
-        source = op.block
-        for name in dict.fromkeys((*op.input_names(), *op.output_names())):
-            fields = source.var(name).fields()
-            fields.pop("name")
-            block.create_var(name, **fields)
-        copy = block.append_op(op.type, dict(op.inputs), dict(op.outputs), {}, infer=False)
-        for key, value in op.attrs.items():
-            copy.set_attr(key, value, op.attr_types[key])
+        for op in ops:
+            for name in dict.fromkeys((*op.input_names(), *op.output_names())):
+                if not block.has_var(name):
+                    fields = op.block.var(name).fields()
+                    fields.pop("name")
+                    block.create_var(name, **fields)
+            copy = block.append_op(op.type, dict(op.inputs), dict(op.outputs), {}, infer=False)
+            for key, value in op.attrs.items():
+                copy.set_attr(key, value, op.attr_types[key])
         return program
 
     def _shard(self, table: SparseTable, inits: dict[str, Operator]) -> _Shard:
@@ -302,7 +305,7 @@ class ParameterServer:
         sparse: dict[str, tuple[np.ndarray, np.ndarray]],
         weight: int = 1,
     ) -> int:
-        """One worker's gradients (deltas in geo mode): dense by block name, sparse by table as (ids, rows).
+        """One worker's gradients: dense by block name, sparse by table as (ids, rows).
         Sync: waits until every worker pushed this step and the update is applied. Returns the version."""
         with self._lock:
             if self._stopped:
@@ -416,15 +419,17 @@ class ParameterServer:
         self._lock.notify_all()
 
     def _apply(self, dense: dict[str, np.ndarray], sparse: dict[str, tuple[np.ndarray, np.ndarray]]) -> None:
-        for name, grad in dense.items():
-            held = self.blocks.get(name)
-            if held is None:
-                raise BlockirError(f"parameter server {self.index} holds no dense block {name!r}")
-            if self.mode == "geo":
-                self.scope.get(name)[...] += grad.reshape(self.scope.get(name).shape)
-            else:
-                grad_name = _renamed_grad(held)
-                self._executor.run(self._programs[held.param], feed={grad_name: grad}, scope=self.scope)
+        unknown = [name for name in dense if name not in self.blocks]
+        if unknown:
+            raise BlockirError(f"parameter server {self.index} holds no dense block {unknown[0]!r}")
+        feed = {_renamed_grad(self.blocks[name]): grad for name, grad in dense.items()}
+        if len(dense) == len(self.blocks):  # every block (a worker's every push): their ops in one run
+            self._executor.run(self._dense_program, feed=feed, scope=self.scope)
+        else:
+            for name in dense:
+                held = self.blocks[name]
+                grad = _renamed_grad(held)
+                self._executor.run(self._programs[held.param], feed={grad: feed[grad]}, scope=self.scope)
         for table, (ids, values) in sparse.items():
             self._apply_rows(self._table(table), np.asarray(ids, np.int64), values)
 
@@ -437,9 +442,6 @@ class ParameterServer:
         grad = np.zeros((len(uniq), shard.table.dim), values.dtype)
         np.add.at(grad, inverse, values[keep].reshape(-1, shard.table.dim))
         name = shard.table.name
-        if self.mode == "geo":
-            shard.arrays[name][uniq] += grad
-            return
         feed = {n: shard.arrays[n][uniq] for n in shard.arrays}
         feed[name + GRAD_SUFFIX] = grad
         fetched = self._executor.run(

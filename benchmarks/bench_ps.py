@@ -1,0 +1,150 @@
+"""Parameter-server training of bow_net from MultiSlot files: one worker against two, async (Downpour) mode.
+
+    python benchmarks/bench_ps.py [--rounds 3] [--parts 8] [--docs 2000] [--backends ray inprocess]
+
+On the async executor's corpus (examples/async_bow.py: planted-signal documents as MultiSlot files, a
+held-out file), in one run, alternating, ``--rounds`` times:
+
+- ``async executor``: one process, ``AsyncExecutor.run_from_files`` with one thread (the reference);
+- for each backend (``ray``: every role a Ray actor on a local cluster on loopback; ``inprocess``: every role a
+  thread of one process): 1 server + 1 worker and 1 server + 2 workers (``blockir launch``, the script
+  ``benchmarks/ps_bow_role.py``; each worker one AsyncExecutor thread over its share of the files,
+  ``pull_every`` of ``--pull-every``).
+
+Printed per setup: instances/s (median and range; a run's instances over its slowest worker's seconds), the
+held-out accuracy, each worker's share of time spent waiting on the servers, bytes sent per step against the
+payload (gradient rows x dim x 4 + ids x 8 + dense gradients), and the CPU seconds per batch of a worker (w) and
+of the server with Ray's threads (s), with the bound 2w/(w+s) on two workers' speed-up on two cores. Goals: two
+workers >= 1.5x one, waiting <= 20%, bytes <= 1.1x payload. Ray's cluster is started once per run (not timed).
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib.util
+import json
+import os
+import statistics
+import tempfile
+from pathlib import Path
+from typing import Any
+
+import blockir as bir
+from blockir.distributed.launch import launch
+
+ROOT = Path(__file__).resolve().parents[1]
+ROLE = ROOT / "benchmarks" / "ps_bow_role.py"
+
+
+def _example() -> Any:
+    spec = importlib.util.spec_from_file_location("async_bow", ROOT / "examples" / "async_bow.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def reference(example: Any, corpus: Any, out: Path) -> dict[str, float]:
+    run = example.train(corpus, 1, "thread", 1, out=out, verbose=False)
+    return {"ips": run["instances_per_second"], "accuracy": run["accuracy"]}
+
+
+def ps_run(corpus: Any, backend: str, workers: int, out: Path, pull_every: int) -> dict[str, Any]:
+    out.mkdir(parents=True)
+    args = [str(out), str(pull_every), str(corpus.prototxt), corpus.heldout, *corpus.train_files]
+    result = launch(ROLE, 1, workers, args, backend=backend, timeout=600)
+    if not result.ok:
+        raise SystemExit(f"{backend} x{workers} failed: {result.failures}")
+    reports = [json.loads((out / f"worker{k}.json").read_text()) for k in range(workers)]
+    server = json.loads((out / "server0.json").read_text())
+    instances = sum(r["instances"] for r in reports)
+    steps = sum(r["steps"] for r in reports)
+    return {
+        "ips": instances / max(r["seconds"] for r in reports),
+        "accuracy": reports[0]["accuracy"],
+        "wait": max(r["wait_s"] / r["seconds"] for r in reports),
+        "bytes_ratio": sum(r["bytes_sent"] for r in reports) / sum(r["payload_bytes"] for r in reports),
+        "bytes_per_step": sum(r["bytes_sent"] for r in reports) / steps,
+        "w": statistics.mean(r["cpu_s"] / r["steps"] for r in reports),
+        "s": server["cpu_s"] / steps,
+    }
+
+
+def summary(values: list[float], fmt: str = ",.0f") -> str:
+    return f"{statistics.median(values):{fmt}} ({min(values):{fmt}} - {max(values):{fmt}})"
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--parts", type=int, default=8, help="training files")
+    parser.add_argument("--docs", type=int, default=2000, help="documents per training file")
+    parser.add_argument("--backends", nargs="+", default=["ray", "inprocess"], choices=["ray", "inprocess"])
+    parser.add_argument("--pull-every", type=int, default=1, help="async: pull every n steps (a_sync_configs)")
+    args = parser.parse_args()
+    example = _example()
+    results: dict[str, list[dict[str, Any]]] = {}
+    with tempfile.TemporaryDirectory() as tmp:
+        corpus = example.write_corpus(Path(tmp) / "data", args.parts, args.docs, heldout_docs=4000)
+        if "ray" in args.backends:
+            import ray
+
+            from blockir.distributed.ray_backend import NAMESPACE, loopback_env
+
+            os.environ.update(loopback_env())
+            ray.init(
+                num_cpus=2,
+                include_dashboard=False,
+                _node_ip_address="127.0.0.1",
+                namespace=NAMESPACE,
+                _temp_dir=tempfile.mkdtemp(prefix="ray-", dir=tmp),
+                log_to_driver=False,
+            )
+        try:
+            for r in range(args.rounds):
+                setups = [("async executor", None, 1)] + [(f"{b} 1s+{w}w", b, w) for b in args.backends for w in (1, 2)]
+                if r % 2:
+                    setups.reverse()
+                for name, backend, workers in setups:
+                    out = Path(tmp) / f"{name.replace(' ', '_')}-{r}"
+                    run = (
+                        reference(example, corpus, out)
+                        if backend is None
+                        else ps_run(corpus, backend, workers, out, args.pull_every)
+                    )
+                    results.setdefault(name, []).append(run)
+                    print(
+                        f"round {r}: {name}: {run['ips']:,.0f} instances/s, accuracy {run['accuracy']:.4f}", flush=True
+                    )
+        finally:
+            if "ray" in args.backends:
+                ray.shutdown()
+    print(
+        f"\nbow_net, {args.parts} x {args.docs} documents, batch 32, 1 epoch, pull_every {args.pull_every}, "
+        f"{os.cpu_count()} cores, "
+        f"BLAS threads: {os.environ.get('OPENBLAS_NUM_THREADS', 'default')}"
+    )
+    base = results["async executor"]
+    print(
+        f"  async executor (1 thread)   {summary([r['ips'] for r in base])} instances/s, "
+        f"accuracy {statistics.median(r['accuracy'] for r in base):.4f}"
+    )
+    for backend in args.backends:
+        one, two = results[f"{backend} 1s+1w"], results[f"{backend} 1s+2w"]
+        for label, runs in (("1s+1w", one), ("1s+2w", two)):
+            w, s = statistics.median(r["w"] for r in runs), statistics.median(r["s"] for r in runs)
+            print(
+                f"  {backend:9} {label}  {summary([r['ips'] for r in runs])} instances/s, accuracy "
+                f"{statistics.median(r['accuracy'] for r in runs):.4f}, "
+                f"waiting {summary([100 * r['wait'] for r in runs], '.0f')}%, "
+                f"bytes {summary([r['bytes_ratio'] for r in runs], '.3f')}x payload "
+                f"({statistics.median(r['bytes_per_step'] for r in runs) / 1024:.0f} KiB/step), "
+                f"w {1e3 * w:.2f} ms, s {1e3 * s:.2f} ms per batch, bound 2w/(w+s) {2 * w / (w + s):.2f}x"
+            )
+        speedups = [b["ips"] / a["ips"] for a, b in zip(one, two)]
+        print(f"  {backend:9} two workers / one: {summary(speedups, '.2f')}x (goal >= 1.5x)")
+    _ = bir  # the runs above import the rest
+
+
+if __name__ == "__main__":
+    main()
