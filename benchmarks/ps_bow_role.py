@@ -1,11 +1,12 @@
 """One role of bench_ps.py's parameter-server runs: bow_net (examples/async_bow.py) in async mode, from
-MultiSlot files, each worker an AsyncExecutor with one thread over its share of the files.
+MultiSlot files, each worker an AsyncExecutor with one thread over its share of the files, pulling every
+PULL_EVERY steps.
 
     blockir launch --servers S --workers W benchmarks/ps_bow_role.py OUT PULL_EVERY PROTOTXT HELDOUT FILE...
 
-Every role writes ``OUT/<role>.json``: its CPU seconds (the process's, Ray's threads included, for a Ray
-role; this thread's for an in-process one), and for a worker its instances, seconds, the communicator's
-counters and, from worker 0, the held-out accuracy.
+Every role writes ``OUT/<role>.json``: its CPU seconds (a Ray role's process's, Ray's threads included; an
+in-process role's thread's, which the bench does not report: the work runs on other threads), and for a
+worker its instances, seconds, the communicator's counters and, from worker 0, the held-out accuracy.
 """
 
 import importlib.util

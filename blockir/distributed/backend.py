@@ -51,6 +51,9 @@ class InProcessHandle:
     def submit(self, method: str, *args: Any) -> Future:
         return self.pool.submit(getattr(self.server, method), *args)
 
+    def close(self) -> None:
+        self.pool.shutdown(wait=True)
+
 
 class InProcessBackend:
     """Servers registered in this process, by run and index (module docstring)."""

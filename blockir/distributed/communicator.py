@@ -55,6 +55,10 @@ class ServerHandle(Protocol):
 
     def submit(self, method: str, *args: Any) -> Future: ...
 
+    def close(self) -> None:
+        """Release what the handle holds (its threads); the server itself goes on."""
+        ...
+
 
 _STOP = object()
 
@@ -158,6 +162,14 @@ class Communicator:
             self._stopped = True
             self._cache = _RowCache(self._dims)
         self._raise()
+
+    def close(self) -> None:
+        """:meth:`stop`, then release the handles (no request can be made after)."""
+        try:
+            self.stop()
+        finally:
+            for handle in self.handles:
+                handle.close()
 
     # -- inside ------------------------------------------------------------------------------------------
     def _submit(self, server: int, method: str, *args: Any) -> Future:

@@ -61,6 +61,7 @@ __all__ = [
     "is_first_worker",
     "is_server",
     "is_worker",
+    "release",
     "run_server",
     "server",
     "server_index",
@@ -352,6 +353,23 @@ def communicator() -> Communicator:
     return communicator
 
 
+def release() -> None:
+    """Release what this role still holds, however its script ended: close its communicator (what it queued
+    is pushed if the servers take it; its threads and handles end) and stop its server. The launchers call
+    it after each role."""
+    state = _context_fleet.get() or _process_fleet
+    if state is None:
+        return
+    if state.communicator is not None:
+        try:
+            state.communicator.close()
+        except BlockirError:  # pushing what was queued failed too: the role's own error is the one reported
+            pass
+        state.communicator = None
+    if state.server is not None:
+        state.server.stop()
+
+
 def barrier_worker() -> None:
     """Wait until every worker reached this barrier."""
     communicator().handles[0].submit("barrier", _fleet().role.index).result()
@@ -364,6 +382,9 @@ def stop_worker() -> None:
     try:
         mine.stop()
     finally:
-        for handle in mine.handles:
-            handle.submit("finish", state.role.index).result()
-        state.communicator = None
+        try:
+            for handle in mine.handles:
+                handle.submit("finish", state.role.index).result()
+        finally:
+            mine.close()
+            state.communicator = None

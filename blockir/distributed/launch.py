@@ -29,6 +29,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TextIO
 
+from blockir.distributed import fleet
 from blockir.distributed.backend import InProcessBackend
 from blockir.distributed.fleet import Role, set_context_role
 from blockir.dsl import unique_name
@@ -93,6 +94,13 @@ def launch(
 def run_role(script: str | Path | Callable[[], Any], role: Role, args: list[str]) -> None:
     """Run ``script`` as ``role`` in the current context, which gets its own defaults (programs, names, scope)."""
     set_context_role(role)
+    try:
+        _run_script(script, args)
+    finally:
+        fleet.release()
+
+
+def _run_script(script: str | Path | Callable[[], Any], args: list[str]) -> None:
     switch_main_program(Program())
     switch_startup_program(Program())
     unique_name.switch()

@@ -82,6 +82,9 @@ class RayHandle:
     def submit(self, method: str, *args: Any) -> _RayFuture:
         return _RayFuture(self.actor.call.remote(self.run, self.index, method, *args))
 
+    def close(self) -> None:
+        """Nothing to release: the actor belongs to its role."""
+
 
 class RayBackend:
     """Servers published in the actor processes of a Ray cluster (module docstring)."""

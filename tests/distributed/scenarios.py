@@ -18,7 +18,7 @@ from blockir.distributed.launch import launch
 from tests.distributed.scripts import ps_models
 
 SCRIPTS = Path(__file__).parent / "scripts"
-ASYNC_EPOCHS = 2
+ASYNC_EPOCHS, ASYNC_DOCS, HELDOUT_DOCS = 1, 16000, 4000  # enough to come near the corpus's best accuracy
 
 
 def sync_run(out: Path, backend: str, servers: int, workers: int, model: str, optimizer: str, entry: str = "") -> dict:
@@ -46,7 +46,14 @@ def run_all(root: Path, backend: str) -> dict[str, Any]:
 
 def async_run(out: Path, backend: str) -> dict:
     out.mkdir(parents=True, exist_ok=True)
-    result = launch(SCRIPTS / "async_bow.py", 2, 2, [str(out), str(ASYNC_EPOCHS)], backend=backend, timeout=300)
+    result = launch(
+        SCRIPTS / "async_bow.py",
+        2,
+        2,
+        [str(out), str(ASYNC_EPOCHS), str(ASYNC_DOCS), str(HELDOUT_DOCS)],
+        backend=backend,
+        timeout=300,
+    )
     return result.failures
 
 
@@ -118,11 +125,11 @@ def single_process_bow_accuracy() -> float:
     scope = bir.Scope()
     with bir.Executor("cpu") as exe:
         exe.run(startup, scope=scope)
-        words_, labels, _ = bow.make_corpus(3000, seed=0)
+        words_, labels, _ = bow.make_corpus(ASYNC_DOCS, seed=0)
         for epoch in range(ASYNC_EPOCHS):
             for w, y in bow.batches(words_, labels, 32, np.random.default_rng(epoch)):
                 exe.run(main, feed={"words": w, "label": y}, scope=scope)
-        test_words, test_labels, _ = bow.make_corpus(2000, seed=99)
+        test_words, test_labels, _ = bow.make_corpus(HELDOUT_DOCS, seed=99)
         (acc,) = exe.run(test, feed={"words": test_words, "label": test_labels}, fetch_list=[accuracy], scope=scope)
     return float(acc[0])
 

@@ -4,6 +4,8 @@ lazily; async reaches the single process's accuracy; a failing worker ends the l
 
 from __future__ import annotations
 
+import threading
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -16,9 +18,15 @@ pytestmark = pytest.mark.timeout(120)
 
 
 @pytest.fixture(autouse=True)
-def _no_server_left() -> None:
+def _nothing_left_behind() -> Iterator[None]:
     yield
     assert not InProcessBackend._servers, "a launch left servers published"
+    names = [
+        t.name
+        for t in threading.enumerate()
+        if t.name.startswith(("blockir-ps-", "blockir-communicator", "blockir-server", "blockir-worker "))
+    ]
+    assert not names, f"threads left behind: {names}"
 
 
 @pytest.mark.parametrize(("model", "optimizer"), scenarios.SYNC_CASES)

@@ -1,9 +1,9 @@
 """A fleet script for the tests: the bag-of-words classifier of examples/bow_classifier.py trained in async
 (Downpour) mode; worker 0 scores it on held-out documents after every worker is done.
 
-    python async_bow.py OUT EPOCHS [PULL_EVERY]
+    python async_bow.py OUT EPOCHS DOCS HELDOUT_DOCS [PULL_EVERY]
 
-Worker ``k`` trains on its share of 3,000 documents (batches of 32) for EPOCHS epochs; worker 0 writes
+Worker ``k`` trains on its share of DOCS documents (batches of 32) for EPOCHS epochs; worker 0 writes
 ``OUT/accuracy.json``: its held-out accuracy, with the server-side table sizes.
 """
 
@@ -18,8 +18,8 @@ import ps_models
 import blockir as bir
 from blockir.distributed import fleet
 
-out, epochs = sys.argv[1], int(sys.argv[2])
-pull_every = int(sys.argv[3]) if len(sys.argv) > 3 else 1
+out, epochs, docs, heldout_docs = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4])
+pull_every = int(sys.argv[5]) if len(sys.argv) > 5 else 1
 root = Path(ps_models.__file__).resolve().parents[3]  # the repository (this file may run from a copy elsewhere)
 spec = importlib.util.spec_from_file_location("bow_classifier", root / "examples" / "bow_classifier.py")
 bow = importlib.util.module_from_spec(spec)
@@ -37,7 +37,7 @@ cost = bir.layers.mean(bir.layers.cross_entropy(prediction, label))
 accuracy = bir.layers.accuracy(prediction, label)
 strategy = fleet.DistributedStrategy()
 strategy.a_sync = True
-strategy.a_sync_configs = {"pull_every": pull_every}
+strategy.a_sync_configs = {"pull_every": pull_every, "queue_size": 1}
 fleet.distributed_optimizer(bir.optimizer.Adagrad(0.05), strategy).minimize(cost)
 test_program = fleet.main_program.clone(for_test=True)  # the forward, with the distributed lookups
 
@@ -49,7 +49,7 @@ else:
     exe.run(fleet.startup_program)
     fleet.init_worker()
     k, n = fleet.worker_index(), fleet.worker_num()
-    train_words, train_labels, _ = bow.make_corpus(3000, seed=0)
+    train_words, train_labels, _ = bow.make_corpus(docs, seed=0)
     for epoch in range(epochs):
         for i, (w, y) in enumerate(bow.batches(train_words, train_labels, 32, np.random.default_rng(epoch))):
             if i % n == k:
@@ -59,7 +59,7 @@ else:
     if k == 0:
         for name, value in fleet.communicator().pull_all().items():  # the servers' dense parameters, at the end
             bir.global_scope().set(name, np.array(value))
-        test_words, test_labels, signal = bow.make_corpus(2000, seed=99)
+        test_words, test_labels, signal = bow.make_corpus(heldout_docs, seed=99)
         (acc,) = exe.run(test_program, feed={"words": test_words, "label": test_labels}, fetch_list=[accuracy])
         Path(out, "accuracy.json").write_text(
             json.dumps({"accuracy": float(acc[0]), "stats": fleet.communicator().stats})
