@@ -17,8 +17,8 @@ together.
   steps: a full queue blocks the step, never grows memory) and returns; a
   communicator thread takes everything queued, merges it (dense gradients
   summed, sparse rows joined and merged) and pushes it, and every
-  ``pull_every`` steps pulls the dense parameters, which the next ``recv``
-  installs. Sparse rows are cached for the same window: a lookup pulls only
+  ``pull_every`` steps pulls, in the same request to each server, the dense
+  parameters, which the next ``recv`` installs. Sparse rows are cached for the same window: a lookup pulls only
   the ids the cache lacks, and at each window's end the communicator thread
   pulls afresh the rows of the ids the window used, which replace the cache
   (so it holds at most one window's ids, and a row is at most one window
@@ -209,6 +209,20 @@ class Communicator:
         waited: bool = False,
     ) -> None:
         servers = len(self.handles)
+        dense_parts, sparse_parts = self._parts(dense, sparse)
+        futures = [
+            self._submit(k, "push", self.worker, dense_parts[k], sparse_parts[k], weight)
+            for k in range(servers)
+            if dense_parts[k] or sparse_parts[k] or self.mode == "sync"
+        ]
+        for future in futures:
+            self._result(future, waited)
+
+    def _parts(
+        self, dense: dict[str, np.ndarray], sparse: dict[str, tuple[np.ndarray, np.ndarray]]
+    ) -> tuple[list[dict[str, np.ndarray]], list[dict[str, tuple[np.ndarray, np.ndarray]]]]:
+        """A push cut per server: the dense gradients by block, the sparse rows by id."""
+        servers = len(self.handles)
         dense_parts: list[dict[str, np.ndarray]] = [{} for _ in range(servers)]
         for name, grad in dense.items():
             for b in self._blocks[name]:
@@ -220,13 +234,7 @@ class Communicator:
                 mine = owner == k
                 if mine.any():
                     sparse_parts[k][table] = (ids[mine], rows[mine])
-        futures = [
-            self._submit(k, "push", self.worker, dense_parts[k], sparse_parts[k], weight)
-            for k in range(servers)
-            if dense_parts[k] or sparse_parts[k] or self.mode == "sync"
-        ]
-        for future in futures:
-            self._result(future, waited)
+        return dense_parts, sparse_parts
 
     def _pull(self, names: Sequence[str], after: int, waited: bool = False) -> dict[str, np.ndarray]:
         wanted = [b for name in names for b in self._blocks[name]]
@@ -253,11 +261,12 @@ class Communicator:
                 stop = any(item is _STOP for item in items)
                 steps = [item for item in items if item is not _STOP]
                 if steps:
-                    self._send(*_merge_steps(steps))
                     since_pull += len(steps)
                     if since_pull >= self.pull_every:
-                        self._refresh()
+                        self._exchange(*_merge_steps(steps))
                         since_pull = 0
+                    else:
+                        self._send(*_merge_steps(steps))
                 if stop:
                     return
         except BaseException as e:  # raised to the worker at its next call
@@ -268,16 +277,36 @@ class Communicator:
                 except queue.Empty:
                     break
 
-    def _refresh(self) -> None:
-        """The end of a window of ``pull_every`` steps: the dense parameters, for the next ``recv``, and the
-        rows of the ids the window used, which replace the cache (ids it did not use leave it)."""
-        fresh = self._pull(list(self._blocks), 0)
+    def _exchange(
+        self, dense: dict[str, np.ndarray], sparse: dict[str, tuple[np.ndarray, np.ndarray]], weight: int
+    ) -> None:
+        """The end of a window of ``pull_every`` steps: push, and in the same request to each server pull the
+        dense parameters, for the next ``recv``, and the rows of the ids the window used, which replace the
+        cache (ids it did not use leave it)."""
+        servers = len(self.handles)
+        dense_parts, sparse_parts = self._parts(dense, sparse)
+        with self._lock:
+            used = self._cache.take_used()
+        blocks: list[list[str]] = [[] for _ in range(servers)]
+        for b in self.split.blocks:
+            blocks[b.server].append(b.name)
+        wanted = [{t: ids[ids % servers == k] for t, ids in used.items()} for k in range(servers)]
+        futures = [
+            self._submit(k, "exchange", self.worker, dense_parts[k], sparse_parts[k], weight, blocks[k], wanted[k])
+            for k in range(servers)
+        ]
+        got: dict[str, np.ndarray] = {}
+        rows = {t: np.zeros((len(ids), self._dims[t]), np.float32) for t, ids in used.items()}
+        for k, future in enumerate(futures):
+            dense_values, row_values = self._result(future, waited=False)
+            got.update(dense_values)
+            for t, values in row_values.items():
+                rows[t] = rows[t].astype(values.dtype, copy=False)
+                rows[t][np.searchsorted(used[t], wanted[k][t])] = values
+        fresh = {name: _join([got[b.name] for b in self._blocks[name]]) for name in self._blocks}
         with self._lock:
             self._fresh = fresh
-            used = self._cache.take_used()
-        rows = {table: (ids, self._pull_rows(table, ids, 0, waited=False)) for table, ids in used.items()}
-        with self._lock:
-            self._cache.replace(rows)
+            self._cache.replace({t: (used[t], rows[t]) for t in used})
 
     def _raise(self) -> None:
         if self._error is not None:

@@ -331,6 +331,20 @@ class ParameterServer:
                 self._wait(step)
             return self._version
 
+    def exchange(
+        self,
+        worker: int,
+        dense: dict[str, np.ndarray],
+        sparse: dict[str, tuple[np.ndarray, np.ndarray]],
+        weight: int,
+        blocks: Sequence[str],
+        rows: dict[str, np.ndarray],
+    ) -> tuple[dict[str, np.ndarray], dict[str, np.ndarray]]:
+        """An async worker's request at the end of its window: its push, then the dense ``blocks`` and the
+        ``rows`` (ids by table) as they are after it, in one request."""
+        self.push(worker, dense, sparse, weight)
+        return self.pull_dense(blocks), {t: self.pull_sparse(t, ids) for t, ids in rows.items()}
+
     def finish(self, worker: int) -> None:
         """Worker ``worker`` is done (``fleet.stop_worker``)."""
         with self._lock:
