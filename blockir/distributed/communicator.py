@@ -74,16 +74,23 @@ class Communicator:
         mode: str = "async",
         pull_every: int = 1,
         queue_size: int = 4,
+        k_steps: int = 1,
     ) -> None:
         if len(handles) != len(split.servers):
             raise BlockirError(f"{len(handles)} server handles for {len(split.servers)} servers")
-        if pull_every < 1 or queue_size < 1:
-            raise BlockirError(f"pull_every ({pull_every}) and queue_size ({queue_size}) must be at least 1")
+        if pull_every < 1 or queue_size < 1 or k_steps < 1:
+            raise BlockirError(
+                f"pull_every ({pull_every}), queue_size ({queue_size}) and k_steps ({k_steps}) must be at least 1"
+            )
         self.split = split
         self.handles = list(handles)
         self.worker = worker
         self.mode = mode
         self.pull_every = pull_every
+        self.k_steps = k_steps
+        self._snapshot: dict[str, np.ndarray] = {}  # GEO: the parameters and tables as of the last exchange
+        self._geo_params: dict[str, Any] | None = None  # GEO: the arrays of the last step, for the exchange at stop
+        self._touched: dict[str, list[np.ndarray]] = {}  # GEO: the ids the lookups read since then
         self.steps = 0  # steps pushed
         self.stats = {"requests": 0, "bytes_sent": 0, "payload_bytes": 0, "wait_s": 0.0, "communicator_s": 0.0}
         self._blocks: dict[str, list[Any]] = {}
@@ -138,6 +145,33 @@ class Communicator:
             return fresh
         return self._pull(names, self.steps, waited=True)
 
+    def geo_step(self, params: dict[str, Any], touched: dict[str, np.ndarray]) -> None:
+        self._raise()
+        for table, ids in touched.items():
+            self._touched.setdefault(table, []).append(ids)
+        self.steps += 1
+        self._geo_params = params
+        if self.steps % self.k_steps == 0:
+            self._geo_exchange(params)
+
+    def _geo_exchange(self, params: dict[str, Any]) -> None:
+        """Push the deltas since the last exchange; take the servers' values, into ``params`` and the base."""
+        tables = {t.name for t in self.split.tables}
+        dense = {n: np.asarray(v) - self._snapshot[n] for n, v in params.items() if n not in tables}
+        rows = {t: np.unique(np.concatenate(parts)) for t, parts in self._touched.items()}
+        self._touched = {}
+        sparse = {t: (ids, np.asarray(params[t])[ids] - self._snapshot[t][ids]) for t, ids in rows.items()}
+        payload = sum(d.nbytes for d in dense.values()) + sum(i.nbytes + r.nbytes for i, r in sparse.values())
+        self.stats["payload_bytes"] += payload
+        self._send(dense, sparse, 1, waited=True)
+        for name, value in self._pull(list(dense), 0, waited=True).items():
+            params[name][...] = value
+            self._snapshot[name] = np.array(value, copy=True)
+        for table, ids in rows.items():
+            value = self._pull_rows(table, ids, 0, waited=True)
+            params[table][ids] = value
+            self._snapshot[table][ids] = value
+
     # -- set-up and end ---------------------------------------------------------------------------------
     def init_dense(self, values: dict[str, np.ndarray]) -> None:
         """Give the servers the dense parameters' first values (worker 0, after running the startup program)."""
@@ -148,16 +182,43 @@ class Communicator:
         for future in [self._submit(k, "init_dense", blocks) for k, blocks in per_server.items()]:
             self._result(future, waited=True)
 
+    def init_geo(self, values: dict[str, np.ndarray], first: bool) -> dict[str, np.ndarray]:
+        """GEO's start: worker 0 (``first``) gives the servers its dense parameters and whole tables, the others
+        take them; every worker keeps what it starts from as the base of its first deltas."""
+        tables = {t.name for t in self.split.tables}
+        if first:
+            self.init_dense({n: v for n, v in values.items() if n not in tables})
+            servers = len(self.handles)
+            futures = []
+            for table in tables:
+                ids = np.arange(len(values[table]), dtype=np.int64)
+                for k in range(servers):
+                    mine = ids[ids % servers == k]
+                    futures.append(self._submit(k, "init_rows", table, mine, np.asarray(values[table])[mine]))
+            for future in futures:
+                self._result(future, waited=True)
+            start = {n: np.array(v, copy=True) for n, v in values.items()}
+        else:
+            start = self.pull_all()
+            for table in tables:
+                start[table] = self._pull_rows(table, np.arange(len(values[table]), dtype=np.int64), 0, waited=True)
+        self._snapshot = {n: np.array(v, copy=True) for n, v in start.items()}
+        return start
+
     def pull_all(self) -> dict[str, np.ndarray]:
         """Every dense parameter as the servers hold it (waiting until worker 0 has given them values)."""
         return self._pull(list(self._blocks), 0, waited=True)
 
     def stop(self) -> None:
-        """Push what is queued, end the communicator thread and drop the cached rows (lookups go to the servers
-        from now on); raise the thread's error, if it had one."""
+        """Push what is queued (GEO: the deltas of the steps since the last exchange), end the communicator
+        thread and drop the cached rows (lookups go to the servers from now on); raise the thread's error, if it
+        had one."""
         if self._thread is not None and self._thread.is_alive():
             self._queue.put(_STOP)
             self._thread.join()
+        if self._geo_params is not None and self.steps % self.k_steps:  # GEO: the steps since the last exchange
+            self._geo_exchange(self._geo_params)
+        self._geo_params = None
         with self._lock:
             self._stopped = True
             self._cache = _RowCache(self._dims)

@@ -130,18 +130,23 @@ class Role:
 class DistributedStrategy:
     """``a_sync``: False for sync training (every step averaged over the workers), True (default) for async
     (Downpour). ``a_sync_configs``: ``pull_every`` (async: pull the dense parameters, and refresh the cached
-    sparse rows, every n steps; default 1) and ``queue_size`` (async: steps queued before a push blocks; default
-    4). GEO mode (``k_steps``) is not supported."""
+    sparse rows, every n steps; default 1), ``queue_size`` (async: steps queued before a push blocks; default
+    4) and ``k_steps`` (GEO-SGD: workers train locally and exchange parameter deltas every k steps)."""
 
     a_sync: bool = True
     a_sync_configs: dict[str, Any] = field(default_factory=dict)
 
     def mode(self) -> str:
-        if "k_steps" in self.a_sync_configs:
-            raise BlockirError("DistributedStrategy: GEO mode (a_sync_configs k_steps) is not supported")
-        unknown = set(self.a_sync_configs) - {"pull_every", "queue_size"}
+        unknown = set(self.a_sync_configs) - {"pull_every", "queue_size", "k_steps"}
         if unknown:
             raise BlockirError(f"DistributedStrategy.a_sync_configs: unknown keys {sorted(unknown)}")
+        for key, value in self.a_sync_configs.items():
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                raise BlockirError(f"DistributedStrategy.a_sync_configs: {key} must be an int >= 1, got {value!r}")
+        if "k_steps" in self.a_sync_configs:
+            if not self.a_sync:
+                raise BlockirError("DistributedStrategy: k_steps (GEO) needs a_sync = True")
+            return "geo"
         return "async" if self.a_sync else "sync"
 
 
@@ -237,10 +242,10 @@ class DistributedOptimizer:
     def minimize(self, loss: Any, startup_program: Program | None = None) -> Any:
         state = _fleet()
         state.strategy = self.strategy
-        self.strategy.mode()  # errors now
         result = self.optimizer.minimize(loss, startup_program=startup_program)
         startup = startup_program or default_startup_program()
-        state.split = split(loss.block.program, state.role.servers, state.role.workers)
+        mode = self.strategy.mode()
+        state.split = split(loss.block.program, state.role.servers, state.role.workers, geo=mode == "geo")
         state.startup = startup.clone()
         state.worker_startup = startup.clone()
         _worker_startup(state.worker_startup, state.split.worker)
@@ -330,10 +335,19 @@ def init_worker() -> None:
         state.strategy.mode(),
         pull_every=int(configs.get("pull_every", 1)),
         queue_size=int(configs.get("queue_size", 4)),
+        k_steps=int(configs.get("k_steps", 1)),
     )
     scope = global_scope()
     dense = list(dict.fromkeys(b.param for b in split_.blocks))
-    if role.index == 0:
+    if split_.geo:
+        held = [*dense, *(t.name for t in split_.tables)]
+        missing = [n for n in held if scope.find_var(n) is None]
+        if missing:
+            raise BlockirError(f"init_worker: the scope has no value for {missing}: run fleet.startup_program first")
+        start = communicator.init_geo({n: scope.get(n) for n in held}, role.index == 0)
+        for name, value in start.items():
+            scope.get(name)[...] = value
+    elif role.index == 0:
         missing = [n for n in dense if scope.find_var(n) is None]
         if missing:
             raise BlockirError(f"init_worker: the scope has no value for {missing}: run fleet.startup_program first")

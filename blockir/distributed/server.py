@@ -26,7 +26,9 @@ push names (gathered from the shard, then written back).
   applied once, then the step's pulls are answered (equal to one worker on the
   whole batch). ``async``: each push is applied as it comes (Downpour). A
   push normally carries every dense block a server holds: their optimizer ops
-  then run as one program.
+  then run as one program. ``geo`` (GEO-SGD): a push carries the change of a
+  worker's parameters over its last ``k_steps`` local steps, added as it comes;
+  tables start from worker 0's (:meth:`init_rows`).
 
 Every method is safe to call from several threads at once (the Ray actor runs
 them on a thread pool; the in-process backend calls them from the workers'
@@ -53,7 +55,7 @@ from blockir.runtime.scope import Scope
 
 __all__ = ["MODES", "ParameterServer", "row_seed"]
 
-MODES = ("sync", "async")
+MODES = ("sync", "async", "geo")
 
 
 def row_seed(seed: int, row: int) -> int:
@@ -191,7 +193,9 @@ class ParameterServer:
         self.blocks = {b.name: b for b in split.blocks if b.server == index}
         self._ops = {self._param_of(op): op for op in self.program.global_block().ops}
         self._programs = {name: self._program_of([op]) for name, op in self._ops.items()}
-        self._dense_program = self._program_of([self._ops[b.param] for b in self.blocks.values()])
+        self._dense_program = self._program_of(
+            [self._ops[b.param] for b in self.blocks.values() if b.param in self._ops]
+        )
         inits = _initializers(startup)
         self.shards = {t.name: self._shard(t, inits) for t in split.tables}
         self._init_states(inits)
@@ -219,6 +223,8 @@ class ParameterServer:
         return program
 
     def _shard(self, table: SparseTable, inits: dict[str, Operator]) -> _Shard:
+        if self.mode == "geo":  # the rows only: the workers keep the optimizer's state
+            return _Shard(table, _init_of(inits, table.name), {})
         op = self._ops[table.name]
         states = [
             n for slot, names in op.inputs.items() if slot not in ("Param", "Grad", "LearningRate") for n in names
@@ -264,6 +270,17 @@ class ParameterServer:
                 if name not in self.blocks:
                     raise BlockirError(f"parameter server {self.index} holds no dense block {name!r}")
                 self.scope.set(name, np.array(value, copy=True))
+
+    def init_rows(self, table: str, ids: np.ndarray, rows: np.ndarray) -> None:
+        """GEO: rows' first values (worker 0's local table, which every worker starts from)."""
+        with self._lock:
+            shard = self._table(table)
+            ids = np.asarray(ids, np.int64)
+            self._check_ids(shard, ids)
+            new = [int(i) for i in ids.tolist() if int(i) not in shard.index]
+            if new:
+                shard._make(new)
+            shard.arrays[table][shard.rows(ids)] = rows
 
     def pull_dense(self, names: Sequence[str], after: int = 0) -> dict[str, np.ndarray]:
         """The dense blocks ``names``; in sync mode once ``after`` steps are applied."""
@@ -437,7 +454,10 @@ class ParameterServer:
         if unknown:
             raise BlockirError(f"parameter server {self.index} holds no dense block {unknown[0]!r}")
         feed = {_renamed_grad(self.blocks[name]): grad for name, grad in dense.items()}
-        if len(dense) == len(self.blocks):  # every block (a worker's every push): their ops in one run
+        if self.mode == "geo":  # deltas: added
+            for name, delta in dense.items():
+                self.scope.get(name)[...] += delta.reshape(self.scope.get(name).shape)
+        elif len(dense) == len(self.blocks):  # every block (a worker's every push): their ops in one run
             self._executor.run(self._dense_program, feed=feed, scope=self.scope)
         else:
             for name in dense:
@@ -456,6 +476,9 @@ class ParameterServer:
         grad = np.zeros((len(uniq), shard.table.dim), values.dtype)
         np.add.at(grad, inverse, values[keep].reshape(-1, shard.table.dim))
         name = shard.table.name
+        if self.mode == "geo":
+            shard.arrays[name][uniq] += grad
+            return
         feed = {n: shard.arrays[n][uniq] for n in shard.arrays}
         feed[name + GRAD_SUFFIX] = grad
         fetched = self._executor.run(

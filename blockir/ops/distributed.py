@@ -15,7 +15,11 @@ rows and gradients cross as host numpy arrays.
   (``Batch``: its rows, or sequences for a LoD tensor); ``Token`` says it was
   made, for ``recv`` to follow it;
 - ``recv``: the parameters ``params`` (``Current``, updated in place, so that
-  every reader of the arrays sees them) as the servers hold them, after ``Token``.
+  every reader of the arrays sees them) as the servers hold them, after ``Token``;
+- ``geo_sync`` (GEO-SGD, the worker training locally): every ``k_steps`` steps
+  the change of each parameter and table (at the ids the lookups read) since
+  the last exchange goes to the servers, which add it, and the servers' values
+  come back, in place.
 """
 
 from __future__ import annotations
@@ -32,7 +36,7 @@ from blockir.ops.common import fmt
 from blockir.ops.nn import flat_ids
 from blockir.ops.values import LoDTensor
 
-__all__ = ["DISTRIBUTED_LOOKUP_TABLE", "PS_CLIENT", "RECV", "SCHEMAS", "SEND", "Client", "batch_weight"]
+__all__ = ["DISTRIBUTED_LOOKUP_TABLE", "GEO_SYNC", "PS_CLIENT", "RECV", "SCHEMAS", "SEND", "Client", "batch_weight"]
 
 PS_CLIENT = "ps@CLIENT"  # the variable holding the worker's communicator
 
@@ -50,6 +54,11 @@ class Client(Protocol):
 
     def pull_dense(self, names: Sequence[str]) -> dict[str, np.ndarray] | None:
         """The parameters ``names`` as the servers hold them; None when there is nothing newer to take."""
+        ...
+
+    def geo_step(self, params: dict[str, Any], touched: dict[str, np.ndarray]) -> None:
+        """GEO: one local step done (``params`` by name, ``touched``: the ids each table's lookups read); every
+        k steps the deltas go to the servers and their values come back into ``params``, in place."""
         ...
 
 
@@ -196,4 +205,39 @@ RECV = OpSchema(
     doc="Out (= Current, in place) = the parameters `params` as the servers hold them, after Token's push.",
 )
 
-SCHEMAS: tuple[OpSchema, ...] = (DISTRIBUTED_LOOKUP_TABLE, SEND, RECV)
+
+def _infer_geo_sync(ctx: InferContext) -> None:
+    _infer_client(ctx)
+    params, out = ctx.inputs("Params"), ctx.outputs("Out")
+    if [v.name for v in params] != [v.name for v in out] or len(out) != len(ctx.attr("params")):
+        ctx.fail("Out must name the Params variables, one per params entry (they are updated in place)")
+    ids = ctx.inputs("Ids") if ctx.has_input("Ids") else []
+    if len(ids) != len(ctx.attr("id_tables")):
+        ctx.fail(f"{len(ids)} Ids for {len(ctx.attr('id_tables'))} id_tables")
+
+
+def _geo_sync(ctx: KernelContext, params: list[Any], ids: list[Any] | None, client: Client) -> list[Any]:
+    touched: dict[str, list[np.ndarray]] = {}
+    for table, i in zip(ctx.attrs["id_tables"], ids or ()):
+        touched.setdefault(table, []).append(_host(i).reshape(-1).astype(np.int64, copy=False))
+    client.geo_step(dict(zip(ctx.attrs["params"], params)), {t: np.concatenate(v) for t, v in touched.items()})
+    return params
+
+
+GEO_SYNC = OpSchema(
+    "geo_sync",
+    inputs=(
+        Slot("Params", duplicable=True, no_grad=True),
+        Slot("Ids", duplicable=True, optional=True, no_grad=True),
+        Slot("Client", no_grad=True),
+    ),
+    outputs=(Slot("Out", duplicable=True),),
+    attrs=(AttrDef("params", AttrType.STRINGS, []), AttrDef("id_tables", AttrType.STRINGS, [])),
+    infer=_infer_geo_sync,
+    kernel=_geo_sync,
+    side_effects=True,
+    doc="GEO-SGD: count a step; every k steps push the deltas of Params (of tables, at the ids Ids touched) "
+    "and take the servers' values, in place.",
+)
+
+SCHEMAS: tuple[OpSchema, ...] = (DISTRIBUTED_LOOKUP_TABLE, SEND, RECV, GEO_SYNC)

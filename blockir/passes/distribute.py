@@ -39,6 +39,13 @@ shape, ``STATE.block{k}`` (a state of another shape, an Adam ``beta1_pow``, is
 ``STATE.block{k}`` too when the parameter is cut, so that each block keeps its
 own); a table's op reads the table's rows at the pushed ids (``[-1, dim]``).
 
+With ``geo=true`` (GEO-SGD) the worker program keeps every op, the optimizer's
+too, and its parameters and tables whole (a worker trains locally); one
+``geo_sync`` at the end (``Params``: the dense parameters and tables, ``Ids``:
+the ids each lookup of a table read, the communicator) exchanges deltas with the
+servers every ``k_steps`` steps. The server programs hold the blocks and table
+shards only: a GEO server adds the deltas pushed to it.
+
 Refused: a program without optimizer ops, with sub-blocks, with learning-rate
 schedule ops, with a table read densely as well as sparsely, or with feed/fetch
 ops. Every op the pass creates records its lineage.
@@ -104,6 +111,7 @@ class Split:
     tables: list[SparseTable]
     workers: int
     optimizer_states: dict[str, list[str]] = field(default_factory=dict)  # parameter -> its optimizer states
+    geo: bool = False  # GEO-SGD: the workers train locally, the servers add their deltas
 
 
 @register_pass
@@ -119,12 +127,17 @@ class Distribute(Pass):
     min_block_size: int = field(
         default=8192, metadata={"help": "dense parameters of at least this many elements are cut into server blocks"}
     )
+    geo: bool = field(
+        default=False, metadata={"help": "GEO-SGD: workers train locally and exchange parameter deltas (geo_sync)"}
+    )
 
     def __post_init__(self) -> None:
         for option in ("servers", "workers", "min_block_size"):
             value = getattr(self, option)
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:
                 raise BlockirError(f"the distribute option {option} must be an int >= 1, got {value!r}")
+        if not isinstance(self.geo, bool):
+            raise BlockirError(f"the distribute option geo must be true or false, got {self.geo!r}")
 
     def run(self, program: Program) -> bool:
         result = _Splitter(self, program).run()
@@ -133,9 +146,9 @@ class Distribute(Pass):
         return True
 
 
-def split(program: Program, servers: int, workers: int, min_block_size: int = 8192) -> Split:
+def split(program: Program, servers: int, workers: int, min_block_size: int = 8192, geo: bool = False) -> Split:
     """The worker program (a changed clone of ``program``) and the server programs (module docstring)."""
-    return _Splitter(Distribute(servers, workers, min_block_size), program.clone()).run()
+    return _Splitter(Distribute(servers, workers, min_block_size, geo), program.clone()).run()
 
 
 def _role(op: Operator) -> int:
@@ -215,9 +228,13 @@ class _Splitter:
     def run(self) -> Split:
         blocks = self._blocks()
         states = {self.param_of_op[id(op)]: self._states(op) for op in self.optimizer}
-        servers = [self._server(k, blocks, states) for k in range(self.o.servers)]
-        self._worker()
-        return Split(self.program, servers, blocks, self.tables, self.o.workers, states)
+        if self.o.geo:
+            servers = [self._geo_server(k, blocks) for k in range(self.o.servers)]
+            self._geo_worker()
+        else:
+            servers = [self._server(k, blocks, states) for k in range(self.o.servers)]
+            self._worker()
+        return Split(self.program, servers, blocks, self.tables, self.o.workers, states, self.o.geo)
 
     @staticmethod
     def _states(op: Operator) -> list[str]:
@@ -298,6 +315,40 @@ class _Splitter:
                 {"params": params, "op_role": OpRole.OPTIMIZE},
             )
             mark_created(recv, Distribute.name, origin)
+
+    def _geo_worker(self) -> None:
+        """GEO: the program trains locally as it is; one ``geo_sync`` at the end exchanges deltas every k steps."""
+        block = self.block
+        if not block.has_var(PS_CLIENT):
+            block.create_var(PS_CLIENT, kind=VarKind.RAW, persistable=True)
+        tables = {t.name for t in self.tables}
+        lookups = [op for op in self.lookups if op.input("W")[0] in tables]
+        held = [*self.dense, *(t.name for t in self.tables)]
+        op = block.append_op(
+            "geo_sync",
+            {"Params": held, "Ids": [o.input("Ids")[0] for o in lookups], "Client": [PS_CLIENT]},
+            {"Out": held},
+            {"params": held, "id_tables": [o.input("W")[0] for o in lookups], "op_role": OpRole.OPTIMIZE},
+        )
+        mark_created(op, Distribute.name, self.optimizer)
+
+    def _geo_server(self, k: int, blocks: Sequence[DenseBlock]) -> Program:
+        """GEO: a server holds its blocks and table shards and adds the deltas pushed to them (no ops)."""
+        program = Program()
+        server = program.global_block()
+        for b in blocks:
+            if b.server == k:
+                fields = self.block.var(b.param).fields()
+                fields.pop("name")
+                shape = fields.get("shape") or (1,)
+                fields["shape"] = (b.end - b.begin, *shape[1:])
+                server.create_var(b.name, **fields)
+        for table in self.tables:
+            fields = self.block.var(table.name).fields()
+            fields.pop("name")
+            fields["shape"] = (-1, table.dim)
+            server.create_var(table.name, **fields)
+        return program
 
     # -- the server programs ----------------------------------------------------------------------------
     def _server(self, k: int, blocks: Sequence[DenseBlock], states: dict[str, list[str]]) -> Program:

@@ -21,10 +21,12 @@ SCRIPTS = Path(__file__).parent / "scripts"
 ASYNC_EPOCHS, ASYNC_DOCS, HELDOUT_DOCS = 1, 16000, 4000  # enough to come near the corpus's best accuracy
 
 
-def sync_run(out: Path, backend: str, servers: int, workers: int, model: str, optimizer: str, entry: str = "") -> dict:
-    """Train ``model`` 3 steps in sync mode; what the roles wrote, and the launch's failures."""
+def sync_run(
+    out: Path, backend: str, servers: int, workers: int, model: str, optimizer: str, entry: str = "", mode: str = "sync"
+) -> dict:
+    """Train ``model`` 3 steps (in sync mode, or ``mode``); what the roles wrote, and the launch's failures."""
     out.mkdir(parents=True, exist_ok=True)
-    args = [str(out), model, optimizer, "3", "sync", entry]
+    args = [str(out), model, optimizer, "3", mode, entry]
     result = launch(SCRIPTS / "sync_train.py", servers, workers, args, backend=backend, timeout=120)
     return {"failures": result.failures}
 
@@ -39,22 +41,21 @@ def run_all(root: Path, backend: str) -> dict[str, Any]:
         for servers, workers in ((1, 1), (2, 2)):
             name = f"sync-{model}-{optimizer}-{servers}x{workers}"
             failures[name] = sync_run(root / name, backend, servers, workers, model, optimizer)["failures"]
+    for model in ("dense", "sparse"):
+        failures[f"geo-{model}"] = sync_run(root / f"geo-{model}", backend, 1, 1, model, "adagrad", mode="geo1")[
+            "failures"
+        ]
     failures["async-bow"] = async_run(root / "async-bow", backend)
+    failures["geo-bow"] = async_run(root / "geo-bow", backend, k_steps=4)
     failures["failing"] = launch(SCRIPTS / "failing.py", 2, 2, [], backend=backend, timeout=60).failures
     return failures
 
 
-def async_run(out: Path, backend: str) -> dict:
+def async_run(out: Path, backend: str, k_steps: int = 0) -> dict:
+    """Train the bag-of-words model on 2 servers and 2 workers, async (Downpour) or, with ``k_steps``, GEO."""
     out.mkdir(parents=True, exist_ok=True)
-    result = launch(
-        SCRIPTS / "async_bow.py",
-        2,
-        2,
-        [str(out), str(ASYNC_EPOCHS), str(ASYNC_DOCS), str(HELDOUT_DOCS)],
-        backend=backend,
-        timeout=300,
-    )
-    return result.failures
+    args = [str(out), str(ASYNC_EPOCHS), str(ASYNC_DOCS), str(HELDOUT_DOCS), str(k_steps)]
+    return launch(SCRIPTS / "async_bow.py", 2, 2, args, backend=backend, timeout=300).failures
 
 
 # -- checks ------------------------------------------------------------------------------------------------
@@ -73,20 +74,25 @@ def check_sync_equal(one: Path, many: Path, workers: int) -> None:
             np.testing.assert_allclose(got[name], want[name], rtol=1e-10, atol=1e-12, err_msg=f"{many}: {name}")
 
 
-def check_dense_matches_plain_training(out: Path, optimizer: str) -> None:
-    """A dense program trained by the servers equals plain Executor training on the whole batch."""
+def check_matches_plain_training(out: Path, optimizer: str, model: str = "dense") -> None:
+    """What the servers hold equals plain Executor training on the whole batch (a dense program in sync mode;
+    any program in GEO mode with one worker exchanging every step)."""
     main, startup = bir.Program(), bir.Program()
     with bir.program_guard(main, startup), bir.unique_name.guard():
-        loss = ps_models.build("dense")
+        loss = ps_models.build(model)
         ps_models.OPTIMIZERS[optimizer]().minimize(loss)
     scope = bir.Scope()
     with bir.Executor("cpu") as exe:
         exe.run(startup, scope=scope)
         for _ in range(3):
-            exe.run(main, feed=ps_models.batch("dense"), scope=scope)
+            exe.run(main, feed=ps_models.batch(model), scope=scope)
     got = np.load(out / "worker0.npz")
     for param in main.all_parameters():
-        np.testing.assert_allclose(got[param.name], scope.get(param.name), rtol=1e-10, atol=1e-12)
+        if param.name != ps_models.TABLE:
+            np.testing.assert_allclose(got[param.name], scope.get(param.name), rtol=1e-10, atol=1e-12)
+    if model == "sparse":  # the table's rows as the servers hold them
+        want = np.asarray(scope.get(ps_models.TABLE))[got["seen"]]
+        np.testing.assert_allclose(got["table"], want, rtol=1e-10, atol=1e-12)
 
 
 def check_rows_on_their_servers(out: Path, servers: int) -> None:

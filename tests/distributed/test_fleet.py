@@ -38,7 +38,7 @@ def test_sync_training_on_two_servers_equals_one_worker_on_the_whole_batch(
         assert run["failures"] == {}
     scenarios.check_sync_equal(tmp_path / "1x1", tmp_path / "2x2", 2)
     if model == "dense":
-        scenarios.check_dense_matches_plain_training(tmp_path / "1x1", optimizer)
+        scenarios.check_matches_plain_training(tmp_path / "1x1", optimizer)
     else:
         scenarios.check_rows_on_their_servers(tmp_path / "2x2", 2)
 
@@ -47,6 +47,17 @@ def test_async_training_reaches_the_single_process_accuracy(tmp_path: Path) -> N
     assert scenarios.async_run(tmp_path, "inprocess") == {}
     report = scenarios.check_async_accuracy(tmp_path, scenarios.single_process_bow_accuracy())
     assert report["stats"]["requests"] > 0 and report["stats"]["bytes_sent"] > 0
+
+
+@pytest.mark.parametrize("model", ["dense", "sparse"])
+def test_geo_with_one_worker_exchanging_every_step_equals_local_training(tmp_path: Path, model: str) -> None:
+    assert scenarios.sync_run(tmp_path, "inprocess", 1, 1, model, "adagrad", mode="geo1")["failures"] == {}
+    scenarios.check_matches_plain_training(tmp_path, "adagrad", model)
+
+
+def test_geo_training_reaches_the_single_process_accuracy(tmp_path: Path) -> None:
+    assert scenarios.async_run(tmp_path, "inprocess", k_steps=4) == {}
+    scenarios.check_async_accuracy(tmp_path, scenarios.single_process_bow_accuracy())
 
 
 def test_a_failing_worker_ends_the_launch_naming_it() -> None:

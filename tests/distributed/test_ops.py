@@ -121,3 +121,36 @@ def test_the_client_must_be_a_raw_variable() -> None:
             {"Out": ["out"]},
             {"table": "t", "height": 5, "dim": 2},
         )
+
+
+def test_geo_sync_hands_the_client_the_parameters_and_the_ids_each_table_was_read_at() -> None:
+    class GeoClient:
+        def __init__(self) -> None:
+            self.calls: list[tuple[dict, dict]] = []
+
+        def geo_step(self, params: dict, touched: dict) -> None:
+            self.calls.append((dict(params), {t: ids.copy() for t, ids in touched.items()}))
+            params["w"][...] += 1  # the servers' values, written in place
+
+    program = Program()
+    block = program.global_block()
+    block.create_var("ids", shape=(-1, 1), dtype="int64", need_check_feed=True)
+    block.create_var("ids2", shape=(-1, 1), dtype="int64", need_check_feed=True)
+    block.create_var("w", shape=(2,), dtype="float32", persistable=True)
+    block.create_var("t", shape=(10, 2), dtype="float32", persistable=True)
+    block.create_var(PS_CLIENT, kind=VarKind.RAW, persistable=True)
+    block.append_op(
+        "geo_sync",
+        {"Params": ["w", "t"], "Ids": ["ids", "ids2"], "Client": [PS_CLIENT]},
+        {"Out": ["w", "t"]},
+        {"params": ["w", "t"], "id_tables": ["t", "t"]},
+    )
+    client, scope = GeoClient(), bir.Scope()
+    scope.set(PS_CLIENT, client)
+    scope.set("w", np.zeros(2, np.float32))
+    scope.set("t", np.zeros((10, 2), np.float32))
+    feed = {"ids": np.array([[3], [1]], dtype=np.int64), "ids2": np.array([[1], [9]], dtype=np.int64)}
+    bir.Executor("cpu").run(program, feed=feed, scope=scope)
+    ((params, touched),) = client.calls
+    assert sorted(params) == ["t", "w"] and touched["t"].tolist() == [3, 1, 1, 9]
+    np.testing.assert_array_equal(scope.get("w"), [1, 1])  # updated in place, kept in the scope

@@ -68,7 +68,7 @@ def test_sync_on_ray_equals_one_worker_on_the_whole_batch(ray_results: Path, mod
     base = ray_results / f"sync-{model}-{optimizer}"
     scenarios.check_sync_equal(Path(f"{base}-1x1"), Path(f"{base}-2x2"), 2)
     if model == "dense":
-        scenarios.check_dense_matches_plain_training(Path(f"{base}-1x1"), optimizer)
+        scenarios.check_matches_plain_training(Path(f"{base}-1x1"), optimizer)
     else:
         scenarios.check_rows_on_their_servers(Path(f"{base}-2x2"), 2)
 
@@ -76,6 +76,17 @@ def test_sync_on_ray_equals_one_worker_on_the_whole_batch(ray_results: Path, mod
 def test_async_on_ray_reaches_the_single_process_accuracy(ray_results: Path) -> None:
     assert _report(ray_results)["failures"]["async-bow"] == {}
     scenarios.check_async_accuracy(ray_results / "async-bow", scenarios.single_process_bow_accuracy())
+
+
+@pytest.mark.parametrize("model", ["dense", "sparse"])
+def test_geo_on_ray_with_one_worker_equals_local_training(ray_results: Path, model: str) -> None:
+    assert _report(ray_results)["failures"][f"geo-{model}"] == {}
+    scenarios.check_matches_plain_training(ray_results / f"geo-{model}", "adagrad", model)
+
+
+def test_geo_on_ray_reaches_the_single_process_accuracy(ray_results: Path) -> None:
+    assert _report(ray_results)["failures"]["geo-bow"] == {}
+    scenarios.check_async_accuracy(ray_results / "geo-bow", scenarios.single_process_bow_accuracy())
 
 
 def test_a_failing_worker_on_ray_ends_the_launch_naming_it(ray_results: Path) -> None:

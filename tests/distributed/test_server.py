@@ -123,6 +123,22 @@ def test_bad_requests_name_what_is_wrong() -> None:
 
 
 @pytest.mark.parametrize(
+    ("configs", "a_sync", "message"),
+    [
+        ({"k_steps": 4}, False, "k_steps \\(GEO\\) needs a_sync = True"),
+        ({"pull_evry": 4}, True, "unknown keys \\['pull_evry'\\]"),
+        ({"pull_every": 0}, True, "pull_every must be an int >= 1, got 0"),
+    ],
+)
+def test_bad_strategy_configs_are_named(configs: dict, a_sync: bool, message: str) -> None:
+    from blockir.distributed.fleet import DistributedStrategy
+
+    with pytest.raises(BlockirError, match=message):
+        DistributedStrategy(a_sync=a_sync, a_sync_configs=configs).mode()
+    assert DistributedStrategy(a_sync_configs={"k_steps": 2}).mode() == "geo"
+
+
+@pytest.mark.parametrize(
     ("env", "message"),
     [
         ({}, "no role"),

@@ -329,6 +329,7 @@ BEHAVIOUR_TESTED: dict[str, str] = {
     "distributed_lookup_table": "tests/distributed/test_ops.py",
     "send": "tests/distributed/test_ops.py",
     "recv": "tests/distributed/test_ops.py",
+    "geo_sync": "tests/distributed/test_ops.py",
     "broadcast": "tests/ops/test_parallel_ops.py",
     "uniform_random": "tests/ops/test_random_ops.py",
     "gaussian_random": "tests/ops/test_random_ops.py",

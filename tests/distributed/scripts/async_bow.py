@@ -1,7 +1,8 @@
 """A fleet script for the tests: the bag-of-words classifier of examples/bow_classifier.py trained in async
-(Downpour) mode; worker 0 scores it on held-out documents after every worker is done.
+(Downpour) mode, or with K_STEPS in GEO-SGD mode; worker 0 scores it on held-out documents after every worker
+is done.
 
-    python async_bow.py OUT EPOCHS DOCS HELDOUT_DOCS [PULL_EVERY]
+    python async_bow.py OUT EPOCHS DOCS HELDOUT_DOCS [K_STEPS]
 
 Worker ``k`` trains on its share of DOCS documents (batches of 32) for EPOCHS epochs; worker 0 writes
 ``OUT/accuracy.json``: its held-out accuracy, with the server-side table sizes.
@@ -19,7 +20,7 @@ import blockir as bir
 from blockir.distributed import fleet
 
 out, epochs, docs, heldout_docs = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4])
-pull_every = int(sys.argv[5]) if len(sys.argv) > 5 else 1
+k_steps = int(sys.argv[5]) if len(sys.argv) > 5 else 0  # > 0: GEO-SGD, exchanging every k steps
 root = Path(ps_models.__file__).resolve().parents[3]  # the repository (this file may run from a copy elsewhere)
 spec = importlib.util.spec_from_file_location("bow_classifier", root / "examples" / "bow_classifier.py")
 bow = importlib.util.module_from_spec(spec)
@@ -37,9 +38,9 @@ cost = bir.layers.mean(bir.layers.cross_entropy(prediction, label))
 accuracy = bir.layers.accuracy(prediction, label)
 strategy = fleet.DistributedStrategy()
 strategy.a_sync = True
-strategy.a_sync_configs = {"pull_every": pull_every, "queue_size": 1}
+strategy.a_sync_configs = {"k_steps": k_steps} if k_steps else {"pull_every": 1, "queue_size": 1}
 fleet.distributed_optimizer(bir.optimizer.Adagrad(0.05), strategy).minimize(cost)
-test_program = fleet.main_program.clone(for_test=True)  # the forward, with the distributed lookups
+test_program = fleet.main_program.clone(for_test=True)  # the forward (async: its lookups through the servers)
 
 if fleet.is_server():
     fleet.init_server()
@@ -59,6 +60,9 @@ else:
     if k == 0:
         for name, value in fleet.communicator().pull_all().items():  # the servers' dense parameters, at the end
             bir.global_scope().set(name, np.array(value))
+        if k_steps:  # GEO: the worker's own table too (the test program looks it up locally)
+            table = bir.global_scope().get("embedding_0.w_0")
+            table[...] = fleet.communicator().pull_sparse("embedding_0.w_0", np.arange(len(table)))
         test_words, test_labels, signal = bow.make_corpus(heldout_docs, seed=99)
         (acc,) = exe.run(test_program, feed={"words": test_words, "label": test_labels}, fetch_list=[accuracy])
         Path(out, "accuracy.json").write_text(

@@ -2,7 +2,8 @@
 
     python sync_train.py OUT MODEL OPTIMIZER STEPS MODE [ENTRY]
 
-MODEL ``dense`` or ``sparse``, OPTIMIZER ``sgd``, ``adam`` or ``adagrad``, MODE ``sync`` or ``async``, ENTRY
+MODEL ``dense`` or ``sparse``, OPTIMIZER ``sgd``, ``adam`` or ``adagrad``, MODE ``sync``, ``async`` or ``geoK``
+(GEO-SGD exchanging every K steps), ENTRY
 ``count2`` for a CountFilterEntry(2) table (ps_models.py). Each worker trains on its share of one fixed batch.
 Worker ``k`` writes ``OUT/worker{k}.npz``: its losses, its dense parameters and, from worker 0, the table's
 rows at the batch's ids as the servers hold them. Server ``k`` writes ``OUT/server{k}.npz``: the ids of the rows
@@ -23,7 +24,9 @@ entry = sys.argv[6] if len(sys.argv) > 6 else ""
 fleet.init()
 loss = build(model, entry)
 strategy = fleet.DistributedStrategy()
-strategy.a_sync = mode == "async"
+strategy.a_sync = mode != "sync"
+if mode.startswith("geo"):  # geo1, geo3: GEO-SGD exchanging every 1 or 3 steps
+    strategy.a_sync_configs = {"k_steps": int(mode[3:])}
 fleet.distributed_optimizer(OPTIMIZERS[optimizer](), strategy).minimize(loss)
 
 if fleet.is_server():
