@@ -24,7 +24,10 @@ together.
   (so it holds at most one window's ids, and a row is at most one window
   stale; ids not used for a window are pulled fresh when they come back).
   The worker waits only for a lookup's missing rows and for a full queue
-  (``stats["wait_s"]``); ``stop`` drops the cache.
+  (``stats["wait_s"]``); ``stop`` drops the cache. :meth:`Communicator.prefetch`
+  starts pulling a coming batch's missing rows without waiting (an
+  ``AsyncExecutor`` thread worker calls it one batch ahead, while the current
+  batch runs); the lookup that needs them takes them.
 
 :attr:`Communicator.stats` counts requests, bytes and the seconds the worker
 waited on the servers.
@@ -92,7 +95,14 @@ class Communicator:
         self._geo_params: dict[str, Any] | None = None  # GEO: the arrays of the last step, for the exchange at stop
         self._touched: dict[str, list[np.ndarray]] = {}  # GEO: the ids the lookups read since then
         self.steps = 0  # steps pushed
-        self.stats = {"requests": 0, "bytes_sent": 0, "payload_bytes": 0, "wait_s": 0.0, "communicator_s": 0.0}
+        self.stats = {
+            "requests": 0,
+            "bytes_sent": 0,
+            "payload_bytes": 0,
+            "wait_s": 0.0,
+            "communicator_s": 0.0,
+            "prefetched_rows": 0,
+        }
         self._blocks: dict[str, list[Any]] = {}
         for b in split.blocks:
             self._blocks.setdefault(b.param, []).append(b)
@@ -100,6 +110,7 @@ class Communicator:
         self._lock = threading.Lock()
         self._fresh: dict[str, np.ndarray] | None = None
         self._cache = _RowCache(self._dims)
+        self._prefetching: dict[str, list[tuple[np.ndarray, Future]]] = {}  # table -> rows on their way
         self._stopped = False
         self._error: BaseException | None = None
         self._queue: queue.Queue[Any] = queue.Queue(maxsize=queue_size)
@@ -114,6 +125,7 @@ class Communicator:
         uniq, inverse = np.unique(np.asarray(ids, np.int64), return_inverse=True)
         if self.mode == "sync" or self._stopped:  # stopped: no refresh keeps a cache fresh any more
             return self._pull_rows(table, uniq, self.steps if self.mode == "sync" else 0, waited=True)[inverse]
+        self._take_prefetched(table)
         with self._lock:
             rows, missing = self._cache.lookup(table, uniq)
         if missing.size:
@@ -123,6 +135,35 @@ class Communicator:
             rows = rows.astype(got.dtype, copy=False)
             rows[np.searchsorted(uniq, missing)] = got
         return rows[inverse]
+
+    def prefetch(self, table: str, ids: np.ndarray) -> None:
+        """Async: start pulling the rows of ``ids`` the cache lacks (a coming batch's), without waiting; the
+        lookup that needs them takes them (AsyncExecutor's thread workers call it one batch ahead)."""
+        if self.mode != "async" or self._stopped:
+            return
+        uniq = np.unique(np.asarray(ids, np.int64))
+        with self._lock:
+            missing = self._cache.missing(table, uniq)
+            pending = self._prefetching.setdefault(table, [])
+            if pending:
+                missing = missing[~np.isin(missing, np.concatenate([ids for ids, _ in pending]))]
+            if not missing.size:
+                return
+            servers = len(self.handles)
+            for k in range(servers):
+                part = missing[missing % servers == k]
+                if part.size:
+                    pending.append((part, self._submit(k, "pull_sparse", table, part, 0)))
+
+    def _take_prefetched(self, table: str) -> None:
+        """Put the rows prefetched for ``table`` into the cache (waiting for those still on their way)."""
+        with self._lock:
+            pending, self._prefetching[table] = self._prefetching.get(table, []), []
+        for ids, future in pending:
+            rows = self._result(future, waited=True)
+            self.stats["prefetched_rows"] += len(ids)
+            with self._lock:
+                self._cache.insert(table, ids, rows, replace=True)
 
     def push(self, dense: dict[str, np.ndarray], sparse: list[tuple[str, np.ndarray, np.ndarray]], weight: int) -> None:
         self._raise()
@@ -396,7 +437,19 @@ class _RowCache:
         out[hit] = rows[at[hit]]
         return out, uniq[~hit]
 
-    def insert(self, table: str, ids: np.ndarray, rows: np.ndarray) -> None:
+    def missing(self, table: str, uniq: np.ndarray) -> np.ndarray:
+        """Of the sorted distinct ``uniq``, the ids the cache lacks."""
+        return uniq[~np.isin(uniq, self.ids[table])]
+
+    def insert(self, table: str, ids: np.ndarray, rows: np.ndarray, replace: bool = False) -> None:
+        """Add the rows of ``ids``; with ``replace``, rows of ids it has already are replaced, else kept."""
+        have = np.isin(ids, self.ids[table])
+        if have.any():
+            if replace:
+                keep = ~np.isin(self.ids[table], ids)
+                self.ids[table], self.rows[table] = self.ids[table][keep], self.rows[table][keep]
+            else:
+                ids, rows = ids[~have], rows[~have]
         all_ids = np.concatenate([self.ids[table], ids])
         order = np.argsort(all_ids, kind="stable")
         self.ids[table] = all_ids[order]

@@ -135,6 +135,7 @@ class DistributedStrategy:
 
     a_sync: bool = True
     a_sync_configs: dict[str, Any] = field(default_factory=dict)
+    min_block_size: int = 8192  # dense parameters this large are cut into one block per server (distribute pass)
 
     def mode(self) -> str:
         unknown = set(self.a_sync_configs) - {"pull_every", "queue_size", "k_steps"}
@@ -245,7 +246,9 @@ class DistributedOptimizer:
         result = self.optimizer.minimize(loss, startup_program=startup_program)
         startup = startup_program or default_startup_program()
         mode = self.strategy.mode()
-        state.split = split(loss.block.program, state.role.servers, state.role.workers, geo=mode == "geo")
+        state.split = split(
+            loss.block.program, state.role.servers, state.role.workers, self.strategy.min_block_size, mode == "geo"
+        )
         state.startup = startup.clone()
         state.worker_startup = startup.clone()
         _worker_startup(state.worker_startup, state.split.worker)

@@ -191,11 +191,9 @@ class ParameterServer:
         self._barrier_generation = 0
         self.program = split.servers[index]
         self.blocks = {b.name: b for b in split.blocks if b.server == index}
-        self._ops = {self._param_of(op): op for op in self.program.global_block().ops}
+        self._ops = {self._param_of(op): op for op in self.program.global_block().ops}  # by block or table name
         self._programs = {name: self._program_of([op]) for name, op in self._ops.items()}
-        self._dense_program = self._program_of(
-            [self._ops[b.param] for b in self.blocks.values() if b.param in self._ops]
-        )
+        self._dense_program = self._program_of([self._ops[b.name] for b in self.blocks.values() if b.name in self._ops])
         inits = _initializers(startup)
         self.shards = {t.name: self._shard(t, inits) for t in split.tables}
         self._init_states(inits)
@@ -463,7 +461,7 @@ class ParameterServer:
             for name in dense:
                 held = self.blocks[name]
                 grad = _renamed_grad(held)
-                self._executor.run(self._programs[held.param], feed={grad: feed[grad]}, scope=self.scope)
+                self._executor.run(self._programs[held.name], feed={grad: feed[grad]}, scope=self.scope)
         for table, (ids, values) in sparse.items():
             self._apply_rows(self._table(table), np.asarray(ids, np.int64), values)
 

@@ -61,6 +61,7 @@ from blockir.datafeed.multislot import MultiSlotReader, slot_layout
 from blockir.errors import BlockirError, DataFeedError
 from blockir.ir.core import Program, Variable
 from blockir.ir.dtypes import VarKind
+from blockir.ops.distributed import DISTRIBUTED_LOOKUP_TABLE, PS_CLIENT
 from blockir.ops.values import LoDTensor
 from blockir.runtime.device import get_device
 from blockir.runtime.executor import Executor, _name
@@ -203,7 +204,15 @@ class AsyncExecutor:
         bindings = _bind(program, data_feed_desc)
         _check_fetches(program, fetch_names)
         root = global_scope() if scope is None else scope
-        job = _Job(data_feed_desc, bindings, fetch_names, skip_bad_lines, debug, _PREFETCH if workers < _cores() else 0)
+        job = _Job(
+            data_feed_desc,
+            bindings,
+            fetch_names,
+            skip_bad_lines,
+            debug,
+            _PREFETCH if workers < _cores() else 0,
+            _lookups(program, bindings),
+        )
         run = self._threads if mode == "thread" else self._processes
         start = time.perf_counter()
         results = run(program, job, files, workers, root, progress)
@@ -343,6 +352,7 @@ class _Job:
     skip_bad_lines: bool
     debug: bool
     prefetch: int  # chunks the reader parses ahead (MultiSlotReader's prefetch)
+    lookups: list[tuple[str, str]]  # (table, slot) of each parameter-server lookup of a fed slot's ids
 
     def __getstate__(self) -> dict[str, Any]:  # sent to worker processes: the desc as its text
         return {**self.__dict__, "desc": self.desc.desc()}
@@ -374,8 +384,9 @@ class _Job:
 
         reader = MultiSlotReader(self.desc, files(), self.skip_bad_lines, prefetch=self.prefetch)
         batches = iter(reader)
+        ahead = self._prefetcher(scope)
         try:
-            for batch in batches:
+            for batch in _looking_ahead(batches, ahead):
                 fetched = plan.run({b.name: b.value(batch[b.name]) for b in self.bindings}, scope)
                 if after_batch is not None:
                     after_batch()
@@ -402,6 +413,21 @@ class _Job:
             stats.skipped_lines = reader.skipped_lines
             stats.seconds = time.perf_counter() - start
         return stats, sums, None
+
+    def _prefetcher(self, scope: Scope) -> Callable[[dict[str, Any]], None] | None:
+        """For a parameter-server worker's program: what asks its communicator for the rows of a batch's ids,
+        called for the next batch while the current one runs."""
+        holder = scope.find_var(PS_CLIENT) if self.lookups else None
+        client = holder.value if holder is not None else None
+        if client is None or not hasattr(client, "prefetch"):
+            return None
+
+        def ahead(batch: dict[str, Any]) -> None:
+            for table, slot in self.lookups:
+                value = batch[slot]
+                client.prefetch(table, np.asarray(value.data if isinstance(value, LoDTensor) else value).reshape(-1))
+
+        return ahead
 
     def _report(self, k: int, stats: WorkerStats, sums: np.ndarray, reader: MultiSlotReader, read: list[int]) -> None:
         """With ``debug``: worker ``k``'s progress once the reader is done with a file."""
@@ -744,6 +770,29 @@ def _thread_num(thread_num: int | None, desc: DataFeedDesc) -> int:
     if thread_num is not None and (isinstance(thread_num, bool) or not isinstance(thread_num, int) or thread_num < 0):
         raise BlockirError(f"thread_num must be a positive int (or None/0: the data feed's), got {thread_num!r}")
     return thread_num or desc.thread_num or 1
+
+
+def _looking_ahead(batches: Iterator[dict[str, Any]], ahead: Callable[[dict[str, Any]], None] | None) -> Iterator[Any]:
+    """``batches``, each handed to ``ahead`` (when given) as soon as it is read, one batch before it is yielded."""
+    if ahead is None:
+        yield from batches
+        return
+    upcoming = next(batches, None)
+    while upcoming is not None:
+        current, upcoming = upcoming, next(batches, None)
+        if upcoming is not None:
+            ahead(upcoming)
+        yield current
+
+
+def _lookups(program: Program, bindings: list[_Binding]) -> list[tuple[str, str]]:
+    """(table, slot) of each ``distributed_lookup_table`` reading a fed slot's ids directly."""
+    fed = {b.name for b in bindings}
+    return [
+        (str(op.attrs["table"]), op.input("Ids")[0])
+        for op in program.global_block().ops
+        if op.type == DISTRIBUTED_LOOKUP_TABLE.type and op.input("Ids")[0] in fed
+    ]
 
 
 def _bind(program: Program, desc: DataFeedDesc) -> list[_Binding]:

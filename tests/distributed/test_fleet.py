@@ -111,3 +111,12 @@ def test_process_workers_inside_a_ps_worker_are_refused(tmp_path: Path) -> None:
     )
     with bir.AsyncExecutor("cpu") as exe, pytest.raises(BlockirError, match="mode='process' cannot run a program"):
         exe.run_from_files(worker, desc, [str(tmp_path / "part-0")], thread_num=2, fetch=[], mode="process")
+
+
+def test_async_executor_thread_workers_inside_ps_workers_train_from_files(tmp_path: Path) -> None:
+    import json
+
+    assert launch(scenarios.SCRIPTS / "files_bow.py", 2, 2, [str(tmp_path), str(tmp_path / "data")], timeout=120).ok
+    report = json.loads((tmp_path / "files.json").read_text())
+    assert report["accuracy"] >= report["reference"] - 0.01, report  # the single process on the same files
+    assert report["stats"]["prefetched_rows"] > 0  # rows of coming batches pulled while one ran

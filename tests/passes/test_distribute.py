@@ -87,9 +87,10 @@ def test_refused_programs_are_named() -> None:
     optimizer=st.sampled_from(["sgd", "adam", "adagrad"]),
     servers=st.integers(1, 3),
     workers=st.integers(1, 3),
+    min_block=st.sampled_from([1, 50, 8192]),
 )
 def test_sync_training_through_the_split_equals_plain_training(
-    widths: list[int], optimizer: str, servers: int, workers: int
+    widths: list[int], optimizer: str, servers: int, workers: int, min_block: int
 ) -> None:
     make = {
         "sgd": lambda: bir.optimizer.SGD(0.1),
@@ -109,7 +110,7 @@ def test_sync_training_through_the_split_equals_plain_training(
             h = bir.layers.fc(h, w, act="tanh")
         target = bir.layers.data("y", [-1, widths[-1]], dtype="float64")
         loss = bir.layers.mean(bir.layers.square_error_cost(h, target))
-        strategy = fleet.DistributedStrategy(a_sync=False)
+        strategy = fleet.DistributedStrategy(a_sync=False, min_block_size=min_block)
         fleet.distributed_optimizer(make(), strategy).minimize(loss)
         if fleet.is_server():
             fleet.init_server()

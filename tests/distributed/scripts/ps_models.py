@@ -11,6 +11,7 @@ from blockir.dsl.entry import CountFilterEntry
 from blockir.ops.values import LoDTensor
 
 HEIGHT = 40  # the sparse model's table
+MIN_BLOCK = 60  # the scripts' min_block_size: the larger dense parameters are cut into blocks per server
 TABLE = "embedding_0.w_0"
 LENGTHS = [3, 1, 4, 2, 2, 5, 1, 3, 2]  # the sparse model's sequences
 OPTIMIZERS = {
@@ -28,7 +29,7 @@ def build(model: str, entry: str = "") -> Any:
     if model == "dense":
         x = bir.layers.data("x", [-1, 5], dtype="float64")
         y = bir.layers.data("y", [-1, 1], dtype="float64")
-        h = bir.layers.fc(x, 64, act="tanh")
+        h = bir.layers.fc(x, 64, act="tanh")  # fc_0.w_0 [5, 64], fc_1.w_0 [64, 1]: cut into blocks (MIN_BLOCK)
         return bir.layers.mean(bir.layers.square_error_cost(bir.layers.fc(h, 1), y))
     words = bir.layers.data("words", [-1, 1], dtype="int64", lod_level=1)
     label = bir.layers.data("label", [-1, 1], dtype="int64")

@@ -13,7 +13,7 @@ it holds and how many updates it applied.
 import sys
 
 import numpy as np
-from ps_models import OPTIMIZERS, TABLE, batch, build
+from ps_models import MIN_BLOCK, OPTIMIZERS, TABLE, batch, build
 
 import blockir as bir
 from blockir.distributed import fleet
@@ -23,7 +23,7 @@ entry = sys.argv[6] if len(sys.argv) > 6 else ""
 
 fleet.init()
 loss = build(model, entry)
-strategy = fleet.DistributedStrategy()
+strategy = fleet.DistributedStrategy(min_block_size=MIN_BLOCK)
 strategy.a_sync = mode != "sync"
 if mode.startswith("geo"):  # geo1, geo3: GEO-SGD exchanging every 1 or 3 steps
     strategy.a_sync_configs = {"k_steps": int(mode[3:])}
