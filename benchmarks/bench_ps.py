@@ -9,7 +9,7 @@ held-out file), in one run, alternating, ``--rounds`` times:
 - for each backend (``ray``: every role a Ray actor on a local cluster on loopback; ``inprocess``: every role a
   thread of one process): 1 server + 1 worker and 1 server + 2 workers (``blockir launch``, the script
   ``benchmarks/ps_bow_role.py``; each worker one AsyncExecutor thread over its share of the files,
-  ``pull_every`` of ``--pull-every``).
+  ``pull_every`` of ``--pull-every``, prefetching the next batch's rows with ``--prefetch``).
 
 Printed per setup: instances/s (median and range; a run's instances over its slowest worker's seconds), the
 held-out accuracy, each worker's share of time spent waiting on the servers, bytes sent per step against the
@@ -50,9 +50,10 @@ def reference(example: Any, corpus: Any, out: Path) -> dict[str, float]:
     return {"ips": run["instances_per_second"], "accuracy": run["accuracy"]}
 
 
-def ps_run(corpus: Any, backend: str, workers: int, out: Path, pull_every: int) -> dict[str, Any]:
+def ps_run(corpus: Any, backend: str, workers: int, out: Path, pull_every: int, prefetch: bool) -> dict[str, Any]:
     out.mkdir(parents=True)
-    args = [str(out), str(pull_every), str(corpus.prototxt), corpus.heldout, *corpus.train_files]
+    args = [str(out), str(pull_every), "prefetch" if prefetch else "no", str(corpus.prototxt), corpus.heldout]
+    args += corpus.train_files
     result = launch(ROLE, 1, workers, args, backend=backend, timeout=600)
     if not result.ok:
         raise SystemExit(f"{backend} x{workers} failed: {result.failures}")
@@ -82,6 +83,7 @@ def main() -> None:
     parser.add_argument("--docs", type=int, default=2000, help="documents per training file")
     parser.add_argument("--backends", nargs="+", default=["ray", "inprocess"], choices=["ray", "inprocess"])
     parser.add_argument("--pull-every", type=int, default=1, help="async: pull every n steps (a_sync_configs)")
+    parser.add_argument("--prefetch", action="store_true", help="async: prefetch the next batch's rows")
     args = parser.parse_args()
     example = _example()
     results: dict[str, list[dict[str, Any]]] = {}
@@ -111,7 +113,7 @@ def main() -> None:
                     run = (
                         reference(example, corpus, out)
                         if backend is None
-                        else ps_run(corpus, backend, workers, out, args.pull_every)
+                        else ps_run(corpus, backend, workers, out, args.pull_every, args.prefetch)
                     )
                     results.setdefault(name, []).append(run)
                     print(
@@ -122,6 +124,7 @@ def main() -> None:
                 ray.shutdown()
     print(
         f"\nbow_net, {args.parts} x {args.docs} documents, batch 32, 1 epoch, pull_every {args.pull_every}, "
+        f"prefetch {args.prefetch}, "
         f"{os.cpu_count()} cores, "
         f"BLAS threads: {os.environ.get('OPENBLAS_NUM_THREADS', 'default')}"
     )

@@ -1,8 +1,8 @@
 """One role of bench_ps.py's parameter-server runs: bow_net (examples/async_bow.py) in async mode, from
 MultiSlot files, each worker an AsyncExecutor with one thread over its share of the files, pulling every
-PULL_EVERY steps.
+PULL_EVERY steps (and with ``prefetch``, prefetching the next batch's rows).
 
-    blockir launch --servers S --workers W benchmarks/ps_bow_role.py OUT PULL_EVERY PROTOTXT HELDOUT FILE...
+    blockir launch --servers S --workers W benchmarks/ps_bow_role.py OUT PULL_EVERY prefetch|no PROTOTXT HELDOUT FILE...
 
 Every role writes ``OUT/<role>.json``: its CPU seconds (a Ray role's process's, Ray's threads included; an
 in-process role's thread's, which the bench does not report: the work runs on other threads), and for a
@@ -20,7 +20,8 @@ from pathlib import Path
 import blockir as bir
 from blockir.distributed import fleet
 
-out, pull_every, prototxt, heldout, files = Path(sys.argv[1]), int(sys.argv[2]), sys.argv[3], sys.argv[4], sys.argv[5:]
+out, pull_every, prefetch = Path(sys.argv[1]), int(sys.argv[2]), sys.argv[3] == "prefetch"
+prototxt, heldout, files = sys.argv[4], sys.argv[5], sys.argv[6:]
 spec = importlib.util.spec_from_file_location(
     "async_bow", Path(__file__).resolve().parents[1] / "examples/async_bow.py"
 )
@@ -38,7 +39,7 @@ def cpu_seconds() -> float:
 fleet.init()
 strategy = fleet.DistributedStrategy()
 strategy.a_sync = True
-strategy.a_sync_configs = {"pull_every": pull_every}
+strategy.a_sync_configs = {"pull_every": pull_every, "prefetch": prefetch}
 net = example.bow_net(
     example.bow_classifier.VOCAB, minimize=lambda opt, loss: fleet.distributed_optimizer(opt, strategy).minimize(loss)
 )

@@ -24,10 +24,10 @@ together.
   (so it holds at most one window's ids, and a row is at most one window
   stale; ids not used for a window are pulled fresh when they come back).
   The worker waits only for a lookup's missing rows and for a full queue
-  (``stats["wait_s"]``); ``stop`` drops the cache. :meth:`Communicator.prefetch`
-  starts pulling a coming batch's missing rows without waiting (an
-  ``AsyncExecutor`` thread worker calls it one batch ahead, while the current
-  batch runs); the lookup that needs them takes them.
+  (``stats["wait_s"]``); ``stop`` drops the cache. With ``prefetch``,
+  :meth:`Communicator.prefetch` starts pulling a coming batch's missing rows
+  without waiting (an ``AsyncExecutor`` thread worker calls it one batch ahead,
+  while the current batch runs); the lookup that needs them takes them.
 
 :attr:`Communicator.stats` counts requests, bytes and the seconds the worker
 waited on the servers.
@@ -78,6 +78,7 @@ class Communicator:
         pull_every: int = 1,
         queue_size: int = 4,
         k_steps: int = 1,
+        prefetch: bool = False,
     ) -> None:
         if len(handles) != len(split.servers):
             raise BlockirError(f"{len(handles)} server handles for {len(split.servers)} servers")
@@ -91,6 +92,7 @@ class Communicator:
         self.mode = mode
         self.pull_every = pull_every
         self.k_steps = k_steps
+        self.prefetching = prefetch
         self._snapshot: dict[str, np.ndarray] = {}  # GEO: the parameters and tables as of the last exchange
         self._geo_params: dict[str, Any] | None = None  # GEO: the arrays of the last step, for the exchange at stop
         self._touched: dict[str, list[np.ndarray]] = {}  # GEO: the ids the lookups read since then
@@ -139,7 +141,7 @@ class Communicator:
     def prefetch(self, table: str, ids: np.ndarray) -> None:
         """Async: start pulling the rows of ``ids`` the cache lacks (a coming batch's), without waiting; the
         lookup that needs them takes them (AsyncExecutor's thread workers call it one batch ahead)."""
-        if self.mode != "async" or self._stopped:
+        if self.mode != "async" or self._stopped or not self.prefetching:
             return
         uniq = np.unique(np.asarray(ids, np.int64))
         with self._lock:

@@ -131,18 +131,22 @@ class DistributedStrategy:
     """``a_sync``: False for sync training (every step averaged over the workers), True (default) for async
     (Downpour). ``a_sync_configs``: ``pull_every`` (async: pull the dense parameters, and refresh the cached
     sparse rows, every n steps; default 1), ``queue_size`` (async: steps queued before a push blocks; default
-    4) and ``k_steps`` (GEO-SGD: workers train locally and exchange parameter deltas every k steps)."""
+    4), ``prefetch`` (async: ``AsyncExecutor`` thread workers pull the next batch's missing rows while a batch
+    runs; default False) and ``k_steps`` (GEO-SGD: workers train locally and exchange parameter deltas every k
+    steps)."""
 
     a_sync: bool = True
     a_sync_configs: dict[str, Any] = field(default_factory=dict)
     min_block_size: int = 8192  # dense parameters this large are cut into one block per server (distribute pass)
 
     def mode(self) -> str:
-        unknown = set(self.a_sync_configs) - {"pull_every", "queue_size", "k_steps"}
+        unknown = set(self.a_sync_configs) - {"pull_every", "queue_size", "k_steps", "prefetch"}
         if unknown:
             raise BlockirError(f"DistributedStrategy.a_sync_configs: unknown keys {sorted(unknown)}")
+        if not isinstance(self.a_sync_configs.get("prefetch", False), bool):
+            raise BlockirError("DistributedStrategy.a_sync_configs: prefetch must be True or False")
         for key, value in self.a_sync_configs.items():
-            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+            if key != "prefetch" and (isinstance(value, bool) or not isinstance(value, int) or value < 1):
                 raise BlockirError(f"DistributedStrategy.a_sync_configs: {key} must be an int >= 1, got {value!r}")
         if "k_steps" in self.a_sync_configs:
             if not self.a_sync:
@@ -339,6 +343,7 @@ def init_worker() -> None:
         pull_every=int(configs.get("pull_every", 1)),
         queue_size=int(configs.get("queue_size", 4)),
         k_steps=int(configs.get("k_steps", 1)),
+        prefetch=bool(configs.get("prefetch", False)),
     )
     scope = global_scope()
     dense = list(dict.fromkeys(b.param for b in split_.blocks))

@@ -28,7 +28,7 @@ spec.loader.exec_module(example)
 fleet.init()
 strategy = fleet.DistributedStrategy()
 strategy.a_sync = True
-strategy.a_sync_configs = {"queue_size": 1}
+strategy.a_sync_configs = {"queue_size": 1, "prefetch": True}
 net = example.bow_net(
     example.bow_classifier.VOCAB,
     minimize=lambda opt, loss: fleet.distributed_optimizer(opt, strategy).minimize(loss),
