@@ -59,6 +59,7 @@ class InProcessBackend:
     """Servers registered in this process, by run and index (module docstring)."""
 
     _servers: dict[tuple[str, int], ParameterServer] = {}
+    _stopped: set[str] = set()  # runs a launcher stopped (a role failed): nobody waits for their servers
     _changed = threading.Condition()
 
     def serve(self, run: str, index: int, server: ParameterServer) -> None:
@@ -73,6 +74,10 @@ class InProcessBackend:
                 missing = [k for k in range(servers) if (run, k) not in self._servers]
                 if not missing:
                     break
+                if run in self._stopped:
+                    raise BlockirError(
+                        f"parameter servers {missing} of run {run!r} will not start: the run was stopped"
+                    )
                 left = deadline - time.monotonic()
                 if left <= 0:
                     raise BlockirError(f"parameter servers {missing} of run {run!r} did not start within {timeout:g} s")
@@ -84,6 +89,22 @@ class InProcessBackend:
     def unpublish(self, run: str, index: int) -> None:
         with self._changed:
             self._servers.pop((run, index), None)
+
+    def stop_run(self, run: str) -> None:
+        """Stop the servers of ``run`` and refuse to wait for those not started (a role of the run failed)."""
+        with self._changed:
+            self._stopped.add(run)
+            servers = [s for (r, _), s in self._servers.items() if r == run]
+            self._changed.notify_all()
+        for server in servers:
+            server.stop()
+
+    def end_run(self, run: str) -> None:
+        """Forget ``run`` (its launch returned)."""
+        with self._changed:
+            self._stopped.discard(run)
+            for key in [key for key in self._servers if key[0] == run]:
+                del self._servers[key]
 
     def published(self, run: str, index: int) -> ParameterServer | None:
         with self._changed:

@@ -34,6 +34,7 @@ import os
 from collections.abc import Mapping
 from contextvars import ContextVar
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -42,10 +43,11 @@ from blockir.distributed.backend import backend_named
 from blockir.distributed.communicator import Communicator
 from blockir.distributed.server import ParameterServer
 from blockir.errors import BlockirError
-from blockir.ir import Program
+from blockir.io.persistence import is_persistable, save_sharded, saved_tables
+from blockir.ir import Program, Variable
 from blockir.ir.defaults import default_startup_program
 from blockir.ops.distributed import PS_CLIENT
-from blockir.passes.distribute import Split, split
+from blockir.passes.distribute import DenseBlock, Split, block_name, split
 from blockir.runtime.scope import global_scope
 
 __all__ = [
@@ -54,6 +56,7 @@ __all__ = [
     "Role",
     "barrier_worker",
     "communicator",
+    "dense_vars",
     "distributed_optimizer",
     "init",
     "init_server",
@@ -63,7 +66,9 @@ __all__ = [
     "is_worker",
     "release",
     "run_server",
+    "save_persistables",
     "server",
+    "sparse_vars",
     "server_index",
     "server_num",
     "stop_worker",
@@ -163,6 +168,7 @@ class _Fleet:
     role: Role
     strategy: DistributedStrategy = field(default_factory=DistributedStrategy)
     split: Split | None = None
+    program: Program | None = None  # the program minimize was given (what saves and loads are of)
     startup: Program | None = None  # the startup program as minimize left it: the servers initialize from it
     worker_startup: Program | None = None  # less what only the servers hold
     server: ParameterServer | None = None
@@ -253,6 +259,7 @@ class DistributedOptimizer:
         state.split = split(
             loss.block.program, state.role.servers, state.role.workers, self.strategy.min_block_size, mode == "geo"
         )
+        state.program = loss.block.program
         state.startup = startup.clone()
         state.worker_startup = startup.clone()
         _worker_startup(state.worker_startup, state.split.worker)
@@ -288,18 +295,172 @@ def __getattr__(name: str) -> Any:
 # -- servers -------------------------------------------------------------------------------------------
 
 
-def init_server(dirname: str | None = None, var_names: list[str] | None = None) -> None:
-    """Make this role's parameter server and publish it (``dirname``: loading saved tables is not supported)."""
+def init_server(dirname: str | os.PathLike[str] | None = None, var_names: list[str] | None = None) -> None:
+    """Make this role's parameter server and publish it. With ``dirname`` (a save of
+    :func:`save_persistables`) it first loads its rows of the saved sparse tables (only ``var_names`` when
+    given), whatever the number of servers that saved them; dense parameters are loaded by worker 0
+    (``bir.io.load_vars(exe, dirname, vars=fleet.dense_vars(program))``), which ``init_worker`` then gives
+    the servers."""
     state = _fleet()
     if state.role.kind != "server":
         raise BlockirError(f"init_server: this role is worker {state.role.index}")
-    if dirname is not None or var_names is not None:
-        raise BlockirError("init_server: loading saved parameters (dirname, var_names) is not supported")
     assert state.startup is not None
-    state.server = ParameterServer(
-        state.role.index, _split(), state.startup, state.strategy.mode(), timeout=state.role.timeout
-    )
+    made = ParameterServer(state.role.index, _split(), state.startup, state.strategy.mode(), timeout=state.role.timeout)
+    if dirname is not None:
+        tables = {t.name for t in _split().tables}
+        unknown = [n for n in var_names or () if n not in tables]
+        if unknown:
+            raise BlockirError(
+                f"init_server: var_names entry {unknown[0]!r} is not a sparse table of the program (its tables: "
+                f"{sorted(tables)})"
+            )
+        made.load_tables(str(dirname), saved_tables(dirname), var_names)
+    elif var_names is not None:
+        raise BlockirError("init_server: var_names without dirname")
+    state.server = made
     backend_named(state.role.backend).serve(state.role.run, state.role.index, state.server)
+
+
+# -- saving ---------------------------------------------------------------------------------------------
+
+
+def sparse_vars(program: Program) -> list[Variable]:
+    """The sparse tables of ``program``: the ``W`` of its ``lookup_table`` ops with ``is_sparse`` or
+    ``is_distributed``, and the tables its ``distributed_lookup_table`` ops read."""
+    block = program.global_block()
+    names: list[str] = []
+    for op in block.ops:
+        if op.type == "lookup_table" and (op.attrs.get("is_sparse") or op.attrs.get("is_distributed")):
+            names.append(op.input("W")[0])
+        elif op.type == "distributed_lookup_table":
+            names.append(str(op.attrs["table"]))
+    return [block.var(n) for n in dict.fromkeys(names) if block.has_var(n)]
+
+
+def dense_vars(program: Program) -> list[Variable]:
+    """Every other persistable variable of ``program``: dense parameters, their optimizer state, learning rates
+    (feed, fetch, reader and raw variables excluded, and a sparse table's per-row optimizer state, which is
+    saved with the table's rows)."""
+    block = program.global_block()
+    sparse = {v.name for v in sparse_vars(program)}
+    for op in block.ops:  # the optimizer state of a table's shape goes with the table
+        param = op.inputs.get("Param", [None])[0] if "Param" in op.inputs else None
+        if param in sparse:
+            shape = block.var(param).shape
+            sparse.update(
+                n
+                for s, names in op.inputs.items()
+                if s not in ("Param", "Grad", "LearningRate")
+                for n in names
+                if block.var(n).shape == shape
+            )
+    return [v for v in block.vars.values() if is_persistable(v) and v.name not in sparse]
+
+
+def save_persistables(
+    executor: Any, dirname: str | os.PathLike[str], main_program: Program | None = None, mode: int = 0
+) -> None:
+    """Save the model (from worker 0, as ``if fleet.is_first_worker(): fleet.save_persistables(exe, dirname)``):
+    this worker writes every dense parameter and its optimizer state (the state pulled from the servers,
+    where the dense optimizer runs), every server its shard of each sparse table with the rows' optimizer
+    state, all under ``dirname`` (``bir.io``'s layout); the manifest naming them is written last, so an
+    interrupted save never loads and the previous one still does. ``mode=0``: a full save; delta saves
+    (``mode=1``) are not supported."""
+    state = _fleet()
+    if state.role.kind != "worker":
+        raise BlockirError(f"save_persistables: this role is server {state.role.index}; a worker saves")
+    if mode != 0:
+        raise BlockirError(f"save_persistables: mode={mode!r}: only full saves (mode=0) are supported")
+    split_, mine = _split(), communicator()
+    program = main_program or state.program
+    assert program is not None
+    scope = global_scope()
+    held = {b.param for b in split_.blocks}
+    values = {}
+    for var in dense_vars(program):
+        values[var.name] = (
+            np.asarray(scope.get(var.name)) if var.name in held else _server_value(split_, mine, program, var.name)
+        )
+    tables = {t.name: t for t in split_.tables}
+
+    def shards(directory: Path) -> dict[str, dict[str, Any]]:
+        written = [h.submit("save_shards", str(directory)).result() for h in mine.handles]
+        base = Path(dirname).resolve()
+        return {
+            name: {
+                "height": table.height,
+                "dim": table.dim,
+                "dtype": table.dtype,
+                "servers": len(written),
+                "rule": "id % servers",
+                "states": written[0][name]["states"],
+                "shards": [
+                    {
+                        "file": Path(w[name]["file"]).relative_to(base).as_posix(),
+                        "rows": w[name]["rows"],
+                        "sha256": w[name]["sha256"],
+                    }
+                    for w in written
+                ],
+            }
+            for name, table in tables.items()
+        }
+
+    _ = executor  # the values are host arrays: the executor's place does not matter here
+    save_sharded(dirname, values, shards)
+
+
+def _state_parts(split_: Split, program: Program, name: str) -> tuple[list[DenseBlock], bool]:
+    """The blocks of the dense parameter whose optimizer state ``name`` is (none for a variable no block owns:
+    a learning rate, a table's scalar state, held whole by every server declaring it), and whether the state
+    is cut by rows as the parameter is (it has its shape) rather than held whole by each block."""
+    for param, states in split_.optimizer_states.items():
+        blocks = sorted((b for b in split_.blocks if b.param == param), key=lambda b: b.index)
+        if name in states and blocks:
+            block = program.global_block()
+            return blocks, block.var(name).shape == block.var(param).shape
+    return [], False
+
+
+def _on_server(b: DenseBlock, name: str) -> str:
+    return block_name(name, b.index) if b.count > 1 else name
+
+
+def _server_value(split_: Split, mine: Communicator, program: Program, name: str) -> np.ndarray:
+    """The value of ``name`` the servers hold (joined from the blocks' parts for a cut parameter's state)."""
+    blocks, by_rows = _state_parts(split_, program, name)
+    if blocks:
+        parts = [mine.handles[b.server].submit("values", [_on_server(b, name)]).result() for b in blocks]
+        values = [part[_on_server(b, name)] for b, part in zip(blocks, parts)]
+        return np.concatenate(values) if by_rows and len(values) > 1 else values[0]
+    for handle in mine.handles:
+        if handle.submit("declares", [name]).result():
+            return handle.submit("values", [name]).result()[name]
+    raise BlockirError(f"save_persistables: no server holds {name!r}")
+
+
+def _give_servers_state(split_: Split, mine: Communicator, program: Program, scope: Any) -> None:
+    """Worker 0 after loading a save: give the servers the optimizer state (and learning rates) it loaded,
+    cut as they hold it; a variable the scope has no value for stays as the servers made it."""
+    held = {b.param for b in split_.blocks} | {t.name for t in split_.tables}
+    per_server: dict[int, dict[str, np.ndarray]] = {}
+    for var in dense_vars(program):
+        holder = scope.find_var(var.name)
+        if var.name in held or holder is None or holder.value is None:
+            continue
+        value = np.asarray(holder.value)
+        blocks, by_rows = _state_parts(split_, program, var.name)
+        if blocks:
+            for b in blocks:
+                per_server.setdefault(b.server, {})[_on_server(b, var.name)] = (
+                    value[b.begin : b.end] if by_rows else value
+                )
+        else:
+            for k, handle in enumerate(mine.handles):
+                if handle.submit("declares", [var.name]).result():
+                    per_server.setdefault(k, {})[var.name] = value
+    for k, values in per_server.items():
+        mine.handles[k].submit("init_values", values).result()
 
 
 def server() -> ParameterServer:
@@ -360,6 +521,8 @@ def init_worker() -> None:
         if missing:
             raise BlockirError(f"init_worker: the scope has no value for {missing}: run fleet.startup_program first")
         communicator.init_dense({n: scope.get(n) for n in dense})
+        assert state.program is not None
+        _give_servers_state(split_, communicator, state.program, scope)
     else:
         for name, value in communicator.pull_all().items():
             scope.set(name, np.array(value, copy=True))  # a value out of Ray's object store is read-only

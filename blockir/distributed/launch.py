@@ -142,7 +142,7 @@ def _launch_inprocess(script: str | Path | Callable[[], Any], all_roles: list[Ro
     def fail(role: Role, message: str) -> None:
         with lock:
             result.failures[role_name(role)] = message
-        _stop_servers(role.run)
+        InProcessBackend().stop_run(role.run)
 
     saved = sys.stdout, sys.stderr
     sys.stdout, sys.stderr = out, err
@@ -161,17 +161,9 @@ def _launch_inprocess(script: str | Path | Callable[[], Any], all_roles: list[Ro
         out.flush()
         err.flush()
         sys.stdout, sys.stderr = saved
-        _stop_servers(all_roles[0].run)
-        for role in all_roles:
-            if role.kind == "server":
-                InProcessBackend().unpublish(role.run, role.index)
+        InProcessBackend().stop_run(all_roles[0].run)
+        InProcessBackend().end_run(all_roles[0].run)
     return result
-
-
-def _stop_servers(run: str) -> None:
-    for (r, _), server in list(InProcessBackend._servers.items()):
-        if r == run:
-            server.stop()
 
 
 _current_role: contextvars.ContextVar[str | None] = contextvars.ContextVar("blockir_launch_role", default=None)

@@ -14,8 +14,9 @@ from a user's file. A role's standard output and error reach the launcher
 through Ray, each line prefixed with the role.
 
 When a role fails, :func:`launch_ray` stops the servers, waits for the other
-roles (they fail or end), kills every actor it made, and shuts the cluster down
-if it started it.
+roles (they fail or end; those still running after :data:`STOP_GRACE_S`, a
+worker waiting for a server that never started, say, are counted as stopped),
+kills every actor it made, and shuts the cluster down if it started it.
 """
 
 from __future__ import annotations
@@ -39,6 +40,7 @@ from blockir.errors import BlockirError
 __all__ = ["NAMESPACE", "RayBackend", "RayHandle", "RoleActor", "launch_ray", "loopback_env"]
 
 NAMESPACE = "blockir"
+STOP_GRACE_S = 10.0  # after a role failed and the servers were stopped: how long the others get to end
 
 
 def actor_name(role: Role) -> str:
@@ -195,9 +197,16 @@ def launch_ray(script: str | Path | Callable[[], Any], roles: list[Role], args: 
             name = role_name(role)
             actors[name] = RoleActor.options(name=actor_name(role), namespace=NAMESPACE, num_cpus=0).remote(name)
         pending = {actors[role_name(r)].run.remote(str(script), source, r, args): r for r in roles}
-        stopping = False
+        stopped_at: float | None = None  # when the first failure stopped the servers
         while pending:
-            done, _ = ray.wait(list(pending), num_returns=1)
+            done, _ = ray.wait(list(pending), num_returns=1, timeout=1.0)
+            if not done:
+                if stopped_at is not None and time.monotonic() - stopped_at > STOP_GRACE_S:
+                    first = next(iter(result.failures))
+                    for role in pending.values():  # still waiting on something that will not come
+                        result.failures[role_name(role)] = f"stopped {STOP_GRACE_S:g} s after {first} failed"
+                    break
+                continue
             role = pending.pop(done[0])
             try:
                 ray.get(done[0])
@@ -205,8 +214,8 @@ def launch_ray(script: str | Path | Callable[[], Any], roles: list[Role], args: 
                 cause = getattr(e, "cause", None) or e
                 text = str(cause).strip().splitlines()
                 result.failures[role_name(role)] = f"{type(cause).__name__}: {text[0] if text else ''}"
-                if not stopping:
-                    stopping = True
+                if stopped_at is None:
+                    stopped_at = time.monotonic()
                     for other in roles:
                         if other.kind == "server" and role_name(other) != role_name(role):
                             actors[role_name(other)].call.remote(other.run, other.index, "stop")

@@ -42,11 +42,13 @@ import threading
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import numpy as np
 
 from blockir.errors import BlockirError
+from blockir.io.persistence import read_shard, write_shard
 from blockir.ir import Operator, Program
 from blockir.ir.schema import GRAD_SUFFIX, KernelContext, lookup
 from blockir.passes.distribute import DenseBlock, SparseTable, Split, block_name
@@ -359,6 +361,69 @@ class ParameterServer:
         ``rows`` (ids by table) as they are after it, in one request."""
         self.push(worker, dense, sparse, weight)
         return self.pull_dense(blocks), {t: self.pull_sparse(t, ids) for t, ids in rows.items()}
+
+    # -- saving and loading (fleet.save_persistables, init_server(dirname)) -----------------------------
+    def values(self, names: Sequence[str]) -> dict[str, np.ndarray]:
+        """Variables of this server's scope (the dense blocks' optimizer state, learning rates) by name."""
+        with self._lock:
+            return {n: np.array(self.scope.get(n), copy=True) for n in names}
+
+    def declares(self, names: Sequence[str]) -> list[str]:
+        """Which of ``names`` this server's program declares."""
+        block = self.program.global_block()
+        return [n for n in names if block.has_var(n)]
+
+    def init_values(self, values: dict[str, np.ndarray]) -> None:
+        """Set variables this server declares (worker 0's loaded optimizer state); others are refused."""
+        block = self.program.global_block()
+        with self._lock:
+            for name, value in values.items():
+                if not block.has_var(name):
+                    raise BlockirError(f"parameter server {self.index} has no variable {name!r}")
+                self.scope.set(name, np.array(value, copy=True))
+
+    def save_shards(self, directory: str) -> dict[str, dict[str, Any]]:
+        """Write this server's shard of every table (its rows, their optimizer state) into ``directory`` (a
+        save's generation directory); per table, the shard's manifest entry."""
+        with self._lock:
+            entries = {}
+            for name, shard in self.shards.items():
+                path = Path(directory) / "tables" / name / f"shard-{self.index:03d}-of-{self.servers:03d}.npz"
+                arrays = {"ids": shard.ids, **{k: v for k, v in shard.arrays.items()}}
+                entry = write_shard(path, arrays)
+                entries[name] = {"file": str(path), "states": [k for k in shard.arrays if k != name], **entry}
+            return entries
+
+    def load_tables(self, dirname: str, tables: dict[str, dict[str, Any]], names: Sequence[str] | None) -> None:
+        """Load the rows of ``tables`` (a save's entries; only ``names`` when given) this server holds by the
+        rule ``id % servers``, from every shard of the save, whatever the number of servers that made it.
+        Everything is read and checked before any shard of this server changes."""
+        chosen = list(tables) if names is None else list(names)
+        loaded = {}
+        for name in chosen:
+            shard = self._table(name)
+            entry = tables.get(name)
+            if entry is None:
+                raise BlockirError(f"{dirname}: the save has no table {name!r} (it has {sorted(tables)})")
+            if entry["dim"] != shard.table.dim or entry["dtype"] != shard.table.dtype:
+                raise BlockirError(
+                    f"{dirname}: table {name!r} is saved as {entry['dtype']}[-1, {entry['dim']}], the program "
+                    f"declares {shard.table.dtype}[{shard.table.height}, {shard.table.dim}]"
+                )
+            missing = sorted(set(shard.arrays) - {name} - set(entry["states"]))
+            if missing:
+                raise BlockirError(f"{dirname}: table {name!r} is saved without the optimizer state {missing}")
+            parts = [read_shard(dirname, s, list(shard.arrays)) for s in entry["shards"]]
+            ids = np.concatenate([p["ids"] for p in parts])
+            mine = ids % self.servers == self.index
+            loaded[name] = (ids[mine], {k: np.concatenate([p[k] for p in parts])[mine] for k in shard.arrays})
+        with self._lock:
+            for name, (ids, arrays) in loaded.items():
+                self._check_ids(self._table(name), ids)
+                shard = self._table(name)
+                shard.ids, shard.arrays = ids, arrays
+                shard.index = {int(i): k for k, i in enumerate(ids.tolist())}
+                shard.seen.clear()
 
     def finish(self, worker: int) -> None:
         """Worker ``worker`` is done (``fleet.stop_worker``)."""

@@ -15,7 +15,10 @@ read without ever executing code from a file. Two layouts:
 
   A ``/`` in a name makes subdirectories of the generation's directory, as in
   Fluid. ``kind`` is ``dense``, ``lod_tensor`` or ``selected_rows``; ``file``
-  is relative to ``dirname``, with ``/`` separators.
+  is relative to ``dirname``, with ``/`` separators. A parameter server's save
+  (:func:`save_sharded`) adds ``tables``: per sparse table its shape, dtype,
+  sharding rule, the optimizer state saved with its rows, and its shards (file,
+  rows, sha256), written by the servers into the same generation.
 * **a bundle** (``filename``): one zip archive of stored (uncompressed) ``.npy``
   members, so ``np.load`` opens it as an ``.npz``, plus ``index.json`` telling
   each variable's kind and members: a LoDTensor's data and one array per LoD
@@ -53,6 +56,7 @@ naming the file.
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import io
 import json
 import math
@@ -64,7 +68,7 @@ import struct
 import tokenize
 import zipfile
 from collections.abc import Callable, Iterable, Iterator, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
 from typing import IO, Any, cast
 
@@ -105,7 +109,11 @@ __all__ = [
     "load_params",
     "load_persistables",
     "load_vars",
+    "read_shard",
     "save_inference_model",
+    "save_sharded",
+    "saved_tables",
+    "write_shard",
     "save_params",
     "save_persistables",
     "save_vars",
@@ -405,13 +413,16 @@ def _load_from_bundle(path: Path, name: str) -> Any:
 
 @dataclass
 class _Manifest:
-    """A directory's manifest: the generation of the save that wrote it and each variable's entry."""
+    """A directory's manifest: the generation of the save that wrote it, each variable's entry, and the
+    sparse tables a parameter server's shards hold (:func:`save_sharded`)."""
 
     generation: int
     vars: dict[str, dict[str, str]]  # name -> {"kind": one of _KINDS, "file": path relative to the directory}
+    tables: dict[str, dict[str, Any]] = field(default_factory=dict)  # name -> its entry (save_sharded)
 
     def files(self) -> set[str]:
-        return {entry["file"] for entry in self.vars.values()}
+        shards = {shard["file"] for entry in self.tables.values() for shard in entry["shards"]}
+        return {entry["file"] for entry in self.vars.values()} | shards
 
 
 def _read_manifest(base: Path) -> _Manifest | None:
@@ -440,7 +451,30 @@ def _read_manifest(base: Path) -> _Manifest | None:
         if not isinstance(entry, dict) or entry.get("kind") not in _KINDS or not isinstance(entry.get("file"), str):
             raise BlockirError(f"{where}: bad entry for variable {name!r}: {entry!r}")
         _inside(base, entry["file"], f"{where}: the file of variable {name!r},")
-    return _Manifest(generation, entries)
+    tables = doc.get("tables", {})
+    if not isinstance(tables, dict):
+        raise BlockirError(f"{where}: not a blockir manifest (bad tables)")
+    for name, table in tables.items():
+        _check_table_entry(base, where, name, table)
+    return _Manifest(generation, entries, tables)
+
+
+_TABLE_KEYS = {"height": int, "dim": int, "dtype": str, "servers": int, "rule": str, "states": list, "shards": list}
+
+
+def _check_table_entry(base: Path, where: str, name: str, table: Any) -> None:
+    if not isinstance(table, dict) or any(not isinstance(table.get(k), t) for k, t in _TABLE_KEYS.items()):
+        raise BlockirError(f"{where}: bad entry for table {name!r}")
+    if table["rule"] != "id % servers" or len(table["shards"]) != table["servers"]:
+        raise BlockirError(f"{where}: table {name!r}: {len(table['shards'])} shards of {table['servers']} servers")
+    for shard in table["shards"]:
+        if (
+            not isinstance(shard, dict)
+            or not isinstance(shard.get("file"), str)
+            or not isinstance(shard.get("sha256"), str)
+        ):
+            raise BlockirError(f"{where}: bad shard entry of table {name!r}: {shard!r}")
+        _inside(base, shard["file"], f"{where}: a shard of table {name!r},")
 
 
 def _write_manifest(base: Path, manifest: _Manifest) -> None:
@@ -449,6 +483,7 @@ def _write_manifest(base: Path, manifest: _Manifest) -> None:
         "version": _MANIFEST_VERSION,
         "generation": manifest.generation,
         "vars": manifest.vars,
+        **({"tables": manifest.tables} if manifest.tables else {}),  # a parameter server's save (save_sharded)
     }
     with atomic_file(base / MANIFEST_FILE) as f:
         f.write(json.dumps(doc, indent=1).encode())
@@ -477,15 +512,21 @@ def _generations(base: Path) -> dict[int, Path]:
         return {int(m[1]): p for p in base.iterdir() if (m := _GENERATION.fullmatch(p.name))}
 
 
-def _save_files(dirname: str | os.PathLike[str], values: dict[str, Any]) -> None:
-    """Save ``values`` one file each as a new generation, then point the manifest at it (see the module doc)."""
+def _save_files(
+    dirname: str | os.PathLike[str],
+    values: dict[str, Any],
+    shards: Callable[[Path], dict[str, dict[str, Any]]] | None = None,
+) -> None:
+    """Save ``values`` one file each as a new generation, then point the manifest at it (see the module doc);
+    ``shards`` (:func:`save_sharded`) writes the tables' shards into the generation's directory and returns
+    their manifest entries."""
     base = Path(dirname).resolve()  # as _inside gives paths
     legacy = {name: _files(base, name) for name in values}  # every name is checked before anything is written
     with os_errors(base, "write"):
         make_dirs(base)
     old = _read_manifest(base)
     generation = max([old.generation if old else 0, *_generations(base)]) + 1
-    new = _Manifest(generation, dict(old.vars) if old else {})
+    new = _Manifest(generation, dict(old.vars) if old else {}, dict(old.tables) if old else {})
     gen_dir = base / f"gen-{generation:06d}"
     with os_errors(gen_dir, "write"):
         gen_dir.mkdir()
@@ -503,6 +544,14 @@ def _save_files(dirname: str | os.PathLike[str], values: dict[str, Any]) -> None
                     _write_bundle(f, {name: value})
             new.vars[name] = {"kind": entry["kind"], "file": path.relative_to(base).as_posix()}
             written.append(path)
+        if shards is not None:
+            for name, table in shards(gen_dir).items():
+                for shard in table["shards"]:
+                    path = _inside(base, shard["file"], f"a shard of table {name!r}")
+                    if not path.is_relative_to(gen_dir):
+                        raise BlockirError(f"a shard of table {name!r} was written outside the save: {path}")
+                    written.append(path)
+                new.tables[name] = table
         with os_errors(gen_dir, "write"):
             for directory in {d for path in written for d in path.parents if d.is_relative_to(gen_dir)} | {base}:
                 sync_dir(directory)
@@ -516,6 +565,61 @@ def _save_files(dirname: str | os.PathLike[str], values: dict[str, Any]) -> None
         else [base / file for file in old.files() - new.files() if _GENERATION.fullmatch(PurePosixPath(file).parts[0])]
     )
     _remove_stale(base, new, stale + [path for pair in legacy.values() for path in pair])
+
+
+def save_sharded(
+    dirname: str | os.PathLike[str],
+    values: dict[str, Any],
+    shards: Callable[[Path], dict[str, dict[str, Any]]],
+) -> None:
+    """A save by several writers (a parameter server's): ``values`` (name -> value) one file each as
+    :func:`save_vars` writes them, and the sparse tables ``shards(gen_dir)`` writes into the save's new
+    generation directory (each writer its shard files, synced), returning each table's manifest entry
+    (``height``, ``dim``, ``dtype``, ``servers``, ``rule`` = ``"id % servers"``, ``states``: the optimizer
+    state saved with each row, ``shards``: per server ``{"file": path relative to dirname, "rows": n,
+    "sha256": hex}``). The manifest, naming everything, is written last: until then the previous save is
+    the one that loads."""
+    _save_files(dirname, values, shards)
+
+
+def saved_tables(dirname: str | os.PathLike[str]) -> dict[str, dict[str, Any]]:
+    """The sparse tables a save holds (:func:`save_sharded`'s entries); an error naming the directory when it
+    is not a save (no manifest: an interrupted save is never loaded)."""
+    manifest = _read_manifest(Path(dirname).resolve())
+    if manifest is None:
+        raise BlockirError(f"{str(dirname)!r} is not a save: it has no {MANIFEST_FILE} (an interrupted save has none)")
+    return manifest.tables
+
+
+def write_shard(path: Path, arrays: dict[str, np.ndarray]) -> dict[str, Any]:
+    """Write a table shard (``arrays``: ``ids`` and one array per saved array of the rows) as a bundle file,
+    created and synced; its ``rows`` and ``sha256`` for the manifest."""
+    with _new_file(path) as f:
+        _write_bundle(f, arrays)
+    return {"rows": int(len(arrays["ids"])), "sha256": _sha256(path)}
+
+
+def _sha256(path: Path) -> str:
+    digest = hashlib.sha256()
+    with os_errors(path, "read"), open(path, "rb") as f:
+        for chunk in iter(lambda: f.read(1 << 20), b""):
+            digest.update(chunk)
+    return digest.hexdigest()
+
+
+def read_shard(dirname: str | os.PathLike[str], shard: dict[str, Any], names: Sequence[str]) -> dict[str, np.ndarray]:
+    """A table shard's arrays (``ids`` and ``names``), its checksum checked first."""
+    path = _inside(dirname, shard["file"], "a table shard")
+    if _sha256(path) != shard["sha256"]:
+        raise BlockirError(f"{path}: checksum mismatch (the shard changed or was cut short since it was saved)")
+    bundle = _Bundle(path)
+    try:
+        arrays = {name: np.asarray(bundle.load(name)) for name in ("ids", *names)}
+    finally:
+        bundle.close()
+    if any(len(a) != shard["rows"] for a in arrays.values()):
+        raise BlockirError(f"{path}: the shard holds other than its {shard['rows']} rows")
+    return arrays
 
 
 def _remove_stale(base: Path, manifest: _Manifest, files: list[Path]) -> None:

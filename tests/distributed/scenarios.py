@@ -22,11 +22,24 @@ ASYNC_EPOCHS, ASYNC_DOCS, HELDOUT_DOCS = 1, 16000, 4000  # enough to come near t
 
 
 def sync_run(
-    out: Path, backend: str, servers: int, workers: int, model: str, optimizer: str, entry: str = "", mode: str = "sync"
+    out: Path,
+    backend: str,
+    servers: int,
+    workers: int,
+    model: str,
+    optimizer: str,
+    entry: str = "",
+    mode: str = "sync",
+    steps: int = 3,
+    save: Path | None = None,
+    phase: str = "",
 ) -> dict:
-    """Train ``model`` 3 steps (in sync mode, or ``mode``); what the roles wrote, and the launch's failures."""
+    """Train ``model`` ``steps`` steps (in sync mode, or ``mode``; with ``save``, saving there at the end or
+    starting from it: ``phase`` ``save`` or ``load``); the launch's failures."""
     out.mkdir(parents=True, exist_ok=True)
-    args = [str(out), model, optimizer, "3", mode, entry]
+    args = [str(out), model, optimizer, str(steps), mode, entry]
+    if save is not None:
+        args += [str(save), phase]
     result = launch(SCRIPTS / "sync_train.py", servers, workers, args, backend=backend, timeout=120)
     return {"failures": result.failures}
 
@@ -48,6 +61,12 @@ def run_all(root: Path, backend: str) -> dict[str, Any]:
     failures["async-bow"] = async_run(root / "async-bow", backend)
     failures["geo-bow"] = async_run(root / "geo-bow", backend, k_steps=4)
     failures["failing"] = launch(SCRIPTS / "failing.py", 2, 2, [], backend=backend, timeout=60).failures
+    for model, optimizer in (("sparse", "adam"), ("dense", "adam")):
+        try:
+            check_restart(root / f"restart-{model}", backend, model, optimizer, 3)
+            failures[f"restart-{model}"] = {}
+        except AssertionError as e:  # judged in the test process
+            failures[f"restart-{model}"] = {"check": str(e)[:2000]}
     return failures
 
 
@@ -93,6 +112,19 @@ def check_matches_plain_training(out: Path, optimizer: str, model: str = "dense"
     if model == "sparse":  # the table's rows as the servers hold them
         want = np.asarray(scope.get(ps_models.TABLE))[got["seen"]]
         np.testing.assert_allclose(got["table"], want, rtol=1e-10, atol=1e-12)
+
+
+def check_restart(root: Path, backend: str, model: str, optimizer: str, servers_after: int) -> None:
+    """2 steps on 2 servers and 2 workers, saved; 2 more from the save on ``servers_after`` servers: equal to 4
+    steps straight."""
+    save = root / "save"
+    runs = [
+        sync_run(root / "straight", backend, 2, 2, model, optimizer, steps=4),
+        sync_run(root / "first", backend, 2, 2, model, optimizer, steps=2, save=save, phase="save"),
+        sync_run(root / "second", backend, servers_after, 2, model, optimizer, steps=2, save=save, phase="load"),
+    ]
+    assert [run["failures"] for run in runs] == [{}, {}, {}]
+    check_sync_equal(root / "straight", root / "second", 2)
 
 
 def check_rows_on_their_servers(out: Path, servers: int) -> None:

@@ -120,3 +120,54 @@ def test_async_executor_thread_workers_inside_ps_workers_train_from_files(tmp_pa
     report = json.loads((tmp_path / "files.json").read_text())
     assert report["accuracy"] >= report["reference"] - 0.01, report  # the single process on the same files
     assert report["stats"]["prefetched_rows"] > 0  # rows of coming batches pulled while one ran
+
+
+@pytest.mark.parametrize(("model", "optimizer"), [("sparse", "adam"), ("sparse", "adagrad"), ("dense", "adam")])
+@pytest.mark.parametrize("servers_after", [1, 3])
+def test_training_n_steps_saving_and_m_more_from_the_save_equals_n_plus_m_straight(
+    tmp_path: Path, model: str, optimizer: str, servers_after: int
+) -> None:
+    """Saved by 2 servers, loaded by 1 or 3 (the rows resharded), the optimizer state of rows and blocks kept."""
+    scenarios.check_restart(tmp_path, "inprocess", model, optimizer, servers_after)
+
+
+def test_a_bad_save_is_refused_naming_what_is_wrong(tmp_path: Path) -> None:
+    from blockir.io.persistence import MANIFEST_FILE
+
+    save = tmp_path / "save"
+    assert (
+        scenarios.sync_run(tmp_path / "a", "inprocess", 2, 1, "sparse", "sgd", save=save, phase="save")["failures"]
+        == {}
+    )
+    shard = next((save).rglob("shard-000-of-002.npz"))
+    data = bytearray(shard.read_bytes())
+    data[len(data) // 2] ^= 0xFF
+    shard.write_bytes(bytes(data))
+    failures = scenarios.sync_run(tmp_path / "b", "inprocess", 2, 1, "sparse", "sgd", save=save, phase="load")[
+        "failures"
+    ]
+    assert "checksum mismatch" in failures["server 0"] and "shard-000-of-002.npz" in failures["server 0"]
+    (save / MANIFEST_FILE).unlink()
+    failures = scenarios.sync_run(tmp_path / "c", "inprocess", 2, 1, "sparse", "sgd", save=save, phase="load")[
+        "failures"
+    ]
+    assert "is not a save: it has no manifest.json" in failures["server 0"]
+
+
+def test_init_server_refuses_var_names_that_are_not_sparse_tables(tmp_path: Path) -> None:
+    import blockir as bir
+    from blockir.distributed import fleet
+    from tests.distributed.scripts import ps_models
+
+    def script() -> None:
+        fleet.init()
+        loss = ps_models.build("sparse")
+        fleet.distributed_optimizer(bir.optimizer.SGD(0.1), fleet.DistributedStrategy()).minimize(loss)
+        if fleet.is_server():
+            fleet.init_server(tmp_path, var_names=["fc_0.w_0"])
+        else:
+            fleet.init_worker()
+
+    failures = launch(script, 1, 1, timeout=30).failures
+    assert "var_names entry 'fc_0.w_0' is not a sparse table of the program" in failures["server 0"]
+    assert "will not start: the run was stopped" in failures["worker 0"]  # not a wait of 30 s

@@ -89,5 +89,10 @@ def test_geo_on_ray_reaches_the_single_process_accuracy(ray_results: Path) -> No
     scenarios.check_async_accuracy(ray_results / "geo-bow", scenarios.single_process_bow_accuracy())
 
 
+@pytest.mark.parametrize("model", ["sparse", "dense"])
+def test_a_save_on_ray_restarts_training_exactly_on_other_servers(ray_results: Path, model: str) -> None:
+    assert _report(ray_results)["failures"][f"restart-{model}"] == {}
+
+
 def test_a_failing_worker_on_ray_ends_the_launch_naming_it(ray_results: Path) -> None:
     scenarios.check_failing(_report(ray_results)["failures"]["failing"])

@@ -1,13 +1,14 @@
 """A fleet script for the tests: train a model for some steps, write what came out.
 
-    python sync_train.py OUT MODEL OPTIMIZER STEPS MODE [ENTRY]
+    python sync_train.py OUT MODEL OPTIMIZER STEPS MODE [ENTRY [SAVE_DIR save|load]]
 
 MODEL ``dense`` or ``sparse``, OPTIMIZER ``sgd``, ``adam`` or ``adagrad``, MODE ``sync``, ``async`` or ``geoK``
 (GEO-SGD exchanging every K steps), ENTRY
 ``count2`` for a CountFilterEntry(2) table (ps_models.py). Each worker trains on its share of one fixed batch.
 Worker ``k`` writes ``OUT/worker{k}.npz``: its losses, its dense parameters and, from worker 0, the table's
 rows at the batch's ids as the servers hold them. Server ``k`` writes ``OUT/server{k}.npz``: the ids of the rows
-it holds and how many updates it applied.
+it holds and how many updates it applied. With SAVE_DIR: ``save`` saves the model there at the end (worker 0's
+fleet.save_persistables), ``load`` starts from it (the servers' init_server(SAVE_DIR), worker 0's load_vars).
 """
 
 import sys
@@ -20,6 +21,7 @@ from blockir.distributed import fleet
 
 out, model, optimizer, steps, mode = sys.argv[1], sys.argv[2], sys.argv[3], int(sys.argv[4]), sys.argv[5]
 entry = sys.argv[6] if len(sys.argv) > 6 else ""
+save_dir, phase = (sys.argv[7], sys.argv[8]) if len(sys.argv) > 8 else ("", "")  # phase: save (at the end) or load
 
 fleet.init()
 loss = build(model, entry)
@@ -30,7 +32,7 @@ if mode.startswith("geo"):  # geo1, geo3: GEO-SGD exchanging every 1 or 3 steps
 fleet.distributed_optimizer(OPTIMIZERS[optimizer](), strategy).minimize(loss)
 
 if fleet.is_server():
-    fleet.init_server()
+    fleet.init_server(save_dir if phase == "load" else None)
     fleet.run_server()
     server = fleet.server()
     np.savez(
@@ -41,6 +43,8 @@ if fleet.is_server():
 else:
     exe = bir.Executor("cpu")
     exe.run(fleet.startup_program)
+    if phase == "load" and fleet.is_first_worker():  # the dense parameters and their optimizer state
+        bir.io.load_vars(exe, save_dir, main_program=loss.block.program, vars=fleet.dense_vars(loss.block.program))
     fleet.init_worker()
     k, n = fleet.worker_index(), fleet.worker_num()
     losses = [exe.run(fleet.main_program, feed=batch(model, k, n), fetch_list=[loss])[0] for _ in range(steps)]
@@ -53,5 +57,7 @@ else:
         values["seen"] = seen
         values["table"] = fleet.communicator().pull_sparse(TABLE, seen)
     np.savez(f"{out}/worker{k}.npz", losses=np.array(losses), **values)
-    fleet.barrier_worker()  # worker 0's pulls come before anybody's stop
+    if phase == "save" and k == 0:
+        fleet.save_persistables(exe, save_dir)
+    fleet.barrier_worker()  # worker 0's pulls (and save) come before anybody's stop
     fleet.stop_worker()
