@@ -13,7 +13,7 @@ import sys
 from collections.abc import Callable, Sequence
 
 import blockir
-from blockir.cli import demo, launch, opt, passes, run, show, train, viz
+from blockir.cli import demo, launch, opt, passes, ps, run, show, train, viz
 from blockir.cli.common import Parser
 from blockir.errors import BlockirError
 
@@ -33,6 +33,7 @@ def build_parser() -> argparse.ArgumentParser:
     passes.add(commands)
     viz.add(commands)
     launch.add(commands)
+    ps.add(commands)
     return parser
 
 

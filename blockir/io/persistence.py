@@ -113,6 +113,7 @@ __all__ = [
     "save_inference_model",
     "save_sharded",
     "saved_tables",
+    "saved_values",
     "write_shard",
     "save_params",
     "save_persistables",
@@ -589,6 +590,14 @@ def saved_tables(dirname: str | os.PathLike[str]) -> dict[str, dict[str, Any]]:
     if manifest is None:
         raise BlockirError(f"{str(dirname)!r} is not a save: it has no {MANIFEST_FILE} (an interrupted save has none)")
     return manifest.tables
+
+
+def saved_values(dirname: str | os.PathLike[str]) -> dict[str, Any]:
+    """Every variable a save's manifest names (its dense part: the tables' shards are :func:`saved_tables`)."""
+    manifest = _read_manifest(Path(dirname).resolve())
+    if manifest is None:
+        raise BlockirError(f"{str(dirname)!r} is not a save: it has no {MANIFEST_FILE} (an interrupted save has none)")
+    return {name: _load_file(dirname, manifest, name) for name in manifest.vars}
 
 
 def write_shard(path: Path, arrays: dict[str, np.ndarray]) -> dict[str, Any]:

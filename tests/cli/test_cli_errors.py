@@ -202,6 +202,11 @@ CASES: dict[str, tuple[Case, str]] = {
     "demo --workdir a file": (lambda w: ["demo", "--workdir", str(w / "x.npy")], "not a directory"),
     "demo --epochs 0": (lambda w: ["demo", "--epochs", "0", "--workdir", str(w / "d")], "--epochs"),
     # train
+    "ps inspect: not a save": (lambda w: ["ps", "inspect", str(w / "model")], "is not a save"),
+    "ps reshard --servers 0": (
+        lambda w: ["ps", "reshard", str(w / "model"), str(w / "out"), "--servers", "0"],
+        "--servers must be an int >= 1",
+    ),
     "launch: script missing": (lambda w: ["launch", str(w / "nope.py")], "nope.py"),
     "launch --servers 0": (lambda w: ["launch", "--servers", "0", str(w / "x.npy")], "--servers must be at least 1"),
     "launch --workers 0": (lambda w: ["launch", "--workers", "0", str(w / "x.npy")], "--workers must be at least 1"),

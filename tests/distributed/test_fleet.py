@@ -171,3 +171,36 @@ def test_init_server_refuses_var_names_that_are_not_sparse_tables(tmp_path: Path
     failures = launch(script, 1, 1, timeout=30).failures
     assert "var_names entry 'fc_0.w_0' is not a sparse table of the program" in failures["server 0"]
     assert "will not start: the run was stopped" in failures["worker 0"]  # not a wait of 30 s
+
+
+def test_blockir_ps_inspects_a_save_and_reshards_it(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    import json
+
+    import numpy as np
+
+    from blockir.cli import main
+
+    save = tmp_path / "save"
+    first = scenarios.sync_run(tmp_path / "a", "inprocess", 2, 2, "sparse", "adam", steps=2, save=save, phase="save")
+    assert first["failures"] == {}
+    assert main(["ps", "inspect", str(save), "--json"]) == 0
+    report = json.loads(capsys.readouterr().out)
+    table = report["tables"]["embedding_0.w_0"]
+    seen = np.load(tmp_path / "a" / "worker0.npz")["seen"]
+    assert table["servers"] == 2 and sum(table["rows"]) == len(seen) and table["bytes"] > 0
+    assert table["rows"] == [int((seen % 2 == k).sum()) for k in range(2)]
+    assert table["states"] == ["embedding_0.w_0_moment1_0", "embedding_0.w_0_moment2_0"]
+    assert "fc_0.w_0_moment1_0" in report["dense"] and "learning_rate_0" in report["dense"]
+    assert main(["ps", "inspect", str(save)]) == 0
+    assert capsys.readouterr().out.startswith(f"table embedding_0.w_0: float64[40, 8], {len(seen)} rows on 2 servers")
+    moved = tmp_path / "moved"
+    assert main(["ps", "reshard", str(save), str(moved), "--servers", "3"]) == 0
+    assert main(["ps", "inspect", str(moved), "--json"]) == 0
+    assert json.loads(capsys.readouterr().out.split("\n", 1)[1])["tables"]["embedding_0.w_0"]["servers"] == 3
+    # the moved save restarts training as the original does
+    for name, where in (("orig", save), ("moved", moved)):
+        run = scenarios.sync_run(
+            tmp_path / name, "inprocess", 3, 2, "sparse", "adam", steps=2, save=where, phase="load"
+        )
+        assert run["failures"] == {}
+    scenarios.check_sync_equal(tmp_path / "orig", tmp_path / "moved", 2)
