@@ -364,13 +364,15 @@ def save_persistables(
     this worker writes every dense parameter and its optimizer state (the state pulled from the servers,
     where the dense optimizer runs), every server its shard of each sparse table with the rows' optimizer
     state, all under ``dirname`` (``bir.io``'s layout); the manifest naming them is written last, so an
-    interrupted save never loads and the previous one still does. ``mode=0``: a full save; delta saves
-    (``mode=1``) are not supported."""
+    interrupted save never loads and the previous one still does. ``mode=0``: a full save (a base);
+    ``mode=1``: a delta, only the rows changed since the last save, added to the chain a load applies in order
+    (each save also records the sightings of ids not yet admitted, so a base-and-deltas load never forgets
+    them)."""
     state = _fleet()
     if state.role.kind != "worker":
         raise BlockirError(f"save_persistables: this role is server {state.role.index}; a worker saves")
-    if mode != 0:
-        raise BlockirError(f"save_persistables: mode={mode!r}: only full saves (mode=0) are supported")
+    if mode not in (0, 1):
+        raise BlockirError(f"save_persistables: mode must be 0 (full) or 1 (delta), got {mode!r}")
     split_, mine = _split(), communicator()
     program = main_program or state.program
     assert program is not None
@@ -382,32 +384,44 @@ def save_persistables(
             np.asarray(scope.get(var.name)) if var.name in held else _server_value(split_, mine, program, var.name)
         )
     tables = {t.name: t for t in split_.tables}
+    before = saved_tables(dirname) if mode == 1 and tables else {}
+    base = Path(dirname).resolve()
+    for name in tables:
+        if mode == 1 and (name not in before or before[name]["servers"] != len(mine.handles)):
+            raise BlockirError(
+                f"save_persistables: a delta save (mode=1) of table {name!r} needs a full save of it by "
+                f"{len(mine.handles)} servers in {str(dirname)!r} first"
+            )
 
     def shards(directory: Path) -> dict[str, dict[str, Any]]:
-        written = [h.submit("save_shards", str(directory)).result() for h in mine.handles]
-        base = Path(dirname).resolve()
-        return {
-            name: {
-                "height": table.height,
-                "dim": table.dim,
-                "dtype": table.dtype,
-                "servers": len(written),
-                "rule": "id % servers",
-                "states": written[0][name]["states"],
-                "shards": [
-                    {
-                        "file": Path(w[name]["file"]).relative_to(base).as_posix(),
-                        "rows": w[name]["rows"],
-                        "sha256": w[name]["sha256"],
-                    }
-                    for w in written
-                ],
-            }
-            for name, table in tables.items()
-        }
+        written = [h.submit("save_shards", str(directory), mode == 1).result() for h in mine.handles]
+        entries = {}
+        for name, table in tables.items():
+            saved = [
+                {
+                    k: Path(w[name]["file"]).relative_to(base).as_posix() if k == "file" else w[name][k]
+                    for k in ("file", "rows", "sha256")
+                }
+                for w in written
+            ]
+            if mode == 1:
+                entries[name] = {**before[name], "deltas": [*before[name].get("deltas", []), {"shards": saved}]}
+            else:
+                entries[name] = {
+                    "height": table.height,
+                    "dim": table.dim,
+                    "dtype": table.dtype,
+                    "servers": len(written),
+                    "rule": "id % servers",
+                    "states": written[0][name]["states"],
+                    "shards": saved,
+                }
+        return entries
 
     _ = executor  # the values are host arrays: the executor's place does not matter here
     save_sharded(dirname, values, shards)
+    for handle in mine.handles:  # complete: the rows written count as saved (a delta starts from here)
+        handle.submit("commit_save").result()
 
 
 def _state_parts(split_: Split, program: Program, name: str) -> tuple[list[DenseBlock], bool]:

@@ -25,12 +25,13 @@ __all__ = ["inspect", "reshard"]
 
 
 def inspect(dirname: str | os.PathLike[str]) -> dict[str, Any]:
-    """The tables of a save (rows per shard, bytes, servers, rule, the optimizer state saved with the rows) and
-    its dense variables (each described, bytes)."""
+    """The tables of a save (rows per shard of the base save and of each delta after it, bytes, servers, rule,
+    the optimizer state saved with the rows) and its dense variables (each described)."""
     base = Path(dirname)
     tables = {}
     for name, entry in saved_tables(base).items():
-        files = [base / shard["file"] for shard in entry["shards"]]
+        chain = [entry["shards"], *(delta["shards"] for delta in entry.get("deltas", ()))]
+        files = [base / shard["file"] for shards in chain for shard in shards]
         tables[name] = {
             "shape": [entry["height"], entry["dim"]],
             "dtype": entry["dtype"],
@@ -38,6 +39,7 @@ def inspect(dirname: str | os.PathLike[str]) -> dict[str, Any]:
             "rule": entry["rule"],
             "states": entry["states"],
             "rows": [shard["rows"] for shard in entry["shards"]],
+            "deltas": [[shard["rows"] for shard in delta["shards"]] for delta in entry.get("deltas", ())],
             "bytes": sum(f.stat().st_size for f in files),
         }
     dense = {name: describe_value(value) for name, value in saved_values(base).items()}
@@ -51,16 +53,40 @@ def format_inspection(report: dict[str, Any]) -> str:
         rows = table["rows"]
         lines.append(
             f"table {name}: {table['dtype']}{table['shape']}, {sum(rows)} rows on {table['servers']} servers "
-            f"({', '.join(map(str, rows))}; rule {table['rule']}), {table['bytes']:,} bytes, row state: "
-            f"{', '.join(table['states']) or 'none'}"
+            f"({', '.join(map(str, rows))}; rule {table['rule']}), "
+            + "".join(f"delta {k + 1}: {sum(d)} rows, " for k, d in enumerate(table["deltas"]))
+            + f"{table['bytes']:,} bytes, row state: {', '.join(table['states']) or 'none'}"
         )
     for name, described in report["dense"].items():
         lines.append(f"dense {name}: {described}")
     return "\n".join(lines) or "an empty save"
 
 
+def _flatten(
+    src: str | os.PathLike[str], name: str, entry: dict[str, Any]
+) -> tuple[np.ndarray, dict[str, np.ndarray], np.ndarray, np.ndarray]:
+    """A table's rows as its chain of saves leaves them (the base, each delta's rows replacing earlier ones),
+    and the sightings of the ids not admitted as of the last save."""
+    names = [name, *entry["states"]]
+    rows: dict[int, dict[str, np.ndarray]] = {}
+    pending, counts = np.zeros(0, np.int64), np.zeros(0, np.int64)
+    for shards in [entry["shards"], *(d["shards"] for d in entry.get("deltas", ()))]:
+        parts = [read_shard(src, shard, names, ("pending_ids", "pending_counts")) for shard in shards]
+        for part in parts:
+            for k, i in enumerate(part["ids"].tolist()):
+                rows[i] = {key: part[key][k] for key in names}
+        pending = np.concatenate([p["pending_ids"] for p in parts])
+        counts = np.concatenate([p["pending_counts"] for p in parts])
+    ids = np.array(sorted(rows), np.int64)
+    width = (0, entry["dim"])
+    arrays = {key: np.array([rows[i][key] for i in ids.tolist()]).reshape(-1, width[1]) for key in names}
+    keep = ~np.isin(pending, ids)
+    return ids, arrays, pending[keep], counts[keep]
+
+
 def reshard(src: str | os.PathLike[str], dst: str | os.PathLike[str], servers: int) -> None:
-    """Write ``src``'s save to ``dst`` with its tables cut for ``servers`` servers (rule ``id % servers``)."""
+    """Write ``src``'s save to ``dst`` as one full save (its chain of deltas applied) with its tables cut for
+    ``servers`` servers (rule ``id % servers``)."""
     if isinstance(servers, bool) or not isinstance(servers, int) or servers < 1:
         raise BlockirError(f"reshard: --servers must be an int >= 1, got {servers!r}")
     if Path(src).resolve() == Path(dst).resolve():
@@ -72,16 +98,22 @@ def reshard(src: str | os.PathLike[str], dst: str | os.PathLike[str], servers: i
     def shards(directory: Path) -> dict[str, dict[str, Any]]:
         entries = {}
         for name, entry in tables.items():
-            arrays_of = [name, *entry["states"]]
-            parts = [read_shard(src, shard, arrays_of) for shard in entry["shards"]]
-            joined = {key: np.concatenate([p[key] for p in parts]) for key in ("ids", *arrays_of)}
-            owner = joined["ids"] % servers
+            ids, rows, pending, counts = _flatten(src, name, entry)
             cut = []
             for k in range(servers):
-                path = directory / "tables" / name / f"shard-{k:03d}-of-{servers:03d}.npz"
-                mine = {key: array[owner == k] for key, array in joined.items()}
-                cut.append({"file": path.relative_to(base).as_posix(), **write_shard(path, mine)})
-            entries[name] = {**entry, "servers": servers, "shards": cut}
+                path = directory / "tables" / name / f"base-{k:03d}-of-{servers:03d}.npz"
+                mine, waiting = ids % servers == k, pending % servers == k
+                arrays = {
+                    "ids": ids[mine],
+                    **{key: array[mine] for key, array in rows.items()},
+                    "pending_ids": pending[waiting],
+                    "pending_counts": counts[waiting],
+                }
+                cut.append({"file": path.relative_to(base).as_posix(), **write_shard(path, arrays)})
+            entries[name] = {key: v for key, v in entry.items() if key != "deltas"} | {
+                "servers": servers,
+                "shards": cut,
+            }
         return entries
 
     save_sharded(dst, values, shards)

@@ -115,6 +115,8 @@ class _Shard:
         dtype = np.dtype(table.dtype)
         self.arrays = {name: np.zeros((0, table.dim), dtype) for name in (table.name, *states)}
         self.seen: dict[int, int] = {}  # sightings of ids not yet admitted
+        self.dirty: set[int] = set()  # ids whose row changed (made or updated) since the last save
+        self.saving: set[int] = set()  # the dirty ids a save in progress wrote (cleared once it is complete)
 
     def __len__(self) -> int:
         return len(self.index)
@@ -161,6 +163,16 @@ class _Shard:
             self.arrays[name] = np.concatenate([array, _init_rows(op, ids, self.table.dim).astype(array.dtype)])
         self.index.update((i, start + k) for k, i in enumerate(ids))
         self.ids = np.concatenate([self.ids, np.asarray(ids, np.int64)])
+        self.dirty.update(ids)
+
+    def install(self, ids: np.ndarray, arrays: dict[str, np.ndarray]) -> None:
+        """Set the rows of ``ids`` (made if new) to ``arrays`` (a loaded save's)."""
+        new = [int(i) for i in ids.tolist() if int(i) not in self.index]
+        if new:
+            self._make(new)
+        at = self.rows(ids)
+        for name, values in arrays.items():
+            self.arrays[name][at] = values
 
 
 def _init_rows(op: Operator, ids: list[int], dim: int) -> np.ndarray:
@@ -382,17 +394,36 @@ class ParameterServer:
                     raise BlockirError(f"parameter server {self.index} has no variable {name!r}")
                 self.scope.set(name, np.array(value, copy=True))
 
-    def save_shards(self, directory: str) -> dict[str, dict[str, Any]]:
-        """Write this server's shard of every table (its rows, their optimizer state) into ``directory`` (a
-        save's generation directory); per table, the shard's manifest entry."""
+    def save_shards(self, directory: str, delta: bool = False) -> dict[str, dict[str, Any]]:
+        """Write this server's shard of every table into ``directory`` (a save's generation directory): every
+        row (``delta``: only the rows changed since the last complete save) with its optimizer state, and the
+        admission state of the ids not yet admitted (their sightings), so that no load forgets them. Per
+        table, the shard's manifest entry. The rows count as saved once :meth:`commit_save` says the save is
+        complete."""
         with self._lock:
             entries = {}
             for name, shard in self.shards.items():
-                path = Path(directory) / "tables" / name / f"shard-{self.index:03d}-of-{self.servers:03d}.npz"
-                arrays = {"ids": shard.ids, **{k: v for k, v in shard.arrays.items()}}
+                kind = "delta" if delta else "base"
+                path = Path(directory) / "tables" / name / f"{kind}-{self.index:03d}-of-{self.servers:03d}.npz"
+                at = shard.rows(np.array(sorted(shard.dirty), np.int64)) if delta else np.arange(len(shard.ids))
+                pending = np.array(sorted(shard.seen), np.int64)
+                arrays = {
+                    "ids": shard.ids[at],
+                    **{k: v[at] for k, v in shard.arrays.items()},
+                    "pending_ids": pending,
+                    "pending_counts": np.array([shard.seen[int(i)] for i in pending], np.int64),
+                }
                 entry = write_shard(path, arrays)
                 entries[name] = {"file": str(path), "states": [k for k in shard.arrays if k != name], **entry}
+                shard.saving = set(shard.dirty)
             return entries
+
+    def commit_save(self) -> None:
+        """The save :meth:`save_shards` wrote is complete (its manifest written): its rows are saved."""
+        with self._lock:
+            for shard in self.shards.values():
+                shard.dirty -= shard.saving
+                shard.saving = set()
 
     def load_tables(self, dirname: str, tables: dict[str, dict[str, Any]], names: Sequence[str] | None) -> None:
         """Load the rows of ``tables`` (a save's entries; only ``names`` when given) this server holds by the
@@ -413,17 +444,30 @@ class ParameterServer:
             missing = sorted(set(shard.arrays) - {name} - set(entry["states"]))
             if missing:
                 raise BlockirError(f"{dirname}: table {name!r} is saved without the optimizer state {missing}")
-            parts = [read_shard(dirname, s, list(shard.arrays)) for s in entry["shards"]]
-            ids = np.concatenate([p["ids"] for p in parts])
-            mine = ids % self.servers == self.index
-            loaded[name] = (ids[mine], {k: np.concatenate([p[k] for p in parts])[mine] for k in shard.arrays})
+            chain = [entry["shards"], *(d["shards"] for d in entry.get("deltas", ()))]  # the base, then each delta
+            saves = []
+            for shards in chain:
+                parts = [read_shard(dirname, s, list(shard.arrays), ("pending_ids", "pending_counts")) for s in shards]
+                ids = np.concatenate([p["ids"] for p in parts])
+                mine = ids % self.servers == self.index
+                rows = {k: np.concatenate([p[k] for p in parts])[mine] for k in shard.arrays}
+                pending = np.concatenate([p["pending_ids"] for p in parts])
+                counts = np.concatenate([p["pending_counts"] for p in parts])
+                keep = pending % self.servers == self.index
+                saves.append((ids[mine], rows, dict(zip(pending[keep].tolist(), counts[keep].tolist()))))
+            loaded[name] = saves
         with self._lock:
-            for name, (ids, arrays) in loaded.items():
-                self._check_ids(self._table(name), ids)
+            for name, saves in loaded.items():
                 shard = self._table(name)
-                shard.ids, shard.arrays = ids, arrays
-                shard.index = {int(i): k for k, i in enumerate(ids.tolist())}
-                shard.seen.clear()
+                for ids, _, _ in saves:
+                    self._check_ids(shard, ids)
+                fresh = _Shard(shard.table, shard.init, shard.state_init)
+                for ids, rows, _ in saves:  # later saves' rows replace earlier ones
+                    fresh.install(ids, rows)
+                fresh.seen = dict(saves[-1][2])  # the admission state as of the last save
+                fresh.seen = {i: c for i, c in fresh.seen.items() if i not in fresh.index}
+                fresh.dirty = set()
+                self.shards[name] = fresh
 
     def finish(self, worker: int) -> None:
         """Worker ``worker`` is done (``fleet.stop_worker``)."""
@@ -536,6 +580,7 @@ class ParameterServer:
         if not keep.any():
             return
         uniq, inverse = np.unique(rows[keep], return_inverse=True)
+        shard.dirty.update(shard.ids[uniq].tolist())
         grad = np.zeros((len(uniq), shard.table.dim), values.dtype)
         np.add.at(grad, inverse, values[keep].reshape(-1, shard.table.dim))
         name = shard.table.name

@@ -422,7 +422,8 @@ class _Manifest:
     tables: dict[str, dict[str, Any]] = field(default_factory=dict)  # name -> its entry (save_sharded)
 
     def files(self) -> set[str]:
-        shards = {shard["file"] for entry in self.tables.values() for shard in entry["shards"]}
+        chains = [[e["shards"], *(d["shards"] for d in e.get("deltas", ()))] for e in self.tables.values()]
+        shards = {shard["file"] for chain in chains for shards in chain for shard in shards}
         return {entry["file"] for entry in self.vars.values()} | shards
 
 
@@ -468,7 +469,12 @@ def _check_table_entry(base: Path, where: str, name: str, table: Any) -> None:
         raise BlockirError(f"{where}: bad entry for table {name!r}")
     if table["rule"] != "id % servers" or len(table["shards"]) != table["servers"]:
         raise BlockirError(f"{where}: table {name!r}: {len(table['shards'])} shards of {table['servers']} servers")
-    for shard in table["shards"]:
+    deltas = table.get("deltas", [])
+    if not isinstance(deltas, list) or not all(
+        isinstance(d, dict) and isinstance(d.get("shards"), list) for d in deltas
+    ):
+        raise BlockirError(f"{where}: bad deltas of table {name!r}")
+    for shard in [*table["shards"], *(s for d in deltas for s in d["shards"])]:
         if (
             not isinstance(shard, dict)
             or not isinstance(shard.get("file"), str)
@@ -547,7 +553,8 @@ def _save_files(
             written.append(path)
         if shards is not None:
             for name, table in shards(gen_dir).items():
-                for shard in table["shards"]:
+                newest = table["deltas"][-1]["shards"] if table.get("deltas") else table["shards"]
+                for shard in newest:
                     path = _inside(base, shard["file"], f"a shard of table {name!r}")
                     if not path.is_relative_to(gen_dir):
                         raise BlockirError(f"a shard of table {name!r} was written outside the save: {path}")
@@ -616,19 +623,23 @@ def _sha256(path: Path) -> str:
     return digest.hexdigest()
 
 
-def read_shard(dirname: str | os.PathLike[str], shard: dict[str, Any], names: Sequence[str]) -> dict[str, np.ndarray]:
-    """A table shard's arrays (``ids`` and ``names``), its checksum checked first."""
+def read_shard(
+    dirname: str | os.PathLike[str], shard: dict[str, Any], names: Sequence[str], extra: Sequence[str] = ()
+) -> dict[str, np.ndarray]:
+    """A table shard's arrays: ``ids`` and ``names`` (one row each) and ``extra`` (other lengths), its checksum
+    checked first."""
     path = _inside(dirname, shard["file"], "a table shard")
     if _sha256(path) != shard["sha256"]:
         raise BlockirError(f"{path}: checksum mismatch (the shard changed or was cut short since it was saved)")
     bundle = _Bundle(path)
     try:
         arrays = {name: np.asarray(bundle.load(name)) for name in ("ids", *names)}
+        others = {name: np.asarray(bundle.load(name)) for name in extra}
     finally:
         bundle.close()
     if any(len(a) != shard["rows"] for a in arrays.values()):
         raise BlockirError(f"{path}: the shard holds other than its {shard['rows']} rows")
-    return arrays
+    return {**arrays, **others}
 
 
 def _remove_stale(base: Path, manifest: _Manifest, files: list[Path]) -> None:

@@ -139,14 +139,14 @@ def test_a_bad_save_is_refused_naming_what_is_wrong(tmp_path: Path) -> None:
         scenarios.sync_run(tmp_path / "a", "inprocess", 2, 1, "sparse", "sgd", save=save, phase="save")["failures"]
         == {}
     )
-    shard = next((save).rglob("shard-000-of-002.npz"))
+    shard = next((save).rglob("base-000-of-002.npz"))
     data = bytearray(shard.read_bytes())
     data[len(data) // 2] ^= 0xFF
     shard.write_bytes(bytes(data))
     failures = scenarios.sync_run(tmp_path / "b", "inprocess", 2, 1, "sparse", "sgd", save=save, phase="load")[
         "failures"
     ]
-    assert "checksum mismatch" in failures["server 0"] and "shard-000-of-002.npz" in failures["server 0"]
+    assert "checksum mismatch" in failures["server 0"] and "base-000-of-002.npz" in failures["server 0"]
     (save / MANIFEST_FILE).unlink()
     failures = scenarios.sync_run(tmp_path / "c", "inprocess", 2, 1, "sparse", "sgd", save=save, phase="load")[
         "failures"
@@ -204,3 +204,21 @@ def test_blockir_ps_inspects_a_save_and_reshards_it(tmp_path: Path, capsys: pyte
         )
         assert run["failures"] == {}
     scenarios.check_sync_equal(tmp_path / "orig", tmp_path / "moved", 2)
+
+
+def test_a_base_and_delta_save_restarts_training_exactly(tmp_path: Path) -> None:
+    """2 steps, a full save, 2 steps, a delta save (the rows those steps changed), 2 more from the save on 3
+    servers: equal to 6 steps straight."""
+    import json
+
+    from blockir.cli import main
+
+    save = tmp_path / "save"
+    runs = [
+        scenarios.sync_run(tmp_path / "straight", "inprocess", 2, 2, "sparse", "adam", steps=6),
+        scenarios.sync_run(tmp_path / "first", "inprocess", 2, 2, "sparse", "adam", steps=2, save=save, phase="delta"),
+        scenarios.sync_run(tmp_path / "second", "inprocess", 3, 2, "sparse", "adam", steps=2, save=save, phase="load"),
+    ]
+    assert [run["failures"] for run in runs] == [{}, {}, {}]
+    scenarios.check_sync_equal(tmp_path / "straight", tmp_path / "second", 2)
+    assert main(["ps", "inspect", str(save), "--json"]) == 0

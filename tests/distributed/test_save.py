@@ -73,3 +73,44 @@ def test_a_table_saved_with_another_shape_or_missing_is_refused_before_anything_
         _servers(1, mode="async")[0].load_tables(str(tmp_path), {TABLE: {**table, "dim": 8}}, None)
     with pytest.raises(BlockirError, match=r"the save has no table 'embedding_0.w_0'"):
         _servers(1, mode="async")[0].load_tables(str(tmp_path), {}, [TABLE])
+
+
+def _entry(server, directory: Path, base: Path, delta: bool) -> dict:
+    written = server.save_shards(str(directory), delta)[TABLE]
+    shard = {
+        k: (Path(v).relative_to(base).as_posix() if k == "file" else v) for k, v in written.items() if k != "states"
+    }
+    return shard
+
+
+def test_a_base_and_delta_load_keeps_the_sightings_of_ids_not_yet_admitted(tmp_path: Path) -> None:
+    from blockir.distributed import CountFilterEntry
+
+    server = _servers(1, mode="async", entry=CountFilterEntry(2))[0]
+    grad = np.ones((1, 4), np.float32)
+    server.push(0, {}, {TABLE: (np.array([5], dtype=np.int64), grad)})  # id 5 seen once: not admitted
+    server.push(0, {}, {TABLE: (np.array([7, 7], dtype=np.int64), np.ones((2, 4), np.float32))})  # 7: admitted
+    (tmp_path / "g1").mkdir()
+    base_shard = _entry(server, tmp_path / "g1", tmp_path, delta=False)
+    server.commit_save()
+    server.push(0, {}, {TABLE: (np.array([9], dtype=np.int64), grad)})  # after the base: 9 seen once
+    server.push(0, {}, {TABLE: (np.array([7], dtype=np.int64), grad)})  # 7's row changes
+    (tmp_path / "g2").mkdir()
+    delta_shard = _entry(server, tmp_path / "g2", tmp_path, delta=True)
+    assert base_shard["rows"] == 1 and delta_shard["rows"] == 1  # the delta holds only the row that changed
+    table = {
+        "height": 100,
+        "dim": 4,
+        "dtype": "float32",
+        "servers": 1,
+        "rule": "id % servers",
+        "states": [],
+        "shards": [base_shard],
+        "deltas": [{"shards": [delta_shard]}],
+    }
+    fresh = _servers(1, mode="async", entry=CountFilterEntry(2))[0]
+    fresh.load_tables(str(tmp_path), {TABLE: table}, None)
+    np.testing.assert_array_equal(fresh.pull_sparse(TABLE, np.array([7])), server.pull_sparse(TABLE, np.array([7])))
+    for i in (5, 9):  # each seen once before the save: the next sighting admits it
+        fresh.push(0, {}, {TABLE: (np.array([i], dtype=np.int64), grad)})
+    assert sorted(fresh.table_ids(TABLE).tolist()) == [5, 7, 9]

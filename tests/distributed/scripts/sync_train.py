@@ -1,6 +1,6 @@
 """A fleet script for the tests: train a model for some steps, write what came out.
 
-    python sync_train.py OUT MODEL OPTIMIZER STEPS MODE [ENTRY [SAVE_DIR save|load]]
+    python sync_train.py OUT MODEL OPTIMIZER STEPS MODE [ENTRY [SAVE_DIR save|delta|load]]
 
 MODEL ``dense`` or ``sparse``, OPTIMIZER ``sgd``, ``adam`` or ``adagrad``, MODE ``sync``, ``async`` or ``geoK``
 (GEO-SGD exchanging every K steps), ENTRY
@@ -8,7 +8,8 @@ MODEL ``dense`` or ``sparse``, OPTIMIZER ``sgd``, ``adam`` or ``adagrad``, MODE 
 Worker ``k`` writes ``OUT/worker{k}.npz``: its losses, its dense parameters and, from worker 0, the table's
 rows at the batch's ids as the servers hold them. Server ``k`` writes ``OUT/server{k}.npz``: the ids of the rows
 it holds and how many updates it applied. With SAVE_DIR: ``save`` saves the model there at the end (worker 0's
-fleet.save_persistables), ``load`` starts from it (the servers' init_server(SAVE_DIR), worker 0's load_vars).
+fleet.save_persistables), ``delta`` saves fully after STEPS steps and as a delta after STEPS more, ``load``
+starts from it (the servers' init_server(SAVE_DIR), worker 0's load_vars).
 """
 
 import sys
@@ -48,6 +49,12 @@ else:
     fleet.init_worker()
     k, n = fleet.worker_index(), fleet.worker_num()
     losses = [exe.run(fleet.main_program, feed=batch(model, k, n), fetch_list=[loss])[0] for _ in range(steps)]
+    if phase == "delta":  # a full save, STEPS more steps, then a delta save of what they changed
+        fleet.barrier_worker()
+        if k == 0:
+            fleet.save_persistables(exe, save_dir, mode=0)
+        fleet.barrier_worker()
+        losses += [exe.run(fleet.main_program, feed=batch(model, k, n), fetch_list=[loss])[0] for _ in range(steps)]
     fleet.communicator().stop()  # async: everything pushed
     fleet.barrier_worker()
     scope = bir.global_scope()
@@ -57,7 +64,7 @@ else:
         values["seen"] = seen
         values["table"] = fleet.communicator().pull_sparse(TABLE, seen)
     np.savez(f"{out}/worker{k}.npz", losses=np.array(losses), **values)
-    if phase == "save" and k == 0:
-        fleet.save_persistables(exe, save_dir)
+    if phase in ("save", "delta") and k == 0:
+        fleet.save_persistables(exe, save_dir, mode=1 if phase == "delta" else 0)
     fleet.barrier_worker()  # worker 0's pulls (and save) come before anybody's stop
     fleet.stop_worker()
