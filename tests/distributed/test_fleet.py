@@ -209,7 +209,6 @@ def test_blockir_ps_inspects_a_save_and_reshards_it(tmp_path: Path, capsys: pyte
 def test_a_base_and_delta_save_restarts_training_exactly(tmp_path: Path) -> None:
     """2 steps, a full save, 2 steps, a delta save (the rows those steps changed), 2 more from the save on 3
     servers: equal to 6 steps straight."""
-    import json
 
     from blockir.cli import main
 
