@@ -140,24 +140,10 @@ def check_rows_on_their_servers(out: Path, servers: int) -> None:
 
 def single_process_bow_accuracy() -> float:
     """The async script's model trained by one process on all the data, as accurate as it gets there."""
-    import importlib.util
-
-    spec = importlib.util.spec_from_file_location(
-        "bow_classifier", SCRIPTS.parents[2] / "examples" / "bow_classifier.py"
-    )
-    assert spec is not None and spec.loader is not None
-    bow = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(bow)
+    bow = ps_models.bow_classifier()
     main, startup = bir.Program(), bir.Program()
-    main.random_seed = startup.random_seed = 1
     with bir.program_guard(main, startup), bir.unique_name.guard():
-        words = bir.layers.data("words", [-1, 1], dtype="int64", lod_level=1)
-        label = bir.layers.data("label", [-1, 1], dtype="int64")
-        emb = bir.layers.embedding(words, size=[bow.VOCAB, 32], is_sparse=True)
-        hidden = bir.layers.fc(bir.layers.tanh(bir.layers.sequence_pool(emb, "sum")), 32, act="tanh")
-        prediction = bir.layers.fc(hidden, 2, act="softmax")
-        cost = bir.layers.mean(bir.layers.cross_entropy(prediction, label))
-        accuracy = bir.layers.accuracy(prediction, label)
+        cost, accuracy = ps_models.bow(bow.VOCAB)
         test = main.clone(for_test=True)
         bir.optimizer.Adagrad(0.05).minimize(cost)
     scope = bir.Scope()

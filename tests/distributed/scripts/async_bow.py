@@ -8,7 +8,6 @@ Worker ``k`` trains on its share of DOCS documents (batches of 32) for EPOCHS ep
 ``OUT/accuracy.json``: its held-out accuracy, with the server-side table sizes.
 """
 
-import importlib.util
 import json
 import sys
 from pathlib import Path
@@ -21,21 +20,10 @@ from blockir.distributed import fleet
 
 out, epochs, docs, heldout_docs = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4])
 k_steps = int(sys.argv[5]) if len(sys.argv) > 5 else 0  # > 0: GEO-SGD, exchanging every k steps
-root = Path(ps_models.__file__).resolve().parents[3]  # the repository (this file may run from a copy elsewhere)
-spec = importlib.util.spec_from_file_location("bow_classifier", root / "examples" / "bow_classifier.py")
-bow = importlib.util.module_from_spec(spec)
-spec.loader.exec_module(bow)
+bow = ps_models.bow_classifier()
 
 fleet.init()
-main, startup = bir.default_main_program(), bir.default_startup_program()
-main.random_seed = startup.random_seed = 1
-words = bir.layers.data("words", [-1, 1], dtype="int64", lod_level=1)
-label = bir.layers.data("label", [-1, 1], dtype="int64")
-emb = bir.layers.embedding(words, size=[bow.VOCAB, 32], is_sparse=True)
-hidden = bir.layers.fc(bir.layers.tanh(bir.layers.sequence_pool(emb, "sum")), 32, act="tanh")
-prediction = bir.layers.fc(hidden, 2, act="softmax")
-cost = bir.layers.mean(bir.layers.cross_entropy(prediction, label))
-accuracy = bir.layers.accuracy(prediction, label)
+cost, accuracy = ps_models.bow(bow.VOCAB)
 strategy = fleet.DistributedStrategy()
 strategy.a_sync = True
 strategy.a_sync_configs = {"k_steps": k_steps} if k_steps else {"pull_every": 1, "queue_size": 1}

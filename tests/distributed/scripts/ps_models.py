@@ -38,6 +38,31 @@ def build(model: str, entry: str = "") -> Any:
     return bir.layers.mean(bir.layers.cross_entropy(bir.layers.fc(h, 3, act="softmax"), label))
 
 
+def bow_classifier() -> Any:
+    """examples/bow_classifier.py, loaded by path (its corpus: make_corpus, batches, VOCAB)."""
+    import importlib.util
+    from pathlib import Path
+
+    path = Path(__file__).resolve().parents[3] / "examples" / "bow_classifier.py"
+    spec = importlib.util.spec_from_file_location("bow_classifier", path)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def bow(vocab: int) -> tuple[Any, Any]:
+    """The async tests' bag-of-words classifier in the default programs (seeded): its cost and accuracy."""
+    main, startup = bir.default_main_program(), bir.default_startup_program()
+    main.random_seed = startup.random_seed = 1
+    words = bir.layers.data("words", [-1, 1], dtype="int64", lod_level=1)
+    label = bir.layers.data("label", [-1, 1], dtype="int64")
+    emb = bir.layers.embedding(words, size=[vocab, 32], is_sparse=True)
+    hidden = bir.layers.fc(bir.layers.tanh(bir.layers.sequence_pool(emb, "sum")), 32, act="tanh")
+    prediction = bir.layers.fc(hidden, 2, act="softmax")
+    return bir.layers.mean(bir.layers.cross_entropy(prediction, label)), bir.layers.accuracy(prediction, label)
+
+
 def batch(model: str, k: int = 0, n: int = 1) -> dict[str, Any]:
     """Worker ``k``'s share of the fixed batch (of ``n`` workers): rows, or whole sequences."""
     rng = np.random.default_rng(4)
