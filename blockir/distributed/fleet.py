@@ -71,6 +71,7 @@ __all__ = [
     "sparse_vars",
     "server_index",
     "server_num",
+    "shrink",
     "stop_worker",
     "worker_index",
     "worker_num",
@@ -567,6 +568,17 @@ def release() -> None:
         state.communicator = None
     if state.server is not None:
         state.server.stop()
+
+
+def shrink(threshold: int) -> dict[str, int]:
+    """Drop, on every server, the table rows no pull or push carried for ``threshold`` save intervals (completed
+    saves, counted per row), as a streaming job does to keep its tables from only growing; they are gone from
+    the next save. Rows dropped per table, over all servers."""
+    dropped: dict[str, int] = {}
+    for handle in communicator().handles:
+        for table, count in handle.submit("shrink", threshold).result().items():
+            dropped[table] = dropped.get(table, 0) + count
+    return dropped
 
 
 def barrier_worker() -> None:

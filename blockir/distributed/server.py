@@ -116,7 +116,10 @@ class _Shard:
         self.arrays = {name: np.zeros((0, table.dim), dtype) for name in (table.name, *states)}
         self.seen: dict[int, int] = {}  # sightings of ids not yet admitted
         self.dirty: set[int] = set()  # ids whose row changed (made or updated) since the last save
+        self.removed: set[int] = set()  # ids whose row shrink dropped since the last save
+        self.unseen: dict[int, int] = {}  # id -> completed saves since a pull or push last carried it
         self.saving: set[int] = set()  # the dirty ids a save in progress wrote (cleared once it is complete)
+        self.saving_removed: set[int] = set()  # the removed ids it recorded
 
     def __len__(self) -> int:
         return len(self.index)
@@ -164,6 +167,26 @@ class _Shard:
         self.index.update((i, start + k) for k, i in enumerate(ids))
         self.ids = np.concatenate([self.ids, np.asarray(ids, np.int64)])
         self.dirty.update(ids)
+        self.removed.difference_update(ids)
+
+    def shrink(self, threshold: int) -> int:
+        """Drop the rows no pull or push carried for ``threshold`` save intervals; how many."""
+        gone = {i for i in self.index if self.unseen.get(i, 0) >= threshold}
+        self.drop(gone)
+        return len(gone)
+
+    def drop(self, gone: set[int]) -> None:
+        """Remove the rows of ``gone`` (recorded as removed for the next delta save)."""
+        gone = gone & set(self.index)
+        if gone:
+            keep = np.array([int(i) not in gone for i in self.ids.tolist()], bool)
+            self.ids = self.ids[keep]
+            self.arrays = {name: array[keep] for name, array in self.arrays.items()}
+            self.index = {int(i): k for k, i in enumerate(self.ids.tolist())}
+            self.dirty -= gone
+            self.removed |= gone
+            for i in gone:
+                self.unseen.pop(i, None)
 
     def install(self, ids: np.ndarray, arrays: dict[str, np.ndarray]) -> None:
         """Set the rows of ``ids`` (made if new) to ``arrays`` (a loaded save's)."""
@@ -320,6 +343,8 @@ class ParameterServer:
                 if new:
                     shard._make(new)
             rows = shard.rows(ids)
+            for i in ids[rows >= 0].tolist():
+                shard.unseen[i] = 0
             out = np.zeros((len(ids), shard.table.dim), shard.arrays[table].dtype)
             known = rows >= 0
             out[known] = shard.arrays[table][rows[known]]
@@ -412,10 +437,12 @@ class ParameterServer:
                     **{k: v[at] for k, v in shard.arrays.items()},
                     "pending_ids": pending,
                     "pending_counts": np.array([shard.seen[int(i)] for i in pending], np.int64),
+                    "removed_ids": np.array(sorted(shard.removed) if delta else [], np.int64),
                 }
                 entry = write_shard(path, arrays)
                 entries[name] = {"file": str(path), "states": [k for k in shard.arrays if k != name], **entry}
                 shard.saving = set(shard.dirty)
+                shard.saving_removed = set(shard.removed)
             return entries
 
     def commit_save(self) -> None:
@@ -423,7 +450,18 @@ class ParameterServer:
         with self._lock:
             for shard in self.shards.values():
                 shard.dirty -= shard.saving
-                shard.saving = set()
+                shard.removed -= shard.saving_removed
+                shard.saving, shard.saving_removed = set(), set()
+                for i in shard.index:  # a save interval passed: shrink counts them
+                    shard.unseen[i] = shard.unseen.get(i, 0) + 1
+
+    def shrink(self, threshold: int) -> dict[str, int]:
+        """Drop, from every table, the rows no pull or push carried for ``threshold`` save intervals (completed
+        saves); they are gone from the next save (a delta records them as removed). Rows dropped per table."""
+        if isinstance(threshold, bool) or not isinstance(threshold, int) or threshold < 1:
+            raise BlockirError(f"shrink: threshold must be an int >= 1 (save intervals), got {threshold!r}")
+        with self._lock:
+            return {name: shard.shrink(threshold) for name, shard in self.shards.items()}
 
     def load_tables(self, dirname: str, tables: dict[str, dict[str, Any]], names: Sequence[str] | None) -> None:
         """Load the rows of ``tables`` (a save's entries; only ``names`` when given) this server holds by the
@@ -447,26 +485,30 @@ class ParameterServer:
             chain = [entry["shards"], *(d["shards"] for d in entry.get("deltas", ()))]  # the base, then each delta
             saves = []
             for shards in chain:
-                parts = [read_shard(dirname, s, list(shard.arrays), ("pending_ids", "pending_counts")) for s in shards]
+                extra = ("pending_ids", "pending_counts", "removed_ids")
+                parts = [read_shard(dirname, s, list(shard.arrays), extra) for s in shards]
                 ids = np.concatenate([p["ids"] for p in parts])
                 mine = ids % self.servers == self.index
                 rows = {k: np.concatenate([p[k] for p in parts])[mine] for k in shard.arrays}
                 pending = np.concatenate([p["pending_ids"] for p in parts])
                 counts = np.concatenate([p["pending_counts"] for p in parts])
                 keep = pending % self.servers == self.index
-                saves.append((ids[mine], rows, dict(zip(pending[keep].tolist(), counts[keep].tolist()))))
+                removed = np.concatenate([p["removed_ids"] for p in parts])
+                removed = removed[removed % self.servers == self.index]
+                saves.append((ids[mine], rows, dict(zip(pending[keep].tolist(), counts[keep].tolist())), removed))
             loaded[name] = saves
         with self._lock:
             for name, saves in loaded.items():
                 shard = self._table(name)
-                for ids, _, _ in saves:
+                for ids, _, _, _ in saves:
                     self._check_ids(shard, ids)
                 fresh = _Shard(shard.table, shard.init, shard.state_init)
-                for ids, rows, _ in saves:  # later saves' rows replace earlier ones
+                for ids, rows, _, removed in saves:  # later saves' rows replace earlier ones; shrink's go
                     fresh.install(ids, rows)
+                    fresh.drop(set(removed.tolist()))
                 fresh.seen = dict(saves[-1][2])  # the admission state as of the last save
                 fresh.seen = {i: c for i, c in fresh.seen.items() if i not in fresh.index}
-                fresh.dirty = set()
+                fresh.dirty, fresh.removed = set(), set()
                 self.shards[name] = fresh
 
     def finish(self, worker: int) -> None:
@@ -580,7 +622,9 @@ class ParameterServer:
         if not keep.any():
             return
         uniq, inverse = np.unique(rows[keep], return_inverse=True)
-        shard.dirty.update(shard.ids[uniq].tolist())
+        touched = shard.ids[uniq].tolist()
+        shard.dirty.update(touched)
+        shard.unseen.update(dict.fromkeys(touched, 0))
         grad = np.zeros((len(uniq), shard.table.dim), values.dtype)
         np.add.at(grad, inverse, values[keep].reshape(-1, shard.table.dim))
         name = shard.table.name

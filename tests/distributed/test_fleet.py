@@ -221,3 +221,39 @@ def test_a_base_and_delta_save_restarts_training_exactly(tmp_path: Path) -> None
     assert [run["failures"] for run in runs] == [{}, {}, {}]
     scenarios.check_sync_equal(tmp_path / "straight", tmp_path / "second", 2)
     assert main(["ps", "inspect", str(save), "--json"]) == 0
+
+
+def test_fleet_shrink_drops_the_rows_unseen_since_the_last_saves(tmp_path: Path) -> None:
+    import numpy as np
+
+    import blockir as bir
+    from blockir.distributed import fleet
+    from blockir.distributed.saves import inspect
+    from tests.distributed.scripts import ps_models
+
+    dropped: list[dict[str, int]] = []
+
+    def script() -> None:
+        fleet.init()
+        loss = ps_models.build("sparse")
+        fleet.distributed_optimizer(bir.optimizer.SGD(0.1), fleet.DistributedStrategy(a_sync=False)).minimize(loss)
+        if fleet.is_server():
+            fleet.init_server()
+            fleet.run_server()
+            return
+        exe = bir.Executor("cpu")
+        exe.run(fleet.startup_program)
+        fleet.init_worker()
+        exe.run(fleet.main_program, feed=ps_models.batch("sparse"))
+        fleet.save_persistables(exe, tmp_path / "save")  # one save interval passes for every row
+        dropped.append(fleet.shrink(2))  # none unseen for two intervals yet
+        fleet.save_persistables(exe, tmp_path / "save", mode=1)
+        dropped.append(fleet.shrink(2))  # every row now: nothing carried them since
+        fleet.save_persistables(exe, tmp_path / "save", mode=1)
+        fleet.stop_worker()
+
+    assert launch(script, 2, 1, timeout=60).ok
+    seen = len(np.unique(ps_models.batch("sparse")["words"].data))
+    assert dropped == [{ps_models.TABLE: 0}, {ps_models.TABLE: seen}]
+    report = inspect(tmp_path / "save")
+    assert [sum(d) for d in report["tables"][ps_models.TABLE]["deltas"]] == [0, 0]  # rows unchanged, then gone

@@ -114,3 +114,34 @@ def test_a_base_and_delta_load_keeps_the_sightings_of_ids_not_yet_admitted(tmp_p
     for i in (5, 9):  # each seen once before the save: the next sighting admits it
         fresh.push(0, {}, {TABLE: (np.array([i], dtype=np.int64), grad)})
     assert sorted(fresh.table_ids(TABLE).tolist()) == [5, 7, 9]
+
+
+def test_shrink_drops_rows_unseen_for_threshold_saves_and_a_delta_records_them(tmp_path: Path) -> None:
+    server = _servers(1, mode="async")[0]
+    server.pull_sparse(TABLE, np.array([1, 2, 3], dtype=np.int64))
+    (tmp_path / "g1").mkdir()
+    base_shard = _entry(server, tmp_path / "g1", tmp_path, delta=False)
+    server.commit_save()  # a save interval: every row unseen once
+    server.pull_sparse(TABLE, np.array([1], dtype=np.int64))  # 1 seen again
+    server.push(0, {}, {TABLE: (np.array([3], dtype=np.int64), np.ones((1, 4), np.float32))})  # 3 too
+    server.commit_save()  # 2 is now unseen for two intervals
+    assert server.shrink(2) == {TABLE: 1}
+    assert sorted(server.table_ids(TABLE).tolist()) == [1, 3]
+    (tmp_path / "g2").mkdir()
+    delta_shard = _entry(server, tmp_path / "g2", tmp_path, delta=True)
+    table = {
+        "height": 100,
+        "dim": 4,
+        "dtype": "float32",
+        "servers": 1,
+        "rule": "id % servers",
+        "states": [],
+        "shards": [base_shard],
+        "deltas": [{"shards": [delta_shard]}],
+    }
+    fresh = _servers(1, mode="async")[0]
+    fresh.load_tables(str(tmp_path), {TABLE: table}, None)
+    assert sorted(fresh.table_ids(TABLE).tolist()) == [1, 3]  # the delta removed 2
+    np.testing.assert_array_equal(fresh.pull_sparse(TABLE, np.array([3])), server.pull_sparse(TABLE, np.array([3])))
+    with pytest.raises(BlockirError, match="threshold must be an int >= 1"):
+        server.shrink(0)
