@@ -65,16 +65,19 @@ def format_inspection(report: dict[str, Any]) -> str:
 def _flatten(
     src: str | os.PathLike[str], name: str, entry: dict[str, Any]
 ) -> tuple[np.ndarray, dict[str, np.ndarray], np.ndarray, np.ndarray]:
-    """A table's rows as its chain of saves leaves them (the base, each delta's rows replacing earlier ones),
-    and the sightings of the ids not admitted as of the last save."""
+    """A table's rows as its chain of saves leaves them (the base, each delta's rows replacing earlier ones and
+    its removed rows gone), and the sightings of the ids not admitted as of the last save."""
     names = [name, *entry["states"]]
     rows: dict[int, dict[str, np.ndarray]] = {}
     pending, counts = np.zeros(0, np.int64), np.zeros(0, np.int64)
     for shards in [entry["shards"], *(d["shards"] for d in entry.get("deltas", ()))]:
-        parts = [read_shard(src, shard, names, ("pending_ids", "pending_counts")) for shard in shards]
+        extra = ("pending_ids", "pending_counts", "removed_ids")
+        parts = [read_shard(src, shard, names, extra) for shard in shards]
         for part in parts:
             for k, i in enumerate(part["ids"].tolist()):
                 rows[i] = {key: part[key][k] for key in names}
+            for i in part["removed_ids"].tolist():  # dropped by shrink before this save
+                rows.pop(i, None)
         pending = np.concatenate([p["pending_ids"] for p in parts])
         counts = np.concatenate([p["pending_counts"] for p in parts])
     ids = np.array(sorted(rows), np.int64)
@@ -108,6 +111,7 @@ def reshard(src: str | os.PathLike[str], dst: str | os.PathLike[str], servers: i
                     **{key: array[mine] for key, array in rows.items()},
                     "pending_ids": pending[waiting],
                     "pending_counts": counts[waiting],
+                    "removed_ids": np.zeros(0, np.int64),
                 }
                 cut.append({"file": path.relative_to(base).as_posix(), **write_shard(path, arrays)})
             entries[name] = {key: v for key, v in entry.items() if key != "deltas"} | {
