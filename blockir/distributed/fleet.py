@@ -401,7 +401,7 @@ def save_persistables(
             saved = [
                 {
                     k: Path(w[name]["file"]).relative_to(base).as_posix() if k == "file" else w[name][k]
-                    for k in ("file", "rows", "sha256")
+                    for k in ("file", "arrays", "rows", "crc32")
                 }
                 for w in written
             ]

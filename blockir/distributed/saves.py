@@ -104,7 +104,7 @@ def reshard(src: str | os.PathLike[str], dst: str | os.PathLike[str], servers: i
             ids, rows, pending, counts = _flatten(src, name, entry)
             cut = []
             for k in range(servers):
-                path = directory / "tables" / name / f"base-{k:03d}-of-{servers:03d}.npz"
+                path = directory / "tables" / name / f"base-{k:03d}-of-{servers:03d}.npys"
                 mine, waiting = ids % servers == k, pending % servers == k
                 arrays = {
                     "ids": ids[mine],

@@ -429,12 +429,15 @@ class ParameterServer:
             entries = {}
             for name, shard in self.shards.items():
                 kind = "delta" if delta else "base"
-                path = Path(directory) / "tables" / name / f"{kind}-{self.index:03d}-of-{self.servers:03d}.npz"
-                at = shard.rows(np.array(sorted(shard.dirty), np.int64)) if delta else np.arange(len(shard.ids))
+                path = Path(directory) / "tables" / name / f"{kind}-{self.index:03d}-of-{self.servers:03d}.npys"
+                if delta:
+                    at = shard.rows(np.array(sorted(shard.dirty), np.int64))
+                    rows = {"ids": shard.ids[at], **{k: v[at] for k, v in shard.arrays.items()}}
+                else:  # every row, as the shard holds them (written without a copy)
+                    rows = {"ids": shard.ids, **shard.arrays}
                 pending = np.array(sorted(shard.seen), np.int64)
                 arrays = {
-                    "ids": shard.ids[at],
-                    **{k: v[at] for k, v in shard.arrays.items()},
+                    **rows,
                     "pending_ids": pending,
                     "pending_counts": np.array([shard.seen[int(i)] for i in pending], np.int64),
                     "removed_ids": np.array(sorted(shard.removed) if delta else [], np.int64),

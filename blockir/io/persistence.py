@@ -18,7 +18,7 @@ read without ever executing code from a file. Two layouts:
   is relative to ``dirname``, with ``/`` separators. A parameter server's save
   (:func:`save_sharded`) adds ``tables``: per sparse table its shape, dtype,
   sharding rule, the optimizer state saved with its rows, and its shards (file,
-  rows, sha256), written by the servers into the same generation.
+  arrays, rows, CRC-32), written by the servers into the same generation.
 * **a bundle** (``filename``): one zip archive of stored (uncompressed) ``.npy``
   members, so ``np.load`` opens it as an ``.npz``, plus ``index.json`` telling
   each variable's kind and members: a LoDTensor's data and one array per LoD
@@ -56,7 +56,6 @@ naming the file.
 from __future__ import annotations
 
 import contextlib
-import hashlib
 import io
 import json
 import math
@@ -67,6 +66,7 @@ import stat
 import struct
 import tokenize
 import zipfile
+import zlib
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
@@ -478,7 +478,7 @@ def _check_table_entry(base: Path, where: str, name: str, table: Any) -> None:
         if (
             not isinstance(shard, dict)
             or not isinstance(shard.get("file"), str)
-            or not isinstance(shard.get("sha256"), str)
+            or not isinstance(shard.get("crc32"), str)
         ):
             raise BlockirError(f"{where}: bad shard entry of table {name!r}: {shard!r}")
         _inside(base, shard["file"], f"{where}: a shard of table {name!r},")
@@ -584,8 +584,8 @@ def save_sharded(
     :func:`save_vars` writes them, and the sparse tables ``shards(gen_dir)`` writes into the save's new
     generation directory (each writer its shard files, synced), returning each table's manifest entry
     (``height``, ``dim``, ``dtype``, ``servers``, ``rule`` = ``"id % servers"``, ``states``: the optimizer
-    state saved with each row, ``shards``: per server ``{"file": path relative to dirname, "rows": n,
-    "sha256": hex}``). The manifest, naming everything, is written last: until then the previous save is
+    state saved with each row, ``shards``: per server ``{"file": path relative to dirname, "arrays": [...],
+    "rows": n, "crc32": hex}``). The manifest, naming everything, is written last: until then the previous save is
     the one that loads."""
     _save_files(dirname, values, shards)
 
@@ -607,39 +607,73 @@ def saved_values(dirname: str | os.PathLike[str]) -> dict[str, Any]:
     return {name: _load_file(dirname, manifest, name) for name in manifest.vars}
 
 
+class _Checksumming:
+    """A file's reads or writes, CRC-32 checksummed as they pass (one pass over the bytes)."""
+
+    def __init__(self, f: Any) -> None:
+        self.f = f
+        self.crc = 0
+
+    def write(self, data: Any) -> int:
+        self.crc = zlib.crc32(data, self.crc)
+        return cast(int, self.f.write(data))
+
+    def read(self, n: int = -1) -> bytes:
+        data = cast(bytes, self.f.read(n))
+        self.crc = zlib.crc32(data, self.crc)
+        return data
+
+    def readinto(self, buffer: Any) -> int:
+        n = cast(int, self.f.readinto(buffer))
+        self.crc = zlib.crc32(memoryview(buffer)[:n], self.crc)
+        return n
+
+    @property
+    def checksum(self) -> str:
+        return f"{self.crc:08x}"
+
+
 def write_shard(path: Path, arrays: dict[str, np.ndarray]) -> dict[str, Any]:
-    """Write a table shard (``arrays``: ``ids`` and one array per saved array of the rows) as a bundle file,
-    created and synced; its ``rows`` and ``sha256`` for the manifest."""
+    """Write a table shard: ``arrays`` (``ids``, one array per saved array of the rows, and others) as ``.npy``
+    arrays one after the other, in a file created and synced, checksummed as it is written; its ``arrays``
+    (their order), ``rows`` and ``crc32`` for the manifest."""
     with _new_file(path) as f:
-        _write_bundle(f, arrays)
-    return {"rows": int(len(arrays["ids"])), "sha256": _sha256(path)}
-
-
-def _sha256(path: Path) -> str:
-    digest = hashlib.sha256()
-    with os_errors(path, "read"), open(path, "rb") as f:
-        for chunk in iter(lambda: f.read(1 << 20), b""):
-            digest.update(chunk)
-    return digest.hexdigest()
+        hashing = _Checksumming(f)
+        for array in arrays.values():
+            array = np.ascontiguousarray(array)
+            if array.dtype.hasobject:
+                raise BlockirError(f"{path}: a shard holds numbers, not {array.dtype}")
+            np.lib.format.write_array_header_1_0(hashing, np.lib.format.header_data_from_array_1_0(array))
+            hashing.write(array.reshape(-1).view(np.uint8).data)  # the data as it is: no copy
+    return {"arrays": list(arrays), "rows": int(len(arrays["ids"])), "crc32": hashing.checksum}
 
 
 def read_shard(
     dirname: str | os.PathLike[str], shard: dict[str, Any], names: Sequence[str], extra: Sequence[str] = ()
 ) -> dict[str, np.ndarray]:
-    """A table shard's arrays: ``ids`` and ``names`` (one row each) and ``extra`` (other lengths), its checksum
-    checked first."""
+    """A table shard's arrays: ``ids`` and ``names`` (one row each) and ``extra`` (other lengths). The file is
+    read once, checksummed as it is read: a checksum that differs from the manifest's is an error, and
+    nothing read is returned."""
     path = _inside(dirname, shard["file"], "a table shard")
-    if _sha256(path) != shard["sha256"]:
-        raise BlockirError(f"{path}: checksum mismatch (the shard changed or was cut short since it was saved)")
-    bundle = _Bundle(path)
-    try:
-        arrays = {name: np.asarray(bundle.load(name)) for name in ("ids", *names)}
-        others = {name: np.asarray(bundle.load(name)) for name in extra}
-    finally:
-        bundle.close()
-    if any(len(a) != shard["rows"] for a in arrays.values()):
-        raise BlockirError(f"{path}: the shard holds other than its {shard['rows']} rows")
-    return {**arrays, **others}
+    where = str(path)
+    order = shard.get("arrays")
+    if not isinstance(order, list) or not all(isinstance(n, str) for n in order):
+        raise BlockirError(f"{where}: the manifest does not say which arrays the shard holds")
+    missing = [n for n in ("ids", *names, *extra) if n not in order]
+    if missing:
+        raise BlockirError(f"{where}: holds no variable {missing[0]!r} (it holds {order})")
+    with os_errors(path, "read"), open(path, "rb") as f:
+        size = os.fstat(f.fileno()).st_size
+        hashing = _Checksumming(f)
+        arrays = {}
+        for name in order:
+            arrays[name] = _read_npy(cast(io.BufferedIOBase, hashing), size - f.tell(), f"{where}: {name}")
+        trailing = hashing.read()
+    if trailing or hashing.checksum != shard["crc32"]:
+        raise BlockirError(f"{where}: checksum mismatch (the shard changed or was cut short since it was saved)")
+    if any(len(arrays[n]) != shard["rows"] for n in ("ids", *names)):
+        raise BlockirError(f"{where}: the shard holds other than its {shard['rows']} rows")
+    return {n: arrays[n] for n in ("ids", *names, *extra)}
 
 
 def _remove_stale(base: Path, manifest: _Manifest, files: list[Path]) -> None:

@@ -141,14 +141,14 @@ def test_a_bad_save_is_refused_naming_what_is_wrong(tmp_path: Path) -> None:
         scenarios.sync_run(tmp_path / "a", "inprocess", 2, 1, "sparse", "sgd", save=save, phase="save")["failures"]
         == {}
     )
-    shard = next((save).rglob("base-000-of-002.npz"))
+    shard = next((save).rglob("base-000-of-002.npys"))
     data = bytearray(shard.read_bytes())
     data[len(data) // 2] ^= 0xFF
     shard.write_bytes(bytes(data))
     failures = scenarios.sync_run(tmp_path / "b", "inprocess", 2, 1, "sparse", "sgd", save=save, phase="load")[
         "failures"
     ]
-    assert "checksum mismatch" in failures["server 0"] and "base-000-of-002.npz" in failures["server 0"]
+    assert "checksum mismatch" in failures["server 0"] and "base-000-of-002.npys" in failures["server 0"]
     (save / MANIFEST_FILE).unlink()
     failures = scenarios.sync_run(tmp_path / "c", "inprocess", 2, 1, "sparse", "sgd", save=save, phase="load")[
         "failures"

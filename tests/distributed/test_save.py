@@ -13,7 +13,7 @@ from tests.distributed.test_server import TABLE, _servers
 
 
 def _table_entry(directory: Path, base: Path, rows: int) -> dict:
-    path = directory / "tables" / "t" / "shard-000-of-001.npz"
+    path = directory / "tables" / "t" / "shard-000-of-001.npys"
     written = write_shard(path, {"ids": np.arange(rows, dtype=np.int64), "t": np.ones((rows, 2), np.float32)})
     shard = {"file": path.relative_to(base).as_posix(), **written}
     return {

@@ -1,0 +1,154 @@
+"""Saving and loading a parameter server's sparse table: full and delta saves against numpy's own write.
+
+    python benchmarks/bench_ps_save.py [--rows 1000000] [--dim 64] [--rounds 3] [--dir DIR]
+
+One server holding a table of ``--rows`` rows x ``--dim`` float32 (SGD, no per-row optimizer state), in one
+process: per round, a full save (``save_sharded`` with the server's ``save_shards``: the shard file written,
+synced and checksummed, the manifest written last), the same bytes written by ``np.save`` and ``fsync`` (the
+raw write: a save that is not on disk is not a save), a load of the save into a fresh server, and, after
+pushes touching 1% of the rows, a delta save. Prints the times (median and range), the ratio full save /
+raw write (goal <= 1.5x) and the delta's bytes against the full save's (goal: proportional to the rows touched).
+``--dir`` is where the files go (default: a temporary directory; give one on the disk to measure).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import shutil
+import statistics
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+
+import blockir as bir
+from blockir.distributed.server import ParameterServer
+from blockir.io.persistence import save_sharded, saved_tables
+from blockir.passes.distribute import split
+
+TABLE = "embedding_0.w_0"
+
+
+def server(rows: int, dim: int) -> tuple[ParameterServer, object]:
+    main, startup = bir.Program(), bir.Program()
+    with bir.program_guard(main, startup), bir.unique_name.guard():
+        ids = bir.layers.data("ids", [-1, 1], dtype="int64")
+        init = bir.ParamAttr(initializer=bir.initializer.Constant(0.1))
+        emb = bir.layers.embedding(ids, size=[rows, dim], is_sparse=True, param_attr=init)
+        bir.optimizer.SGD(0.1).minimize(bir.layers.mean(emb))
+    made = split(main, 1, 1)
+    return ParameterServer(0, made, startup, "async"), (made, startup)
+
+
+def timed(fn) -> float:  # type: ignore[no-untyped-def]
+    start = time.perf_counter()
+    fn()
+    return time.perf_counter() - start
+
+
+def entries(srv: ParameterServer, base: Path, directory: Path, delta: bool, before: dict | None) -> dict:
+    written = srv.save_shards(str(directory), delta)[TABLE]
+    shard = {
+        "file": Path(written["file"]).relative_to(base).as_posix(),
+        "rows": written["rows"],
+        "crc32": written["crc32"],
+        "arrays": written["arrays"],
+    }
+    if delta and before is not None:
+        return {TABLE: {**before, "deltas": [*before.get("deltas", []), {"shards": [shard]}]}}
+    table = srv.shards[TABLE].table
+    return {
+        TABLE: {
+            "height": table.height,
+            "dim": table.dim,
+            "dtype": table.dtype,
+            "servers": 1,
+            "rule": "id % servers",
+            "states": [],
+            "shards": [shard],
+        }
+    }
+
+
+def raw_write(path: Path, arrays: list[np.ndarray]) -> None:
+    with open(path, "wb") as f:
+        for array in arrays:
+            np.save(f, array, allow_pickle=False)
+        f.flush()
+        os.fsync(f.fileno())
+
+
+def one_round(
+    srv: ParameterServer,
+    made: object,
+    startup: object,
+    where: Path,
+    raw_path: Path,
+    rng: np.random.Generator,
+    args: argparse.Namespace,
+    times: dict[str, list[float]],
+    sizes: dict[str, int],
+) -> None:
+    """One round: the raw write, a full save, a load of it, pushes touching 1% of the rows, a delta save."""
+    where = where.resolve()
+    shard = srv.shards[TABLE]
+    times["raw"].append(timed(lambda: raw_write(raw_path, [shard.ids, shard.arrays[TABLE]])))
+    times["full"].append(timed(lambda: save_sharded(where, {}, lambda d: entries(srv, where, d, False, None))))
+    srv.commit_save()
+    sizes["full"] = sum(p.stat().st_size for p in where.rglob("*.npys"))
+    sizes["raw"] = raw_path.stat().st_size
+    fresh = ParameterServer(0, made, startup, "async")  # type: ignore[arg-type]
+    times["load"].append(timed(lambda: fresh.load_tables(str(where), saved_tables(where), None)))
+    touched = rng.choice(args.rows, size=args.rows // 100, replace=False).astype(np.int64)
+    srv.push(0, {}, {TABLE: (touched, np.ones((len(touched), args.dim), np.float32))})
+    before = saved_tables(where)[TABLE]
+    files_before = set(where.rglob("*.npys"))
+    times["delta"].append(timed(lambda: save_sharded(where, {}, lambda d: entries(srv, where, d, True, before))))
+    srv.commit_save()
+    sizes["delta"] = sum(p.stat().st_size for p in set(where.rglob("*.npys")) - files_before)
+    shutil.rmtree(where)
+    raw_path.unlink()
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--rows", type=int, default=1_000_000)
+    parser.add_argument("--dim", type=int, default=64)
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--dir", default=None)
+    args = parser.parse_args()
+    srv, (made, startup) = server(args.rows, args.dim)
+    srv.pull_sparse(TABLE, np.arange(args.rows, dtype=np.int64))  # every row made
+    rng = np.random.default_rng(0)
+    times: dict[str, list[float]] = {"full": [], "raw": [], "load": [], "delta": []}
+    sizes: dict[str, int] = {}
+    root = Path(args.dir) if args.dir else Path(tempfile.mkdtemp(prefix="bench-ps-save-"))
+    try:
+        for r in range(args.rounds):
+            one_round(srv, made, startup, root / f"save-{r}", root / f"raw-{r}.npy", rng, args, times, sizes)
+    finally:
+        if args.dir is None:
+            shutil.rmtree(root, ignore_errors=True)
+
+    def summary(values: list[float]) -> str:
+        return f"{statistics.median(values):.2f} s ({min(values):.2f} - {max(values):.2f})"
+
+    ratios = [f / r for f, r in zip(times["full"], times["raw"])]
+    print(f"table {args.rows:,} x {args.dim} float32, one server, {args.rounds} rounds, {root}")
+    print(f"  raw write (np.save + fsync)  {summary(times['raw'])}, {sizes['raw']:,} bytes")
+    print(f"  full save                    {summary(times['full'])}, {sizes['full']:,} bytes")
+    print(
+        f"  full save / raw write        {statistics.median(ratios):.2f}x ({min(ratios):.2f} - {max(ratios):.2f}), "
+        "goal <= 1.5x"
+    )
+    print(f"  load into a fresh server     {summary(times['load'])}")
+    print(
+        f"  delta save (1% rows touched) {summary(times['delta'])}, {sizes['delta']:,} bytes = "
+        f"{sizes['delta'] / sizes['full']:.4f} of the full save"
+    )
+
+
+if __name__ == "__main__":
+    main()
