@@ -145,3 +145,56 @@ def test_shrink_drops_rows_unseen_for_threshold_saves_and_a_delta_records_them(t
     np.testing.assert_array_equal(fresh.pull_sparse(TABLE, np.array([3])), server.pull_sparse(TABLE, np.array([3])))
     with pytest.raises(BlockirError, match="threshold must be an int >= 1"):
         server.shrink(0)
+
+
+def test_a_save_killed_by_sigkill_leaves_the_previous_one_and_the_next_save_clears_it(tmp_path: Path) -> None:
+    """A real process, killed (kill -9, by its pid) while its save is half written: the directory still loads
+    the previous save; a directory holding only a killed save is refused as one; the next save tidies up."""
+    import os
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    save = tmp_path / "save"
+    save_sharded(save, {"w": np.zeros(3)}, lambda d: _table_entry(d, save.resolve(), 4))
+    before = (save / MANIFEST_FILE).read_bytes()
+    script = f"""
+import time
+from pathlib import Path
+import numpy as np
+from blockir.io.persistence import save_sharded, write_shard
+
+def shards(directory):
+    write_shard(directory / "tables" / "t" / "shard-000-of-001.npys", {{"ids": np.arange(9), "t": np.ones((9, 2))}})
+    (Path({str(tmp_path)!r}) / "written").write_text("yes")
+    time.sleep(60)  # killed here, half way through the save
+
+save_sharded({str(save)!r}, {{"w": np.ones(3)}}, shards)
+"""
+    root = Path(__file__).resolve().parents[2]
+    child = subprocess.Popen([sys.executable, "-c", script], cwd=root, env={**os.environ, "PYTHONPATH": str(root)})
+    try:
+        deadline = time.monotonic() + 60
+        while not (tmp_path / "written").exists():
+            assert child.poll() is None, "the saving process ended before it was killed"
+            assert time.monotonic() < deadline, "the saving process never got half way"
+            time.sleep(0.05)
+        os.kill(child.pid, signal.SIGKILL)
+        child.wait(10)
+    finally:
+        if child.poll() is None:
+            child.kill()
+            child.wait(10)
+    assert child.returncode == -signal.SIGKILL
+    assert (save / MANIFEST_FILE).read_bytes() == before  # the killed save never became the save
+    (shard,) = saved_tables(save)["t"]["shards"]
+    assert read_shard(save, shard, ["t"])["ids"].tolist() == [0, 1, 2, 3]
+    assert len([p for p in save.iterdir() if p.name.startswith("gen-")]) == 2  # the killed save's files remain ...
+    save_sharded(save, {"w": np.ones(3)}, lambda d: _table_entry(d, save.resolve(), 5))
+    assert len([p for p in save.iterdir() if p.name.startswith("gen-")]) == 1  # ... until the next save
+    only_killed = tmp_path / "fresh"
+    only_killed.mkdir()
+    (only_killed / "gen-000001").mkdir()
+    with pytest.raises(BlockirError, match="is not a save: it has no manifest.json"):
+        saved_tables(only_killed)
