@@ -30,6 +30,7 @@ The role comes from the launcher: a context it set, else the environment
 
 from __future__ import annotations
 
+import contextlib
 import os
 from collections.abc import Mapping
 from contextvars import ContextVar
@@ -561,10 +562,8 @@ def release() -> None:
     if state is None:
         return
     if state.communicator is not None:
-        try:
+        with contextlib.suppress(BlockirError):  # pushing what was queued failed too: the role's error is reported
             state.communicator.close()
-        except BlockirError:  # pushing what was queued failed too: the role's own error is the one reported
-            pass
         state.communicator = None
     if state.server is not None:
         state.server.stop()

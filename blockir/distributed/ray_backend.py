@@ -99,14 +99,7 @@ class RayBackend:
         handles: list[RayHandle] = []
         for k in range(servers):
             name = f"blockir-{run}-server-{k}"
-            actor = None
-            while True:
-                try:
-                    actor = ray.get_actor(name, namespace=NAMESPACE)
-                    if ray.get(actor.serving.remote(run, k)):
-                        break
-                except ValueError:  # not made yet
-                    pass
+            while (actor := _serving(name, run, k)) is None:
                 if time.monotonic() > deadline:
                     raise BlockirError(f"parameter server {k} of run {run!r} did not start within {timeout:g} s")
                 time.sleep(0.05)
@@ -115,6 +108,16 @@ class RayBackend:
 
     def unpublish(self, run: str, index: int) -> None:
         InProcessBackend().unpublish(run, index)
+
+
+def _serving(name: str, run: str, index: int) -> Any:
+    """The actor of server ``index`` of ``run`` once its server is published; None before (or before the actor
+    exists)."""
+    try:
+        actor = ray.get_actor(name, namespace=NAMESPACE)
+    except ValueError:  # not made yet
+        return None
+    return actor if ray.get(actor.serving.remote(run, index)) else None
 
 
 class _RoleActor:
