@@ -17,7 +17,12 @@ def command(args: argparse.Namespace) -> int:
         backend=args.backend,
         timeout=args.timeout,
         address=args.address,
+        max_restarts=args.max_restarts,
+        checkpoint_dir=args.checkpoint_dir,
+        checkpoint_every=args.checkpoint_every,
     )
+    for role, errors in result.restarts.items():
+        print(f"blockir launch: {role} was restarted {len(errors)} time(s)", file=sys.stderr)
     if result.ok:
         return 0
     for role, message in result.failures.items():  # the first to fail first: the others were stopped after it
@@ -33,7 +38,9 @@ def add(commands: argparse._SubParsersAction) -> None:
         "--workers workers, each told its role (fleet.init() reads it). --backend inprocess (the default) runs "
         "every role as a thread of this process; --backend ray as a Ray actor, on a local Ray cluster kept on "
         "loopback, or on the cluster at --address. Each role's output is printed prefixed with its role; when a "
-        "role fails the others are stopped and the command exits 1, naming it.",
+        "role that fails is run again up to --max-restarts times (a worker; with --backend ray also a server, restored "
+        "from the last checkpoint worker 0 wrote into --checkpoint-dir, every --checkpoint-every steps); when a role "
+        "fails for good the others are stopped and the command exits 1, naming it.",
     )
     p.add_argument("script", metavar="SCRIPT.py", help="the training script")
     p.add_argument("args", nargs=argparse.REMAINDER, metavar="ARGS", help="the script's arguments")
@@ -47,5 +54,26 @@ def add(commands: argparse._SubParsersAction) -> None:
         default=300.0,
         metavar="SECONDS",
         help="how long a role waits for the servers, the other workers or a sync step (default 300)",
+    )
+    p.add_argument(
+        "--max-restarts",
+        type=int,
+        default=0,
+        metavar="N",
+        help="run a failed role again, at most N times each (default 0: a failure ends the run)",
+    )
+    p.add_argument(
+        "--checkpoint-dir",
+        default=None,
+        metavar="DIR",
+        help="worker 0 saves the model here when it joined and every --checkpoint-every steps; a restarted "
+        "server restores its part of the last one",
+    )
+    p.add_argument(
+        "--checkpoint-every",
+        type=int,
+        default=0,
+        metavar="STEPS",
+        help="steps of worker 0 between checkpoints (default 0: only the first)",
     )
     p.set_defaults(func=command)

@@ -31,14 +31,29 @@ together.
 
 :attr:`Communicator.stats` counts requests, bytes and the seconds the worker
 waited on the servers.
+
+**A server lost.** A handle raises :class:`ServerLost` when its server's
+process died or its script is not serving (Ray: the actor died or restarts).
+The call waits (the worker's training waits with it: a full queue, a lookup)
+while saying so on standard error, until the server answers again or the
+``timeout`` passes (an error naming the server); it fails at once when the
+server will not come back (``ServerLost.final``: no restarts left). A server
+that came back restarted (:meth:`ParameterServer.incarnation`) was restored
+from the launcher's last checkpoint: the updates it applied after it are lost,
+and the communicator reports how many at least (the server's version when this
+worker last heard from it less the checkpoint's), on standard error and in
+:attr:`Communicator.recoveries`; in sync mode the server resumes at the
+workers' step. Then the request is made again.
 """
 
 from __future__ import annotations
 
 import queue
+import sys
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from typing import Any, Protocol
 
 import numpy as np
@@ -46,11 +61,35 @@ import numpy as np
 from blockir.errors import BlockirError
 from blockir.passes.distribute import Split
 
-__all__ = ["Communicator", "Future", "ServerHandle"]
+__all__ = ["Communicator", "Future", "ServerHandle", "ServerLost"]
+
+RECONNECT_POLL_S = 0.2  # how often a worker asks a lost server whether it is back
+
+
+class ServerLost(BlockirError):
+    """A parameter server does not answer: its process died or its script is not serving. ``final``: it will not
+    come back (no restarts left)."""
+
+    def __init__(self, message: str, final: bool = False) -> None:
+        super().__init__(message)
+        self.final = final
+
+    def __reduce__(self) -> tuple[Any, ...]:  # raised in a Ray actor, read in the worker
+        return (ServerLost, (str(self), self.final))
 
 
 class Future(Protocol):
     def result(self) -> Any: ...
+
+
+@dataclass
+class _Call:
+    """A request to a server, kept so that it can be made again once a lost server is back."""
+
+    server: int
+    method: str
+    args: tuple[Any, ...]
+    future: Future
 
 
 class ServerHandle(Protocol):
@@ -79,6 +118,7 @@ class Communicator:
         queue_size: int = 4,
         k_steps: int = 1,
         prefetch: bool = False,
+        timeout: float = 300.0,
     ) -> None:
         if len(handles) != len(split.servers):
             raise BlockirError(f"{len(handles)} server handles for {len(split.servers)} servers")
@@ -93,6 +133,13 @@ class Communicator:
         self.pull_every = pull_every
         self.k_steps = k_steps
         self.prefetching = prefetch
+        self.timeout = timeout  # how long a request waits for a lost server to come back
+        self.checkpoint: Callable[[int], None] | None = None  # called with the step every checkpoint_every steps
+        self.checkpoint_every = 0
+        self.recoveries: list[dict[str, Any]] = []  # servers found restarted, and what each lost
+        self._incarnations: list[int | None] = [None] * len(handles)  # each server's restart count, once known
+        self._versions = [0] * len(handles)  # each server's version when it last answered a push
+        self._recovering = threading.Lock()
         self._snapshot: dict[str, np.ndarray] = {}  # GEO: the parameters and tables as of the last exchange
         self._geo_params: dict[str, Any] | None = None  # GEO: the arrays of the last step, for the exchange at stop
         self._touched: dict[str, list[np.ndarray]] = {}  # GEO: the ids the lookups read since then
@@ -112,7 +159,7 @@ class Communicator:
         self._lock = threading.Lock()
         self._fresh: dict[str, np.ndarray] | None = None
         self._cache = _RowCache(self._dims)
-        self._prefetching: dict[str, list[tuple[np.ndarray, Future]]] = {}  # table -> rows on their way
+        self._prefetching: dict[str, list[tuple[np.ndarray, _Call]]] = {}  # table -> rows on their way
         self._stopped = False
         self._error: BaseException | None = None
         self._queue: queue.Queue[Any] = queue.Queue(maxsize=queue_size)
@@ -178,7 +225,7 @@ class Communicator:
             self.stats["wait_s"] += time.perf_counter() - start
         else:
             self._send(dense, merged, weight, waited=True)
-        self.steps += 1
+        self._stepped()
 
     def pull_dense(self, names: Sequence[str]) -> dict[str, np.ndarray] | None:
         self._raise()
@@ -192,10 +239,18 @@ class Communicator:
         self._raise()
         for table, ids in touched.items():
             self._touched.setdefault(table, []).append(ids)
-        self.steps += 1
         self._geo_params = params
-        if self.steps % self.k_steps == 0:
+        if (self.steps + 1) % self.k_steps == 0:
             self._geo_exchange(params)
+        self._stepped()
+
+    def _stepped(self) -> None:
+        """A step was pushed: count it; every ``checkpoint_every`` steps, the checkpoint (worker 0's)."""
+        with self._lock:
+            self.steps += 1
+            step = self.steps
+        if self.checkpoint is not None and self.checkpoint_every and step % self.checkpoint_every == 0:
+            self.checkpoint(step)
 
     def _geo_exchange(self, params: dict[str, Any]) -> None:
         """Push the deltas since the last exchange; take the servers' values, into ``params`` and the base."""
@@ -275,20 +330,103 @@ class Communicator:
             for handle in self.handles:
                 handle.close()
 
+    def call(self, server: int, method: str, *args: Any, retry: bool = True) -> Any:
+        """Call ``method`` of server ``server`` and wait for its answer (waiting for the server to come back
+        when it was lost, unless ``retry`` is False: then :class:`ServerLost` is raised)."""
+        return self._result(self._submit(server, method, *args), waited=True, retry=retry)
+
+    def know_servers(self) -> None:
+        """Learn which life of each server this worker starts with (``fleet.init_worker`` calls it): a server
+        found in a later one was restarted, and lost what it applied after its checkpoint."""
+        for k, handle in enumerate(self.handles):
+            self._incarnations[k] = int(handle.submit("incarnation").result()["restart"])
+
     # -- inside ------------------------------------------------------------------------------------------
-    def _submit(self, server: int, method: str, *args: Any) -> Future:
+    def _submit(self, server: int, method: str, *args: Any) -> _Call:
         self.stats["requests"] += 1
         self.stats["bytes_sent"] += sum(_nbytes(a) for a in args)
-        return self.handles[server].submit(method, *args)
+        return _Call(server, method, args, self.handles[server].submit(method, *args))
 
-    def _result(self, future: Future, waited: bool) -> Any:
-        """The future's result; the time it took counts as the worker's waiting when ``waited`` (a training
-        thread's call), else as the communicator thread's."""
+    def _result(self, call: _Call, waited: bool, retry: bool = True) -> Any:
+        """The call's result; the time it took counts as the worker's waiting when ``waited`` (a training
+        thread's call), else as the communicator thread's. A lost server is waited for (module docstring), and
+        the call made again."""
         start = time.perf_counter()
         try:
-            return future.result()
+            while True:
+                try:
+                    result = call.future.result()
+                except ServerLost as e:
+                    if not retry:
+                        raise
+                    self._recover(call.server, e)
+                    call = self._submit(call.server, call.method, *call.args)
+                    continue
+                if call.method in ("push", "exchange"):  # the server's version: what a restart would lose
+                    version = result if call.method == "push" else result[0]
+                    self._versions[call.server] = max(self._versions[call.server], int(version))
+                return result
         finally:
             self.stats["wait_s" if waited else "communicator_s"] += time.perf_counter() - start
+
+    def _recover(self, server: int, lost: ServerLost) -> None:
+        """Wait for server ``server`` to answer again (at most ``timeout`` s); if it was restarted, report what
+        it lost and, in sync mode, let it resume at this worker's step."""
+        with self._recovering:  # one thread of the worker waits; the others find it back
+            handle = self.handles[server]
+            deadline = time.monotonic() + self.timeout
+            said = False
+            life: dict[str, Any] | None = None
+            while life is None:
+                try:
+                    life = handle.submit("incarnation").result()
+                except ServerLost as e:
+                    if e.final:
+                        raise BlockirError(
+                            f"worker {self.worker}: parameter server {server} is gone and will not come back ({e}); "
+                            f"blockir launch restarts a server only with --max-restarts and --checkpoint-dir"
+                        ) from None
+                    if time.monotonic() > deadline:
+                        raise BlockirError(
+                            f"worker {self.worker}: parameter server {server} did not come back within "
+                            f"{self.timeout:g} s ({lost})"
+                        ) from None
+                    if not said:
+                        print(
+                            f"worker {self.worker}: parameter server {server} does not answer ({lost}); waiting up "
+                            f"to {self.timeout:g} s for it to be restarted",
+                            file=sys.stderr,
+                            flush=True,
+                        )
+                        said = True
+                    time.sleep(RECONNECT_POLL_S)
+            if life["restart"] == self._incarnations[server]:
+                return  # the same life: nothing was lost
+            self._incarnations[server] = int(life["restart"])
+            if life["checkpoint"] is None:
+                raise BlockirError(
+                    f"worker {self.worker}: parameter server {server} was restarted with no checkpoint to restore "
+                    f"(none was written yet): what it held is lost"
+                )
+            recovery = {
+                "server": server,
+                "restart": int(life["restart"]),
+                "checkpoint": life["checkpoint"],
+                "checkpoint_step": int(life["step"]),
+                "lost_updates": max(0, self._versions[server] - int(life["version"])),
+                "worker_step": self.steps,
+            }
+            self.recoveries.append(recovery)
+            self._versions[server] = int(life["version"])
+            print(
+                f"worker {self.worker}: parameter server {server} was restarted from the checkpoint of step "
+                f"{recovery['checkpoint_step']} ({life['checkpoint']}): the updates it applied after it are lost, "
+                f"at least {recovery['lost_updates']} (this worker is at step {self.steps})",
+                file=sys.stderr,
+                flush=True,
+            )
+            if self.mode == "sync":
+                handle.submit("resume", self.steps).result()
 
     def _pull_rows(self, table: str, uniq: np.ndarray, after: int, waited: bool) -> np.ndarray:
         """Rows of ``table`` at the sorted distinct ``uniq``, from the servers holding them."""
@@ -402,7 +540,7 @@ class Communicator:
         got: dict[str, np.ndarray] = {}
         rows = {t: np.zeros((len(ids), self._dims[t]), np.float32) for t, ids in used.items()}
         for k, future in enumerate(futures):
-            dense_values, row_values = self._result(future, waited=False)
+            _, dense_values, row_values = self._result(future, waited=False)
             got.update(dense_values)
             for t, values in row_values.items():
                 rows[t] = rows[t].astype(values.dtype, copy=False)

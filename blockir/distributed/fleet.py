@@ -25,14 +25,28 @@ generator and global scope); elsewhere (a process per role) the process's.
 The role comes from the launcher: a context it set, else the environment
 (``BLOCKIR_ROLE`` = ``server`` or ``worker``, ``BLOCKIR_ROLE_INDEX``,
 ``BLOCKIR_SERVERS``, ``BLOCKIR_WORKERS``, ``BLOCKIR_PS_RUN``,
-``BLOCKIR_PS_BACKEND`` = ``inprocess`` or ``ray``).
+``BLOCKIR_PS_BACKEND`` = ``inprocess`` or ``ray``, ``BLOCKIR_PS_TIMEOUT``,
+``BLOCKIR_RESTART``, ``BLOCKIR_CHECKPOINT_DIR``, ``BLOCKIR_CHECKPOINT_EVERY``).
+
+**Restarts and checkpoints** (``blockir launch --max-restarts N
+--checkpoint-dir DIR --checkpoint-every STEPS``): worker 0 saves the model
+into ``DIR`` (a full :func:`save_persistables`, its manifest recording the step
+and each server's version) once it joined and every ``STEPS`` steps. A
+restarted role (:func:`restarts` > 0) runs its script again: a restarted
+worker's ``init_worker`` takes the dense parameters from the servers (worker 0
+too: the servers' are newer than its startup values); a restarted server's
+``init_server`` restores its part of the last checkpoint in ``DIR`` (newer
+than a ``dirname`` the script names) and says so; the workers report what it
+lost (:class:`~blockir.distributed.communicator.Communicator`).
 """
 
 from __future__ import annotations
 
 import contextlib
+import functools
 import os
-from collections.abc import Mapping
+import sys
+from collections.abc import Mapping, Sequence
 from contextvars import ContextVar
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -41,15 +55,16 @@ from typing import Any
 import numpy as np
 
 from blockir.distributed.backend import backend_named
-from blockir.distributed.communicator import Communicator
+from blockir.distributed.communicator import Communicator, ServerLost
 from blockir.distributed.server import ParameterServer
 from blockir.errors import BlockirError
-from blockir.io.persistence import is_persistable, save_sharded, saved_tables
+from blockir.io.persistence import MANIFEST_FILE, is_persistable, save_sharded, saved_tables
+from blockir.io.persistence import save_inference_model as save_model
 from blockir.ir import Program, Variable
 from blockir.ir.defaults import default_startup_program
 from blockir.ops.distributed import PS_CLIENT
 from blockir.passes.distribute import DenseBlock, Split, block_name, split
-from blockir.runtime.scope import global_scope
+from blockir.runtime.scope import Scope, global_scope
 
 __all__ = [
     "DistributedOptimizer",
@@ -66,7 +81,9 @@ __all__ = [
     "is_server",
     "is_worker",
     "release",
+    "restarts",
     "run_server",
+    "save_inference_model",
     "save_persistables",
     "server",
     "sparse_vars",
@@ -92,6 +109,9 @@ class Role:
     run: str = "default"
     backend: str = "inprocess"
     timeout: float = 300.0  # how long to wait for servers, other workers, a sync step
+    restart: int = 0  # how many times the launcher restarted this role
+    checkpoint_dir: str | None = None  # where worker 0 checkpoints and a restarted server restores from
+    checkpoint_every: int = 0  # steps between worker 0's checkpoints (0: only the one when it joins)
 
     def __post_init__(self) -> None:
         if self.kind not in ROLES:
@@ -130,7 +150,25 @@ class Role:
             env.get("BLOCKIR_PS_RUN", "default"),
             env.get("BLOCKIR_PS_BACKEND", "inprocess"),
             float(env.get("BLOCKIR_PS_TIMEOUT", "300")),
+            number("BLOCKIR_RESTART", "0"),
+            env.get("BLOCKIR_CHECKPOINT_DIR") or None,
+            number("BLOCKIR_CHECKPOINT_EVERY", "0"),
         )
+
+    def env(self) -> dict[str, str]:
+        """The environment that names this role (what :meth:`from_env` reads)."""
+        return {
+            "BLOCKIR_ROLE": self.kind,
+            "BLOCKIR_ROLE_INDEX": str(self.index),
+            "BLOCKIR_SERVERS": str(self.servers),
+            "BLOCKIR_WORKERS": str(self.workers),
+            "BLOCKIR_PS_RUN": self.run,
+            "BLOCKIR_PS_BACKEND": self.backend,
+            "BLOCKIR_PS_TIMEOUT": str(self.timeout),
+            "BLOCKIR_RESTART": str(self.restart),
+            "BLOCKIR_CHECKPOINT_DIR": self.checkpoint_dir or "",
+            "BLOCKIR_CHECKPOINT_EVERY": str(self.checkpoint_every),
+        }
 
 
 @dataclass
@@ -205,7 +243,10 @@ def _fleet() -> _Fleet:
 
 
 def _split() -> Split:
-    state = _fleet()
+    return _split_of(_fleet())
+
+
+def _split_of(state: _Fleet) -> Split:
     if state.split is None:
         raise BlockirError("call fleet.distributed_optimizer(...).minimize(loss) first")
     return state.split
@@ -235,6 +276,11 @@ def server_index() -> int:
     if role.kind != "server":
         raise BlockirError(f"server_index: this role is worker {role.index}")
     return role.index
+
+
+def restarts() -> int:
+    """How many times the launcher restarted this role (``blockir launch --max-restarts``); 0 the first time."""
+    return _fleet().role.restart
 
 
 def worker_num() -> int:
@@ -304,23 +350,42 @@ def init_server(dirname: str | os.PathLike[str] | None = None, var_names: list[s
     (``bir.io.load_vars(exe, dirname, vars=fleet.dense_vars(program))``), which ``init_worker`` then gives
     the servers."""
     state = _fleet()
-    if state.role.kind != "server":
-        raise BlockirError(f"init_server: this role is worker {state.role.index}")
+    role = state.role
+    if role.kind != "server":
+        raise BlockirError(f"init_server: this role is worker {role.index}")
     assert state.startup is not None
-    made = ParameterServer(state.role.index, _split(), state.startup, state.strategy.mode(), timeout=state.role.timeout)
-    if dirname is not None:
-        tables = {t.name for t in _split().tables}
-        unknown = [n for n in var_names or () if n not in tables]
-        if unknown:
-            raise BlockirError(
-                f"init_server: var_names entry {unknown[0]!r} is not a sparse table of the program (its tables: "
-                f"{sorted(tables)})"
-            )
-        made.load_tables(str(dirname), saved_tables(dirname), var_names)
-    elif var_names is not None:
+    made = ParameterServer(
+        role.index, _split(), state.startup, state.strategy.mode(), timeout=role.timeout, restart=role.restart
+    )
+    if var_names is not None and dirname is None:
         raise BlockirError("init_server: var_names without dirname")
+    tables = {t.name for t in _split().tables}
+    unknown = [n for n in var_names or () if n not in tables]
+    if unknown:
+        raise BlockirError(
+            f"init_server: var_names entry {unknown[0]!r} is not a sparse table of the program (its tables: "
+            f"{sorted(tables)})"
+        )
+    checkpoint = role.checkpoint_dir if role.restart and role.checkpoint_dir else None
+    if checkpoint is not None and (Path(checkpoint) / MANIFEST_FILE).is_file():
+        life = made.restore(checkpoint)
+        print(
+            f"parameter server {role.index} restarted (restart {role.restart}): restored from the checkpoint of step "
+            f"{life['step']} in {checkpoint}; the updates it applied after that checkpoint are lost",
+            file=sys.stderr,
+            flush=True,
+        )
+    elif checkpoint is not None:
+        print(
+            f"parameter server {role.index} restarted (restart {role.restart}) with no checkpoint in {checkpoint} "
+            f"yet: everything it held is lost",
+            file=sys.stderr,
+            flush=True,
+        )
+    elif dirname is not None:
+        made.load_tables(str(dirname), saved_tables(dirname), var_names)
     state.server = made
-    backend_named(state.role.backend).serve(state.role.run, state.role.index, state.server)
+    backend_named(role.backend).serve(role.run, role.index, state.server)
 
 
 # -- saving ---------------------------------------------------------------------------------------------
@@ -375,16 +440,24 @@ def save_persistables(
         raise BlockirError(f"save_persistables: this role is server {state.role.index}; a worker saves")
     if mode not in (0, 1):
         raise BlockirError(f"save_persistables: mode must be 0 (full) or 1 (delta), got {mode!r}")
-    split_, mine = _split(), communicator()
+    _ = executor  # the values are host arrays: the executor's place does not matter here
     program = main_program or state.program
     assert program is not None
-    scope = global_scope()
-    held = {b.param for b in split_.blocks}
+    _save(state, global_scope(), dirname, program, mode)
+
+
+def _save(state: _Fleet, scope: Any, dirname: str | os.PathLike[str], program: Program, mode: int) -> None:
+    """:func:`save_persistables` of ``state``'s worker, the values it does not pull from the servers read from
+    ``scope``; the manifest records worker's step and the servers' versions (what a restart from it lost)."""
+    split_, mine = _split_of(state), _communicator_of(state)
+    versions = [int(mine.call(k, "version")) for k in range(len(mine.handles))]
+    held = mine.pull_all()  # the dense parameters as the servers hold them
     values = {}
     for var in dense_vars(program):
-        values[var.name] = (
-            np.asarray(scope.get(var.name)) if var.name in held else _server_value(split_, mine, program, var.name)
-        )
+        value = held.get(var.name)
+        if value is None:
+            value = _server_value(split_, mine, program, var.name)
+        values[var.name] = np.asarray(scope.get(var.name)) if value is None else value
     tables = {t.name: t for t in split_.tables}
     before = saved_tables(dirname) if mode == 1 and tables else {}
     base = Path(dirname).resolve()
@@ -396,7 +469,7 @@ def save_persistables(
             )
 
     def shards(directory: Path) -> dict[str, dict[str, Any]]:
-        written = [h.submit("save_shards", str(directory), mode == 1).result() for h in mine.handles]
+        written = [mine.call(k, "save_shards", str(directory), mode == 1, retry=False) for k in range(len(versions))]
         entries = {}
         for name, table in tables.items():
             saved = [
@@ -420,10 +493,64 @@ def save_persistables(
                 }
         return entries
 
-    _ = executor  # the values are host arrays: the executor's place does not matter here
-    save_sharded(dirname, values, shards)
-    for handle in mine.handles:  # complete: the rows written count as saved (a delta starts from here)
-        handle.submit("commit_save").result()
+    save_sharded(dirname, values, shards, {"step": mine.steps, "versions": versions})
+    for k in range(len(versions)):  # complete: the rows written count as saved (a delta starts from here)
+        mine.call(k, "commit_save")
+
+
+def _checkpoint(state: _Fleet, scope: Any, step: int) -> None:
+    """Worker 0's checkpoint at ``step`` (a full save into the launcher's ``--checkpoint-dir``); one a lost
+    server keeps from completing is skipped, and said so."""
+    assert state.role.checkpoint_dir is not None and state.program is not None
+    try:
+        _save(state, scope, state.role.checkpoint_dir, state.program, 0)
+    except ServerLost as e:
+        print(f"worker 0: the checkpoint of step {step} was not written: {e}", file=sys.stderr, flush=True)
+
+
+def save_inference_model(
+    executor: Any,
+    dirname: str | os.PathLike[str],
+    feeded_var_names: str | Sequence[str],
+    target_vars: Any,
+    main_program: Program | None = None,
+    model_filename: str | None = None,
+    params_filename: str | None = None,
+) -> list[str]:
+    """Save, from a worker, a model that runs without the servers: ``bir.io.save_inference_model`` of the
+    training program (``main_program``: the one ``minimize`` was given; its lookups read a whole local table,
+    it has no ``send``/``recv``) with the servers' values: the dense parameters pulled from them, each sparse
+    table made whole from the rows they hold (ids they never made read as zeros, as ids not admitted do), the
+    other persistables from this worker's scope. Returns the target names."""
+    state = _fleet()
+    if state.role.kind != "worker":
+        raise BlockirError(f"save_inference_model: this role is server {state.role.index}; a worker saves")
+    program = main_program or state.program
+    assert program is not None
+    split_, mine, local = _split(), communicator(), global_scope()
+    scope = Scope()
+    for var in program.global_block().vars.values():
+        holder = local.find_var(var.name)
+        if is_persistable(var) and holder is not None and holder.value is not None:
+            scope.set(var.name, holder.value)
+    for name, value in mine.pull_all().items():
+        scope.set(name, np.array(value))
+    for table in split_.tables:
+        whole = np.zeros((table.height, table.dim), table.dtype)
+        for k in range(len(mine.handles)):
+            ids, rows = mine.call(k, "table_rows", table.name)
+            whole[ids] = rows
+        scope.set(table.name, whole)
+    return save_model(
+        dirname,
+        feeded_var_names,
+        target_vars,
+        executor,
+        main_program=program,
+        model_filename=model_filename,
+        params_filename=params_filename,
+        scope=scope,
+    )
 
 
 def _state_parts(split_: Split, program: Program, name: str) -> tuple[list[DenseBlock], bool]:
@@ -442,17 +569,18 @@ def _on_server(b: DenseBlock, name: str) -> str:
     return block_name(name, b.index) if b.count > 1 else name
 
 
-def _server_value(split_: Split, mine: Communicator, program: Program, name: str) -> np.ndarray:
-    """The value of ``name`` the servers hold (joined from the blocks' parts for a cut parameter's state)."""
+def _server_value(split_: Split, mine: Communicator, program: Program, name: str) -> np.ndarray | None:
+    """The value of ``name`` the servers hold (joined from the blocks' parts for a cut parameter's state); None
+    when no server holds it."""
     blocks, by_rows = _state_parts(split_, program, name)
     if blocks:
-        parts = [mine.handles[b.server].submit("values", [_on_server(b, name)]).result() for b in blocks]
+        parts = [mine.call(b.server, "values", [_on_server(b, name)]) for b in blocks]
         values = [part[_on_server(b, name)] for b, part in zip(blocks, parts)]
         return np.concatenate(values) if by_rows and len(values) > 1 else values[0]
-    for handle in mine.handles:
-        if handle.submit("declares", [name]).result():
-            return handle.submit("values", [name]).result()[name]
-    raise BlockirError(f"save_persistables: no server holds {name!r}")
+    for k in range(len(mine.handles)):
+        if mine.call(k, "declares", [name]):
+            return mine.call(k, "values", [name])[name]
+    return None
 
 
 def _give_servers_state(split_: Split, mine: Communicator, program: Program, scope: Any) -> None:
@@ -472,11 +600,11 @@ def _give_servers_state(split_: Split, mine: Communicator, program: Program, sco
                     value[b.begin : b.end] if by_rows else value
                 )
         else:
-            for k, handle in enumerate(mine.handles):
-                if handle.submit("declares", [var.name]).result():
+            for k in range(len(mine.handles)):
+                if mine.call(k, "declares", [var.name]):
                     per_server.setdefault(k, {})[var.name] = value
     for k, values in per_server.items():
-        mine.handles[k].submit("init_values", values).result()
+        mine.call(k, "init_values", values)
 
 
 def server() -> ParameterServer:
@@ -504,7 +632,9 @@ def run_server() -> None:
 
 def init_worker() -> None:
     """Connect to the servers; worker 0 gives them its dense parameters (run the startup program first), the
-    others take theirs. The communicator goes into the global scope, where the worker program's ops find it."""
+    others take theirs, as does a restarted worker 0. The communicator goes into the global scope, where the
+    worker program's ops find it. With the launcher's ``--checkpoint-dir``, worker 0 then writes the first
+    checkpoint, and one every ``--checkpoint-every`` steps."""
     state = _fleet()
     role = state.role
     if role.kind != "worker":
@@ -521,7 +651,10 @@ def init_worker() -> None:
         queue_size=int(configs.get("queue_size", 4)),
         k_steps=int(configs.get("k_steps", 1)),
         prefetch=bool(configs.get("prefetch", False)),
+        timeout=role.timeout,
     )
+    communicator.know_servers()
+    first = role.index == 0 and role.restart == 0  # the one whose values the servers start from
     scope = global_scope()
     dense = list(dict.fromkeys(b.param for b in split_.blocks))
     if split_.geo:
@@ -529,10 +662,10 @@ def init_worker() -> None:
         missing = [n for n in held if scope.find_var(n) is None]
         if missing:
             raise BlockirError(f"init_worker: the scope has no value for {missing}: run fleet.startup_program first")
-        start = communicator.init_geo({n: scope.get(n) for n in held}, role.index == 0)
+        start = communicator.init_geo({n: scope.get(n) for n in held}, first)
         for name, value in start.items():
             scope.get(name)[...] = value
-    elif role.index == 0:
+    elif first:
         missing = [n for n in dense if scope.find_var(n) is None]
         if missing:
             raise BlockirError(f"init_worker: the scope has no value for {missing}: run fleet.startup_program first")
@@ -544,14 +677,22 @@ def init_worker() -> None:
             scope.set(name, np.array(value, copy=True))  # a value out of Ray's object store is read-only
     scope.set(PS_CLIENT, communicator)
     state.communicator = communicator
+    if role.index == 0 and role.checkpoint_dir:
+        communicator.checkpoint = functools.partial(_checkpoint, state, scope)
+        communicator.checkpoint_every = role.checkpoint_every
+        if role.restart == 0:  # a server restarted from now on has a checkpoint to come back from
+            _checkpoint(state, scope, 0)
 
 
 def communicator() -> Communicator:
     """This worker's communicator (after ``init_worker``)."""
-    communicator = _fleet().communicator
-    if communicator is None:
+    return _communicator_of(_fleet())
+
+
+def _communicator_of(state: _Fleet) -> Communicator:
+    if state.communicator is None:
         raise BlockirError("call fleet.init_worker() first")
-    return communicator
+    return state.communicator
 
 
 def release() -> None:
@@ -567,6 +708,8 @@ def release() -> None:
         state.communicator = None
     if state.server is not None:
         state.server.stop()
+        backend_named(state.role.backend).unpublish(state.role.run, state.role.index)
+        state.server = None
 
 
 def shrink(threshold: int) -> dict[str, int]:
@@ -574,15 +717,16 @@ def shrink(threshold: int) -> dict[str, int]:
     saves, counted per row), as a streaming job does to keep its tables from only growing; they are gone from
     the next save. Rows dropped per table, over all servers."""
     dropped: dict[str, int] = {}
-    for handle in communicator().handles:
-        for table, count in handle.submit("shrink", threshold).result().items():
+    mine = communicator()
+    for k in range(len(mine.handles)):
+        for table, count in mine.call(k, "shrink", threshold).items():
             dropped[table] = dropped.get(table, 0) + count
     return dropped
 
 
 def barrier_worker() -> None:
     """Wait until every worker reached this barrier."""
-    communicator().handles[0].submit("barrier", _fleet().role.index).result()
+    communicator().call(0, "barrier", _fleet().role.index)
 
 
 def stop_worker() -> None:
@@ -593,8 +737,8 @@ def stop_worker() -> None:
         mine.stop()
     finally:
         try:
-            for handle in mine.handles:
-                handle.submit("finish", state.role.index).result()
+            for k in range(len(mine.handles)):
+                mine.call(k, "finish", state.role.index)
         finally:
             mine.close()
             state.communicator = None

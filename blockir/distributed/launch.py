@@ -9,16 +9,25 @@
 - backend ``ray``: every role is a Ray actor (:mod:`blockir.distributed.ray_backend`).
 
 Each role's output goes to this process's standard output and error, every
-line prefixed with the role (``[worker 0] ...``). When a role fails, the
-others are stopped (the servers refuse pushes and wake every waiter, so no
-worker waits for ever) and :func:`launch` returns a :class:`LaunchResult`
-naming the roles that failed and why; ``blockir launch`` then exits 1.
+line prefixed with the role (``[worker 0] ...``). A role that fails is run
+again, up to ``max_restarts`` times (each role its own count): a worker always
+(the Ray backend restarts its actor's process when it died, killed say; the
+restarted script rejoins with ``fleet.init_worker``), a server with the Ray
+backend when there is a ``checkpoint_dir`` to restore it from (worker 0
+checkpoints there once it joined and every ``checkpoint_every`` steps; see
+:mod:`blockir.distributed.fleet`). In-process, servers are objects of this
+process that workers hold: a server's failure ends the run. When a role fails
+for good, the others are stopped (the servers refuse pushes and wake every
+waiter, so no worker waits for ever) and :func:`launch` returns a
+:class:`LaunchResult` naming the roles that failed and why; ``blockir launch``
+then exits 1.
 """
 
 from __future__ import annotations
 
 import builtins
 import contextvars
+import dataclasses
 import io
 import sys
 import threading
@@ -43,20 +52,40 @@ __all__ = ["LaunchResult", "launch", "roles"]
 
 @dataclass
 class LaunchResult:
-    """How the roles ended: ``failures`` maps a role's name (``worker 1``) to its error's text."""
+    """How the roles ended: ``failures`` maps a role's name (``worker 1``) to its error's text, ``restarts`` to
+    the errors after which it was restarted."""
 
     failures: dict[str, str] = field(default_factory=dict)
+    restarts: dict[str, list[str]] = field(default_factory=dict)
 
     @property
     def ok(self) -> bool:
         return not self.failures
 
 
-def roles(servers: int, workers: int, run: str, backend: str, timeout: float = 300.0) -> list[Role]:
+def roles(
+    servers: int,
+    workers: int,
+    run: str,
+    backend: str,
+    timeout: float = 300.0,
+    checkpoint_dir: str | None = None,
+    checkpoint_every: int = 0,
+) -> list[Role]:
     """The roles of a run: servers first."""
-    return [Role("server", k, servers, workers, run, backend, timeout) for k in range(servers)] + [
-        Role("worker", k, servers, workers, run, backend, timeout) for k in range(workers)
+    counts = {"server": servers, "worker": workers}
+    return [
+        Role(kind, k, servers, workers, run, backend, timeout, 0, checkpoint_dir, checkpoint_every)
+        for kind in ("server", "worker")
+        for k in range(counts[kind])
     ]
+
+
+def restartable(role: Role, max_restarts: int) -> bool:
+    """Whether the launcher runs ``role`` again when it fails (module docstring)."""
+    if role.restart >= max_restarts:
+        return False
+    return role.kind == "worker" or (role.backend == "ray" and role.checkpoint_dir is not None)
 
 
 def role_name(role: Role) -> str:
@@ -71,23 +100,34 @@ def launch(
     backend: str = "inprocess",
     timeout: float = 300.0,
     address: str | None = None,
+    max_restarts: int = 0,
+    checkpoint_dir: str | Path | None = None,
+    checkpoint_every: int = 0,
 ) -> LaunchResult:
     """Run ``script`` (a file, or a callable for tests) once per role (module docstring)."""
     if not isinstance(servers, int) or servers < 1:
         raise BlockirError(f"launch: --servers must be at least 1, got {servers}")
     if not isinstance(workers, int) or workers < 1:
         raise BlockirError(f"launch: --workers must be at least 1, got {workers}")
+    if not isinstance(max_restarts, int) or max_restarts < 0:
+        raise BlockirError(f"launch: --max-restarts must be at least 0, got {max_restarts}")
+    if not isinstance(checkpoint_every, int) or checkpoint_every < 0:
+        raise BlockirError(f"launch: --checkpoint-every must be at least 0 steps, got {checkpoint_every}")
+    if checkpoint_every and checkpoint_dir is None:
+        raise BlockirError("launch: --checkpoint-every needs --checkpoint-dir (where the checkpoints go)")
     if not callable(script):
         path = Path(script)
         if not path.is_file():
             raise BlockirError(f"launch: the script {str(path)!r} does not exist")
     run = uuid.uuid4().hex[:12]
+    where = None if checkpoint_dir is None else str(Path(checkpoint_dir).resolve())
+    all_roles = roles(servers, workers, run, backend, timeout, where, checkpoint_every)
     if backend == "inprocess":
-        return _launch_inprocess(script, roles(servers, workers, run, backend, timeout), list(args))
+        return _launch_inprocess(script, all_roles, list(args), max_restarts)
     if backend == "ray":
         from blockir.distributed.ray_backend import launch_ray
 
-        return launch_ray(script, roles(servers, workers, run, backend, timeout), list(args), address)
+        return launch_ray(script, all_roles, list(args), address, max_restarts)
     raise BlockirError(f"launch: unknown backend {backend!r} (expected inprocess or ray)")
 
 
@@ -123,21 +163,45 @@ def _run_script(script: str | Path | Callable[[], Any], args: list[str]) -> None
         sys.argv = saved
 
 
-def _launch_inprocess(script: str | Path | Callable[[], Any], all_roles: list[Role], args: list[str]) -> LaunchResult:
+def restarting(result: LaunchResult, role: Role, error: str, max_restarts: int) -> Role:
+    """Record that ``role`` failed with ``error`` and is run again; the role its next run plays."""
+    name = role_name(role)
+    result.restarts.setdefault(name, []).append(error)
+    print(
+        f"blockir launch: {name} failed ({error}); restarting it (restart {role.restart + 1} of {max_restarts})",
+        file=sys.stderr,
+        flush=True,
+    )
+    return dataclasses.replace(role, restart=role.restart + 1)
+
+
+def _launch_inprocess(
+    script: str | Path | Callable[[], Any], all_roles: list[Role], args: list[str], max_restarts: int
+) -> LaunchResult:
     result = LaunchResult()
     lock = threading.Lock()
     out, err = _Prefixed(sys.stdout), _Prefixed(sys.stderr)
 
     def body(role: Role) -> None:
         _current_role.set(role_name(role))
+        while (error := run_once(role)) is not None:
+            if not restartable(role, max_restarts):
+                fail(role, error)
+                return
+            with lock:
+                role = restarting(result, role, error, max_restarts)
+
+    def run_once(role: Role) -> str | None:
+        """Run the role's script once; its error's text, or None when it ended well."""
         try:
             run_role(script, role, args)
         except SystemExit as e:
             if e.code not in (None, 0):
-                fail(role, f"exited with {e.code}")
+                return f"exited with {e.code}"
         except BaseException as e:
-            fail(role, "".join(traceback.format_exception_only(type(e), e)).strip())
             print(traceback.format_exc(), file=sys.stderr, end="")
+            return "".join(traceback.format_exception_only(type(e), e)).strip()
+        return None
 
     def fail(role: Role, message: str) -> None:
         with lock:

@@ -13,7 +13,16 @@ runs its methods on a thread pool, so a server answers while its script waits in
 from a user's file. A role's standard output and error reach the launcher
 through Ray, each line prefixed with the role.
 
-When a role fails, :func:`launch_ray` stops the servers, waits for the other
+A role whose ``run`` failed is run again when it may be restarted
+(:func:`blockir.distributed.launch.restartable`): its actor is made with Ray's
+``max_restarts``, so a process that died (killed, say) is started again by Ray,
+and the launcher calls ``run`` once more with the role's ``restart`` count one
+higher. A call to a server whose process died or that is not serving raises
+:class:`~blockir.distributed.communicator.ServerLost` in the worker (``final``
+when Ray will not restart it). Once every worker ended, the servers are stopped
+(a restarted server does not know who finished before it came back).
+
+When a role fails for good, :func:`launch_ray` stops the servers, waits for the other
 roles (they fail or end; those still running after :data:`STOP_GRACE_S`, a
 worker waiting for a server that never started, say, are counted as stopped),
 kills every actor it made, and shuts the cluster down if it started it.
@@ -33,6 +42,7 @@ from typing import Any, cast
 import ray
 
 from blockir.distributed.backend import InProcessBackend
+from blockir.distributed.communicator import ServerLost
 from blockir.distributed.fleet import Role
 from blockir.distributed.server import ParameterServer
 from blockir.errors import BlockirError
@@ -70,7 +80,13 @@ class _RayFuture:
         try:
             return ray.get(self.ref)
         except ray.exceptions.RayTaskError as e:
+            if isinstance(e.cause, ServerLost):
+                raise e.cause from None
             raise BlockirError(str(e.cause) if e.cause is not None else str(e)) from None
+        except ray.exceptions.RayActorError as e:  # its process died: restarting (or not, for good)
+            first = str(e).strip().splitlines()
+            final = isinstance(e, ray.exceptions.ActorDiedError)
+            raise ServerLost(f"{type(e).__name__}: {first[0] if first else ''}", final=final) from None
 
 
 class RayHandle:
@@ -132,15 +148,7 @@ class _RoleActor:
     def run(self, script: str, source: str, role: Role, args: list[str]) -> None:
         from blockir.distributed.launch import run_role
 
-        os.environ.update(
-            BLOCKIR_ROLE=role.kind,
-            BLOCKIR_ROLE_INDEX=str(role.index),
-            BLOCKIR_SERVERS=str(role.servers),
-            BLOCKIR_WORKERS=str(role.workers),
-            BLOCKIR_PS_RUN=role.run,
-            BLOCKIR_PS_BACKEND="ray",
-            BLOCKIR_PS_TIMEOUT=str(role.timeout),
-        )
+        os.environ.update(role.env())
         with tempfile.TemporaryDirectory() as where:
             path = Path(script)
             if not (path.is_file() and path.read_text(encoding="utf-8") == source):  # another machine: a copy
@@ -160,21 +168,31 @@ class _RoleActor:
 
         return InProcessBackend().published(run, index) is not None
 
+    def stop(self, run: str, index: int) -> None:
+        """Stop the server of this actor, if it serves."""
+        from blockir.distributed.backend import InProcessBackend
+
+        server = InProcessBackend().published(run, index)
+        if server is not None:
+            server.stop()
+
     def call(self, run: str, index: int, method: str, *args: Any) -> Any:
         from blockir.distributed.backend import InProcessBackend
 
         server = InProcessBackend().published(run, index)
         if server is None:
-            raise BlockirError(f"parameter server {index} of run {run!r} is not serving")
+            raise ServerLost(f"parameter server {index} of run {run!r} is not serving")
         return getattr(server, method)(*args)
 
 
 RoleActor: Any = cast(Any, ray.remote)(max_concurrency=64)(_RoleActor)
 
 
-def launch_ray(script: str | Path | Callable[[], Any], roles: list[Role], args: list[str], address: str | None) -> Any:
+def launch_ray(
+    script: str | Path | Callable[[], Any], roles: list[Role], args: list[str], address: str | None, max_restarts: int
+) -> Any:
     """Run every role as a :class:`RoleActor` (module docstring); how they ended, a ``LaunchResult``."""
-    from blockir.distributed.launch import LaunchResult, role_name
+    from blockir.distributed.launch import LaunchResult, restartable, restarting, role_name
 
     if callable(script):
         raise BlockirError("launch: the ray backend runs script files, not callables")
@@ -197,9 +215,20 @@ def launch_ray(script: str | Path | Callable[[], Any], roles: list[Role], args: 
     result = LaunchResult()
     try:
         for role in roles:
-            name = role_name(role)
-            actors[name] = RoleActor.options(name=actor_name(role), namespace=NAMESPACE, num_cpus=0).remote(name)
-        pending = {actors[role_name(r)].run.remote(str(script), source, r, args): r for r in roles}
+            restarts = max_restarts if restartable(role, max_restarts) else 0  # Ray starts a dead process again
+            actors[role_name(role)] = RoleActor.options(
+                name=actor_name(role), namespace=NAMESPACE, num_cpus=0, max_restarts=restarts
+            ).remote(role_name(role))
+
+        def start(role: Role) -> Any:
+            return actors[role_name(role)].run.remote(str(script), source, role, args)
+
+        def stop_servers(but: str | None = None) -> None:
+            for other in roles:
+                if other.kind == "server" and role_name(other) != but:
+                    actors[role_name(other)].stop.remote(other.run, other.index)
+
+        pending = {start(r): r for r in roles}
         stopped_at: float | None = None  # when the first failure stopped the servers
         while pending:
             done, _ = ray.wait(list(pending), num_returns=1, timeout=1.0)
@@ -216,12 +245,18 @@ def launch_ray(script: str | Path | Callable[[], Any], roles: list[Role], args: 
             except ray.exceptions.RayError as e:
                 cause = getattr(e, "cause", None) or e
                 text = str(cause).strip().splitlines()
-                result.failures[role_name(role)] = f"{type(cause).__name__}: {text[0] if text else ''}"
+                error = f"{type(cause).__name__}: {text[0] if text else ''}"
+                if stopped_at is None and restartable(role, max_restarts):
+                    role = restarting(result, role, error, max_restarts)
+                    pending[start(role)] = role
+                    continue
+                result.failures[role_name(role)] = error
                 if stopped_at is None:
                     stopped_at = time.monotonic()
-                    for other in roles:
-                        if other.kind == "server" and role_name(other) != role_name(role):
-                            actors[role_name(other)].call.remote(other.run, other.index, "stop")
+                    stop_servers(but=role_name(role))
+                continue
+            if stopped_at is None and role.kind == "worker" and not any(r.kind == "worker" for r in pending.values()):
+                stop_servers()  # every worker ended well: the servers' work is done
     finally:
         for actor in actors.values():
             ray.kill(actor)

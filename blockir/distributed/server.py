@@ -48,7 +48,7 @@ from typing import Any
 import numpy as np
 
 from blockir.errors import BlockirError
-from blockir.io.persistence import read_shard, write_shard
+from blockir.io.persistence import read_shard, saved_info, saved_tables, saved_values, write_shard
 from blockir.ir import Operator, Program
 from blockir.ir.schema import GRAD_SUFFIX, KernelContext, lookup
 from blockir.passes.distribute import DenseBlock, SparseTable, Split, block_name
@@ -209,7 +209,9 @@ def _init_rows(op: Operator, ids: list[int], dim: int) -> np.ndarray:
 class ParameterServer:
     """Server ``index`` of ``split`` (module docstring); ``startup`` is the program the workers initialize with."""
 
-    def __init__(self, index: int, split: Split, startup: Program, mode: str = "async", timeout: float = 300.0) -> None:
+    def __init__(
+        self, index: int, split: Split, startup: Program, mode: str = "async", timeout: float = 300.0, restart: int = 0
+    ) -> None:
         if mode not in MODES:
             raise BlockirError(f"parameter server mode must be one of {', '.join(MODES)}, got {mode!r}")
         self.index = index
@@ -235,6 +237,8 @@ class ParameterServer:
         self.shards = {t.name: self._shard(t, inits) for t in split.tables}
         self._init_states(inits)
         self.stats = {"pushes": 0, "pulls": 0, "bytes_in": 0, "bytes_out": 0}
+        # which life of this server this is: restarted by the launcher (``restart`` > 0), from which checkpoint
+        self._incarnation: dict[str, Any] = {"restart": restart, "checkpoint": None, "step": None, "version": None}
 
     # -- set-up ---------------------------------------------------------------------------------------
     @staticmethod
@@ -393,11 +397,11 @@ class ParameterServer:
         weight: int,
         blocks: Sequence[str],
         rows: dict[str, np.ndarray],
-    ) -> tuple[dict[str, np.ndarray], dict[str, np.ndarray]]:
+    ) -> tuple[int, dict[str, np.ndarray], dict[str, np.ndarray]]:
         """An async worker's request at the end of its window: its push, then the dense ``blocks`` and the
-        ``rows`` (ids by table) as they are after it, in one request."""
-        self.push(worker, dense, sparse, weight)
-        return self.pull_dense(blocks), {t: self.pull_sparse(t, ids) for t, ids in rows.items()}
+        ``rows`` (ids by table) as they are after it, in one request; with the version after the push."""
+        version = self.push(worker, dense, sparse, weight)
+        return version, self.pull_dense(blocks), {t: self.pull_sparse(t, ids) for t, ids in rows.items()}
 
     # -- saving and loading (fleet.save_persistables, init_server(dirname)) -----------------------------
     def values(self, names: Sequence[str]) -> dict[str, np.ndarray]:
@@ -457,6 +461,62 @@ class ParameterServer:
                 shard.saving, shard.saving_removed = set(), set()
                 for i in shard.index:  # a save interval passed: shrink counts them
                     shard.unseen[i] = shard.unseen.get(i, 0) + 1
+
+    def table_rows(self, table: str) -> tuple[np.ndarray, np.ndarray]:
+        """The ids of ``table`` this server holds and their rows (an inference model's table is made of them)."""
+        with self._lock:
+            shard = self._table(table)
+            return shard.ids.copy(), shard.arrays[table].copy()
+
+    def restore(self, dirname: str) -> dict[str, Any]:
+        """This server restarted from the checkpoint ``dirname`` (a save of
+        ``fleet.save_persistables`` whose manifest info has the ``step`` and the servers' ``versions``): every
+        table's rows it holds, its dense blocks and their optimizer state, cut from the saved values, and its
+        version as saved. Everything is read and checked before anything changes. Its incarnation, which
+        workers compare with the one they knew to learn what was lost."""
+        info = saved_info(dirname)
+        versions = info.get("versions")
+        if not isinstance(versions, list) or len(versions) != self.servers or not isinstance(info.get("step"), int):
+            raise BlockirError(
+                f"{dirname}: not a checkpoint of {self.servers} parameter servers (its manifest info: {info!r})"
+            )
+        values = saved_values(dirname)
+        block = self.program.global_block()
+        restored = {}
+        for name, var in block.vars.items():
+            source, held = (self.blocks[name].param, self.blocks[name]) if name in self.blocks else self._source(name)
+            if not var.persistable or name in self.shards or source not in values:
+                continue
+            value, shape = np.asarray(values[source]), tuple(var.shape or ())
+            if held is not None and value.shape[:1] == (self._rows_of(held.param),) and value.shape != shape:
+                value = value[held.begin : held.end]
+            if var.shape is not None and -1 not in shape and value.shape != shape:
+                raise BlockirError(
+                    f"{dirname}: {source!r} is saved as {list(value.shape)}, parameter server {self.index}'s "
+                    f"{name!r} is {list(var.shape)}"
+                )
+            restored[name] = np.ascontiguousarray(value)
+        self.load_tables(dirname, saved_tables(dirname), None)
+        with self._lock:
+            for name, value in restored.items():
+                self.scope.set(name, value)
+            self._version = int(versions[self.index])
+            self._incarnation.update(checkpoint=str(dirname), step=info["step"], version=self._version)
+            return dict(self._incarnation)
+
+    def incarnation(self) -> dict[str, Any]:
+        """Which life of this server this is: ``restart`` (0: never restarted), and, when restored, the
+        ``checkpoint`` it came back from, that checkpoint's ``step`` and the ``version`` it held."""
+        with self._lock:
+            return dict(self._incarnation)
+
+    def resume(self, step: int) -> None:
+        """Sync mode, after a restart from a checkpoint: the workers are at ``step``; the steps in between are
+        lost, and the next step is ``step + 1``."""
+        with self._lock:
+            if self.mode == "sync" and self._version < step:
+                self._version = step
+                self._lock.notify_all()
 
     def shrink(self, threshold: int) -> dict[str, int]:
         """Drop, from every table, the rows no pull or push carried for ``threshold`` save intervals (completed

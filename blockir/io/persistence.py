@@ -112,6 +112,7 @@ __all__ = [
     "read_shard",
     "save_inference_model",
     "save_sharded",
+    "saved_info",
     "saved_tables",
     "saved_values",
     "write_shard",
@@ -420,6 +421,7 @@ class _Manifest:
     generation: int
     vars: dict[str, dict[str, str]]  # name -> {"kind": one of _KINDS, "file": path relative to the directory}
     tables: dict[str, dict[str, Any]] = field(default_factory=dict)  # name -> its entry (save_sharded)
+    info: dict[str, Any] = field(default_factory=dict)  # what the writer records about the save (save_sharded)
 
     def files(self) -> set[str]:
         chains = [[e["shards"], *(d["shards"] for d in e.get("deltas", ()))] for e in self.tables.values()]
@@ -458,7 +460,10 @@ def _read_manifest(base: Path) -> _Manifest | None:
         raise BlockirError(f"{where}: not a blockir manifest (bad tables)")
     for name, table in tables.items():
         _check_table_entry(base, where, name, table)
-    return _Manifest(generation, entries, tables)
+    info = doc.get("info", {})
+    if not isinstance(info, dict):
+        raise BlockirError(f"{where}: not a blockir manifest (bad info)")
+    return _Manifest(generation, entries, tables, info)
 
 
 _TABLE_KEYS = {"height": int, "dim": int, "dtype": str, "servers": int, "rule": str, "states": list, "shards": list}
@@ -491,6 +496,7 @@ def _write_manifest(base: Path, manifest: _Manifest) -> None:
         "generation": manifest.generation,
         "vars": manifest.vars,
         **({"tables": manifest.tables} if manifest.tables else {}),  # a parameter server's save (save_sharded)
+        **({"info": manifest.info} if manifest.info else {}),
     }
     with atomic_file(base / MANIFEST_FILE) as f:
         f.write(json.dumps(doc, indent=1).encode())
@@ -523,17 +529,18 @@ def _save_files(
     dirname: str | os.PathLike[str],
     values: dict[str, Any],
     shards: Callable[[Path], dict[str, dict[str, Any]]] | None = None,
+    info: dict[str, Any] | None = None,
 ) -> None:
     """Save ``values`` one file each as a new generation, then point the manifest at it (see the module doc);
     ``shards`` (:func:`save_sharded`) writes the tables' shards into the generation's directory and returns
-    their manifest entries."""
+    their manifest entries; ``info`` is recorded in the manifest as it is."""
     base = Path(dirname).resolve()  # as _inside gives paths
     legacy = {name: _files(base, name) for name in values}  # every name is checked before anything is written
     with os_errors(base, "write"):
         make_dirs(base)
     old = _read_manifest(base)
     generation = max([old.generation if old else 0, *_generations(base)]) + 1
-    new = _Manifest(generation, dict(old.vars) if old else {}, dict(old.tables) if old else {})
+    new = _Manifest(generation, dict(old.vars) if old else {}, dict(old.tables) if old else {}, dict(info or {}))
     gen_dir = base / f"gen-{generation:06d}"
     with os_errors(gen_dir, "write"):
         gen_dir.mkdir()
@@ -579,31 +586,40 @@ def save_sharded(
     dirname: str | os.PathLike[str],
     values: dict[str, Any],
     shards: Callable[[Path], dict[str, dict[str, Any]]],
+    info: dict[str, Any] | None = None,
 ) -> None:
     """A save by several writers (a parameter server's): ``values`` (name -> value) one file each as
     :func:`save_vars` writes them, and the sparse tables ``shards(gen_dir)`` writes into the save's new
     generation directory (each writer its shard files, synced), returning each table's manifest entry
     (``height``, ``dim``, ``dtype``, ``servers``, ``rule`` = ``"id % servers"``, ``states``: the optimizer
     state saved with each row, ``shards``: per server ``{"file": path relative to dirname, "arrays": [...],
-    "rows": n, "crc32": hex}``). The manifest, naming everything, is written last: until then the previous save is
-    the one that loads."""
-    _save_files(dirname, values, shards)
+    "rows": n, "crc32": hex}``). ``info`` (JSON values) is recorded in the manifest (:func:`saved_info`). The
+    manifest, naming everything, is written last: until then the previous save is the one that loads."""
+    _save_files(dirname, values, shards, info)
 
 
-def saved_tables(dirname: str | os.PathLike[str]) -> dict[str, dict[str, Any]]:
-    """The sparse tables a save holds (:func:`save_sharded`'s entries); an error naming the directory when it
-    is not a save (no manifest: an interrupted save is never loaded)."""
+def _save_manifest(dirname: str | os.PathLike[str]) -> _Manifest:
+    """A save's manifest; an error naming the directory when it is not a save (no manifest: an interrupted save
+    is never loaded)."""
     manifest = _read_manifest(Path(dirname).resolve())
     if manifest is None:
         raise BlockirError(f"{str(dirname)!r} is not a save: it has no {MANIFEST_FILE} (an interrupted save has none)")
-    return manifest.tables
+    return manifest
+
+
+def saved_tables(dirname: str | os.PathLike[str]) -> dict[str, dict[str, Any]]:
+    """The sparse tables a save holds (:func:`save_sharded`'s entries)."""
+    return _save_manifest(dirname).tables
+
+
+def saved_info(dirname: str | os.PathLike[str]) -> dict[str, Any]:
+    """What the writer of a save recorded about it (:func:`save_sharded`'s ``info``; ``{}`` when nothing)."""
+    return _save_manifest(dirname).info
 
 
 def saved_values(dirname: str | os.PathLike[str]) -> dict[str, Any]:
     """Every variable a save's manifest names (its dense part: the tables' shards are :func:`saved_tables`)."""
-    manifest = _read_manifest(Path(dirname).resolve())
-    if manifest is None:
-        raise BlockirError(f"{str(dirname)!r} is not a save: it has no {MANIFEST_FILE} (an interrupted save has none)")
+    manifest = _save_manifest(dirname)
     return {name: _load_file(dirname, manifest, name) for name in manifest.vars}
 
 
