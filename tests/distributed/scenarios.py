@@ -8,6 +8,11 @@ judge both.
 from __future__ import annotations
 
 import json
+import os
+import signal
+import threading
+import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -15,6 +20,7 @@ import numpy as np
 
 import blockir as bir
 from blockir.distributed.launch import launch
+from blockir.io.persistence import MANIFEST_FILE, saved_info
 from tests.distributed.scripts import ps_models
 
 SCRIPTS = Path(__file__).parent / "scripts"
@@ -67,7 +73,92 @@ def run_all(root: Path, backend: str) -> dict[str, Any]:
             failures[f"restart-{model}"] = {}
         except AssertionError as e:  # judged in the test process
             failures[f"restart-{model}"] = {"check": str(e)[:2000]}
+    if backend == "ray":  # a role's process killed by its pid
+        for name, kill in FAULTS.items():
+            failures[name] = fault_run(root / name, backend, kill, final=name == "fault-server-final")
     return failures
+
+
+FAULT_DOCS, FAULT_STEP_S, CHECKPOINT_EVERY = 8000, 0.02, 20  # 125 steps a worker; a checkpoint every 20 of them
+
+
+def worker_past(step: int) -> Callable[[Path], bool]:
+    """Kill when worker 1 made ``step`` steps."""
+    return lambda out: _number(out / "worker1.step") >= step
+
+
+def checkpoint_past(step: int, worker_step: int) -> Callable[[Path], bool]:
+    """Kill when worker 0 checkpointed at ``step`` or later and went on to ``worker_step``: updates are lost."""
+
+    def ready(out: Path) -> bool:
+        where = out / "checkpoints"
+        if not (where / MANIFEST_FILE).is_file() or saved_info(where).get("step", 0) < step:
+            return False
+        return _number(out / "worker0.step") >= worker_step
+
+    return ready
+
+
+# scenario -> (the role whose process is killed, when)
+FAULTS: dict[str, tuple[str, Callable[[Path], bool]]] = {
+    "fault-worker": ("worker1", worker_past(30)),
+    "fault-server": ("server1", checkpoint_past(CHECKPOINT_EVERY, 50)),
+    "fault-server-final": ("server1", worker_past(10)),
+}
+
+
+def _number(path: Path) -> int:
+    try:
+        return int(path.read_text())
+    except (FileNotFoundError, ValueError):
+        return 0
+
+
+def fault_run(
+    out: Path, backend: str, kill: tuple[str, Callable[[Path], bool]], final: bool = False, raise_at: int = -1
+) -> dict[str, Any]:
+    """Train faults.py on 2 servers and 2 workers, async, while the process of role ``kill[0]`` is killed (SIGKILL,
+    by its pid) once ``kill[1]`` holds: restarts allowed and a checkpoint every CHECKPOINT_EVERY steps, or, with
+    ``final``, neither. The launch's failures and restarts, how long it took, and whether the kill happened."""
+    out.mkdir(parents=True, exist_ok=True)
+    role, ready = kill
+    killed: dict[str, Any] = {}
+
+    def killer() -> None:
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline and not killed.get("stop"):
+            pid = _number(out / f"{role}.pid.0")
+            if pid and ready(out):
+                os.kill(pid, signal.SIGKILL)
+                killed.update(pid=pid, at=time.monotonic())
+                return
+            time.sleep(0.02)
+
+    thread = threading.Thread(target=killer, daemon=True)
+    thread.start()
+    start = time.monotonic()
+    args = [str(out), str(FAULT_DOCS), str(HELDOUT_DOCS), str(FAULT_STEP_S), str(raise_at)]
+    result = launch(
+        SCRIPTS / "faults.py",
+        2,
+        2,
+        args,
+        backend=backend,
+        timeout=60,
+        max_restarts=0 if final else 1,
+        checkpoint_dir=None if final else out / "checkpoints",
+        checkpoint_every=0 if final else CHECKPOINT_EVERY,
+    )
+    took = time.monotonic() - start
+    killed["stop"] = True
+    thread.join()
+    return {
+        "failures": result.failures,
+        "restarts": result.restarts,
+        "seconds": took,
+        "killed": "pid" in killed,
+        "after_kill_s": took - (killed["at"] - start) if "at" in killed else None,
+    }
 
 
 def async_run(out: Path, backend: str, k_steps: int = 0) -> dict:
@@ -138,7 +229,7 @@ def check_rows_on_their_servers(out: Path, servers: int) -> None:
     assert held == seen
 
 
-def single_process_bow_accuracy() -> float:
+def single_process_bow_accuracy(docs: int = ASYNC_DOCS) -> float:
     """The async script's model trained by one process on all the data, as accurate as it gets there."""
     bow = ps_models.bow_classifier()
     main, startup = bir.Program(), bir.Program()
@@ -149,7 +240,7 @@ def single_process_bow_accuracy() -> float:
     scope = bir.Scope()
     with bir.Executor("cpu") as exe:
         exe.run(startup, scope=scope)
-        words_, labels, _ = bow.make_corpus(ASYNC_DOCS, seed=0)
+        words_, labels, _ = bow.make_corpus(docs, seed=0)
         for epoch in range(ASYNC_EPOCHS):
             for w, y in bow.batches(words_, labels, 32, np.random.default_rng(epoch)):
                 exe.run(main, feed={"words": w, "label": y}, scope=scope)
@@ -163,6 +254,52 @@ def check_async_accuracy(out: Path, reference: float) -> dict:
     report = json.loads((out / "accuracy.json").read_text())
     assert report["accuracy"] >= reference - 0.01, (report["accuracy"], reference)  # reaches it (or beats it)
     return report
+
+
+def fault_reports(out: Path) -> dict[str, Any]:
+    """What each worker of a faults.py run wrote at its end."""
+    return {k: json.loads((out / f"worker{k}.json").read_text()) for k in range(2)}
+
+
+def check_worker_killed(out: Path, run: dict[str, Any], reference: float) -> None:
+    """Worker 1, killed mid-epoch, was restarted once and trained its share again; the others went on; the
+    model is as accurate as the single process's, to within two points."""
+    assert run["killed"], run
+    assert run["failures"] == {}, run
+    assert list(run["restarts"]) == ["worker 1"] and len(run["restarts"]["worker 1"]) == 1, run
+    reports = fault_reports(out)
+    assert reports[1]["restarts"] == 1 and reports[0]["restarts"] == 0
+    assert reports[0]["recoveries"] == reports[1]["recoveries"] == []  # no server lost anything
+    pids = [(out / f"worker1.pid.{restart}").read_text() for restart in (0, 1)]
+    assert pids[0] != pids[1]  # another process
+    assert json.loads((out / "accuracy.json").read_text())["accuracy"] >= reference - 0.02
+
+
+def check_server_killed(out: Path, run: dict[str, Any], reference: float) -> None:
+    """Server 1, killed after a checkpoint, came back from it; the workers waited, said what it lost (the
+    updates after that checkpoint) and went on; the model still learns."""
+    assert run["killed"], run
+    assert run["failures"] == {}, run
+    assert list(run["restarts"]) == ["server 1"], run
+    for k, report in fault_reports(out).items():
+        assert report["restarts"] == 0
+        recovery = report["recoveries"]
+        assert len(recovery) == 1 and recovery[0]["server"] == 1 and recovery[0]["restart"] == 1, (k, recovery)
+        step = recovery[0]["checkpoint_step"]
+        assert step >= CHECKPOINT_EVERY and step % CHECKPOINT_EVERY == 0, recovery
+        assert recovery[0]["lost_updates"] >= 1, recovery
+    assert json.loads((out / "accuracy.json").read_text())["accuracy"] >= reference - 0.05
+
+
+def check_server_killed_for_good(run: dict[str, Any]) -> None:
+    """Server 1, killed with no restarts allowed: the launch failed naming it, the workers with a message naming
+    it, soon (no hang)."""
+    assert run["killed"], run
+    assert run["restarts"] == {}
+    assert "server 1" in run["failures"], run
+    workers = [text for role, text in run["failures"].items() if role.startswith("worker")]
+    assert workers and all("parameter server 1" in text or "stopped" in text for text in workers), run
+    assert run["after_kill_s"] < 30, run
 
 
 def check_failing(failures: dict) -> None:

@@ -96,3 +96,21 @@ def test_a_save_on_ray_restarts_training_exactly_on_other_servers(ray_results: P
 
 def test_a_failing_worker_on_ray_ends_the_launch_naming_it(ray_results: Path) -> None:
     scenarios.check_failing(_report(ray_results)["failures"]["failing"])
+
+
+def test_a_worker_killed_mid_epoch_on_ray_is_restarted_and_rejoins(ray_results: Path) -> None:
+    run = _report(ray_results)["failures"]["fault-worker"]
+    reference = scenarios.single_process_bow_accuracy(scenarios.FAULT_DOCS)
+    scenarios.check_worker_killed(ray_results / "fault-worker", run, reference)
+
+
+def test_a_server_killed_on_ray_comes_back_from_the_last_checkpoint_and_the_loss_is_reported(
+    ray_results: Path,
+) -> None:
+    run = _report(ray_results)["failures"]["fault-server"]
+    reference = scenarios.single_process_bow_accuracy(scenarios.FAULT_DOCS)
+    scenarios.check_server_killed(ray_results / "fault-server", run, reference)
+
+
+def test_a_server_killed_on_ray_without_restarts_fails_the_launch_naming_it_soon(ray_results: Path) -> None:
+    scenarios.check_server_killed_for_good(_report(ray_results)["failures"]["fault-server-final"])
