@@ -18,7 +18,7 @@ from typing import Any
 import numpy as np
 
 from blockir.errors import BlockirError
-from blockir.io.persistence import read_shard, save_sharded, saved_tables, saved_values, write_shard
+from blockir.io.persistence import read_shard, save_sharded, saved_info, saved_tables, saved_values, write_shard
 from blockir.ops.values import describe_value
 
 __all__ = ["inspect", "reshard"]
@@ -26,7 +26,8 @@ __all__ = ["inspect", "reshard"]
 
 def inspect(dirname: str | os.PathLike[str]) -> dict[str, Any]:
     """The tables of a save (rows per shard of the base save and of each delta after it, bytes, servers, rule,
-    the optimizer state saved with the rows) and its dense variables (each described)."""
+    the optimizer state saved with the rows), its dense variables (each described) and what its writer
+    recorded (``info``: worker 0's step and each server's version, for a fleet save)."""
     base = Path(dirname)
     tables = {}
     for name, entry in saved_tables(base).items():
@@ -43,7 +44,7 @@ def inspect(dirname: str | os.PathLike[str]) -> dict[str, Any]:
             "bytes": sum(f.stat().st_size for f in files),
         }
     dense = {name: describe_value(value) for name, value in saved_values(base).items()}
-    return {"tables": tables, "dense": dense}
+    return {"tables": tables, "dense": dense, "info": saved_info(base)}
 
 
 def format_inspection(report: dict[str, Any]) -> str:
@@ -59,6 +60,10 @@ def format_inspection(report: dict[str, Any]) -> str:
         )
     for name, described in report["dense"].items():
         lines.append(f"dense {name}: {described}")
+    info = report["info"]
+    if "step" in info:
+        versions = ", ".join(map(str, info.get("versions", [])))
+        lines.append(f"taken at worker 0's step {info['step']}; updates each server had applied: {versions}")
     return "\n".join(lines) or "an empty save"
 
 

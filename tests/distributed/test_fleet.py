@@ -193,8 +193,11 @@ def test_blockir_ps_inspects_a_save_and_reshards_it(tmp_path: Path, capsys: pyte
     assert table["rows"] == [int((seen % 2 == k).sum()) for k in range(2)]
     assert table["states"] == ["embedding_0.w_0_moment1_0", "embedding_0.w_0_moment2_0"]
     assert "fc_0.w_0_moment1_0" in report["dense"] and "learning_rate_0" in report["dense"]
+    assert report["info"] == {"step": 2, "versions": [2, 2]}  # worker 0's step 2; two sync steps on each server
     assert main(["ps", "inspect", str(save)]) == 0
-    assert capsys.readouterr().out.startswith(f"table embedding_0.w_0: float64[40, 8], {len(seen)} rows on 2 servers")
+    text = capsys.readouterr().out
+    assert text.startswith(f"table embedding_0.w_0: float64[40, 8], {len(seen)} rows on 2 servers")
+    assert text.endswith("taken at worker 0's step 2; updates each server had applied: 2, 2\n")
     moved = tmp_path / "moved"
     assert main(["ps", "reshard", str(save), str(moved), "--servers", "3"]) == 0
     assert main(["ps", "inspect", str(moved), "--json"]) == 0
