@@ -18,7 +18,15 @@ from typing import Any
 import numpy as np
 
 from blockir.errors import BlockirError
-from blockir.io.persistence import read_shard, save_sharded, saved_info, saved_tables, saved_values, write_shard
+from blockir.io.persistence import (
+    incomplete_saves,
+    read_shard,
+    save_sharded,
+    saved_info,
+    saved_tables,
+    saved_values,
+    write_shard,
+)
 from blockir.ops.values import describe_value
 
 __all__ = ["inspect", "reshard"]
@@ -27,7 +35,8 @@ __all__ = ["inspect", "reshard"]
 def inspect(dirname: str | os.PathLike[str]) -> dict[str, Any]:
     """The tables of a save (rows per shard of the base save and of each delta after it, bytes, servers, rule,
     the optimizer state saved with the rows), its dense variables (each described) and what its writer
-    recorded (``info``: worker 0's step and each server's version, for a fleet save)."""
+    recorded (``info``: worker 0's step and each server's version, for a fleet save); the saves that did not
+    finish (``incomplete``: their generation directories)."""
     base = Path(dirname)
     tables = {}
     for name, entry in saved_tables(base).items():
@@ -44,7 +53,7 @@ def inspect(dirname: str | os.PathLike[str]) -> dict[str, Any]:
             "bytes": sum(f.stat().st_size for f in files),
         }
     dense = {name: describe_value(value) for name, value in saved_values(base).items()}
-    return {"tables": tables, "dense": dense, "info": saved_info(base)}
+    return {"tables": tables, "dense": dense, "info": saved_info(base), "incomplete": incomplete_saves(base)}
 
 
 def format_inspection(report: dict[str, Any]) -> str:
@@ -64,6 +73,8 @@ def format_inspection(report: dict[str, Any]) -> str:
     if "step" in info:
         versions = ", ".join(map(str, info.get("versions", [])))
         lines.append(f"taken at worker 0's step {info['step']}; updates each server had applied: {versions}")
+    for name in report["incomplete"]:
+        lines.append(f"incomplete save {name}: it did not finish (never loaded; the next save removes it)")
     return "\n".join(lines) or "an empty save"
 
 

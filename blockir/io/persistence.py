@@ -112,6 +112,7 @@ __all__ = [
     "read_shard",
     "save_inference_model",
     "save_sharded",
+    "incomplete_saves",
     "saved_info",
     "saved_tables",
     "saved_values",
@@ -601,10 +602,23 @@ def save_sharded(
 def _save_manifest(dirname: str | os.PathLike[str]) -> _Manifest:
     """A save's manifest; an error naming the directory when it is not a save (no manifest: an interrupted save
     is never loaded)."""
-    manifest = _read_manifest(Path(dirname).resolve())
+    base = Path(dirname).resolve()
+    manifest = _read_manifest(base)
     if manifest is None:
-        raise BlockirError(f"{str(dirname)!r} is not a save: it has no {MANIFEST_FILE} (an interrupted save has none)")
+        left = sorted(p.name for p in _generations(base).values()) if base.is_dir() else []
+        held = f"; it holds only the incomplete save {', '.join(left)}, which did not finish" if left else ""
+        raise BlockirError(
+            f"{str(dirname)!r} is not a save: it has no {MANIFEST_FILE} (an interrupted save has none){held}"
+        )
     return manifest
+
+
+def incomplete_saves(dirname: str | os.PathLike[str]) -> list[str]:
+    """The generation directories of a save that its manifest names no file in: saves that did not finish
+    (killed half way), never loaded, removed by the next save."""
+    base = Path(dirname).resolve()
+    named = {PurePosixPath(file).parts[0] for file in _save_manifest(base).files()}
+    return sorted(p.name for p in _generations(base).values() if p.name not in named)
 
 
 def saved_tables(dirname: str | os.PathLike[str]) -> dict[str, dict[str, Any]]:

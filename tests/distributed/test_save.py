@@ -7,8 +7,16 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from blockir.distributed.saves import format_inspection, inspect
 from blockir.errors import BlockirError
-from blockir.io.persistence import MANIFEST_FILE, read_shard, save_sharded, saved_tables, write_shard
+from blockir.io.persistence import (
+    MANIFEST_FILE,
+    incomplete_saves,
+    read_shard,
+    save_sharded,
+    saved_tables,
+    write_shard,
+)
 from tests.distributed.test_server import TABLE, _servers
 
 
@@ -191,10 +199,13 @@ save_sharded({str(save)!r}, {{"w": np.ones(3)}}, shards)
     (shard,) = saved_tables(save)["t"]["shards"]
     assert read_shard(save, shard, ["t"])["ids"].tolist() == [0, 1, 2, 3]
     assert len([p for p in save.iterdir() if p.name.startswith("gen-")]) == 2  # the killed save's files remain ...
+    assert incomplete_saves(save) == ["gen-000002"]  # ... reported as a save that did not finish ...
+    assert "incomplete save gen-000002: it did not finish" in format_inspection(inspect(save))
     save_sharded(save, {"w": np.ones(3)}, lambda d: _table_entry(d, save.resolve(), 5))
     assert len([p for p in save.iterdir() if p.name.startswith("gen-")]) == 1  # ... until the next save
+    assert incomplete_saves(save) == []
     only_killed = tmp_path / "fresh"
     only_killed.mkdir()
     (only_killed / "gen-000001").mkdir()
-    with pytest.raises(BlockirError, match="is not a save: it has no manifest.json"):
+    with pytest.raises(BlockirError, match="is not a save: it has no manifest.json .* incomplete save gen-000001"):
         saved_tables(only_killed)
