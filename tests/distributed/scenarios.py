@@ -161,10 +161,14 @@ def fault_run(
     }
 
 
-def async_run(out: Path, backend: str, k_steps: int = 0) -> dict:
-    """Train the bag-of-words model on 2 servers and 2 workers, async (Downpour) or, with ``k_steps``, GEO."""
+def async_run(out: Path, backend: str, k_steps: int = 0, save: Path | None = None, phase: str = "") -> dict:
+    """Train the bag-of-words model on 2 servers and 2 workers, async (Downpour) or, with ``k_steps``, GEO; with
+    ``save``, the first half of the batches then saved there (``phase`` ``save``), or the second half from it
+    (``load``)."""
     out.mkdir(parents=True, exist_ok=True)
     args = [str(out), str(ASYNC_EPOCHS), str(ASYNC_DOCS), str(HELDOUT_DOCS), str(k_steps)]
+    if save is not None:
+        args += [str(save), phase]
     return launch(SCRIPTS / "async_bow.py", 2, 2, args, backend=backend, timeout=300).failures
 
 

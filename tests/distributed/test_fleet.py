@@ -49,6 +49,13 @@ def test_async_training_reaches_the_single_process_accuracy(tmp_path: Path) -> N
     assert report["stats"]["requests"] > 0 and report["stats"]["bytes_sent"] > 0
 
 
+def test_async_training_saved_half_way_and_restarted_from_the_save_reaches_the_same_accuracy(tmp_path: Path) -> None:
+    save = tmp_path / "save"
+    assert scenarios.async_run(tmp_path / "first", "inprocess", save=save, phase="save") == {}
+    assert scenarios.async_run(tmp_path / "second", "inprocess", save=save, phase="load") == {}
+    scenarios.check_async_accuracy(tmp_path / "second", scenarios.single_process_bow_accuracy())
+
+
 @pytest.mark.parametrize("model", ["dense", "sparse"])
 def test_geo_with_one_worker_exchanging_every_step_equals_local_training(tmp_path: Path, model: str) -> None:
     assert scenarios.sync_run(tmp_path, "inprocess", 1, 1, model, "adagrad", mode="geo1")["failures"] == {}
