@@ -5,7 +5,9 @@ INT/LONG -> int, FLOAT/FLOAT64 -> float (a FLOAT is rounded to float32 when set,
 so it survives the wire format exactly), STRING -> str, BOOLEAN -> bool, the
 list types -> tuple of those (immutable, so that an attribute changes only
 through ``Operator.set_attr``), BLOCK -> block index (int), BLOCKS -> tuple of
-block indices.
+block indices. Paddle 2.5+'s types: VAR -> the name of the variable the value
+is read from when the op runs (str), VARS -> tuple of names, SCALAR -> bool,
+int (int64), float (double) or complex, SCALARS -> tuple of those.
 """
 
 from __future__ import annotations
@@ -38,7 +40,11 @@ class AttrType(enum.IntEnum):
     BLOCKS = 10
     LONGS = 11
     FLOAT64S = 12
+    VAR = 13
+    VARS = 14
     FLOAT64 = 15
+    SCALAR = 16
+    SCALARS = 17
 
 
 LIST_TYPES = {
@@ -49,6 +55,8 @@ LIST_TYPES = {
     AttrType.LONGS: AttrType.LONG,
     AttrType.FLOAT64S: AttrType.FLOAT64,
     AttrType.BLOCKS: AttrType.BLOCK,
+    AttrType.VARS: AttrType.VAR,
+    AttrType.SCALARS: AttrType.SCALAR,
 }
 
 
@@ -82,7 +90,25 @@ def _scalar(value: Any, t: AttrType, name: str) -> Any:
     elif t is AttrType.STRING:
         if isinstance(value, str):
             return value
+    elif t is AttrType.VAR:
+        if isinstance(value, str) and value:
+            return value
+    elif t is AttrType.SCALAR:
+        return _scalar_value(value, name)
     raise BlockirError(f"attribute {name!r}: {value!r} is not a valid {t.name}")
+
+
+def _scalar_value(value: Any, name: str) -> bool | int | float | complex:
+    """A SCALAR's value: a bool, an int64, a double or a complex (Paddle's ``Scalar``)."""
+    if isinstance(value, (bool, np.bool_)):
+        return bool(value)
+    if isinstance(value, (int, np.integer)):
+        return int(_scalar(value, AttrType.LONG, name))
+    if isinstance(value, (float, np.floating)):
+        return float(value)
+    if isinstance(value, (complex, np.complexfloating)):
+        return complex(value)
+    raise BlockirError(f"attribute {name!r}: {value!r} is not a valid SCALAR (a bool, int, float or complex)")
 
 
 def normalize(value: Any, t: AttrType, name: str = "?") -> Any:

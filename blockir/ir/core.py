@@ -643,13 +643,16 @@ class Program:
     """A list of blocks; block 0 is the global block.
 
     ``blocks`` is a read-only view (:meth:`create_block` adds one); setting
-    ``version``, ``random_seed`` or ``device`` counts as a change.
+    ``version``, ``random_seed`` or ``device`` counts as a change. ``op_versions``
+    is Paddle's ``op_version_map`` (op type -> the version of its definition a
+    program was written with), kept from a file and written back.
     """
 
     def __init__(self) -> None:
         self.version = 0
         self.random_seed = 0
         self.device = ""
+        self.op_versions: dict[str, int] = {}
         self._op_ids = itertools.count()
         self._mutation = next(_MUTATIONS)
         self._blocks: list[Block] = [Block(self, 0)]
@@ -756,6 +759,7 @@ class Program:
                     op.id,
                 )
         new.version, new.random_seed, new.device = self.version, self.random_seed, self.device
+        new.op_versions = dict(self.op_versions)
         new.current_block_idx = self.current_block_idx
         top = max((op.id for op in self.ops()), default=-1)
         new._op_ids = itertools.count(top + 1)

@@ -43,8 +43,34 @@ ATTR_FIELD = {
     AttrType.BLOCKS: "blocks_idx",
     AttrType.LONGS: "longs",
     AttrType.FLOAT64S: "float64s",
+    AttrType.VAR: "var_name",
+    AttrType.VARS: "vars_name",
     AttrType.FLOAT64: "float64",
+    AttrType.SCALAR: "scalar",
+    AttrType.SCALARS: "scalars",
 }
+
+
+def _scalar_to_proto(value: bool | int | float | complex, d: pb.Scalar) -> None:
+    if isinstance(value, bool):
+        d.type, d.b = pb.Scalar.BOOLEAN, value
+    elif isinstance(value, int):
+        d.type, d.i = pb.Scalar.LONG, value
+    elif isinstance(value, float):
+        d.type, d.r = pb.Scalar.FLOAT64, value
+    else:
+        d.type = pb.Scalar.COMPLEX128
+        d.c.r, d.c.i = value.real, value.imag
+
+
+def _scalar_from_proto(d: pb.Scalar) -> bool | int | float | complex:
+    if d.type == pb.Scalar.BOOLEAN:
+        return d.b
+    if d.type == pb.Scalar.LONG:
+        return d.i
+    if d.type == pb.Scalar.FLOAT64:
+        return d.r
+    return complex(d.c.r, d.c.i)
 
 
 # -- objects -> proto ----------------------------------------------------------
@@ -87,7 +113,12 @@ def op_to_proto(op: Operator) -> pb.OpDesc:
         t = op.attr_types[name]
         a = d.attrs.add(name=name, type=int(t))
         field = ATTR_FIELD[t]
-        if t in LIST_TYPES:
+        if t is AttrType.SCALAR:
+            _scalar_to_proto(value, a.scalar)
+        elif t is AttrType.SCALARS:
+            for v in value:
+                _scalar_to_proto(v, a.scalars.add())
+        elif t in LIST_TYPES:
             getattr(a, field).extend(value)
         else:
             setattr(a, field, value)
@@ -99,6 +130,8 @@ def op_to_proto(op: Operator) -> pb.OpDesc:
 def program_to_proto(program: Program) -> pb.ProgramDesc:
     d = pb.ProgramDesc()
     d.version.version = program.version
+    for op_type, version in program.op_versions.items():
+        d.op_version_map.pair.add(op_name=op_type).op_version.version = version
     if program.random_seed:
         d.random_seed = program.random_seed
     if program.device:
@@ -161,6 +194,10 @@ def _attr_value(a: Any, where: str) -> tuple[Any, AttrType]:
     except ValueError:
         raise ProgramFormatError(f"{where}: attribute {a.name!r} has unsupported type {a.type}") from None
     value = getattr(a, ATTR_FIELD[t])
+    if t is AttrType.SCALAR:
+        return _scalar_from_proto(value), t
+    if t is AttrType.SCALARS:
+        return tuple(_scalar_from_proto(v) for v in value), t
     return (tuple(value) if t in LIST_TYPES else value), t
 
 
@@ -210,6 +247,7 @@ def program_from_proto(d: pb.ProgramDesc, source: str = "<proto>") -> Program:
     if not program.blocks:
         raise ProgramFormatError(f"{source}: program has no blocks")
     program.version = d.version.version
+    program.op_versions = {p.op_name: p.op_version.version for p in d.op_version_map.pair}
     program.random_seed = d.random_seed
     program.device = d.device
     return program

@@ -127,7 +127,22 @@ def _scalar(value: Any, t: AttrType) -> str:
         return _quote(value)
     if t is AttrType.BOOLEAN:
         return "true" if value else "false"
+    if t is AttrType.VAR:
+        return _ref(value)
+    if t is AttrType.SCALAR:
+        return f"scalar({_scalar_body(value)})"
     return f"^{value}"  # BLOCK
+
+
+def _scalar_body(value: bool | int | float | complex) -> str:
+    """A SCALAR's value as its kind's literal: ``true``, ``3L``, ``0.5d``, ``complex(1.0d, -2.0d)``."""
+    if isinstance(value, bool):
+        return _scalar(value, AttrType.BOOLEAN)
+    if isinstance(value, int):
+        return _scalar(value, AttrType.LONG)
+    if isinstance(value, float):
+        return _scalar(value, AttrType.FLOAT64)
+    return f"complex({_scalar(value.real, AttrType.FLOAT64)}, {_scalar(value.imag, AttrType.FLOAT64)})"
 
 
 def format_attr_value(value: Any, t: AttrType) -> str:
@@ -220,6 +235,8 @@ def format_program(program: Program) -> str:
         header += f" random_seed={program.random_seed}"
     if program.device:
         header += f" device={_name(program.device)}"
+    if program.op_versions:
+        header += " op_versions={" + ", ".join(f"{_name(t)}={v}" for t, v in program.op_versions.items()) + "}"
     return "\n".join([header, *(format_block(b) for b in program.blocks)])
 
 
@@ -377,6 +394,11 @@ class _Parser:
         if c == "^":
             self.pos += 1
             return self.integer("a block index after '^'"), AttrType.BLOCK
+        if c == "%":
+            return self.ref(), AttrType.VAR
+        if self.line.startswith("scalar(", self.pos):
+            self.pos += len("scalar(")
+            return self.scalar_body(), AttrType.SCALAR
         m = _NUMBER.match(self.line, self.pos)
         if m is not None and not _PLAIN.match(self.line, m.end()):
             self.pos = m.end()
@@ -395,7 +417,31 @@ class _Parser:
         word = self.word()
         if word in ("true", "false"):
             return word == "true", AttrType.BOOLEAN
-        raise self.expected('an attribute value (3, 3L, 0.5, 0.5d, "s", true, ^1, [...], ints[])', start)
+        raise self.expected(
+            'an attribute value (3, 3L, 0.5, 0.5d, "s", true, ^1, %var, scalar(0.5d), [...], ints[])', start
+        )
+
+    def scalar_body(self) -> bool | int | float | complex:
+        """A SCALAR's value after ``scalar(``, to the closing parenthesis: ``true``, ``3L``, ``0.5d`` or
+        ``complex(1.0d, -2.0d)``."""
+        start = self.mark()
+        if self.line.startswith("complex(", start):
+            self.pos += len("complex(")
+            parts = []
+            for close in (",", ")"):
+                pos = self.mark()
+                value, t = self.scalar()
+                if t is not AttrType.FLOAT64:
+                    raise self.fail(f"a complex scalar's parts are FLOAT64 (0.5d), got {t.name}", pos)
+                parts.append(value)
+                self.expect(close)
+            self.expect(")")
+            return complex(parts[0], parts[1])
+        value, t = self.scalar()
+        if t not in (AttrType.BOOLEAN, AttrType.LONG, AttrType.FLOAT64):
+            raise self.fail(f"a scalar is a BOOLEAN, LONG (3L), FLOAT64 (0.5d) or complex(...), got {t.name}", start)
+        self.expect(")")
+        return value
 
     def attr_value(self, name: str) -> tuple[Any, AttrType]:
         start = self.mark()
@@ -459,14 +505,38 @@ class _Parser:
     def program(self) -> Program:
         self.next_line("the program header 'program version=N ...'")
         self.keyword("program")
-        opts = self.options({"version": self.integer, "random_seed": self.integer, "device": self.device_name})
+        opts = self.options(
+            {
+                "version": self.integer,
+                "random_seed": self.integer,
+                "device": self.device_name,
+                "op_versions": self.op_versions,
+            }
+        )
         program = Program._bare()
         program.version = opts.get("version", 0)
         program.random_seed = opts.get("random_seed", 0)
         program.device = opts.get("device", "")
+        program.op_versions = opts.get("op_versions", {})
         while self.next_line("" if program.blocks else "block 0"):
             self.block(program)
         return program
+
+    def op_versions(self) -> dict[str, int]:
+        """``{conv2d=1, ...}``: Paddle's op_version_map."""
+        self.expect("{")
+        versions: dict[str, int] = {}
+
+        def item() -> None:
+            start = self.mark()
+            op_type = self.name("an op type")
+            if op_type in versions:
+                raise self.fail(f"op type {op_type!r} has two versions", start)
+            self.expect("=")
+            versions[op_type] = self.int32()
+
+        self.sequence("}", item)
+        return versions
 
     def block(self, program: Program) -> None:
         start = self.mark()

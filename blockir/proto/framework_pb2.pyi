@@ -22,7 +22,11 @@ class AttrType(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     BLOCKS: _ClassVar[AttrType]
     LONGS: _ClassVar[AttrType]
     FLOAT64S: _ClassVar[AttrType]
+    VAR: _ClassVar[AttrType]
+    VARS: _ClassVar[AttrType]
     FLOAT64: _ClassVar[AttrType]
+    SCALAR: _ClassVar[AttrType]
+    SCALARS: _ClassVar[AttrType]
 INT: AttrType
 FLOAT: AttrType
 STRING: AttrType
@@ -36,7 +40,11 @@ LONG: AttrType
 BLOCKS: AttrType
 LONGS: AttrType
 FLOAT64S: AttrType
+VAR: AttrType
+VARS: AttrType
 FLOAT64: AttrType
+SCALAR: AttrType
+SCALARS: AttrType
 
 class Version(_message.Message):
     __slots__ = ("version",)
@@ -44,10 +52,42 @@ class Version(_message.Message):
     version: int
     def __init__(self, version: _Optional[int] = ...) -> None: ...
 
+class Complex(_message.Message):
+    __slots__ = ("r", "i")
+    R_FIELD_NUMBER: _ClassVar[int]
+    I_FIELD_NUMBER: _ClassVar[int]
+    r: float
+    i: float
+    def __init__(self, r: _Optional[float] = ..., i: _Optional[float] = ...) -> None: ...
+
+class Scalar(_message.Message):
+    __slots__ = ("type", "b", "i", "r", "c")
+    class Type(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+        __slots__ = ()
+        BOOLEAN: _ClassVar[Scalar.Type]
+        LONG: _ClassVar[Scalar.Type]
+        FLOAT64: _ClassVar[Scalar.Type]
+        COMPLEX128: _ClassVar[Scalar.Type]
+    BOOLEAN: Scalar.Type
+    LONG: Scalar.Type
+    FLOAT64: Scalar.Type
+    COMPLEX128: Scalar.Type
+    TYPE_FIELD_NUMBER: _ClassVar[int]
+    B_FIELD_NUMBER: _ClassVar[int]
+    I_FIELD_NUMBER: _ClassVar[int]
+    R_FIELD_NUMBER: _ClassVar[int]
+    C_FIELD_NUMBER: _ClassVar[int]
+    type: Scalar.Type
+    b: bool
+    i: int
+    r: float
+    c: Complex
+    def __init__(self, type: _Optional[_Union[Scalar.Type, str]] = ..., b: _Optional[bool] = ..., i: _Optional[int] = ..., r: _Optional[float] = ..., c: _Optional[_Union[Complex, _Mapping]] = ...) -> None: ...
+
 class OpDesc(_message.Message):
     __slots__ = ("type", "inputs", "outputs", "attrs", "is_target")
     class Attr(_message.Message):
-        __slots__ = ("name", "type", "i", "f", "s", "ints", "floats", "strings", "b", "bools", "block_idx", "l", "blocks_idx", "longs", "float64s", "float64")
+        __slots__ = ("name", "type", "i", "f", "s", "ints", "floats", "strings", "b", "bools", "block_idx", "l", "blocks_idx", "longs", "float64s", "var_name", "vars_name", "float64", "scalar", "scalars")
         NAME_FIELD_NUMBER: _ClassVar[int]
         TYPE_FIELD_NUMBER: _ClassVar[int]
         I_FIELD_NUMBER: _ClassVar[int]
@@ -63,7 +103,11 @@ class OpDesc(_message.Message):
         BLOCKS_IDX_FIELD_NUMBER: _ClassVar[int]
         LONGS_FIELD_NUMBER: _ClassVar[int]
         FLOAT64S_FIELD_NUMBER: _ClassVar[int]
+        VAR_NAME_FIELD_NUMBER: _ClassVar[int]
+        VARS_NAME_FIELD_NUMBER: _ClassVar[int]
         FLOAT64_FIELD_NUMBER: _ClassVar[int]
+        SCALAR_FIELD_NUMBER: _ClassVar[int]
+        SCALARS_FIELD_NUMBER: _ClassVar[int]
         name: str
         type: AttrType
         i: int
@@ -79,8 +123,12 @@ class OpDesc(_message.Message):
         blocks_idx: _containers.RepeatedScalarFieldContainer[int]
         longs: _containers.RepeatedScalarFieldContainer[int]
         float64s: _containers.RepeatedScalarFieldContainer[float]
+        var_name: str
+        vars_name: _containers.RepeatedScalarFieldContainer[str]
         float64: float
-        def __init__(self, name: _Optional[str] = ..., type: _Optional[_Union[AttrType, str]] = ..., i: _Optional[int] = ..., f: _Optional[float] = ..., s: _Optional[str] = ..., ints: _Optional[_Iterable[int]] = ..., floats: _Optional[_Iterable[float]] = ..., strings: _Optional[_Iterable[str]] = ..., b: _Optional[bool] = ..., bools: _Optional[_Iterable[bool]] = ..., block_idx: _Optional[int] = ..., l: _Optional[int] = ..., blocks_idx: _Optional[_Iterable[int]] = ..., longs: _Optional[_Iterable[int]] = ..., float64s: _Optional[_Iterable[float]] = ..., float64: _Optional[float] = ...) -> None: ...
+        scalar: Scalar
+        scalars: _containers.RepeatedCompositeFieldContainer[Scalar]
+        def __init__(self, name: _Optional[str] = ..., type: _Optional[_Union[AttrType, str]] = ..., i: _Optional[int] = ..., f: _Optional[float] = ..., s: _Optional[str] = ..., ints: _Optional[_Iterable[int]] = ..., floats: _Optional[_Iterable[float]] = ..., strings: _Optional[_Iterable[str]] = ..., b: _Optional[bool] = ..., bools: _Optional[_Iterable[bool]] = ..., block_idx: _Optional[int] = ..., l: _Optional[int] = ..., blocks_idx: _Optional[_Iterable[int]] = ..., longs: _Optional[_Iterable[int]] = ..., float64s: _Optional[_Iterable[float]] = ..., var_name: _Optional[str] = ..., vars_name: _Optional[_Iterable[str]] = ..., float64: _Optional[float] = ..., scalar: _Optional[_Union[Scalar, _Mapping]] = ..., scalars: _Optional[_Iterable[_Union[Scalar, _Mapping]]] = ...) -> None: ...
     class Var(_message.Message):
         __slots__ = ("parameter", "arguments")
         PARAMETER_FIELD_NUMBER: _ClassVar[int]
@@ -117,6 +165,11 @@ class VarType(_message.Message):
         BF16: _ClassVar[VarType.Type]
         COMPLEX64: _ClassVar[VarType.Type]
         COMPLEX128: _ClassVar[VarType.Type]
+        FP8_E4M3FN: _ClassVar[VarType.Type]
+        FP8_E5M2: _ClassVar[VarType.Type]
+        UINT16: _ClassVar[VarType.Type]
+        UINT32: _ClassVar[VarType.Type]
+        UINT64: _ClassVar[VarType.Type]
         LOD_TENSOR: _ClassVar[VarType.Type]
         SELECTED_ROWS: _ClassVar[VarType.Type]
         FEED_MINIBATCH: _ClassVar[VarType.Type]
@@ -128,6 +181,13 @@ class VarType(_message.Message):
         READER: _ClassVar[VarType.Type]
         RAW: _ClassVar[VarType.Type]
         TUPLE: _ClassVar[VarType.Type]
+        STRING: _ClassVar[VarType.Type]
+        STRINGS: _ClassVar[VarType.Type]
+        VOCAB: _ClassVar[VarType.Type]
+        FEED_LIST: _ClassVar[VarType.Type]
+        PSTRING: _ClassVar[VarType.Type]
+        SPARSE_COO: _ClassVar[VarType.Type]
+        SPARSE_CSR: _ClassVar[VarType.Type]
         CHANNEL: _ClassVar[VarType.Type]
         CHANNEL_LIST: _ClassVar[VarType.Type]
     BOOL: VarType.Type
@@ -143,6 +203,11 @@ class VarType(_message.Message):
     BF16: VarType.Type
     COMPLEX64: VarType.Type
     COMPLEX128: VarType.Type
+    FP8_E4M3FN: VarType.Type
+    FP8_E5M2: VarType.Type
+    UINT16: VarType.Type
+    UINT32: VarType.Type
+    UINT64: VarType.Type
     LOD_TENSOR: VarType.Type
     SELECTED_ROWS: VarType.Type
     FEED_MINIBATCH: VarType.Type
@@ -154,6 +219,13 @@ class VarType(_message.Message):
     READER: VarType.Type
     RAW: VarType.Type
     TUPLE: VarType.Type
+    STRING: VarType.Type
+    STRINGS: VarType.Type
+    VOCAB: VarType.Type
+    FEED_LIST: VarType.Type
+    PSTRING: VarType.Type
+    SPARSE_COO: VarType.Type
+    SPARSE_CSR: VarType.Type
     CHANNEL: VarType.Type
     CHANNEL_LIST: VarType.Type
     class TensorDesc(_message.Message):
@@ -244,14 +316,35 @@ class BlockDesc(_message.Message):
     device: str
     def __init__(self, idx: _Optional[int] = ..., parent_idx: _Optional[int] = ..., vars: _Optional[_Iterable[_Union[VarDesc, _Mapping]]] = ..., ops: _Optional[_Iterable[_Union[OpDesc, _Mapping]]] = ..., forward_block_idx: _Optional[int] = ..., device: _Optional[str] = ...) -> None: ...
 
+class OpVersion(_message.Message):
+    __slots__ = ("version",)
+    VERSION_FIELD_NUMBER: _ClassVar[int]
+    version: int
+    def __init__(self, version: _Optional[int] = ...) -> None: ...
+
+class OpVersionMap(_message.Message):
+    __slots__ = ("pair",)
+    class OpVersionPair(_message.Message):
+        __slots__ = ("op_name", "op_version")
+        OP_NAME_FIELD_NUMBER: _ClassVar[int]
+        OP_VERSION_FIELD_NUMBER: _ClassVar[int]
+        op_name: str
+        op_version: OpVersion
+        def __init__(self, op_name: _Optional[str] = ..., op_version: _Optional[_Union[OpVersion, _Mapping]] = ...) -> None: ...
+    PAIR_FIELD_NUMBER: _ClassVar[int]
+    pair: _containers.RepeatedCompositeFieldContainer[OpVersionMap.OpVersionPair]
+    def __init__(self, pair: _Optional[_Iterable[_Union[OpVersionMap.OpVersionPair, _Mapping]]] = ...) -> None: ...
+
 class ProgramDesc(_message.Message):
-    __slots__ = ("blocks", "version", "random_seed", "device")
+    __slots__ = ("blocks", "version", "op_version_map", "random_seed", "device")
     BLOCKS_FIELD_NUMBER: _ClassVar[int]
     VERSION_FIELD_NUMBER: _ClassVar[int]
+    OP_VERSION_MAP_FIELD_NUMBER: _ClassVar[int]
     RANDOM_SEED_FIELD_NUMBER: _ClassVar[int]
     DEVICE_FIELD_NUMBER: _ClassVar[int]
     blocks: _containers.RepeatedCompositeFieldContainer[BlockDesc]
     version: Version
+    op_version_map: OpVersionMap
     random_seed: int
     device: str
-    def __init__(self, blocks: _Optional[_Iterable[_Union[BlockDesc, _Mapping]]] = ..., version: _Optional[_Union[Version, _Mapping]] = ..., random_seed: _Optional[int] = ..., device: _Optional[str] = ...) -> None: ...
+    def __init__(self, blocks: _Optional[_Iterable[_Union[BlockDesc, _Mapping]]] = ..., version: _Optional[_Union[Version, _Mapping]] = ..., op_version_map: _Optional[_Union[OpVersionMap, _Mapping]] = ..., random_seed: _Optional[int] = ..., device: _Optional[str] = ...) -> None: ...

@@ -6,13 +6,13 @@ nested blocks (BLOCK/BLOCKS attributes refer to them), variables of every
 :class:`VarKind` (LoD levels, channel capacities, every flag), ops of
 registered and unregistered types with 0..3 variables per slot, and attributes
 of every :class:`AttrType` with edge values (int32/int64 bounds, float32
-values, doubles, inf, nan, -0.0, unicode strings, empty lists). Names are
-sometimes ones the text form has to quote.
+values, doubles, inf, nan, -0.0, unicode strings, empty lists, variable names,
+scalars of every kind), and op versions. Names are sometimes ones the text form has
+to quote.
 
 Options restrict programs to what another format can hold:
-``channels=False`` leaves out channel kinds, ``float64=False`` leaves out
-FLOAT64/FLOAT64S attributes, ``dtypes`` limits the element types (Paddle's
-legacy schema has none of the three additions).
+``channels=False`` leaves out channel kinds, ``dtypes`` limits the element types
+(Paddle's legacy schema has neither addition).
 """
 
 from __future__ import annotations
@@ -78,6 +78,13 @@ _SCALARS: dict[AttrType, Any] = {
     AttrType.FLOAT64: FLOAT64,
     AttrType.STRING: TEXT,
     AttrType.BOOLEAN: st.booleans(),
+    AttrType.VAR: NAMES,
+    AttrType.SCALAR: st.one_of(
+        st.booleans(),
+        st.integers(INT64_MIN, INT64_MAX),
+        FLOAT64,
+        st.builds(complex, FLOAT64, FLOAT64),
+    ),
 }
 _LISTS = {
     AttrType.INTS: AttrType.INT,
@@ -86,6 +93,8 @@ _LISTS = {
     AttrType.FLOAT64S: AttrType.FLOAT64,
     AttrType.STRINGS: AttrType.STRING,
     AttrType.BOOLEANS: AttrType.BOOLEAN,
+    AttrType.VARS: AttrType.VAR,
+    AttrType.SCALARS: AttrType.SCALAR,
 }
 
 
@@ -106,10 +115,7 @@ _KINDS = {
     channels: st.sampled_from([k for k in VarKind if channels or k not in (VarKind.CHANNEL, VarKind.CHANNEL_LIST)])
     for channels in (True, False)
 }
-_ATTR_TYPES = {
-    float64: st.sampled_from([t for t in AttrType if float64 or t not in (AttrType.FLOAT64, AttrType.FLOAT64S)])
-    for float64 in (True, False)
-}
+_ATTR_TYPES = st.sampled_from(list(AttrType))
 _ATTR_NAMES = st.lists(st.one_of(PLAIN_NAMES, ODD_NAMES).filter(lambda n: n != "op_device"), max_size=5, unique=True)
 _OP_DEVICES = st.one_of(st.none(), DEVICES, st.just(""), st.integers(0, 3))
 _SHAPES = st.lists(st.integers(-1, 2**40), max_size=4)
@@ -148,9 +154,7 @@ def slot_maps(var_names: list[str]) -> st.SearchStrategy[dict[str, list[str]]]:
 
 
 @st.composite
-def ops(
-    draw: st.DrawFn, block: Block, slots: st.SearchStrategy[dict[str, list[str]]], float64: bool = True
-) -> Operator:
+def ops(draw: st.DrawFn, block: Block, slots: st.SearchStrategy[dict[str, list[str]]]) -> Operator:
     """Append a random op to ``block`` with slots drawn from ``slots`` (see :func:`slot_maps`)."""
     num_blocks = len(block.program.blocks)
     outputs = draw(slots)
@@ -159,7 +163,7 @@ def ops(
     attrs: dict[str, Any] = {}
     attr_types: dict[str, AttrType] = {}
     for attr_name in draw(_ATTR_NAMES):
-        t = draw(_ATTR_TYPES[float64])
+        t = draw(_ATTR_TYPES)
         attrs[attr_name], attr_types[attr_name] = normalize(draw(attr_values(t, num_blocks)), t), t
     device = draw(_OP_DEVICES)
     if device is not None:  # last, as the DSL sets it
@@ -178,14 +182,13 @@ def ops(
 
 
 @st.composite
-def programs(
-    draw: st.DrawFn, channels: bool = True, float64: bool = True, max_blocks: int = 4, dtypes: Sequence[str] = DTYPES
-) -> Program:
+def programs(draw: st.DrawFn, channels: bool = True, max_blocks: int = 4, dtypes: Sequence[str] = DTYPES) -> Program:
     """A random program (see the module docstring)."""
     program = Program()
     program.version = draw(st.integers(0, INT64_MAX))
     program.random_seed = draw(st.one_of(st.just(0), st.integers(INT64_MIN, INT64_MAX)))
     program.device = draw(_BLOCK_DEVICES)
+    program.op_versions = draw(st.dictionaries(OP_TYPES, st.integers(INT32_MIN, INT32_MAX), max_size=3))
     for i in range(1, draw(st.integers(1, max_blocks))):
         block = program.create_block(draw(st.integers(0, i - 1)))
         block.forward_block_idx = draw(st.one_of(st.just(-1), st.integers(0, i)))
@@ -197,5 +200,5 @@ def programs(
             draw(variables(block, name, channels, dtypes))
         slots = slot_maps(names)
         for _ in range(draw(st.integers(0, 4))):
-            draw(ops(block, slots, float64))
+            draw(ops(block, slots))
     return program

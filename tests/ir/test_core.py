@@ -112,6 +112,10 @@ ALL_TYPES: list[tuple[AttrType, Any]] = [
     (AttrType.LONGS, [INT64_MIN]),
     (AttrType.FLOAT64S, [0.1, 1e300]),
     (AttrType.FLOAT64, 0.1),
+    (AttrType.VAR, "shape_tensor"),
+    (AttrType.VARS, ["a", "b c"]),
+    (AttrType.SCALAR, 2.5),
+    (AttrType.SCALARS, [True, -(2**63), 1e300, complex(1.5, -2.0)]),
 ]
 
 

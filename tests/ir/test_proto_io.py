@@ -140,7 +140,7 @@ def test_bad_dtype_and_attribute_type() -> None:
     d.blocks[0].ops.add(type="t").attrs.add(name="a", type=11)
     data = d.SerializeToString()
     assert data.count(b"\x0a\x01a\x10\x0b") == 1
-    data = data.replace(b"\x0a\x01a\x10\x0b", b"\x0a\x01a\x10\x0d")  # type 13: Paddle's VAR, not ours
+    data = data.replace(b"\x0a\x01a\x10\x0b", b"\x0a\x01a\x10\x12")  # type 18: no AttrType, Paddle's or ours
     with pytest.raises(ProgramFormatError, match=r"missing required fields: blocks\[0\].ops\[0\].attrs\[0\].type"):
         Program.parse(data)
 
