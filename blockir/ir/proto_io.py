@@ -103,6 +103,20 @@ def var_to_proto(var: Variable) -> pb.VarDesc:
     return d
 
 
+def set_attr_value(a: pb.OpDesc.Attr, value: Any, t: AttrType) -> None:
+    """Put ``value`` (in memory form, of type ``t``) into the field of ``a`` that type ``t`` uses."""
+    field = ATTR_FIELD[t]
+    if t is AttrType.SCALAR:
+        _scalar_to_proto(value, a.scalar)
+    elif t is AttrType.SCALARS:
+        for v in value:
+            _scalar_to_proto(v, a.scalars.add())
+    elif t in LIST_TYPES:
+        getattr(a, field).extend(value)
+    else:
+        setattr(a, field, value)
+
+
 def op_to_proto(op: Operator) -> pb.OpDesc:
     d = pb.OpDesc(type=op.type)
     for slot, names in op.inputs.items():
@@ -111,17 +125,7 @@ def op_to_proto(op: Operator) -> pb.OpDesc:
         d.outputs.add(parameter=slot, arguments=names)
     for name, value in op.attrs.items():
         t = op.attr_types[name]
-        a = d.attrs.add(name=name, type=int(t))
-        field = ATTR_FIELD[t]
-        if t is AttrType.SCALAR:
-            _scalar_to_proto(value, a.scalar)
-        elif t is AttrType.SCALARS:
-            for v in value:
-                _scalar_to_proto(v, a.scalars.add())
-        elif t in LIST_TYPES:
-            getattr(a, field).extend(value)
-        else:
-            setattr(a, field, value)
+        set_attr_value(d.attrs.add(name=name, type=int(t)), value, t)
     if op.is_target:
         d.is_target = True
     return d

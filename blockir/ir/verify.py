@@ -34,8 +34,10 @@ Checks:
 
 from __future__ import annotations
 
-from blockir.errors import VerifyError
-from blockir.ir.attrs import AttrType
+from typing import Any
+
+from blockir.errors import BlockirError, VerifyError
+from blockir.ir.attrs import LIST_TYPES, AttrType, normalize
 from blockir.ir.core import Block, Operator, Program, Variable
 from blockir.ir.devices import DEVICE_FORMS, is_valid_device
 from blockir.ir.schema import COMMON_ATTRS, EMPTY_VAR, GRAD_SUFFIX, REQUIRED, Lowering, OpSchema, find, lowering_of
@@ -199,14 +201,14 @@ def _slot_problems(op: Operator, schema: OpSchema) -> list[str]:
 
 def _attr_problems(op: Operator, schema: OpSchema | None, unknown: bool) -> list[str]:
     """Attributes of the wrong type, required ones missing; with ``unknown``, attributes the schema lacks."""
-    problems = []
+    problems: list[str] = []
     for name, t in op.attr_types.items():
         adef = schema.attr_def(name) if schema is not None else None
         expected = adef.type if adef is not None else COMMON_ATTRS.get(name)
         if expected is None and schema is not None and unknown:
             problems.append(f"unknown attribute {name!r} for {op.type}")
         elif expected is not None and t is not expected:
-            problems.append(f"attribute {name!r} is {t.name}, expected {expected.name}")
+            problems += filter(None, [_attr_type_problem(name, op.attrs[name], t, expected)])
     if schema is not None:
         problems += [
             f"required attribute {a.name!r} is missing"
@@ -214,6 +216,23 @@ def _attr_problems(op: Operator, schema: OpSchema | None, unknown: bool) -> list
             if a.default is REQUIRED and a.name not in op.attrs
         ]
     return problems
+
+
+def _attr_type_problem(name: str, value: Any, t: AttrType, expected: AttrType) -> str:
+    """Why an attribute of type ``t`` does not do where ``expected`` is; "" when it does: a SCALAR (SCALARS)
+    whose value is a valid ``expected`` (Paddle 2.5+ writes some numeric attributes as scalars)."""
+    if t in (AttrType.VAR, AttrType.VARS):
+        return (
+            f"attribute {name!r} is {t.name}: its value is read from {value!r} when the op runs; blockir runs only "
+            f"attributes given as constants ({expected.name})"
+        )
+    if t in (AttrType.SCALAR, AttrType.SCALARS) and (t is AttrType.SCALARS) == (expected in LIST_TYPES):
+        try:
+            normalize(value, expected, name)
+            return ""
+        except BlockirError:
+            pass
+    return f"attribute {name!r} is {t.name}, expected {expected.name}"
 
 
 def _block_ref_problems(op: Operator, here: int) -> list[str]:

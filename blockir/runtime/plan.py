@@ -64,6 +64,7 @@ import networkx as nx
 import numpy as np
 
 from blockir.errors import BlockirError, OpNotFoundError, VerifyError
+from blockir.ir.attrs import AttrType, normalize
 from blockir.ir.core import Block, Operator, Program, Variable
 from blockir.ir.devices import HOST, checked_device, device_kind
 from blockir.ir.dtypes import VarKind
@@ -372,7 +373,13 @@ def _lod_sources(info: _OpInfo, output_slot: str) -> list[str]:
 
 
 def _kernel_attrs(info: _OpInfo) -> dict[str, Any]:
-    return {adef.name: info.op.attrs.get(adef.name, adef.default) for adef in info.schema.attrs}
+    attrs = {}
+    for adef in info.schema.attrs:
+        value = info.op.attrs.get(adef.name, adef.default)
+        if info.op.attr_types.get(adef.name) in (AttrType.SCALAR, AttrType.SCALARS):
+            value = normalize(value, adef.type, adef.name)  # Paddle's scalar form of a number (verified to fit)
+        attrs[adef.name] = value
+    return attrs
 
 
 class _Slots(dict):

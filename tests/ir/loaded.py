@@ -5,8 +5,8 @@ from __future__ import annotations
 from typing import Any
 
 from blockir.ir import AttrType, Operator, Program
-from blockir.ir.attrs import LIST_TYPES, normalize
-from blockir.ir.proto_io import ATTR_FIELD
+from blockir.ir.attrs import normalize
+from blockir.ir.proto_io import set_attr_value
 
 
 def with_attr(op: Operator, name: str, value: Any, t: AttrType) -> tuple[Program, Operator]:
@@ -18,11 +18,6 @@ def with_attr(op: Operator, name: str, value: Any, t: AttrType) -> tuple[Program
     od = desc.blocks[b].ops[i]
     for k in reversed([k for k, a in enumerate(od.attrs) if a.name == name]):
         del od.attrs[k]
-    a = od.attrs.add(name=name, type=int(t))
-    value = normalize(value, t, name)
-    if t in LIST_TYPES:
-        getattr(a, ATTR_FIELD[t]).extend(value)
-    else:
-        setattr(a, ATTR_FIELD[t], value)
+    set_attr_value(od.attrs.add(name=name, type=int(t)), normalize(value, t, name), t)
     program = Program.from_proto(desc)
     return program, program.blocks[b].ops[i]

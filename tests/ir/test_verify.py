@@ -314,3 +314,26 @@ def test_random_programs_verify_or_raise_verify_error(p: Program) -> None:
         verify(p, allow_unknown_ops=True)
     except VerifyError as e:
         assert e.problems
+
+
+def test_paddle_scalar_attributes_run_where_they_fit_and_var_attributes_are_refused() -> None:
+    import numpy as np
+
+    import blockir as bir
+    from blockir.ir import AttrType
+
+    main = bir.Program()
+    with bir.program_guard(main, bir.Program()):
+        x = bir.layers.data("x", [-1, 2])
+        out = bir.layers.scale(x, 2.0, bias=1.0)
+    op = main.global_block().ops[-1]
+    loaded, _ = with_attr(op, "scale", 3, AttrType.SCALAR)  # Paddle 2.5+ writes numbers as scalars of their kind
+    with bir.Executor("cpu") as exe:
+        (got,) = exe.run(loaded, feed={"x": np.ones((1, 2), np.float32)}, fetch_list=[out.name])
+    np.testing.assert_array_equal(got, [[4.0, 4.0]])
+    loaded, _ = with_attr(op, "scale", True, AttrType.SCALAR)
+    with pytest.raises(VerifyError, match="attribute 'scale' is SCALAR, expected FLOAT"):
+        verify(loaded)
+    loaded, _ = with_attr(op, "scale", "scale_tensor", AttrType.VAR)
+    with pytest.raises(VerifyError, match=r"attribute 'scale' is VAR: its value is read from 'scale_tensor' when"):
+        verify(loaded)
