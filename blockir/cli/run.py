@@ -38,6 +38,18 @@ def _feeds(args: argparse.Namespace) -> dict[str, Any]:
     return feeds
 
 
+def _paddle_model(args: argparse.Namespace) -> bool:
+    """Whether the program is a Paddle model's (``.pdmodel``, Fluid's ``__model__``, or run with a
+    ``.pdiparams``), whose parameters are in Paddle's format."""
+    program = Path(args.program)
+    given = Path(args.params) if args.params is not None else None
+    return (
+        program.suffix == blockir.io.paddle.PDMODEL
+        or program.name == blockir.io.FLUID_MODEL_FILE
+        or (given is not None and given.suffix == blockir.io.paddle.PDIPARAMS)
+    )
+
+
 def _params_dir(args: argparse.Namespace) -> Path | None:
     if args.params is not None:
         return Path(args.params)
@@ -56,13 +68,17 @@ def command(args: argparse.Namespace) -> int:
     if args.trace is not None:
         output_file(args.trace, "--trace")
     program = load_program(args.program)
+    blockir.io.paddle.check_ops(program, args.program)
     exe = blockir.Executor(
         args.place, scheduler=args.scheduler, num_threads=args.threads, check_nan_inf=args.check_nan_inf
     )
     scope = blockir.Scope()
     stored = [v for v in program.list_vars() if blockir.io.is_persistable(v)]
     params = _params_dir(args)
-    if stored:
+    if stored and _paddle_model(args):
+        for name, value in blockir.io.read_paddle_params(program, args.program, args.params).items():
+            scope.set(name, value)
+    elif stored:
         if params is None:
             raise BlockirError(
                 f"{args.program}: the program reads {len(stored)} persistable variables "
@@ -106,15 +122,16 @@ def add(commands: argparse._SubParsersAction) -> None:
         description="Run a binary ProgramDesc (by default on the host CPU, ops placed on "
         "other devices there). Persistable variables are loaded "
         "from --params (default: the params/ directory beside the program, as "
-        "written by save_inference_model). Without --fetch, the program's fetch "
+        "written by save_inference_model; for a Paddle model.pdmodel, the model.pdiparams "
+        "beside it; for Fluid's __model__, the files beside it). Without --fetch, the program's fetch "
         "ops name what to fetch.",
     )
-    p.add_argument("program", metavar="PROGRAM.pb", help="the program file")
+    p.add_argument("program", metavar="PROGRAM.pb", help="the program file (.pb, Paddle's .pdmodel or __model__)")
     p.add_argument(
         "--params",
         metavar="DIR",
         default=None,
-        help="directory of saved variables (one file each), or a bundle file of them",
+        help="directory of saved variables (one file each), or a bundle file of them, or Paddle's .pdiparams",
     )
     p.add_argument(
         "--feed",

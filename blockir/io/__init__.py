@@ -1,12 +1,17 @@
 """Persistence (``bir.io``, Fluid's ``fluid.io``): variables and inference models saved and loaded.
 
-:mod:`blockir.io.persistence` holds the code; model formats of other frameworks will sit beside it.
+:mod:`blockir.io.persistence` holds the code; :mod:`blockir.io.paddle` reads and writes PaddlePaddle's legacy
+model files (``.pdmodel``, ``.pdiparams``, one file per variable), which ``load_inference_model`` and
+``save_inference_model(format=...)`` use.
 """
 
+from blockir.io import paddle
 from blockir.io.persistence import (
+    FLUID_MODEL_FILE,
     MANIFEST_FILE,
     MAX_INDEX_BYTES,
     MAX_STREAM_BYTES,
+    MODEL_FORMATS,
     PARAMS_DIR,
     PROGRAM_FILE,
     is_parameter,
@@ -16,6 +21,8 @@ from blockir.io.persistence import (
     load_params,
     load_persistables,
     load_vars,
+    model_format,
+    read_paddle_params,
     save_inference_model,
     save_params,
     save_persistables,
@@ -23,9 +30,11 @@ from blockir.io.persistence import (
 )
 
 __all__ = [
+    "FLUID_MODEL_FILE",
     "MANIFEST_FILE",
     "MAX_INDEX_BYTES",
     "MAX_STREAM_BYTES",
+    "MODEL_FORMATS",
     "PARAMS_DIR",
     "PROGRAM_FILE",
     "is_parameter",
@@ -35,6 +44,9 @@ __all__ = [
     "load_params",
     "load_persistables",
     "load_vars",
+    "model_format",
+    "paddle",
+    "read_paddle_params",
     "save_inference_model",
     "save_params",
     "save_persistables",

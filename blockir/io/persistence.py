@@ -56,6 +56,7 @@ naming the file.
 from __future__ import annotations
 
 import contextlib
+import functools
 import io
 import json
 import math
@@ -75,6 +76,7 @@ from typing import IO, Any, cast
 import numpy as np
 
 from blockir.errors import BlockirError
+from blockir.io import paddle
 from blockir.ir.core import Program, Variable
 from blockir.ir.defaults import default_main_program
 from blockir.ir.dtypes import VarKind
@@ -102,6 +104,8 @@ __all__ = [
     "MAX_STREAM_BYTES",
     "PARAMS_DIR",
     "PROGRAM_FILE",
+    "FLUID_MODEL_FILE",
+    "MODEL_FORMATS",
     "is_parameter",
     "is_persistable",
     "load_array",
@@ -109,6 +113,8 @@ __all__ = [
     "load_params",
     "load_persistables",
     "load_vars",
+    "model_format",
+    "read_paddle_params",
     "read_shard",
     "save_inference_model",
     "save_sharded",
@@ -124,6 +130,8 @@ __all__ = [
 
 PROGRAM_FILE = "program.pb"  # save_inference_model's default model_filename
 PARAMS_DIR = "params"  # where save_inference_model puts one file per parameter by default
+FLUID_MODEL_FILE = "__model__"  # Fluid 1.x's model file in its inference model directory
+MODEL_FORMATS = ("blockir", "paddle", "fluid")  # save_inference_model's formats
 MANIFEST_FILE = "manifest.json"  # names the files of the last save, one file per variable
 MAX_INDEX_BYTES = 64 << 20
 """The largest manifest or bundle ``index.json`` read (64 MiB)."""
@@ -772,6 +780,20 @@ def _select(
     return [v for v in block.vars.values() if predicate is None or predicate(v)]
 
 
+def _scope_values(chosen: list[Variable], scope: Scope | None) -> dict[str, Any]:
+    """The values of ``chosen`` in ``scope`` (default: the global scope); an error naming one without a value."""
+    scope = global_scope() if scope is None else scope
+    values = {}
+    for var in chosen:
+        holder = scope.find_var(var.name)
+        if holder is None or holder.value is None:
+            raise BlockirError(
+                f"cannot save variable {var.name!r}: it has no value in the scope (run the startup program first)"
+            )
+        values[var.name] = holder.value
+    return values
+
+
 def save_vars(
     executor: Executor,
     dirname: str | os.PathLike[str],
@@ -791,17 +813,8 @@ def save_vars(
     saved.
     """
     _check_executor(executor)
-    scope = global_scope() if scope is None else scope
-    chosen = _select(_default_program(main_program), vars, predicate)
+    values = _scope_values(_select(_default_program(main_program), vars, predicate), scope)
     bundle = _inside(dirname, filename, "filename") if filename is not None else None
-    values = {}
-    for var in chosen:
-        holder = scope.find_var(var.name)
-        if holder is None or holder.value is None:
-            raise BlockirError(
-                f"cannot save variable {var.name!r}: it has no value in the scope (run the startup program first)"
-            )
-        values[var.name] = holder.value
     if bundle is None:
         _save_files(dirname, values)
     else:
@@ -960,6 +973,7 @@ def save_inference_model(
     scope: Scope | None = None,
     *,
     instruments: Sequence[Instrument] = (),
+    format: str = "blockir",
 ) -> list[str]:
     """Save the part of ``main_program`` computing ``target_vars`` from ``feeded_var_names``, with its parameters.
 
@@ -978,11 +992,26 @@ def save_inference_model(
     manifest: see :func:`save_vars`), or to the bundle
     ``dirname/params_filename``. Returns the target names.
 
+    ``format="paddle"`` writes Paddle 2+'s legacy inference format instead:
+    ``dirname`` is a path prefix, the program goes to ``PREFIX.pdmodel`` and
+    the persistable variables to ``PREFIX.pdiparams`` (:mod:`blockir.io.paddle`;
+    no ``model_filename`` or ``params_filename``). ``format="fluid"``
+    writes Fluid 1.x's: ``dirname/__model__`` (or ``model_filename``) and one
+    file per variable in ``dirname`` (or all in ``dirname/params_filename``).
+    Paddle loads both.
+
     Without ``main_program``, the program is the one ``target_vars`` belong to
     when they are variables (so a program built in ``program_guard(main,
     startup)`` needs no ``main_program=main``), else the default main program.
     """
     _check_executor(executor)
+    if format not in MODEL_FORMATS:
+        raise BlockirError(f"save_inference_model: format must be one of {', '.join(MODEL_FORMATS)}, got {format!r}")
+    if format == "paddle" and (model_filename is not None or params_filename is not None):
+        raise BlockirError(
+            "save_inference_model: format='paddle' writes PREFIX.pdmodel and PREFIX.pdiparams (dirname is the "
+            "prefix); model_filename and params_filename are for the blockir and fluid formats"
+        )
     feeds, targets = _names(feeded_var_names, "feeded_var_names"), _names(target_vars, "target_vars")
     if not targets:
         raise BlockirError("save_inference_model needs at least one target variable")
@@ -998,9 +1027,23 @@ def save_inference_model(
     pipeline = InferencePipeline(feeds=tuple(feeds), targets=tuple(targets))
     program, _ = run_pipeline(main_program, [pipeline], verify=False, instruments=instruments, snapshots=False)
     _check_computable(program, feeds)
-    program_path = _inside(dirname, model_filename or PROGRAM_FILE, "model_filename")
-    params_dir, params_file = _params_location(dirname, params_filename)
-    save_vars(executor, params_dir, program, predicate=is_persistable, filename=params_file, scope=scope)
+    if format == "blockir":
+        program_path = _inside(dirname, model_filename or PROGRAM_FILE, "model_filename")
+        params_dir, params_file = _params_location(dirname, params_filename)
+        save_vars(executor, params_dir, program, predicate=is_persistable, filename=params_file, scope=scope)
+        program.save(str(program_path))
+        return targets
+    stored = _scope_values(_select(program, None, is_persistable), scope)
+    values = {name: map_arrays(value, functools.partial(_host, name=name)) for name, value in stored.items()}
+    if format == "paddle":
+        program_path = Path(f"{os.fspath(dirname)}{paddle.PDMODEL}")
+        paddle.write_combined(f"{os.fspath(dirname)}{paddle.PDIPARAMS}", values)
+    else:
+        program_path = _inside(dirname, model_filename or FLUID_MODEL_FILE, "model_filename")
+        if params_filename is not None:
+            paddle.write_combined(_inside(dirname, params_filename, "params_filename"), values)
+        for name, value in values.items() if params_filename is None else ():
+            paddle.write_tensor_file(_inside(dirname, name, "variable name"), value, name)
     program.save(str(program_path))
     return targets
 
@@ -1024,20 +1067,89 @@ def load_inference_model(
     params_filename: str | None = None,
     scope: Scope | None = None,
 ) -> tuple[Program, list[str], list[Variable]]:
-    """Load a model saved by :func:`save_inference_model` (the same file name arguments).
+    """Load a model saved by :func:`save_inference_model` (the same file name arguments), or by Paddle.
 
     Loads its parameters into ``scope`` (default: the global scope) and returns
     ``(program, feed names, fetch variables)``, feeds and fetches in the order
     they were saved; ``executor.run(program, feed=...)`` then fetches the
-    targets.
+    targets. Which form ``dirname`` is (:func:`model_format`): blockir's
+    directory (``program.pb``, ``params/``), Paddle 2+'s ``PREFIX.pdmodel`` and
+    ``PREFIX.pdiparams`` (``dirname`` the prefix, or the ``.pdmodel`` itself),
+    or Fluid 1.x's directory (``__model__`` and one file per variable, or
+    ``params_filename``). Nothing is loaded into the scope unless every value
+    was read and checked.
     """
-    _check_executor(executor)
-    path = _inside(dirname, model_filename or PROGRAM_FILE, "model_filename")
-    program = load_program(path)
+    xp = _check_executor(executor).place.xp
+    form = model_format(dirname, model_filename)
+    if form == "blockir":
+        path = _inside(dirname, model_filename or PROGRAM_FILE, "model_filename")
+        program = load_program(path)
+    elif form == "paddle":
+        path = _paddle_prefix(dirname).with_suffix(paddle.PDMODEL)
+        program = paddle.read_program(path)
+    else:
+        path = _inside(dirname, model_filename or FLUID_MODEL_FILE, "model_filename")
+        program = paddle.read_program(path)
     block = program.global_block()
     feeds, fetches = _framing(block, FEED.type, "Out", path), _framing(block, FETCH.type, "X", path)
     if not fetches:
         raise BlockirError(f"{dirname}: not an inference model (its program has no fetch ops)")
-    params_dir, params_file = _params_location(dirname, params_filename)
-    load_vars(executor, params_dir, program, predicate=is_persistable, filename=params_file, scope=scope)
+    if form == "blockir":
+        params_dir, params_file = _params_location(dirname, params_filename)
+        load_vars(executor, params_dir, program, predicate=is_persistable, filename=params_file, scope=scope)
+    else:
+        combined = None if params_filename is None else _inside(path.parent, params_filename, "params_filename")
+        values = read_paddle_params(program, path, combined)
+        target = global_scope() if scope is None else scope
+        for name, value in values.items():
+            target.set(name, map_arrays(value, xp.asarray))
     return program, feeds, [block.var(n) for n in fetches]
+
+
+def _paddle_prefix(path: str | os.PathLike[str]) -> Path:
+    """The path prefix of a Paddle model named by its prefix or by its ``.pdmodel``."""
+    p = Path(path)
+    return p.with_suffix("") if p.suffix == paddle.PDMODEL else p
+
+
+def model_format(dirname: str | os.PathLike[str], model_filename: str | None = None) -> str:
+    """Which form of inference model ``dirname`` names: ``"blockir"`` (a directory with ``program.pb``, or
+    ``model_filename``), ``"paddle"`` (``PREFIX.pdmodel``, named by the prefix or itself) or ``"fluid"`` (a
+    directory with ``__model__``); an error when it names none, or both a directory and a ``.pdmodel``."""
+    p = Path(dirname)
+    pdmodel = _paddle_prefix(p).with_suffix(paddle.PDMODEL) if p.suffix != paddle.PDMODEL else p
+    if p.is_dir() and pdmodel.is_file() and p.suffix != paddle.PDMODEL:
+        raise BlockirError(
+            f"{dirname}: both a blockir model directory {str(p)!r} and a Paddle model {str(pdmodel)!r} are there; "
+            f"name the one to load ({str(p)}/ or {pdmodel.name})"
+        )
+    if pdmodel.is_file() and model_filename is None:
+        return "paddle"
+    if p.is_dir() and model_filename is None and not (p / PROGRAM_FILE).exists() and (p / FLUID_MODEL_FILE).exists():
+        return "fluid"
+    if p.is_dir():
+        return "blockir"
+    raise BlockirError(f"{dirname}: no model there (neither a directory nor {pdmodel.name})")
+
+
+def read_paddle_params(
+    program: Program, model_path: str | os.PathLike[str], params: str | os.PathLike[str] | None = None
+) -> dict[str, Any]:
+    """The persistable variables of ``program``, read from a Paddle model's parameters: ``params`` (a combined
+    file like ``.pdiparams``, or a directory of one file per variable), by default where Paddle saves them
+    beside ``model_path``: ``PREFIX.pdiparams`` for ``PREFIX.pdmodel``, the files beside ``__model__``."""
+    chosen = _select(program, None, is_persistable)
+    model = Path(model_path)
+    if params is not None:
+        where = Path(params)
+    else:
+        where = model.with_suffix(paddle.PDIPARAMS) if model.suffix == paddle.PDMODEL else model.parent
+    if not chosen:
+        return {}
+    if where.is_dir():
+        values = {v.name: paddle.read_tensor_file(_inside(where, v.name, "variable name"), v) for v in chosen}
+    else:
+        values = paddle.read_combined(where, chosen)
+    for var in chosen:
+        _check_loaded(var, values[var.name], str(where))
+    return values

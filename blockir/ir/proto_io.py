@@ -261,6 +261,12 @@ def program_from_bytes(data: bytes, source: str = "<bytes>") -> Program:
     """Decode a binary ProgramDesc; any malformation is a :class:`ProgramFormatError`."""
     if not data:
         raise ProgramFormatError(f"{source}: file is empty")
+    text = data.strip()
+    if text[:1] == b"{" and text[-1:] == b"}":
+        raise ProgramFormatError(
+            f"{source}: a JSON file, not a ProgramDesc: Paddle 3 writes its PIR programs so (model.json, "
+            f"by default); blockir reads the legacy ProgramDesc format (.pdmodel: save with FLAGS_enable_pir_api=0)"
+        )
     desc = pb.ProgramDesc()
     try:
         desc.ParseFromString(data)
