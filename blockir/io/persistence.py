@@ -1080,7 +1080,7 @@ def load_inference_model(
     was read and checked.
     """
     xp = _check_executor(executor).place.xp
-    form = model_format(dirname, model_filename)
+    form = model_format(dirname, model_filename, params_filename)
     if form == "blockir":
         path = _inside(dirname, model_filename or PROGRAM_FILE, "model_filename")
         program = load_program(path)
@@ -1112,24 +1112,32 @@ def _paddle_prefix(path: str | os.PathLike[str]) -> Path:
     return p.with_suffix("") if p.suffix == paddle.PDMODEL else p
 
 
-def model_format(dirname: str | os.PathLike[str], model_filename: str | None = None) -> str:
-    """Which form of inference model ``dirname`` names: ``"blockir"`` (a directory with ``program.pb``, or
-    ``model_filename``), ``"paddle"`` (``PREFIX.pdmodel``, named by the prefix or itself) or ``"fluid"`` (a
-    directory with ``__model__``); an error when it names none, or both a directory and a ``.pdmodel``."""
+def model_format(
+    dirname: str | os.PathLike[str], model_filename: str | None = None, params_filename: str | None = None
+) -> str:
+    """Which form of inference model ``dirname`` names: ``"paddle"`` (``PREFIX.pdmodel``, named by the prefix
+    or itself), ``"blockir"`` (a directory with ``program.pb`` and ``params/`` or a bundle) or ``"fluid"`` (a
+    directory with ``__model__`` and Paddle's parameter files); an error when it names none, or both a
+    directory and a ``.pdmodel``."""
     p = Path(dirname)
-    pdmodel = _paddle_prefix(p).with_suffix(paddle.PDMODEL) if p.suffix != paddle.PDMODEL else p
-    if p.is_dir() and pdmodel.is_file() and p.suffix != paddle.PDMODEL:
+    if p.suffix == paddle.PDMODEL:
+        return "paddle"
+    pdmodel = p.with_suffix(paddle.PDMODEL)
+    if p.is_dir() and pdmodel.is_file():
         raise BlockirError(
             f"{dirname}: both a blockir model directory {str(p)!r} and a Paddle model {str(pdmodel)!r} are there; "
             f"name the one to load ({str(p)}/ or {pdmodel.name})"
         )
-    if pdmodel.is_file() and model_filename is None:
+    if pdmodel.is_file():
         return "paddle"
-    if p.is_dir() and model_filename is None and not (p / PROGRAM_FILE).exists() and (p / FLUID_MODEL_FILE).exists():
-        return "fluid"
-    if p.is_dir():
-        return "blockir"
-    raise BlockirError(f"{dirname}: no model there (neither a directory nor {pdmodel.name})")
+    if not p.is_dir():
+        raise BlockirError(f"{dirname}: no model there (neither a directory nor {pdmodel.name})")
+    if model_filename is None:
+        return "fluid" if not (p / PROGRAM_FILE).exists() and (p / FLUID_MODEL_FILE).exists() else "blockir"
+    if params_filename is not None:  # blockir's bundle is a zip; Paddle's combined file a tensor stream
+        with os_errors(p / params_filename, "read"), open(_inside(p, params_filename, "params_filename"), "rb") as f:
+            return "blockir" if f.read(4) == b"PK\x03\x04" else "fluid"
+    return "blockir" if (p / PARAMS_DIR).is_dir() else "fluid"
 
 
 def read_paddle_params(

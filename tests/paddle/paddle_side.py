@@ -84,7 +84,8 @@ def save(out):
         paddle.static.save_inference_model(prefix, feed_vars, targets, exe, program=main)
         program, feed_names, fetches = paddle.static.load_inference_model(prefix, exe)
         outputs = exe.run(program, feed=feeds, fetch_list=fetches)
-        np.savez(prefix + ".npz", **{f"in:{k}": v for k, v in feeds.items()}, **{f"out:{i}": v for i, v in enumerate(outputs)})
+        arrays = {**{f"in:{k}": v for k, v in feeds.items()}, **{f"out:{i}": v for i, v in enumerate(outputs)}}
+        np.savez(prefix + ".npz", **arrays)
 
 
 def run(prefix, inputs, out):
