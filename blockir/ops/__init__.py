@@ -5,10 +5,23 @@ Importing this package registers every schema listed below in the IR's registry
 """
 
 from blockir.ir.schema import find, register
-from blockir.ops import channel, distributed, math, nn, optimizer, parallel, random, sequence, transfer
+from blockir.ops import (
+    channel,
+    conv,
+    distributed,
+    math,
+    nn,
+    norm,
+    optimizer,
+    parallel,
+    random,
+    sequence,
+    shape,
+    transfer,
+)
 from blockir.ops.values import LoDTensor, SelectedRows
 
-MODULES = (math, nn, sequence, random, transfer, optimizer, channel, parallel, distributed)
+MODULES = (math, nn, conv, norm, shape, sequence, random, transfer, optimizer, channel, parallel, distributed)
 
 for _module in MODULES:
     for _schema in _module.SCHEMAS:

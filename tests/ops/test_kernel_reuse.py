@@ -16,10 +16,8 @@ import numpy as np
 import pytest
 
 from blockir.ir.schema import KernelContext, OpSchema, lookup, registered
-from tests.ops import cases_math, cases_nn
 from tests.ops.harness import Case, check_forward, check_grad, grad_specs, kernel_attrs, run_op
-
-CASES: dict[str, list[Case]] = {**cases_math.CASES, **cases_nn.CASES}
+from tests.ops.test_op_cases import CASES
 
 
 def _takes_reuse(schema: OpSchema) -> bool:

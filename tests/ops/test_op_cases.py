@@ -16,13 +16,14 @@ import pytest
 from blockir import ops
 from blockir.errors import BlockirError, ShapeError
 from blockir.ir.schema import registered
-from tests.ops import cases_math, cases_nn
+from tests.ops import cases_conv, cases_math, cases_nn, cases_norm, cases_shape
 from tests.ops.harness import Case, build_op, check_forward, check_grad, check_infer, grad_specs, run_op
 
 ROOT = Path(__file__).resolve().parents[2]
 
-assert not set(cases_math.CASES) & set(cases_nn.CASES), "an op has cases in both tables"
-CASES: dict[str, list[Case]] = {**cases_math.CASES, **cases_nn.CASES}
+TABLES = (cases_math, cases_nn, cases_conv, cases_norm, cases_shape)
+assert sum(len(t.CASES) for t in TABLES) == len({op for t in TABLES for op in t.CASES}), "an op has cases in two tables"
+CASES: dict[str, list[Case]] = {op: cases for table in TABLES for op, cases in table.CASES.items()}
 BEHAVIOUR_TESTED: dict[str, str] = cases_nn.BEHAVIOUR_TESTED
 LIBRARY = {schema.type for module in ops.MODULES for schema in module.SCHEMAS}
 
@@ -58,7 +59,7 @@ def test_grad_of_each_input_alone(op_type: str, case: Case) -> None:
 
 
 def _error_params(table: str) -> list:
-    entries = [*getattr(cases_math, table, []), *getattr(cases_nn, table, [])]
+    entries = [entry for module in TABLES for entry in getattr(module, table, [])]
     return [
         pytest.param(op_type, case, pattern, id=f"{op_type}-{i}") for i, (op_type, case, pattern) in enumerate(entries)
     ]
