@@ -21,7 +21,7 @@ from blockir.ops import (
 )
 from blockir.ops.values import LoDTensor, SelectedRows
 
-MODULES = (math, nn, conv, norm, shape, sequence, random, transfer, optimizer, channel, parallel, distributed)
+MODULES = (math, nn, conv, norm, shape, fused, sequence, random, transfer, optimizer, channel, parallel, distributed)
 
 for _module in MODULES:
     for _schema in _module.SCHEMAS:
