@@ -9,6 +9,7 @@ from blockir.ops import (
     channel,
     conv,
     distributed,
+    fused,
     math,
     nn,
     norm,
