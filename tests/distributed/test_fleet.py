@@ -4,6 +4,7 @@ lazily; async reaches the single process's accuracy; a failing worker ends the l
 
 from __future__ import annotations
 
+import json
 import threading
 from collections.abc import Iterator
 from pathlib import Path
@@ -149,13 +150,26 @@ def test_a_bad_save_is_refused_naming_what_is_wrong(tmp_path: Path) -> None:
         == {}
     )
     shard = next((save).rglob("base-000-of-002.npys"))
-    data = bytearray(shard.read_bytes())
+    good = shard.read_bytes()
+
+    def load_failure(run: str) -> str:
+        return scenarios.sync_run(tmp_path / run, "inprocess", 2, 1, "sparse", "sgd", save=save, phase="load")[
+            "failures"
+        ]["server 0"]
+
+    data = bytearray(good)
     data[len(data) // 2] ^= 0xFF
     shard.write_bytes(bytes(data))
-    failures = scenarios.sync_run(tmp_path / "b", "inprocess", 2, 1, "sparse", "sgd", save=save, phase="load")[
-        "failures"
-    ]
-    assert "checksum mismatch" in failures["server 0"] and "base-000-of-002.npys" in failures["server 0"]
+    failure = load_failure("b")
+    assert "checksum mismatch" in failure and "base-000-of-002.npys" in failure
+    shard.write_bytes(good[: len(good) - 100])
+    failure = load_failure("truncated")
+    assert "truncated" in failure and "base-000-of-002.npys" in failure, failure
+    shard.write_bytes(good)
+    manifest = json.loads((save / MANIFEST_FILE).read_text())
+    (save / MANIFEST_FILE).write_text(json.dumps({**manifest, "version": manifest["version"] + 1}))
+    failure = load_failure("version")
+    assert f"manifest version {manifest['version'] + 1}" in failure and MANIFEST_FILE in failure, failure
     (save / MANIFEST_FILE).unlink()
     failures = scenarios.sync_run(tmp_path / "c", "inprocess", 2, 1, "sparse", "sgd", save=save, phase="load")[
         "failures"
