@@ -302,6 +302,11 @@ def _record_role_vars(pending: list[_Pending], grads: dict[str, str]) -> None:
 def _materialize(block: Block, pending: list[_Pending], analysis: _Analysis) -> None:
     """Create the gradient variables and append the gradient ops."""
     forward_of = {grad_name(n): n for n in analysis.needed}
+    # also the gradient of a variable needing none that a gradient op reads: zeros a gradient op fills in
+    # (fill_zeros_like, as Paddle's backward does; for an output of split nothing differentiates)
+    suffix = grad_name("")
+    read = {n for item in pending for names in item.spec.inputs.values() for n in names}
+    forward_of.update({n: n[: -len(suffix)] for n in read if n.endswith(suffix) and n not in forward_of})
     for item in pending:
         for names, i in item.output_positions():
             name = names[i]

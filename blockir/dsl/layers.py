@@ -14,6 +14,7 @@ from typing import Any
 
 from blockir.dsl import framework
 from blockir.dsl.entry import CountFilterEntry, ProbabilityEntry
+from blockir.dsl.initializer import Constant, Normal
 from blockir.dsl.layer_helper import LayerHelper
 from blockir.dsl.param_attr import ParamAttr
 from blockir.dsl.variable import Variable, tensor_dtype, tensor_shape
@@ -23,12 +24,16 @@ from blockir.ir.dtypes import DTYPE_TO_PROTO, to_dtype
 
 __all__ = [
     "accuracy",
+    "adaptive_pool2d",
     "assign",
     "auc",
+    "batch_norm",
     "cast",
     "concat",
+    "conv2d",
     "cross_entropy",
     "data",
+    "dropout",
     "elementwise_add",
     "elementwise_div",
     "elementwise_mul",
@@ -36,8 +41,11 @@ __all__ = [
     "embedding",
     "fc",
     "fill_constant",
+    "flatten",
+    "layer_norm",
     "matmul",
     "mean",
+    "pool2d",
     "reduce_mean",
     "reduce_sum",
     "relu",
@@ -45,10 +53,15 @@ __all__ = [
     "scale",
     "sequence_pool",
     "sigmoid",
+    "slice",
     "softmax",
     "softmax_with_cross_entropy",
+    "split",
     "square_error_cost",
+    "squeeze",
     "tanh",
+    "transpose",
+    "unsqueeze",
 ]
 
 _POOL_TYPES = ("SUM", "AVERAGE", "SQRT", "MAX", "LAST", "FIRST")
@@ -488,16 +501,114 @@ def reshape(x: core.Variable, shape: Sequence[int], act: str | None = None, name
     """``x`` with a new shape: 0 copies the input's dim, one -1 is inferred (``reshape2``)."""
     helper = LayerHelper("reshape", name)
     helper.check_variable(x, "x")
+    out = _shape_op(helper, "reshape2", x, {"shape": _int_list(helper, shape, "shape")})
+    return helper.append_activation(out, act)
+
+
+# -- shape ops
+
+
+def _int_list(helper: LayerHelper, value: Any, arg: str) -> list[int]:
+    """``value`` as a list of ints; an error naming ``arg`` when it is not one."""
     if (
-        isinstance(shape, (str, bytes))
-        or not isinstance(shape, Sequence)
-        or any(isinstance(d, bool) or not isinstance(d, int) for d in shape)
+        isinstance(value, (str, bytes))
+        or not isinstance(value, Sequence)
+        or any(isinstance(d, bool) or not isinstance(d, int) for d in value)
     ):
-        raise helper.error(f"shape must be a list of ints, got {shape!r}")
+        raise helper.error(f"{arg} must be a list of ints, got {value!r}")
+    return list(value)
+
+
+def _shape_op(helper: LayerHelper, op_type: str, x: core.Variable, attrs: dict[str, Any]) -> Variable:
+    """``Out`` of ``op_type(X=x)``, which also writes ``XShape`` (Paddle's record of X's shape for the gradient)."""
     out = helper.create_tmp(x.dtype)
     x_shape = helper.create_tmp(x.dtype, stop_gradient=True)
-    helper.append_op("reshape2", {"X": [x]}, {"Out": [out], "XShape": [x_shape]}, {"shape": list(shape)})
-    return helper.append_activation(out, act)
+    helper.append_op(op_type, {"X": [x]}, {"Out": [out], "XShape": [x_shape]}, attrs)
+    return out
+
+
+def transpose(x: core.Variable, perm: Sequence[int], name: str | None = None) -> Variable:
+    """``x`` with its dims permuted: dim ``i`` of the result is dim ``perm[i]`` of ``x`` (``transpose2``)."""
+    helper = LayerHelper("transpose", name)
+    helper.check_variable(x, "x")
+    return _shape_op(helper, "transpose2", x, {"axis": _int_list(helper, perm, "perm")})
+
+
+def flatten(x: core.Variable, axis: int = 1, name: str | None = None) -> Variable:
+    """``x`` as a matrix, Fluid's ``flatten``: the dims before ``axis`` (in [0, rank]) make the rows, the others
+    the columns; ``axis`` 0 gives one row, the rank one column.
+
+    Paddle's ``flatten_contiguous_range`` does it (Fluid's ``flatten2`` is no op here): dims 0 to ``axis - 1``
+    into one, then dims ``axis`` on into one; ``unsqueeze2`` gives the 1 of an empty side.
+    """
+    helper = LayerHelper("flatten", name)
+    helper.check_variable(x, "x")
+    rank = len(tensor_shape(x))
+    if isinstance(axis, bool) or not isinstance(axis, int) or not 0 <= axis <= rank:
+        raise helper.error(f"axis must be an int in [0, {rank}] (the rank of x {x.name!r}), got {axis!r}")
+    rows: core.Variable = x
+    if axis == 0:
+        rows = _shape_op(helper, "unsqueeze2", x, {"axes": [0]})
+    elif axis > 1:
+        rows = _shape_op(helper, "flatten_contiguous_range", x, {"start_axis": 0, "stop_axis": axis - 1})
+    if axis == rank:
+        return _shape_op(helper, "unsqueeze2", rows, {"axes": [1]})
+    return _shape_op(helper, "flatten_contiguous_range", rows, {"start_axis": 1, "stop_axis": -1})
+
+
+def squeeze(input: core.Variable, axes: Sequence[int], name: str | None = None) -> Variable:
+    """``input`` without its dims of size 1 listed in ``axes`` (every dim of size 1 when ``axes`` is empty); a
+    listed dim of another size stays, as in Paddle (``squeeze2``)."""
+    helper = LayerHelper("squeeze", name)
+    helper.check_variable(input, "input")
+    return _shape_op(helper, "squeeze2", input, {"axes": _int_list(helper, axes, "axes")})
+
+
+def unsqueeze(input: core.Variable, axes: int | Sequence[int], name: str | None = None) -> Variable:
+    """``input`` with a dim of size 1 inserted at each of ``axes`` in turn, each counted in the shape made so far
+    (``unsqueeze2``)."""
+    helper = LayerHelper("unsqueeze", name)
+    helper.check_variable(input, "input")
+    listed = [axes] if isinstance(axes, int) and not isinstance(axes, bool) else axes
+    return _shape_op(helper, "unsqueeze2", input, {"axes": _int_list(helper, listed, "axes")})
+
+
+def split(
+    input: core.Variable, num_or_sections: int | Sequence[int], dim: int = -1, name: str | None = None
+) -> list[Variable]:
+    """``input`` cut along ``dim`` into ``num_or_sections`` equal parts, or into parts of the sizes it lists (one
+    may be -1: what the others leave)."""
+    helper = LayerHelper("split", name)
+    helper.check_variable(input, "input")
+    if isinstance(dim, bool) or not isinstance(dim, int):
+        raise helper.error(f"dim must be an int, got {dim!r}")
+    if isinstance(num_or_sections, int) and not isinstance(num_or_sections, bool):
+        if num_or_sections < 1:
+            raise helper.error(f"num_or_sections must be a positive int or a list of ints, got {num_or_sections}")
+        count, attrs = num_or_sections, {"num": num_or_sections, "sections": []}
+    else:
+        sections = _int_list(helper, num_or_sections, "num_or_sections")
+        count, attrs = len(sections), {"num": 0, "sections": sections}
+    outs = [helper.create_tmp(input.dtype) for _ in range(count)]
+    helper.append_op("split", {"X": [input]}, {"Out": outs}, {"axis": dim, **attrs})
+    return outs
+
+
+def slice(input: core.Variable, axes: Sequence[int], starts: Sequence[int], ends: Sequence[int]) -> Variable:
+    """``input[starts[i]:ends[i]]`` on each dim ``axes[i]``: negative bounds count from the end, bounds past a dim
+    are clamped to it (``slice``)."""
+    helper = LayerHelper("slice")
+    helper.check_variable(input, "input")
+    axes = _int_list(helper, axes, "axes")
+    attrs = {
+        "axes": axes,
+        "starts": _int_list(helper, starts, "starts"),
+        "ends": _int_list(helper, ends, "ends"),
+        "infer_flags": [1] * len(axes),
+    }
+    out = helper.create_tmp(input.dtype)
+    helper.append_op("slice", {"Input": [input]}, {"Out": [out]}, attrs)
+    return out
 
 
 def cast(x: core.Variable, dtype: Any) -> Variable:
@@ -562,3 +673,370 @@ def sequence_pool(input: core.Variable, pool_type: str, is_test: bool = False, p
         {"pooltype": pooltype, "is_test": bool(is_test), "pad_value": float(pad_value)},
     )
     return out
+
+
+# -- normalization and dropout
+
+
+def batch_norm(
+    input: core.Variable,
+    act: str | None = None,
+    is_test: bool = False,
+    momentum: float = 0.9,
+    epsilon: float = 1e-05,
+    param_attr: Any = None,
+    bias_attr: Any = None,
+    data_layout: str = "NCHW",
+    name: str | None = None,
+    moving_mean_name: str | None = None,
+    moving_variance_name: str | None = None,
+    use_global_stats: bool = False,
+) -> Variable:
+    """``act(scale * (input - mean) / sqrt(variance + epsilon) + bias)`` per channel (dim 1 for ``NCHW``,
+    the last dim for ``NHWC``).
+
+    In training the batch's mean and variance normalize, and the moving mean and variance (persistable,
+    not trainable, starting at 0 and 1; named ``moving_mean_name`` / ``moving_variance_name`` when given)
+    are updated in place: ``moving = momentum * moving + (1 - momentum) * batch``. ``is_test`` (which
+    ``Program.clone(for_test=True)`` sets) or ``use_global_stats`` normalize with the moving statistics.
+    The scale starts at 1, the bias at 0; a float16 ``input`` keeps them and the statistics in float32.
+    """
+    helper = LayerHelper("batch_norm", name)
+    helper.check_variable(input, "input")
+    helper.check_float(input, "input")
+    if data_layout not in ("NCHW", "NHWC"):
+        raise helper.error(f"data_layout must be 'NCHW' or 'NHWC', got {data_layout!r}")
+    shape = tensor_shape(input)
+    if len(shape) < 2:
+        raise helper.error(f"input {input.name!r} of shape {list(shape)} must have rank 2 or more")
+    channels = shape[1 if data_layout == "NCHW" else -1]
+    if channels < 0:
+        raise helper.error(
+            f"input {input.name!r} of shape {list(shape)}: the channel dim ({data_layout}) must be known"
+        )
+    scale_attr, shift_attr = ParamAttr.to_attr(param_attr), ParamAttr.to_attr(bias_attr)
+    if scale_attr is False or shift_attr is False:
+        raise helper.error("param_attr=False / bias_attr=False: batch_norm always has a scale and a bias")
+    dtype = "float32" if input.dtype == "float16" else tensor_dtype(input)
+    scale = helper.create_parameter(scale_attr, [channels], dtype, default_initializer=Constant(1.0))
+    bias = helper.create_parameter(shift_attr, [channels], dtype, is_bias=True)
+    mean, variance = (
+        helper.create_parameter(
+            ParamAttr(name=stat_name, initializer=Constant(value), trainable=False), [channels], dtype
+        )
+        for stat_name, value in ((moving_mean_name, 0.0), (moving_variance_name, 1.0))
+    )
+    saved_mean = helper.create_tmp(dtype, stop_gradient=True)
+    saved_variance = helper.create_tmp(dtype, stop_gradient=True)
+    out = helper.create_tmp(input.dtype)
+    helper.append_op(
+        "batch_norm",
+        {"X": [input], "Scale": [scale], "Bias": [bias], "Mean": [mean], "Variance": [variance]},
+        {
+            "Y": [out],
+            "MeanOut": [mean],
+            "VarianceOut": [variance],
+            "SavedMean": [saved_mean],
+            "SavedVariance": [saved_variance],
+        },
+        {
+            "momentum": float(momentum),
+            "epsilon": float(epsilon),
+            "is_test": bool(is_test),
+            "data_layout": data_layout,
+            "use_global_stats": bool(use_global_stats),
+        },
+    )
+    return helper.append_activation(out, act)
+
+
+def layer_norm(
+    input: core.Variable,
+    scale: bool = True,
+    shift: bool = True,
+    begin_norm_axis: int = 1,
+    epsilon: float = 1e-05,
+    param_attr: Any = None,
+    bias_attr: Any = None,
+    act: str | None = None,
+    name: str | None = None,
+) -> Variable:
+    """``act`` of each row of ``input`` (flattened to a matrix at ``begin_norm_axis``) normalized to mean 0
+    and variance 1, times a learned scale (``scale``, starting at 1) plus a learned bias (``shift``, starting
+    at 0), both of the row's size."""
+    helper = LayerHelper("layer_norm", name)
+    helper.check_variable(input, "input")
+    helper.check_float(input, "input")
+    shape = tensor_shape(input)
+    if (
+        isinstance(begin_norm_axis, bool)
+        or not isinstance(begin_norm_axis, int)
+        or not 0 <= begin_norm_axis < len(shape)
+    ):
+        raise helper.error(f"begin_norm_axis must be an int in [0, {len(shape)}), got {begin_norm_axis!r}")
+    if any(d < 0 for d in shape[begin_norm_axis:]):
+        raise helper.error(
+            f"input {input.name!r} of shape {list(shape)}: the dims from begin_norm_axis={begin_norm_axis} on "
+            "make the scale and bias and must be known"
+        )
+    dtype = "float32" if input.dtype == "float16" else tensor_dtype(input)
+    width = [math.prod(shape[begin_norm_axis:])]
+    inputs: dict[str, list[core.Variable]] = {"X": [input]}
+    if scale:
+        attr = ParamAttr.to_attr(param_attr)
+        if attr is False:
+            raise helper.error("param_attr=False: use scale=False for no scale")
+        inputs["Scale"] = [helper.create_parameter(attr, width, dtype, default_initializer=Constant(1.0))]
+    if shift:
+        attr = ParamAttr.to_attr(bias_attr)
+        if attr is False:
+            raise helper.error("bias_attr=False: use shift=False for no bias")
+        inputs["Bias"] = [helper.create_parameter(attr, width, dtype, is_bias=True)]
+    mean = helper.create_tmp(dtype, stop_gradient=True)
+    variance = helper.create_tmp(dtype, stop_gradient=True)
+    out = helper.create_tmp(input.dtype)
+    helper.append_op(
+        "layer_norm",
+        inputs,
+        {"Y": [out], "Mean": [mean], "Variance": [variance]},
+        {"epsilon": float(epsilon), "begin_norm_axis": begin_norm_axis},
+    )
+    return helper.append_activation(out, act)
+
+
+def dropout(
+    x: core.Variable,
+    dropout_prob: float,
+    is_test: bool = False,
+    seed: int | None = None,
+    name: str | None = None,
+    dropout_implementation: str = "downgrade_in_infer",
+) -> Variable:
+    """``x`` with each element zeroed with probability ``dropout_prob``.
+
+    ``downgrade_in_infer``: training keeps the other elements as they are and a test (``is_test``, which
+    ``Program.clone(for_test=True)`` sets) multiplies everything by ``1 - dropout_prob``;
+    ``upscale_in_train``: training divides the kept elements by ``1 - dropout_prob`` and a test passes
+    ``x`` through. As in Fluid, a ``seed`` (else a non-zero ``random_seed`` of the program, from which
+    each dropout derives its own) fixes the mask: the same elements are dropped at every run. Without
+    one every run draws a fresh mask.
+    """
+    helper = LayerHelper("dropout", name)
+    helper.check_variable(x, "x")
+    if isinstance(dropout_prob, bool) or not isinstance(dropout_prob, (int, float)):
+        raise helper.error(f"dropout_prob must be a number in [0, 1], got {dropout_prob!r}")
+    if seed is not None and (isinstance(seed, bool) or not isinstance(seed, int)):
+        raise helper.error(f"seed must be an int or None, got {seed!r}")
+    out = helper.create_tmp(x.dtype)
+    mask = helper.create_tmp("uint8", stop_gradient=True)
+    program_seed = helper.main_program.random_seed
+    if not seed and program_seed:
+        seed = framework.derive_seed(program_seed, "dropout", out.name)
+    helper.append_op(
+        "dropout",
+        {"X": [x]},
+        {"Out": [out], "Mask": [mask]},
+        {
+            "dropout_prob": float(dropout_prob),
+            "is_test": bool(is_test),
+            "fix_seed": seed is not None,
+            "seed": seed or 0,
+            "dropout_implementation": dropout_implementation,
+        },
+    )
+    return out
+
+
+# -- convolution and pooling
+
+
+def _pair(helper: LayerHelper, value: Any, arg: str) -> list[int]:
+    """An int or a list of 2 ints as a list of 2 (Fluid's ``convert_to_list``)."""
+    values = _int_list(helper, [value, value] if isinstance(value, int) else value, arg)
+    if len(values) != 2:
+        raise helper.error(f"{arg} must be an int or a list of 2 ints, got {value!r}")
+    return values
+
+
+def _paddings(helper: LayerHelper, padding: Any, data_format: str) -> tuple[list[int], str]:
+    """The ``paddings`` and ``padding_algorithm`` attributes for a layer's ``padding``: "SAME" or "VALID", an
+    int, [pad_h, pad_w], [top, bottom, left, right], or one [before, after] pair per dim of ``data_format``."""
+    if isinstance(padding, str):
+        if padding.upper() not in ("SAME", "VALID"):
+            raise helper.error(f"padding {padding!r}: a string padding is 'SAME' or 'VALID'")
+        return [0, 0], padding.upper()
+    if isinstance(padding, (list, tuple)) and len(padding) == 4 and all(isinstance(p, (list, tuple)) for p in padding):
+        spatial = (1, 2) if data_format == "NHWC" else (2, 3)
+        if any(list(p) != [0, 0] for i, p in enumerate(padding) if i not in spatial):
+            raise helper.error(f"padding {padding!r} pads the batch or channel dim")
+        padding = [v for i in spatial for v in padding[i]]
+    if isinstance(padding, (list, tuple)) and len(padding) == 4:
+        top, bottom, left, right = _int_list(helper, padding, "padding")
+        return ([top, left] if (top, left) == (bottom, right) else [top, bottom, left, right]), "EXPLICIT"
+    return _pair(helper, padding, "padding"), "EXPLICIT"
+
+
+def _check_layout(helper: LayerHelper, input: core.Variable, data_format: str) -> list[int]:
+    """The shape of 4-D ``input``; an error unless it is one and ``data_format`` is NCHW or NHWC."""
+    if data_format not in ("NCHW", "NHWC"):
+        raise helper.error(f"data_format must be 'NCHW' or 'NHWC', got {data_format!r}")
+    shape = list(tensor_shape(input))
+    if len(shape) != 4:
+        raise helper.error(f"input {input.name!r} of shape {shape} must be 4-D ({data_format})")
+    return shape
+
+
+def conv2d(
+    input: core.Variable,
+    num_filters: int,
+    filter_size: int | Sequence[int],
+    stride: int | Sequence[int] = 1,
+    padding: int | str | Sequence[Any] = 0,
+    dilation: int | Sequence[int] = 1,
+    groups: int | None = None,
+    param_attr: Any = None,
+    bias_attr: Any = None,
+    use_cudnn: bool = True,
+    act: str | None = None,
+    name: str | None = None,
+    data_format: str = "NCHW",
+) -> Variable:
+    """``act(conv(input, W) + b)``: ``conv2d``, or ``depthwise_conv2d`` where Fluid picks it (groups equal to the
+    input's channels, num_filters a multiple of them, use_cudnn False).
+
+    The filter ``[num_filters, C / groups, kh, kw]`` starts as Normal(0, sqrt(2 / (kh * kw * C))) (Fluid's
+    default); the bias ``[num_filters]`` (none with ``bias_attr=False``) is added along the channel dim.
+    ``padding``: an int, [pad_h, pad_w], [top, bottom, left, right], one pair per dim, "SAME" or "VALID".
+    """
+    channel = 3 if data_format == "NHWC" else 1
+    shape = tensor_shape(input) if isinstance(input, core.Variable) and input.shape is not None else ()
+    channels = shape[channel] if len(shape) == 4 else -1
+    depthwise = (
+        channels > 0
+        and groups == channels
+        and not use_cudnn
+        and isinstance(num_filters, int)
+        and num_filters % channels == 0
+    )
+    helper = LayerHelper("depthwise_conv2d" if depthwise else "conv2d", name)
+    helper.check_variable(input, "input")
+    helper.check_float(input, "input")
+    channels = _check_layout(helper, input, data_format)[channel]
+    if channels < 0:
+        raise helper.error(f"input {input.name!r}: its channel dim (data_format {data_format}) must be known")
+    if isinstance(num_filters, bool) or not isinstance(num_filters, int) or num_filters < 1:
+        raise helper.error(f"num_filters must be a positive int, got {num_filters!r}")
+    if groups is not None and (isinstance(groups, bool) or not isinstance(groups, int) or groups < 1):
+        raise helper.error(f"groups must be a positive int, got {groups!r}")
+    groups = groups or 1
+    if channels % groups:
+        raise helper.error(f"input {input.name!r} has {channels} channels, not divisible by groups={groups}")
+    if not isinstance(use_cudnn, bool):
+        raise helper.error(f"use_cudnn must be True or False, got {use_cudnn!r}")
+    ksize = _pair(helper, filter_size, "filter_size")
+    paddings, algorithm = _paddings(helper, padding, data_format)
+    attr = ParamAttr.to_attr(param_attr)
+    if attr is False:
+        raise helper.error("param_attr=False: the filter cannot be omitted")
+    dtype = tensor_dtype(input)
+    std = (2.0 / (ksize[0] * ksize[1] * channels)) ** 0.5
+    filter_shape = [num_filters, channels // groups, *ksize]
+    w = helper.create_parameter(attr, filter_shape, dtype, default_initializer=Normal(0.0, std))
+    out = helper.create_tmp(dtype)
+    helper.append_op(
+        "depthwise_conv2d" if depthwise else "conv2d",
+        {"Input": [input], "Filter": [w]},
+        {"Output": [out]},
+        {
+            "strides": _pair(helper, stride, "stride"),
+            "paddings": paddings,
+            "padding_algorithm": algorithm,
+            "dilations": _pair(helper, dilation, "dilation"),
+            "groups": groups,
+            "use_cudnn": use_cudnn,
+            "data_format": data_format,
+        },
+    )
+    bias = ParamAttr.to_attr(bias_attr)
+    if bias is not False:
+        b = helper.create_parameter(bias, [num_filters], dtype, is_bias=True)
+        biased = helper.create_tmp(dtype)
+        helper.append_op("elementwise_add", {"X": [out], "Y": [b]}, {"Out": [biased]}, {"axis": channel})
+        out = biased
+    return helper.append_activation(out, act)
+
+
+def pool2d(
+    input: core.Variable,
+    pool_size: int | Sequence[int] = -1,
+    pool_type: str = "max",
+    pool_stride: int | Sequence[int] = 1,
+    pool_padding: int | str | Sequence[Any] = 0,
+    global_pooling: bool = False,
+    use_cudnn: bool = True,
+    ceil_mode: bool = False,
+    name: str | None = None,
+    exclusive: bool = True,
+    data_format: str = "NCHW",
+) -> Variable:
+    """Max or average pooling over ``pool_size`` windows (``pool2d``); ``global_pooling``: over the whole
+    image. ``exclusive`` leaves the padding out of averages; ``ceil_mode`` rounds the output size up.
+    ``pool_padding`` as conv2d's ``padding``."""
+    helper = LayerHelper("pool2d", name)
+    helper.check_variable(input, "input")
+    helper.check_float(input, "input")
+    _check_layout(helper, input, data_format)
+    if pool_type not in ("max", "avg"):
+        raise helper.error(f"pool_type must be 'max' or 'avg', got {pool_type!r}")
+    if not global_pooling and pool_size == -1:
+        raise helper.error("pool_size must be given unless global_pooling is True")
+    if not isinstance(use_cudnn, bool):
+        raise helper.error(f"use_cudnn must be True or False, got {use_cudnn!r}")
+    paddings, algorithm = _paddings(helper, pool_padding, data_format)
+    if algorithm == "VALID" and ceil_mode:
+        raise helper.error("pool_padding 'VALID' needs ceil_mode=False")
+    return helper.unary(
+        "pool2d",
+        input,
+        {
+            "pooling_type": pool_type,
+            "ksize": _pair(helper, pool_size, "pool_size"),
+            "global_pooling": bool(global_pooling),
+            "strides": _pair(helper, pool_stride, "pool_stride"),
+            "paddings": paddings,
+            "padding_algorithm": algorithm,
+            "use_cudnn": use_cudnn,
+            "ceil_mode": bool(ceil_mode),
+            "exclusive": bool(exclusive),
+            "data_format": data_format,
+        },
+    )
+
+
+def adaptive_pool2d(
+    input: core.Variable,
+    pool_size: int | Sequence[int],
+    pool_type: str = "max",
+    require_index: bool = False,
+    name: str | None = None,
+) -> Variable | tuple[Variable, Variable]:
+    """Pooling of NCHW ``input`` to ``pool_size`` [oh, ow], bin ``i`` spanning ``floor(i * H / oh)`` to
+    ``ceil((i + 1) * H / oh)``: ``pool2d`` (avg) or ``max_pool2d_with_index`` (max), as Fluid builds it; with
+    ``require_index`` (max only), also the int32 position ``h * W + w`` of each maximum."""
+    helper = LayerHelper("max_pool2d_with_index" if pool_type == "max" else "pool2d", name)
+    helper.check_variable(input, "input")
+    helper.check_float(input, "input")
+    _check_layout(helper, input, "NCHW")
+    if pool_type not in ("max", "avg"):
+        raise helper.error(f"pool_type must be 'max' or 'avg', got {pool_type!r}")
+    if require_index and pool_type == "avg":
+        raise helper.error("require_index=True needs pool_type 'max'")
+    ksize = _pair(helper, pool_size, "pool_size")
+    if pool_type == "avg":
+        return helper.unary("pool2d", input, {"pooling_type": "avg", "ksize": ksize, "adaptive": True})
+    out = helper.create_tmp(input.dtype)
+    mask = helper.create_tmp("int32", stop_gradient=True)
+    helper.append_op(
+        "max_pool2d_with_index", {"X": [input]}, {"Out": [out], "Mask": [mask]}, {"ksize": ksize, "adaptive": True}
+    )
+    return (out, mask) if require_index else out

@@ -8,10 +8,12 @@ Three families keep most ops to a few lines (DESIGN.md, "Ops"):
   with a gradient op reducing each input's gradient back to its shape;
 - :func:`reduce_family`: ``reduce_*`` over ``dim`` / ``keep_dim`` / ``reduce_all``.
 
-Broadcasting follows Fluid's elementwise ops: with ``axis >= 0`` Y's dims match
-X's dims starting at ``axis`` (trailing 1s of Y are ignored, and a dim of Y may
-be 1), and the output has X's shape; ``axis=-1`` means numpy broadcasting of
-both sides. :func:`unbroadcast` sums a gradient back to an input's shape.
+Broadcasting follows Paddle's elementwise ops (:func:`elementwise_views`): the
+operand of lower rank has its dims placed from dim ``axis`` of the other's
+(``axis=-1``: aligned to the right, as numpy does; its trailing 1s are dropped
+when they would run past the other's rank, as Fluid did), then both broadcast
+numpy's way, either side. :func:`unbroadcast` sums a gradient back to an
+input's shape.
 """
 
 from __future__ import annotations
@@ -217,23 +219,39 @@ def grad_op(g: GradContext, schema: OpSchema, inputs: Sequence[str], of: Sequenc
 
 
 def trim_ones(shape: Sequence[int]) -> tuple[int, ...]:
-    """``shape`` without its trailing 1s (Paddle ignores them when matching Y against X)."""
+    """``shape`` without its trailing 1s (Fluid ignored them when matching Y against X)."""
     end = len(shape)
     while end and shape[end - 1] == 1:
         end -= 1
     return tuple(shape[:end])
 
 
-def y_view_shape(x_rank: int, y_shape: Sequence[int], axis: int) -> tuple[int, ...] | None:
-    """The shape Y takes for numpy broadcasting against X under Paddle's ``axis`` (``axis >= 0``),
-    or None when Y needs no reshape; numpy's leading 1s are implied."""
-    if axis + len(y_shape) == x_rank:  # Y already lines up with X's trailing dims (a bias)
-        return None
-    core = trim_ones(y_shape)
-    trailing = x_rank - axis - len(core)
-    if trailing == 0 and len(core) == len(y_shape):
-        return None
-    return (*core, *([1] * trailing))
+def elementwise_views(
+    x_shape: Sequence[int], y_shape: Sequence[int], axis: int
+) -> tuple[tuple[int, ...], tuple[int, ...]]:
+    """X's and Y's shapes as numpy broadcasts them under Paddle's ``axis`` (numpy's leading 1s left implied).
+
+    Equal shapes are themselves whatever ``axis``; other operands of one rank take ``axis`` -1 or 0 and
+    broadcast as they are. Otherwise the dims of the operand of lower rank are placed from dim ``axis`` of
+    the other's (-1: aligned to the right) and followed by 1s; when they would run past the other's rank,
+    their trailing 1s are dropped first (Fluid: Y [3, 1] at axis=1 of X [2, 3]). A ValueError says why
+    ``axis`` places nothing (Paddle's kernels take -1 or 0 <= axis < the larger rank)."""
+    xs, ys = tuple(x_shape), tuple(y_shape)
+    if xs == ys:
+        return xs, ys
+    if len(xs) == len(ys):
+        if axis not in (-1, 0):
+            raise ValueError(f"axis={axis} must be -1 or 0 for operands of the same rank")
+        return xs, ys
+    big, small = (xs, ys) if len(xs) > len(ys) else (ys, xs)
+    if not -1 <= axis < len(big):
+        raise ValueError(f"axis={axis} must be -1 or in [0, {len(big)})")
+    start = len(big) - len(small) if axis == -1 else axis
+    core = small if start + len(small) <= len(big) else trim_ones(small)
+    if start + len(core) > len(big):
+        raise ValueError(f"axis={axis} places the dims {list(small)} from dim {start} of {list(big)}, past its end")
+    view = (*core, *(1,) * (len(big) - start - len(core)))
+    return (xs, view) if len(xs) > len(ys) else (view, ys)
 
 
 def broadcast_dims(a: Sequence[int], b: Sequence[int]) -> tuple[int, ...] | None:
@@ -254,26 +272,16 @@ def broadcast_dims(a: Sequence[int], b: Sequence[int]) -> tuple[int, ...] | None
 
 
 def broadcast_shapes(ctx: InferContext, x: Any, y: Any, axis: int) -> tuple[int, ...]:
-    """The output shape of an elementwise op on variables ``x`` and ``y`` (see the module docstring)."""
-    xs, ys = tuple(x.shape), tuple(y.shape)
-    if axis == -1:
-        out = broadcast_dims(xs, ys)
-        if out is None:
-            ctx.fail(f"X {fmt(x)} and Y {fmt(y)} do not broadcast")
-        return out
-    core = trim_ones(ys)
-    if not 0 <= axis <= len(xs) - len(core):
-        ctx.fail(
-            f"axis={axis} does not place Y {fmt(y)} within X {fmt(x)} (need 0 <= axis <= "
-            f"{len(xs) - len(core)}, or -1 for numpy broadcasting)"
-        )
-    for i, d in enumerate(core):
-        if d != 1 and not compatible(d, xs[axis + i]):
-            ctx.fail(
-                f"Y {fmt(y)} does not match X {fmt(x)} at axis={axis}: Y dim {i} is {d}, "
-                f"X dim {axis + i} is {xs[axis + i]}"
-            )
-    return xs
+    """The output shape of an elementwise op on variables ``x`` and ``y`` (:func:`elementwise_views`)."""
+    try:
+        xv, yv = elementwise_views(x.shape, y.shape, axis)
+    except ValueError as e:
+        ctx.fail(f"X {fmt(x)} and Y {fmt(y)}: {e}")
+    out = broadcast_dims(xv, yv)
+    if out is None:
+        placed = "" if len(xv) == len(yv) else f" (axis={axis} aligns them as {list(xv)} and {list(yv)})"
+        ctx.fail(f"X {fmt(x)} and Y {fmt(y)} do not broadcast{placed}")
+    return out
 
 
 def unbroadcast(xp: Any, grad: Any, shape: Sequence[int]) -> Any:
@@ -286,14 +294,6 @@ def unbroadcast(xp: Any, grad: Any, shape: Sequence[int]) -> Any:
         return grad.sum(axis=0) if lead == 1 else grad.sum(axis=tuple(range(lead)))
     axes = (*range(lead), *(lead + i for i, d in enumerate(shape) if d == 1 and grad.shape[lead + i] != 1))
     return grad.sum(axis=axes).reshape(shape) if axes else grad.reshape(shape)
-
-
-def y_view(y: Any, x_rank: int, axis: int) -> Any:
-    """Y reshaped for numpy broadcasting against an X of rank ``x_rank`` under Paddle's ``axis``."""
-    if axis < 0 or axis + y.ndim == x_rank:
-        return y
-    view = y_view_shape(x_rank, y.shape, axis)
-    return y if view is None else y.reshape(view)
 
 
 # -- families ---------------------------------------------------------------------------------------------
@@ -356,28 +356,39 @@ _AXIS = (AttrDef("axis", AttrType.INT, -1),)
 
 
 class Broadcast:
-    """What an elementwise gradient kernel needs: Y's broadcast view and the reductions back."""
+    """An elementwise kernel's view of its operands under the op's ``axis`` (:func:`elementwise_views`):
+    X and Y shaped to broadcast, and the reductions of a gradient of the output back to each."""
 
-    __slots__ = ("xp", "x_shape", "y_shape", "y_view_shape")
+    __slots__ = ("xp", "x_shape", "y_shape", "x_view", "y_view")
 
     def __init__(self, ctx: KernelContext, x: Any, y: Any) -> None:
-        axis = ctx.attrs["axis"]
-        view = y_view_shape(x.ndim, y.shape, axis) if axis >= 0 else None
-        self.xp, self.x_shape, self.y_shape = ctx.xp, x.shape, y.shape
-        self.y_view_shape = y.shape if view is None else view
+        self.xp, self.x_shape, self.y_shape = ctx.xp, tuple(x.shape), tuple(y.shape)
+        try:
+            self.x_view, self.y_view = elementwise_views(self.x_shape, self.y_shape, ctx.attrs["axis"])
+        except ValueError as e:
+            raise kernel_error(ctx, f"X {list(x.shape)} and Y {list(y.shape)}: {e}") from None
+        if self.x_view != self.y_view and broadcast_dims(self.x_view, self.y_view) is None:
+            raise kernel_error(
+                ctx, f"X {list(x.shape)} and Y {list(y.shape)} do not broadcast (axis={ctx.attrs['axis']})"
+            )
+
+    def x(self, x: Any) -> Any:
+        """X shaped to broadcast against Y."""
+        return x if self.x_view == self.x_shape else x.reshape(self.x_view)
 
     def y(self, y: Any) -> Any:
-        """Y shaped for broadcasting against X."""
-        return y if self.y_view_shape == self.y_shape else y.reshape(self.y_view_shape)
+        """Y shaped to broadcast against X."""
+        return y if self.y_view == self.y_shape else y.reshape(self.y_view)
 
     def dx(self, grad: Any) -> Any:
         """A gradient of the output's shape summed back to X's shape."""
-        return unbroadcast(self.xp, grad, self.x_shape)
+        out = unbroadcast(self.xp, grad, self.x_view)
+        return out if self.x_view == self.x_shape else out.reshape(self.x_shape)
 
     def dy(self, grad: Any) -> Any:
         """A gradient of the output's shape summed back to Y's shape."""
-        out = unbroadcast(self.xp, grad, self.y_view_shape)
-        return out if self.y_view_shape == self.y_shape else out.reshape(self.y_shape)
+        out = unbroadcast(self.xp, grad, self.y_view)
+        return out if self.y_view == self.y_shape else out.reshape(self.y_shape)
 
 
 def binary_family(
@@ -386,13 +397,14 @@ def binary_family(
     grad_kernel: Kernel,
     grad_inputs: tuple[str, ...],
     dtypes: frozenset[str] = NUMBERS,
+    attrs: tuple[AttrDef, ...] = _AXIS,
     doc: str = "",
 ) -> tuple[OpSchema, OpSchema]:
     """``Out = kernel(ctx, X, Y)`` with Paddle's ``axis`` broadcasting, and its gradient op.
 
-    The gradient op reads ``grad_inputs`` (forward slots, e.g. ``("X", "Y", "Out@GRAD")``)
-    and writes ``X@GRAD`` and ``Y@GRAD``; its kernel returns ``(dX, dY)``,
-    either None when ``ctx.wants`` says nobody reads it.
+    ``attrs`` (the op's and its gradient op's) hold ``axis``. The gradient op reads ``grad_inputs``
+    (forward slots, e.g. ``("X", "Y", "Out@GRAD")``) and writes ``X@GRAD`` and ``Y@GRAD``; its kernel
+    returns ``(dX, dY)``, either None when ``ctx.wants`` says nobody reads it.
     """
 
     def infer(ctx: InferContext) -> None:
@@ -404,7 +416,7 @@ def binary_family(
         f"{op_type}_grad",
         inputs=tuple(Slot(s) for s in grad_inputs),
         outputs=(Slot("X@GRAD"), Slot("Y@GRAD")),
-        attrs=_AXIS,
+        attrs=attrs,
         infer=infer_grads("X", "Y"),
         kernel=grad_kernel,
         share_lod=(("X", "X@GRAD"),),
@@ -414,7 +426,7 @@ def binary_family(
         op_type,
         inputs=(Slot("X"), Slot("Y")),
         outputs=(Slot("Out"),),
-        attrs=_AXIS,
+        attrs=attrs,
         infer=infer,
         grad=lambda g: grad_op(g, backward, grad_inputs, ("X", "Y")),
         kernel=kernel,

@@ -1,6 +1,10 @@
 """Tensor math ops: matrix products, elementwise arithmetic, activations, reductions, tensor plumbing.
 
-Names, slots and attributes follow PaddlePaddle Fluid 1.x (docs/ops.md). Every
+Names, slots and attributes follow PaddlePaddle's legacy (Fluid, ProgramDesc)
+operators (docs/ops.md); where Paddle 3 changed an output's shape to 0-D
+(``matmul``/``matmul_v2`` of two vectors, ``arg_max`` with ``flatten``), the
+shape is Paddle 3's. The attributes of Paddle's oneDNN and cuDNN kernels are
+accepted and change nothing here. Every
 kernel is written once against ``ctx.xp`` (numpy or cupy) and keeps its input
 dtype (float32 in, float32 out). Kernels never write into their inputs, except
 those the executor offers through a keyword-only ``reuse`` parameter (one flag
@@ -13,7 +17,7 @@ None for the others.
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import numpy as np
@@ -26,6 +30,7 @@ from blockir.ops.common import (
     FLOATS,
     NUMBERS,
     Broadcast,
+    Kernel,
     binary_family,
     broadcast_dims,
     check_dtype,
@@ -47,13 +52,40 @@ from blockir.ops.common import (
     to_host,
     unary_family,
     unbroadcast,
-    y_view,
 )
 from blockir.ops.values import SelectedRows
 
+# -- attributes of Paddle's oneDNN (MKL-DNN) and cuDNN kernels -----------------------------------
+# Accepted so that Paddle's programs load; those kernels compute what the plain ones do (int8 and bfloat16
+# oneDNN kernels approximately), so here they change nothing.
+
+_MKLDNN = (
+    AttrDef("use_mkldnn", AttrType.BOOLEAN, False),
+    AttrDef("mkldnn_data_type", AttrType.STRING, "float32"),
+    AttrDef("use_onednn", AttrType.BOOLEAN, False),
+    AttrDef("onednn_data_type", AttrType.STRING, ""),
+)
+_CUDNN = (AttrDef("use_cudnn", AttrType.BOOLEAN, False),)
+_INT8 = (  # oneDNN's int8 kernels: the quantization scales of X, Y and Out
+    AttrDef("use_quantizer", AttrType.BOOLEAN, False),
+    AttrDef("Scale_x", AttrType.FLOAT, 1.0),
+    AttrDef("Scale_y", AttrType.FLOAT, 1.0),
+    AttrDef("Scale_out", AttrType.FLOAT, 1.0),
+)
+_FP32_OUTPUT = (AttrDef("force_fp32_output", AttrType.BOOLEAN, False),)
+
 # -- mul -------------------------------------------------------------------------------------------
 
-_MUL_ATTRS = (AttrDef("x_num_col_dims", AttrType.INT, 1), AttrDef("y_num_col_dims", AttrType.INT, 1))
+_MUL_ATTRS = (
+    AttrDef("x_num_col_dims", AttrType.INT, 1),
+    AttrDef("y_num_col_dims", AttrType.INT, 1),
+    AttrDef("use_mkldnn", AttrType.BOOLEAN, False),
+    AttrDef("use_onednn", AttrType.BOOLEAN, False),
+    AttrDef("scale_x", AttrType.FLOAT, 1.0),
+    AttrDef("scale_y", AttrType.FLOATS, (1.0,)),
+    AttrDef("scale_out", AttrType.FLOAT, 1.0),
+    *_FP32_OUTPUT,
+)
 
 
 def _infer_mul(ctx: InferContext) -> None:
@@ -130,53 +162,96 @@ MUL = OpSchema(
 
 # -- matmul ----------------------------------------------------------------------------------------
 
+# oneDNN's fusion of a reshape and a transpose into an operand or the product: set by Paddle's oneDNN passes only.
+_FUSED_LAYOUT = tuple(
+    AttrDef(f"fused_{what}_{slot}", AttrType.INTS, ())
+    for slot in ("X", "Y", "Out")
+    for what in ("reshape", "transpose")
+)
 _MATMUL_ATTRS = (
     AttrDef("transpose_X", AttrType.BOOLEAN, False),
     AttrDef("transpose_Y", AttrType.BOOLEAN, False),
     AttrDef("alpha", AttrType.FLOAT, 1.0),
+    AttrDef("head_number", AttrType.INT, 1),
+    *_FUSED_LAYOUT,
+    *_MKLDNN,
+    *_INT8,
+    *_FP32_OUTPUT,
+)
+_MATMUL_V2_ATTRS = (
+    AttrDef("trans_x", AttrType.BOOLEAN, False),
+    AttrDef("trans_y", AttrType.BOOLEAN, False),
+    *_FUSED_LAYOUT,
+    *_MKLDNN,
+    *_FP32_OUTPUT,
+    AttrDef("use_addto", AttrType.BOOLEAN, False),
 )
 
 
-def _infer_matmul(ctx: InferContext) -> None:
+def _infer_product(ctx: InferContext, tx: str, ty: str, batch_broadcast: bool) -> None:
+    """Out of op(X) @ op(Y), the transpose flags in attributes ``tx`` and ``ty``; with ``batch_broadcast``
+    the batch dims broadcast (matmul_v2), else both operands' must be the same when both have some (matmul)."""
     x, y = check_dtype(ctx, "X", NUMBERS), check_dtype(ctx, "Y", NUMBERS)
     same_dtype(ctx, x, y)
+    for adef in _FUSED_LAYOUT:
+        if ctx.attr(adef.name):
+            ctx.fail(f"attribute {adef.name}={list(ctx.attr(adef.name))}: oneDNN's fused layouts are not supported")
     xs, ys = tuple(x.shape), tuple(y.shape)
     if not xs or not ys:
         ctx.fail(f"X {fmt(x)} and Y {fmt(y)} must have at least one dimension")
-    if ctx.attr("alpha") != 1.0 and x.dtype not in FLOATS:
-        ctx.fail(f"alpha={ctx.attr('alpha')} needs floating-point X and Y, not {x.dtype}")
     # op(X) and op(Y) as matrices; a vector X is a row, a vector Y a column (transposition does not matter).
-    a = (1, xs[0]) if len(xs) == 1 else (xs[-1], xs[-2]) if ctx.attr("transpose_X") else xs[-2:]
-    b = (ys[0], 1) if len(ys) == 1 else (ys[-1], ys[-2]) if ctx.attr("transpose_Y") else ys[-2:]
+    a = (1, xs[0]) if len(xs) == 1 else (xs[-1], xs[-2]) if ctx.attr(tx) else xs[-2:]
+    b = (ys[0], 1) if len(ys) == 1 else (ys[-1], ys[-2]) if ctx.attr(ty) else ys[-2:]
     if not compatible(a[1], b[0]):
         ctx.fail(
-            f"X {fmt(x)} and Y {fmt(y)} cannot be multiplied (transpose_X={ctx.attr('transpose_X')}, "
-            f"transpose_Y={ctx.attr('transpose_Y')}): {a[1]} vs {b[0]}"
+            f"X {fmt(x)} and Y {fmt(y)} cannot be multiplied ({tx}={ctx.attr(tx)}, {ty}={ctx.attr(ty)}): "
+            f"{a[1]} vs {b[0]}"
         )
+    if not batch_broadcast and len(xs) > 2 and len(ys) > 2:
+        if len(xs) != len(ys) or not all(map(compatible, xs[:-2], ys[:-2])):
+            ctx.fail(
+                f"the batch dims of X {fmt(x)} and Y {fmt(y)} differ: matmul broadcasts an operand without "
+                "batch dims only (matmul_v2 broadcasts batch dims)"
+            )
     batch = broadcast_dims(xs[:-2], ys[:-2])
     if batch is None:
         ctx.fail(f"the batch dims of X {fmt(x)} and Y {fmt(y)} do not broadcast")
     rows = a[:1] if len(xs) > 1 else ()  # a vector operand's added dim is dropped again
     cols = b[1:] if len(ys) > 1 else ()
-    ctx.set_output("Out", (*batch, *rows, *cols) or (1,), x.dtype)
+    ctx.set_output("Out", (*batch, *rows, *cols), x.dtype, lod_level=x.lod_level)
 
 
-def _matmul(ctx: KernelContext, x: Any, y: Any) -> Any:
-    """Out = alpha * op(X) @ op(Y), batched with broadcasting; vector @ vector gives shape [1]."""
-    attrs = ctx.attrs
-    a = x.swapaxes(-1, -2) if attrs["transpose_X"] and x.ndim > 1 else x
-    b = y.swapaxes(-1, -2) if attrs["transpose_Y"] and y.ndim > 1 else y
-    out = ctx.xp.matmul(a, b)
-    if out.ndim == 0:
-        out = out.reshape(1)
-    if attrs["alpha"] != 1.0:
-        out *= attrs["alpha"]
-    return out
+def _infer_matmul(ctx: InferContext) -> None:
+    _infer_product(ctx, "transpose_X", "transpose_Y", batch_broadcast=False)
+    dtype = ctx.tensor("X").dtype
+    if ctx.attr("alpha") != 1.0 and dtype not in FLOATS:
+        ctx.fail(f"alpha={ctx.attr('alpha')} needs floating-point X and Y, not {dtype}")
+    if ctx.attr("head_number") != 1:
+        ctx.fail(f"attribute head_number={ctx.attr('head_number')}: MKLML's multi-head product is not supported")
 
 
-def _matmul_grad(ctx: KernelContext, x: Any, y: Any, dout: Any) -> tuple[Any, Any]:
-    xp, attrs = ctx.xp, ctx.attrs
-    tx, ty, alpha = attrs["transpose_X"] and x.ndim > 1, attrs["transpose_Y"] and y.ndim > 1, attrs["alpha"]
+def _infer_matmul_v2(ctx: InferContext) -> None:
+    if ctx.attr("use_addto"):
+        ctx.fail("attribute use_addto=True: gradients accumulated in place are not supported")
+    _infer_product(ctx, "trans_x", "trans_y", batch_broadcast=True)
+
+
+def _product(ctx: KernelContext, x: Any, y: Any, tx: bool, ty: bool) -> Any:
+    """op(X) @ op(Y), batched with numpy's broadcasting: op transposes the last two dims when asked; a vector X
+    is a row and a vector Y a column whatever the flags, their added dim dropped again (vector @ vector: 0-D)."""
+    a = x.swapaxes(-1, -2) if tx and x.ndim > 1 else x
+    b = y.swapaxes(-1, -2) if ty and y.ndim > 1 else y
+    try:
+        out = ctx.xp.matmul(a, b)
+    except ValueError:
+        raise kernel_error(ctx, f"X {list(x.shape)} and Y {list(y.shape)} cannot be multiplied") from None
+    return out if out.ndim else ctx.xp.asarray(out)  # numpy's vector @ vector is a scalar, not an array
+
+
+def _product_grad(ctx: KernelContext, x: Any, y: Any, dout: Any, tx: bool, ty: bool, alpha: float) -> tuple[Any, Any]:
+    """dX and dY of alpha * op(X) @ op(Y) (:func:`_product`), each summed over the batch dims it was broadcast in."""
+    xp = ctx.xp
+    tx, ty = tx and x.ndim > 1, ty and y.ndim > 1
     a = x.reshape(1, -1) if x.ndim == 1 else x.swapaxes(-1, -2) if tx else x  # op(X) as a matrix (stack)
     b = y.reshape(-1, 1) if y.ndim == 1 else y.swapaxes(-1, -2) if ty else y
     d = dout.reshape(*np.broadcast_shapes(a.shape[:-2], b.shape[:-2]), a.shape[-2], b.shape[-1])
@@ -190,6 +265,30 @@ def _matmul_grad(ctx: KernelContext, x: Any, y: Any, dout: Any) -> tuple[Any, An
         db = unbroadcast(xp, a.swapaxes(-1, -2) @ d, b.shape)
         dy = (db.swapaxes(-1, -2) if ty else db).reshape(y.shape)
     return dx, dy
+
+
+def _matmul(ctx: KernelContext, x: Any, y: Any) -> Any:
+    """Out = alpha * op(X) @ op(Y) (:func:`_product`); operands with batch dims both have the same ones."""
+    attrs = ctx.attrs
+    if x.ndim > 2 and y.ndim > 2 and x.shape[:-2] != y.shape[:-2]:
+        raise kernel_error(ctx, f"the batch dims of X {list(x.shape)} and Y {list(y.shape)} differ")
+    out = _product(ctx, x, y, attrs["transpose_X"], attrs["transpose_Y"])
+    if attrs["alpha"] != 1.0:
+        out *= attrs["alpha"]
+    return out
+
+
+def _matmul_grad(ctx: KernelContext, x: Any, y: Any, dout: Any) -> tuple[Any, Any]:
+    attrs = ctx.attrs
+    return _product_grad(ctx, x, y, dout, attrs["transpose_X"], attrs["transpose_Y"], attrs["alpha"])
+
+
+def _matmul_v2(ctx: KernelContext, x: Any, y: Any) -> Any:
+    return _product(ctx, x, y, ctx.attrs["trans_x"], ctx.attrs["trans_y"])
+
+
+def _matmul_v2_grad(ctx: KernelContext, x: Any, y: Any, dout: Any) -> tuple[Any, Any]:
+    return _product_grad(ctx, x, y, dout, ctx.attrs["trans_x"], ctx.attrs["trans_y"], 1.0)
 
 
 MATMUL_GRAD = OpSchema(
@@ -210,51 +309,103 @@ MATMUL = OpSchema(
     infer=_infer_matmul,
     grad=lambda g: grad_op(g, MATMUL_GRAD, ("X", "Y", "Out@GRAD"), ("X", "Y")),
     kernel=_matmul,
-    doc="alpha * op(X) @ op(Y) (op transposes the last two dims when asked), batched with broadcasting.",
+    share_lod=(("X", "Out"),),
+    doc="alpha * op(X) @ op(Y) (op transposes the last two dims when asked), batched: operands with batch dims "
+    "both have the same ones.",
+)
+
+MATMUL_V2_GRAD = OpSchema(
+    "matmul_v2_grad",
+    inputs=(Slot("X"), Slot("Y"), Slot("Out@GRAD")),
+    outputs=(Slot("X@GRAD"), Slot("Y@GRAD")),
+    attrs=_MATMUL_V2_ATTRS,
+    infer=infer_grads("X", "Y"),
+    kernel=_matmul_v2_grad,
+    doc="Gradient of matmul_v2.",
+)
+
+MATMUL_V2 = OpSchema(
+    "matmul_v2",
+    inputs=(Slot("X"), Slot("Y")),
+    outputs=(Slot("Out"),),
+    attrs=_MATMUL_V2_ATTRS,
+    infer=_infer_matmul_v2,
+    grad=lambda g: grad_op(g, MATMUL_V2_GRAD, ("X", "Y", "Out@GRAD"), ("X", "Y")),
+    kernel=_matmul_v2,
+    share_lod=(("X", "Out"),),
+    doc="op(X) @ op(Y) (op transposes the last two dims when asked), batch dims broadcast as numpy's matmul does.",
 )
 
 # -- elementwise arithmetic ---------------------------------------------------------------------
 
 
-def _x_buffer(x: Any, yv: Any, reuse: Sequence[bool]) -> Any:
-    """X as the output buffer of ``X op Y``: when the executor offers it and the result has X's shape
-    and dtype (Y broadcasts into X); else None (a new array)."""
-    if not (reuse and reuse[0]) or yv.dtype != x.dtype or yv.ndim > x.ndim:
+_ELEMENTWISE_ATTRS = (
+    AttrDef("axis", AttrType.INT, -1),
+    *_MKLDNN,
+    *_INT8,
+    AttrDef("x_data_format", AttrType.STRING, ""),  # no longer read by Paddle either
+    AttrDef("y_data_format", AttrType.STRING, ""),
+)
+
+
+def _x_buffer(xv: Any, yv: Any, reuse: Sequence[bool]) -> Any:
+    """X (as broadcast: ``xv``) as the output buffer of ``X op Y``: when the executor offers it and the result
+    has its shape and dtype (Y broadcasts into X); else None (a new array)."""
+    if not (reuse and reuse[0]) or yv.dtype != xv.dtype or yv.ndim > xv.ndim:
         return None
-    return x if all(d == 1 or d == e for d, e in zip(yv.shape[::-1], x.shape[::-1])) else None
+    return xv if all(d == 1 or d == e for d, e in zip(yv.shape[::-1], xv.shape[::-1])) else None
 
 
 def _add(ctx: KernelContext, x: Any, y: Any, *, reuse: Sequence[bool] = ()) -> Any:
-    yv = y_view(y, x.ndim, ctx.attrs["axis"])
-    return ctx.xp.add(x, yv, out=_x_buffer(x, yv, reuse))
+    b = Broadcast(ctx, x, y)
+    xv, yv = b.x(x), b.y(y)
+    return ctx.xp.add(xv, yv, out=_x_buffer(xv, yv, reuse))
 
 
 def _sub(ctx: KernelContext, x: Any, y: Any, *, reuse: Sequence[bool] = ()) -> Any:
-    yv = y_view(y, x.ndim, ctx.attrs["axis"])
-    return ctx.xp.subtract(x, yv, out=_x_buffer(x, yv, reuse))
+    b = Broadcast(ctx, x, y)
+    xv, yv = b.x(x), b.y(y)
+    return ctx.xp.subtract(xv, yv, out=_x_buffer(xv, yv, reuse))
 
 
 def _emul(ctx: KernelContext, x: Any, y: Any, *, reuse: Sequence[bool] = ()) -> Any:
-    yv = y_view(y, x.ndim, ctx.attrs["axis"])
-    return ctx.xp.multiply(x, yv, out=_x_buffer(x, yv, reuse))
+    b = Broadcast(ctx, x, y)
+    xv, yv = b.x(x), b.y(y)
+    return ctx.xp.multiply(xv, yv, out=_x_buffer(xv, yv, reuse))
 
 
 def _div(ctx: KernelContext, x: Any, y: Any) -> Any:
-    """True division for floats; integers divide truncating toward zero (C, Fluid), and refuse zero."""
-    xp, yv = ctx.xp, y_view(y, x.ndim, ctx.attrs["axis"])
-    if x.dtype.kind == "f":
-        return xp.true_divide(x, yv)
+    """True division for floats; integers divide truncating toward zero (C, Paddle), and refuse zero."""
+    b, xp = Broadcast(ctx, x, y), ctx.xp
+    xv, yv = b.x(x), b.y(y)
+    if xv.dtype.kind == "f":
+        return xp.true_divide(xv, yv)
     if bool((yv == 0).any()):
         raise kernel_error(ctx, f"elementwise_div: integer division by zero (Y of shape {list(y.shape)})")
-    q = xp.floor_divide(xp.abs(x), xp.abs(yv))
-    return xp.where((x < 0) != (yv < 0), -q, q)
+    q = xp.floor_divide(xp.abs(xv), xp.abs(yv))
+    return xp.where((xv < 0) != (yv < 0), -q, q)
+
+
+def _pow(ctx: KernelContext, x: Any, y: Any) -> Any:
+    """X ** Y; integers: the power of doubles rounded to the nearest integer, as Paddle (2 ** -1 is 0)."""
+    b, xp = Broadcast(ctx, x, y), ctx.xp
+    xv, yv = b.x(x), b.y(y)
+    if xv.dtype.kind == "f":
+        return xp.power(xv, yv)
+    return xp.rint(xp.power(xv.astype("float64"), yv.astype("float64"))).astype(xv.dtype)
+
+
+def _max(ctx: KernelContext, x: Any, y: Any) -> Any:
+    b = Broadcast(ctx, x, y)
+    return ctx.xp.maximum(b.x(x), b.y(y))
+
+
+def _min(ctx: KernelContext, x: Any, y: Any) -> Any:
+    b = Broadcast(ctx, x, y)
+    return ctx.xp.minimum(b.x(x), b.y(y))
 
 
 def _add_grad(ctx: KernelContext, x: Any, y: Any, dout: Any) -> tuple[Any, Any]:
-    lead = x.ndim - y.ndim
-    if 0 <= lead and dout.shape == x.shape and y.shape == x.shape[lead:] and ctx.attrs["axis"] in (-1, lead):
-        # Y lines up with X's trailing dims (fc's bias): dX is dOut, dY dOut summed over the leading dims
-        return dout if ctx.wants[0] else None, dout.sum(axis=tuple(range(lead))) if ctx.wants[1] else None
     b = Broadcast(ctx, x, y)
     return b.dx(dout) if ctx.wants[0] else None, b.dy(dout) if ctx.wants[1] else None
 
@@ -266,7 +417,7 @@ def _sub_grad(ctx: KernelContext, x: Any, y: Any, dout: Any) -> tuple[Any, Any]:
 
 def _emul_grad(ctx: KernelContext, x: Any, y: Any, dout: Any) -> tuple[Any, Any]:
     b = Broadcast(ctx, x, y)
-    return b.dx(dout * b.y(y)) if ctx.wants[0] else None, b.dy(dout * x) if ctx.wants[1] else None
+    return b.dx(dout * b.y(y)) if ctx.wants[0] else None, b.dy(dout * b.x(x)) if ctx.wants[1] else None
 
 
 def _div_grad(ctx: KernelContext, x: Any, y: Any, out: Any, dout: Any) -> tuple[Any, Any]:
@@ -282,24 +433,56 @@ def _div_grad(ctx: KernelContext, x: Any, y: Any, out: Any, dout: Any) -> tuple[
     return dx, dy
 
 
-_XY = ("X", "Y", "Out@GRAD")
-_BROADCAST_DOC = "; Y broadcasts against X from dim `axis` (Paddle), or both ways with axis=-1 (numpy)"
-ELEMENTWISE_ADD, ELEMENTWISE_ADD_GRAD = binary_family(
-    "elementwise_add", _add, _add_grad, _XY, doc="Out = X + Y" + _BROADCAST_DOC
+def _pow_grad(ctx: KernelContext, x: Any, y: Any, dout: Any) -> tuple[Any, Any]:
+    """dX = dOut * Y * X ** (Y - 1), dY = dOut * X ** Y * log(X) (NaN for X < 0, as Paddle)."""
+    b, xp = Broadcast(ctx, x, y), ctx.xp
+    xv, yv = b.x(x), b.y(y)
+    dx = b.dx(dout * yv * xp.power(xv, yv - 1)) if ctx.wants[0] else None
+    dy = b.dy(dout * xp.power(xv, yv) * xp.log(xv)) if ctx.wants[1] else None
+    return dx, dy
+
+
+def _extremum_grad(ctx: KernelContext, x: Any, y: Any, dout: Any, wins: Callable[[Any, Any], Any]) -> tuple[Any, Any]:
+    """The gradients of max / min (``wins``: ``xp.greater`` / ``xp.less``): dOut goes to the operand whose
+    value was taken, halved between both where they are equal (as Paddle 3)."""
+    b = Broadcast(ctx, x, y)
+    xv, yv = b.x(x), b.y(y)
+    tie = (xv == yv).astype(dout.dtype) * 0.5
+    dx = b.dx(dout * (wins(xv, yv) + tie)) if ctx.wants[0] else None
+    dy = b.dy(dout * (wins(yv, xv) + tie)) if ctx.wants[1] else None
+    return dx, dy
+
+
+def _max_grad(ctx: KernelContext, x: Any, y: Any, dout: Any) -> tuple[Any, Any]:
+    return _extremum_grad(ctx, x, y, dout, ctx.xp.greater)
+
+
+def _min_grad(ctx: KernelContext, x: Any, y: Any, dout: Any) -> tuple[Any, Any]:
+    return _extremum_grad(ctx, x, y, dout, ctx.xp.less)
+
+
+def _elementwise(
+    op_type: str,
+    kernel: Kernel,
+    grad_kernel: Kernel,
+    formula: str,
+    grad_inputs: tuple[str, ...] = ("X", "Y", "Out@GRAD"),
+) -> tuple[OpSchema, OpSchema]:
+    doc = f"Out = {formula}; the lower-rank operand's dims placed from dim `axis` of the other's (-1: numpy's)"
+    return binary_family(op_type, kernel, grad_kernel, grad_inputs, attrs=_ELEMENTWISE_ATTRS, doc=doc)
+
+
+ELEMENTWISE_ADD, ELEMENTWISE_ADD_GRAD = _elementwise("elementwise_add", _add, _add_grad, "X + Y")
+ELEMENTWISE_SUB, ELEMENTWISE_SUB_GRAD = _elementwise("elementwise_sub", _sub, _sub_grad, "X - Y")
+ELEMENTWISE_MUL, ELEMENTWISE_MUL_GRAD = _elementwise("elementwise_mul", _emul, _emul_grad, "X * Y")
+ELEMENTWISE_DIV, ELEMENTWISE_DIV_GRAD = _elementwise(
+    "elementwise_div", _div, _div_grad, "X / Y (integers truncate)", ("X", "Y", "Out", "Out@GRAD")
 )
-ELEMENTWISE_SUB, ELEMENTWISE_SUB_GRAD = binary_family(
-    "elementwise_sub", _sub, _sub_grad, _XY, doc="Out = X - Y" + _BROADCAST_DOC
+ELEMENTWISE_POW, ELEMENTWISE_POW_GRAD = _elementwise(
+    "elementwise_pow", _pow, _pow_grad, "X ** Y (integers: rounded power of doubles)"
 )
-ELEMENTWISE_MUL, ELEMENTWISE_MUL_GRAD = binary_family(
-    "elementwise_mul", _emul, _emul_grad, _XY, doc="Out = X * Y" + _BROADCAST_DOC
-)
-ELEMENTWISE_DIV, ELEMENTWISE_DIV_GRAD = binary_family(
-    "elementwise_div",
-    _div,
-    _div_grad,
-    ("X", "Y", "Out", "Out@GRAD"),
-    doc="Out = X / Y (integers truncate)" + _BROADCAST_DOC,
-)
+ELEMENTWISE_MAX, ELEMENTWISE_MAX_GRAD = _elementwise("elementwise_max", _max, _max_grad, "max(X, Y)")
+ELEMENTWISE_MIN, ELEMENTWISE_MIN_GRAD = _elementwise("elementwise_min", _min, _min_grad, "min(X, Y)")
 
 # -- activations -------------------------------------------------------------------------------------
 
@@ -349,14 +532,178 @@ def _square_grad(ctx: KernelContext, x: Any, dout: Any) -> Any:
     return t
 
 
-RELU, RELU_GRAD = unary_family("relu", _relu, _relu_grad, dtypes=NUMBERS, doc="Out = max(X, 0).")
-SIGMOID, SIGMOID_GRAD = unary_family("sigmoid", _sigmoid, _sigmoid_grad, doc="Out = 1 / (1 + exp(-X)).")
-TANH, TANH_GRAD = unary_family("tanh", _tanh, _tanh_grad, doc="Out = tanh(X).")
-SQUARE, SQUARE_GRAD = unary_family("square", _square, _square_grad, grad_input="X", dtypes=NUMBERS, doc="Out = X * X.")
+_ACTIVATION_ATTRS = (*_MKLDNN, *_CUDNN)
+RELU, RELU_GRAD = unary_family(
+    "relu", _relu, _relu_grad, dtypes=NUMBERS, attrs=_ACTIVATION_ATTRS, doc="Out = max(X, 0)."
+)
+SIGMOID, SIGMOID_GRAD = unary_family(
+    "sigmoid", _sigmoid, _sigmoid_grad, attrs=_ACTIVATION_ATTRS, doc="Out = 1 / (1 + exp(-X))."
+)
+TANH, TANH_GRAD = unary_family("tanh", _tanh, _tanh_grad, attrs=_ACTIVATION_ATTRS, doc="Out = tanh(X).")
+SQUARE, SQUARE_GRAD = unary_family(
+    "square", _square, _square_grad, grad_input="X", dtypes=NUMBERS, attrs=_ACTIVATION_ATTRS, doc="Out = X * X."
+)
+
+# -- gelu ------------------------------------------------------------------------------------------------
+
+# W. J. Cody's rational Chebyshev approximations of erf and erfc (Math. Comp. 23 (1969), 631-637; the
+# coefficients of his CALERF), good to float64's rounding: erf(y) = y P(y^2) / Q(y^2) for y < 0.46875,
+# erfc(y) = exp(-y^2) P(y) / Q(y) for 0.46875 <= y < 4, erfc(y) = exp(-y^2) / y (1/sqrt(pi) - R(1/y^2) / y^2)
+# beyond. numpy has no erf, cupy's is in cupyx.scipy: this one is written once against xp.
+_ERF_NEAR = (
+    (
+        3.16112374387056560e00,
+        1.13864154151050156e02,
+        3.77485237685302021e02,
+        3.20937758913846947e03,
+        1.85777706184603153e-1,
+    ),
+    (2.36012909523441209e01, 2.44024637934444173e02, 1.28261652607737228e03, 2.84423683343917062e03),
+)
+_ERFC_MID = (
+    (
+        5.64188496988670089e-1,
+        8.88314979438837594e00,
+        6.61191906371416295e01,
+        2.98635138197400131e02,
+        8.81952221241769090e02,
+        1.71204761263407058e03,
+        2.05107837782607147e03,
+        1.23033935479799725e03,
+        2.15311535474403846e-8,
+    ),
+    (
+        1.57449261107098347e01,
+        1.17693950891312499e02,
+        5.37181101862009858e02,
+        1.62138957456669019e03,
+        3.29079923573345963e03,
+        4.36261909014324716e03,
+        3.43936767414372164e03,
+        1.23033935480374942e03,
+    ),
+)
+_ERFC_FAR = (
+    (
+        3.05326634961232344e-1,
+        3.60344899949804439e-1,
+        1.25781726111229246e-1,
+        1.60837851487422766e-2,
+        6.58749161529837803e-4,
+        1.63153871373020978e-2,
+    ),
+    (
+        2.56852019228982242e00,
+        1.87295284992346725e00,
+        5.27905102951428412e-1,
+        6.05183413124413191e-2,
+        2.33520497626869185e-3,
+    ),
+)
+
+
+def _rational(t: Any, coefficients: tuple[tuple[float, ...], tuple[float, ...]]) -> Any:
+    """Cody's ratio (p[-1] t^n + p[0] t^(n-1) + ... + p[n-1]) / (t^n + q[0] t^(n-1) + ... + q[n-1]), n = len(q),
+    in two new arrays."""
+    p, q = coefficients
+    top, bottom = t * p[-1], t.copy()
+    for a, b in zip(p[:-2], q[:-1]):
+        top += a
+        top *= t
+        bottom += b
+        bottom *= t
+    top += p[-2]
+    bottom += q[-1]
+    top /= bottom
+    return top
+
+
+def _erfc(xp: Any, z: Any) -> Any:
+    """erfc(z) = 1 - erf(z) elementwise, in z's float dtype (relative error below 1e-15 in float64); erfc(-y) is
+    2 - erfc(y), and exp(-y^2) is exp(-h^2) exp(-(y - h)(y + h)) with h = y rounded down to 1/16 (exact h^2).
+    Each range is evaluated everywhere (clipped into it) and the right one picked: no data-dependent shapes;
+    the last only when some |z| reaches it."""
+    y = xp.abs(z)
+    near = xp.minimum(y, 0.46875)
+    erfc_near = _rational(near * near, _ERF_NEAR)
+    erfc_near *= near
+    xp.subtract(1, erfc_near, out=erfc_near)
+    tail = _rational(xp.clip(y, 0.46875, 4.0), _ERFC_MID)
+    if bool((y >= 4.0).any()):
+        far = xp.clip(y, 4.0, 40.0)  # erfc(40) underflows to 0 in float64
+        inverse = far * far
+        xp.reciprocal(inverse, out=inverse)
+        far_tail = _rational(inverse, _ERFC_FAR)
+        far_tail *= inverse
+        xp.subtract(1 / math.sqrt(math.pi), far_tail, out=far_tail)
+        far_tail /= far
+        tail = xp.where(y < 4.0, tail, far_tail)
+    w = xp.clip(y, 0.46875, 40.0)
+    h = w * 16
+    xp.trunc(h, out=h)
+    h /= 16
+    w -= h  # (y - h) (y + h) = (y - h)^2 + 2 h (y - h)
+    tail *= xp.exp(-(w * (w + 2 * h)))
+    h *= h
+    xp.negative(h, out=h)
+    tail *= xp.exp(h, out=h)
+    out = xp.where(y < 0.46875, erfc_near, tail)
+    return xp.where(z < 0, 2 - out, out)
+
+
+_GELU_ATTRS = (AttrDef("approximate", AttrType.BOOLEAN, False), *_MKLDNN, *_CUDNN)
+_GELU_A, _GELU_B = math.sqrt(2 / math.pi), 0.044715  # tanh(A (x + B x^3)) approximates erf(x / sqrt(2))
+
+
+def _widened(x: Any) -> Any:
+    """X in the dtype gelu computes in: float16 in float32, as Paddle."""
+    return x.astype("float32") if x.dtype == np.float16 else x
+
+
+def _normal_cdf(xp: Any, x: Any) -> Any:
+    """Phi(x), the standard normal CDF: erfc(-x / sqrt(2)) / 2, accurate in both tails."""
+    return 0.5 * _erfc(xp, x * -math.sqrt(0.5))
+
+
+def _gelu(ctx: KernelContext, x: Any) -> Any:
+    """X * Phi(X), or with ``approximate`` X * (1 + tanh(A (X + B X^3))) / 2."""
+    xp, w = ctx.xp, _widened(x)
+    if ctx.attrs["approximate"]:
+        out = 0.5 * w * (1 + xp.tanh(_GELU_A * (w + _GELU_B * w * w * w)))
+    else:
+        out = w * _normal_cdf(xp, w)
+    return out.astype(x.dtype, copy=False)
+
+
+def _gelu_grad(ctx: KernelContext, x: Any, dout: Any) -> Any:
+    """dOut * (Phi(X) + X * Phi'(X)), Phi the normal CDF or its tanh form."""
+    xp, w = ctx.xp, _widened(x)
+    if ctx.attrs["approximate"]:
+        t = xp.tanh(_GELU_A * (w + _GELU_B * w * w * w))
+        slope = 0.5 * (1 + t) + 0.5 * _GELU_A * w * (1 - t * t) * (1 + 3 * _GELU_B * w * w)
+    else:
+        slope = _normal_cdf(xp, w) + w * xp.exp(-0.5 * w * w) / math.sqrt(2 * math.pi)
+    return (dout * slope).astype(x.dtype, copy=False)
+
+
+GELU, GELU_GRAD = unary_family(
+    "gelu",
+    _gelu,
+    _gelu_grad,
+    grad_input="X",
+    attrs=_GELU_ATTRS,
+    doc="Out = X * Phi(X), Phi the standard normal CDF (erf); with approximate, its tanh approximation.",
+)
 
 # -- softmax -----------------------------------------------------------------------------------------
 
-_SOFTMAX_ATTRS = (AttrDef("axis", AttrType.INT, -1),)
+_SOFTMAX_ATTRS = (
+    AttrDef("axis", AttrType.INT, -1),
+    *_MKLDNN,
+    *_CUDNN,
+    AttrDef("data_format", AttrType.STRING, "AnyLayout"),  # oneDNN's layout; `axis` says where to normalize
+    AttrDef("is_test", AttrType.BOOLEAN, False),
+)
 
 
 def _check_softmax(ctx: InferContext, x: Any) -> None:
@@ -395,53 +742,82 @@ _SCALE_ATTRS = (
     AttrDef("scale", AttrType.FLOAT, 1.0),
     AttrDef("bias", AttrType.FLOAT, 0.0),
     AttrDef("bias_after_scale", AttrType.BOOLEAN, True),
+    *_MKLDNN,
 )
 
 
-def _scale(ctx: KernelContext, x: Any) -> Any:
-    """scale * X + bias, or scale * (X + bias) without ``bias_after_scale``; X's dtype is kept."""
-    s, bias = ctx.attrs["scale"], ctx.attrs["bias"]
-    if not ctx.attrs["bias_after_scale"]:
-        bias *= s
-    out = x * s
-    if bias:
-        out += bias
-    return out if out.dtype == x.dtype else out.astype(x.dtype)
+def _infer_scale(ctx: InferContext) -> None:
+    x = check_dtype(ctx, "X", NUMBERS)
+    for slot in ("ScaleTensor", "BiasTensor"):
+        if ctx.has_input(slot):
+            value = check_dtype(ctx, slot, NUMBERS)
+            if numel(value.shape) not in (-1, 1):
+                ctx.fail(f"{slot} {fmt(value)} must hold one value")
+    ctx.set_output("Out", x.shape, x.dtype, lod_level=x.lod_level)
+    for out in ctx.outputs("Out"):
+        if out.kind is not x.kind:
+            out.kind = x.kind
+
+
+def _scaled(ctx: KernelContext, x: Any, scale_tensor: Any, bias_tensor: Any) -> Any:
+    """scale * X + bias in X's dtype (an integer X: scale and bias truncated to integers first, as Paddle)."""
+    attrs = ctx.attrs
+    scale = attrs["scale"] if scale_tensor is None else to_host(scale_tensor).reshape(-1)[0].item()
+    bias = attrs["bias"] if bias_tensor is None else to_host(bias_tensor).reshape(-1)[0].item()
+    if x.dtype.kind in "iu":
+        scale, bias = int(scale), int(bias)
+    out = x * scale + bias if attrs["bias_after_scale"] else (x + bias) * scale
+    return out.astype(x.dtype, copy=False)
+
+
+def _scale(ctx: KernelContext, x: Any, scale_tensor: Any, bias_tensor: Any) -> Any:
+    """scale * X + bias (``bias_after_scale``) or scale * (X + bias), of a dense X or a SelectedRows' values;
+    ScaleTensor and BiasTensor, when given, hold the scale and the bias instead of the attributes."""
+    if isinstance(x, SelectedRows):
+        rows = np.array(to_host(x.rows), dtype=np.int64)
+        return SelectedRows(rows, _scaled(ctx, x.values, scale_tensor, bias_tensor), x.height)
+    return _scaled(ctx, x, scale_tensor, bias_tensor)
 
 
 def _grad_scale(g: GradContext) -> list[OpSpec]:
+    """dX = scale * dOut: a scale op, with the forward op's ScaleTensor when it has one."""
     outputs = grad_outputs(g, "X")
-    return (
-        [
-            OpSpec(
-                "scale",
-                {"X": g.output_grad("Out")},
-                {"Out": outputs["X@GRAD"]},
-                {"scale": g.op.attr("scale"), "bias": 0.0, "bias_after_scale": True},
-            )
-        ]
-        if outputs
-        else []
-    )
+    if not outputs:
+        return []
+    inputs = {"X": g.output_grad("Out")}
+    if g.op.inputs.get("ScaleTensor"):
+        inputs["ScaleTensor"] = g.input("ScaleTensor")
+    attrs = {"scale": g.op.attr("scale"), "bias": 0.0, "bias_after_scale": True}
+    return [OpSpec("scale", inputs, {"Out": outputs["X@GRAD"]}, attrs)]
 
 
-(SCALE,) = unary_family(
+SCALE = OpSchema(
     "scale",
-    _scale,
-    dtypes=NUMBERS,
+    inputs=(
+        Slot("X"),
+        Slot("ScaleTensor", optional=True, no_grad=True),
+        Slot("BiasTensor", optional=True, no_grad=True),
+    ),
+    outputs=(Slot("Out"),),
     attrs=_SCALE_ATTRS,
+    infer=_infer_scale,
     grad=_grad_scale,
-    doc="Out = scale * X + bias (bias_after_scale) or scale * (X + bias).",
+    kernel=_scale,
+    share_lod=(("X", "Out"),),
+    doc="Out = scale * X + bias (bias_after_scale) or scale * (X + bias); X dense or SelectedRows.",
 )
 
-_CAST_ATTRS = (AttrDef("in_dtype", AttrType.INT), AttrDef("out_dtype", AttrType.INT))
+_CAST_ATTRS = (AttrDef("in_dtype", AttrType.INT), AttrDef("out_dtype", AttrType.INT), *_MKLDNN)
 
 
 def _infer_cast(ctx: InferContext) -> None:
+    """Out: X's shape in out_dtype. in_dtype must name a dtype, but X's own dtype is what is converted (Paddle
+    does not compare them either; the gradient, cast back to in_dtype, has X's dtype when they agree)."""
     x = check_dtype(ctx, "X", ALL_DTYPES)
-    in_dtype, out_dtype = dtype_attr(ctx, "in_dtype"), dtype_attr(ctx, "out_dtype")
-    if x.dtype != in_dtype:
-        ctx.fail(f"in_dtype={ctx.attr('in_dtype')} ({in_dtype}) does not match X {fmt(x)}")
+    dtype_attr(ctx, "in_dtype")
+    out_dtype = dtype_attr(ctx, "out_dtype")
+    if out_dtype not in ALL_DTYPES:
+        ctx.fail(f"out_dtype={ctx.attr('out_dtype')} ({out_dtype}) is not supported; supported: {sorted(ALL_DTYPES)}")
     ctx.set_output("Out", x.shape, out_dtype, lod_level=x.lod_level)
 
 
@@ -629,138 +1005,155 @@ SUM = OpSchema(
     doc="Out = sum of X (dense and/or SelectedRows; SelectedRows only gives a SelectedRows).",
 )
 
-# -- concat and reshape2 ------------------------------------------------------------------------------------
+# -- arg_max, arg_min -----------------------------------------------------------------------------------------
 
-
-def _infer_concat(ctx: InferContext) -> None:
-    axis = normalize_axis(ctx, ctx.attr("axis"), len(check_dtype(ctx, "X", ALL_DTYPES).shape))
-    first, shape = merge_shapes(ctx, "X", ALL_DTYPES, axis)
-    sizes = [v.shape[axis] for v in ctx.tensors("X")]
-    shape[axis] = -1 if any(d < 0 for d in sizes) else sum(sizes)
-    ctx.set_output("Out", shape, first.dtype)
-
-
-def _concat(ctx: KernelContext, xs: list[Any]) -> Any:
-    return ctx.xp.concatenate(xs, axis=ctx.attrs["axis"])
-
-
-def _concat_grad(ctx: KernelContext, xs: list[Any], dout: Any) -> list[Any]:
-    """dOut split back into pieces the sizes of the inputs along ``axis`` (views of dOut)."""
-    axis = ctx.attrs["axis"] % dout.ndim
-    bounds = np.cumsum([x.shape[axis] for x in xs[:-1]]).tolist()
-    return ctx.xp.split(dout, bounds, axis=axis)
-
-
-_CONCAT_ATTRS = (AttrDef("axis", AttrType.INT, 0),)
-CONCAT_GRAD = OpSchema(
-    "concat_grad",
-    inputs=(Slot("X", duplicable=True), Slot("Out@GRAD")),
-    outputs=(Slot("X@GRAD", duplicable=True),),
-    attrs=_CONCAT_ATTRS,
-    infer=infer_grads("X"),
-    kernel=_concat_grad,
-    doc="Gradient of concat: dOut split.",
+_ARG_ATTRS = (
+    AttrDef("axis", AttrType.LONG),
+    AttrDef("keepdims", AttrType.BOOLEAN, False),
+    AttrDef("flatten", AttrType.BOOLEAN, False),
+    AttrDef("dtype", AttrType.INT, DTYPE_TO_PROTO["int64"]),  # of the indices: INT32 or INT64 (-1: INT64)
 )
-CONCAT = OpSchema(
-    "concat",
-    inputs=(Slot("X", duplicable=True),),
-    outputs=(Slot("Out"),),
-    attrs=_CONCAT_ATTRS,
-    infer=_infer_concat,
-    grad=lambda g: grad_op(g, CONCAT_GRAD, ("X", "Out@GRAD"), ("X",)),
-    kernel=_concat,
-    doc="The inputs joined along `axis`.",
-)
+_INDEX_DTYPES = {DTYPE_TO_PROTO["int32"]: "int32", DTYPE_TO_PROTO["int64"]: "int64", -1: "int64"}
 
 
-def _infer_reshape2(ctx: InferContext) -> None:
-    x, target = check_dtype(ctx, "X", ALL_DTYPES), list(ctx.attr("shape"))
-    xs = tuple(x.shape)
-    if target.count(-1) > 1 or any(d < -1 for d in target):
-        ctx.fail(f"shape {target} may hold one -1 and no other negative dim")
-    if any(d == 0 and i >= len(xs) for i, d in enumerate(target)):
-        ctx.fail(f"shape {target}: a 0 copies X's dim at its position, but X {fmt(x)} has rank {len(xs)}")
-    shape = [xs[i] if d == 0 else d for i, d in enumerate(target)]
-    total = numel(xs)
-    if -1 in target:
-        k = target.index(-1)
-        rest = numel(shape[:k] + shape[k + 1 :])
-        if total >= 0 and rest > 0:
-            if total % rest:
-                ctx.fail(f"X {fmt(x)} of {total} elements cannot be reshaped to {target}")
-            shape[k] = total // rest
-    elif total >= 0 and numel(shape) >= 0 and numel(shape) != total:
-        ctx.fail(f"X {fmt(x)} of {total} elements cannot be reshaped to {target} ({numel(shape)} elements)")
-    ctx.set_output("Out", shape, x.dtype)
-    ctx.set_output("XShape", (0, *xs), x.dtype)
+def _infer_arg(ctx: InferContext) -> None:
+    """Out: X's shape without ``axis`` (1 there with ``keepdims``); with ``flatten`` 0-D ([1] * rank with
+    ``keepdims``), as Paddle 3."""
+    x, axis, keep = check_dtype(ctx, "X", NUMBERS), ctx.attr("axis"), ctx.attr("keepdims")
+    code = ctx.attr("dtype")
+    if code not in _INDEX_DTYPES:
+        ctx.fail(f"dtype={code}: the indices are int32 (2) or int64 (3, or -1)")
+    rank = len(x.shape)
+    if rank == 0:
+        if axis not in (0, -1):
+            ctx.fail(f"axis {axis} is out of range for a 0-D X {fmt(x)} (0 or -1)")
+        shape: tuple[int, ...] = ()
+    elif ctx.attr("flatten"):
+        shape = (1,) * rank if keep else ()
+    else:
+        axis = normalize_axis(ctx, axis, rank)
+        shape = tuple(1 if i == axis else d for i, d in enumerate(x.shape) if keep or i != axis)
+    ctx.set_output("Out", shape, _INDEX_DTYPES[code])
 
 
-def _reshape2(ctx: KernelContext, x: Any) -> tuple[Any, Any]:
-    """X with the new shape (a view when possible); XShape is an empty [0, *X.shape] array recording X's shape."""
-    target = ctx.attrs["shape"]
-    try:
-        out = x.reshape([x.shape[i] if d == 0 else d for i, d in enumerate(target)])
-    except (ValueError, IndexError):
-        raise kernel_error(ctx, f"reshape2: X of shape {list(x.shape)} cannot be reshaped to {list(target)}") from None
-    return out, ctx.xp.empty((0, *x.shape), dtype=x.dtype) if ctx.wants[1] else None
+def _arg_extremum(ctx: KernelContext, x: Any, largest: bool) -> Any:
+    """The index of the first largest (smallest) entry along ``axis`` or of all X (``flatten``); NaN never wins
+    (Paddle compares with > and <)."""
+    xp, attrs = ctx.xp, ctx.attrs
+    flat = attrs["flatten"] or x.ndim == 0
+    data, axis = (x.reshape(-1), 0) if flat else (x, attrs["axis"] % x.ndim)
+    if data.shape[axis] == 0:
+        raise kernel_error(ctx, f"X of shape {list(x.shape)} has no entries to choose from")
+    if data.dtype.kind == "f":
+        data = xp.where(xp.isnan(data), -math.inf if largest else math.inf, data)
+    index = data.argmax(axis=axis) if largest else data.argmin(axis=axis)
+    if flat:
+        index = index.reshape((1,) * x.ndim if attrs["keepdims"] else ())
+    elif attrs["keepdims"]:
+        index = xp.expand_dims(index, axis)
+    return xp.asarray(index).astype(_INDEX_DTYPES[attrs["dtype"]])  # numpy's argmax of a vector is a scalar
 
 
-def _infer_reshape2_grad(ctx: InferContext) -> None:
-    xshape = ctx.tensor("XShape")
-    ctx.set_output("X@GRAD", xshape.shape[1:], xshape.dtype)
+def _arg_op(op_type: str, largest: bool) -> OpSchema:
+    which = "largest" if largest else "smallest"
+    return OpSchema(
+        op_type,
+        inputs=(Slot("X", no_grad=True),),
+        outputs=(Slot("Out"),),
+        attrs=_ARG_ATTRS,
+        infer=_infer_arg,
+        kernel=lambda ctx, x: _arg_extremum(ctx, x, largest),
+        doc=f"The index of the first {which} entry of X along `axis` (of all X with flatten), int64 or int32.",
+    )
 
 
-RESHAPE2_GRAD = OpSchema(
-    "reshape2_grad",
-    inputs=(Slot("XShape"), Slot("Out@GRAD")),
-    outputs=(Slot("X@GRAD"),),
-    attrs=(AttrDef("shape", AttrType.INTS),),
-    infer=_infer_reshape2_grad,
-    kernel=lambda ctx, xshape, dout: dout.reshape(xshape.shape[1:]),
-    doc="Gradient of reshape2: dOut reshaped to X's shape (read from XShape).",
-)
-RESHAPE2 = OpSchema(
-    "reshape2",
-    inputs=(Slot("X"),),
-    outputs=(Slot("Out"), Slot("XShape", no_grad=True)),
-    attrs=(AttrDef("shape", AttrType.INTS),),
-    infer=_infer_reshape2,
-    grad=lambda g: grad_op(g, RESHAPE2_GRAD, ("XShape", "Out@GRAD"), ("X",)),
-    kernel=_reshape2,
-    doc="X with a new shape: 0 copies X's dim at that position, one -1 is inferred.",
-)
+ARG_MAX, ARG_MIN = _arg_op("arg_max", largest=True), _arg_op("arg_min", largest=False)
 
 # -- fill_constant ------------------------------------------------------------------------------------------
 
 _FILL_ATTRS = (
-    AttrDef("shape", AttrType.LONGS),
+    AttrDef("shape", AttrType.LONGS, ()),
     AttrDef("dtype", AttrType.INT, DTYPE_TO_PROTO["float32"]),
     AttrDef("value", AttrType.FLOAT, 0.0),
+    AttrDef("str_value", AttrType.STRING, ""),  # the value in full precision, when not empty
     AttrDef("force_cpu", AttrType.BOOLEAN, False),
+    AttrDef("place_type", AttrType.INT, -1),
+    AttrDef("use_mkldnn", AttrType.BOOLEAN, False),
+    AttrDef("use_onednn", AttrType.BOOLEAN, False),
 )
+_SHAPE_DTYPES = frozenset({"int32", "int64"})
+
+
+def _fill_value(str_value: str, value: float) -> float:
+    """The value to fill with: ``str_value`` read as a double (as Paddle 3; "inf", "-inf", "nan" too) when it
+    is not empty, else ``value``; a ValueError when ``str_value`` is no number."""
+    return float(str_value) if str_value else value
 
 
 def _infer_fill_constant(ctx: InferContext) -> None:
-    dtype, shape = dtype_attr(ctx, "dtype"), list(ctx.attr("shape"))
-    if any(d < 0 for d in shape):
-        ctx.fail(f"shape {shape} must not have negative dimensions")
+    dtype = dtype_attr(ctx, "dtype")
+    if dtype not in ALL_DTYPES:
+        ctx.fail(f"dtype={ctx.attr('dtype')} ({dtype}) is not supported; supported: {sorted(ALL_DTYPES)}")
+    try:
+        _fill_value(ctx.attr("str_value"), ctx.attr("value"))
+    except ValueError:
+        ctx.fail(f"str_value {ctx.attr('str_value')!r} is not a number")
+    if ctx.has_input("ValueTensor"):
+        value = check_dtype(ctx, "ValueTensor", ALL_DTYPES)
+        if numel(value.shape) not in (-1, 1):
+            ctx.fail(f"ValueTensor {fmt(value)} must hold one value")
+    if ctx.has_input("ShapeTensor"):
+        dims = check_dtype(ctx, "ShapeTensor", _SHAPE_DTYPES)
+        if len(dims.shape) != 1 or dims.shape[0] < 0:
+            ctx.fail(f"ShapeTensor {fmt(dims)} must be a vector of known length (one entry per dim)")
+        shape = [-1] * dims.shape[0]
+    elif ctx.has_input("ShapeTensorList"):
+        for dim in ctx.tensors("ShapeTensorList"):
+            if dim.dtype not in _SHAPE_DTYPES or numel(dim.shape) not in (-1, 1):
+                ctx.fail(f"ShapeTensorList entry {fmt(dim)} must be one int32 or int64 value")
+        shape = [-1] * len(ctx.inputs("ShapeTensorList"))
+    else:
+        shape = list(ctx.attr("shape"))
+        if any(d < 0 for d in shape):
+            ctx.fail(f"shape {shape} must not have negative dimensions")
     ctx.set_output("Out", shape, dtype)
 
 
-def _fill_constant(ctx: KernelContext) -> Any:
+def _fill_constant(
+    ctx: KernelContext, value_tensor: Any = None, shape_tensor: Any = None, shape_list: Sequence[Any] = ()
+) -> Any:
+    """A new array of the shape ShapeTensor or ShapeTensorList holds, else ``shape``, filled with ValueTensor's
+    value, else the attributes' (converted to ``dtype`` as C++ does: truncated toward zero for integers). With
+    no inputs given, an initializer (what the parameter servers call it as)."""
     attrs = ctx.attrs
-    out = ctx.xp.empty(tuple(attrs["shape"]), dtype=np_dtype(attrs["dtype"]))
-    out.fill(attrs["value"])
+    if shape_tensor is not None:
+        shape = [int(d) for d in to_host(shape_tensor).reshape(-1).tolist()]
+    elif shape_list:
+        shape = [int(to_host(dim).reshape(-1)[0]) for dim in shape_list]
+    else:
+        shape = list(attrs["shape"])
+    if any(d < 0 for d in shape):
+        raise kernel_error(ctx, f"shape {shape} must not have negative dimensions")
+    if value_tensor is not None:
+        return fill(ctx.xp, value_tensor.reshape(()), shape, np_dtype(attrs["dtype"]))
+    out = ctx.xp.empty(tuple(shape), dtype=np_dtype(attrs["dtype"]))
+    out.fill(_fill_value(attrs["str_value"], attrs["value"]))
     return out
 
 
 FILL_CONSTANT = OpSchema(
     "fill_constant",
+    inputs=(
+        Slot("ValueTensor", optional=True, no_grad=True),
+        Slot("ShapeTensor", optional=True, no_grad=True),
+        Slot("ShapeTensorList", duplicable=True, optional=True, no_grad=True),
+    ),
     outputs=(Slot("Out"),),
     attrs=_FILL_ATTRS,
     infer=_infer_fill_constant,
     kernel=_fill_constant,
-    doc="A tensor of `shape` and `dtype` (proto code) filled with `value`; force_cpu asks placement for the host.",
+    doc="A tensor of `shape` (or ShapeTensor's, ShapeTensorList's) and `dtype` (proto code) filled with `value` "
+    "(str_value when given, ValueTensor's when given); force_cpu asks placement for the host.",
 )
 
 SCHEMAS: tuple[OpSchema, ...] = (
@@ -768,6 +1161,8 @@ SCHEMAS: tuple[OpSchema, ...] = (
     MUL_GRAD,
     MATMUL,
     MATMUL_GRAD,
+    MATMUL_V2,
+    MATMUL_V2_GRAD,
     ELEMENTWISE_ADD,
     ELEMENTWISE_ADD_GRAD,
     ELEMENTWISE_SUB,
@@ -776,6 +1171,12 @@ SCHEMAS: tuple[OpSchema, ...] = (
     ELEMENTWISE_MUL_GRAD,
     ELEMENTWISE_DIV,
     ELEMENTWISE_DIV_GRAD,
+    ELEMENTWISE_POW,
+    ELEMENTWISE_POW_GRAD,
+    ELEMENTWISE_MAX,
+    ELEMENTWISE_MAX_GRAD,
+    ELEMENTWISE_MIN,
+    ELEMENTWISE_MIN_GRAD,
     RELU,
     RELU_GRAD,
     SIGMOID,
@@ -784,6 +1185,8 @@ SCHEMAS: tuple[OpSchema, ...] = (
     TANH_GRAD,
     SQUARE,
     SQUARE_GRAD,
+    GELU,
+    GELU_GRAD,
     SOFTMAX,
     SOFTMAX_GRAD,
     SCALE,
@@ -796,9 +1199,7 @@ SCHEMAS: tuple[OpSchema, ...] = (
     REDUCE_MEAN,
     REDUCE_MEAN_GRAD,
     SUM,
-    CONCAT,
-    CONCAT_GRAD,
-    RESHAPE2,
-    RESHAPE2_GRAD,
+    ARG_MAX,
+    ARG_MIN,
     FILL_CONSTANT,
 )

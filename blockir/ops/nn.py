@@ -1,18 +1,34 @@
 """Neural-network ops: cross-entropy losses, top-k and accuracy, embedding lookup.
 
-Semantics follow PaddlePaddle Fluid 1.x (``cross_entropy``,
-``softmax_with_cross_entropy``, ``top_k``, ``accuracy``, ``lookup_table``).
+Semantics follow PaddlePaddle's legacy operators (``cross_entropy``,
+``softmax_with_cross_entropy``, ``top_k``, ``top_k_v2``, ``accuracy``, ``auc``,
+``lookup_table``, ``lookup_table_v2``).
 Kernels are written once against the array module ``ctx.xp``.
 """
 
 from __future__ import annotations
 
+import math
+from collections.abc import Callable
 from typing import Any
 
 from blockir.ir.attrs import AttrType
 from blockir.ir.dtypes import FLOAT_DTYPES, VarKind
 from blockir.ir.schema import EMPTY_VAR, AttrDef, GradContext, InferContext, KernelContext, OpSchema, OpSpec, Slot
-from blockir.ops.common import compatible, fmt, grad_op, infer_like, kernel_error, min_max, normalize_axis, to_host
+from blockir.ops.common import (
+    NUMBERS,
+    Kernel,
+    check_dtype,
+    compatible,
+    fmt,
+    grad_op,
+    infer_like,
+    kernel_error,
+    min_max,
+    normalize_axis,
+    numel,
+    to_host,
+)
 from blockir.ops.values import SelectedRows, add_rows
 
 ID_DTYPES = ("int64", "int32")
@@ -247,45 +263,129 @@ SOFTMAX_WITH_CROSS_ENTROPY = OpSchema(
 )
 
 
-# -- top_k and accuracy -----------------------------------------------------------------------------
+# -- top_k, top_k_v2 and accuracy -----------------------------------------------------------------------------
 
 
-def _infer_top_k(ctx: InferContext) -> None:
-    x = ctx.tensor("X")
-    k = ctx.attr("k")
-    if not x.shape:
-        ctx.fail(f"X {fmt(x)} must have at least one dimension")
-    if k < 1:
+def _infer_top_k(ctx: InferContext, axis: int) -> None:
+    """Out and Indices (int64): X's shape with k along ``axis`` (unknown when the K input holds k)."""
+    x, k = check_dtype(ctx, "X", NUMBERS), ctx.attr("k")
+    if ctx.has_input("K"):
+        given = check_dtype(ctx, "K", frozenset(ID_DTYPES))
+        if numel(given.shape) not in (-1, 1):
+            ctx.fail(f"K {fmt(given)} must hold one value")
+        k = -1
+    elif k < 1:
         ctx.fail(f"k must be at least 1, got {k}")
-    if x.shape[-1] >= 0 and k > x.shape[-1]:
-        ctx.fail(f"k={k} exceeds the last dimension of X {fmt(x)}")
-    shape = (*x.shape[:-1], k)
+    if not x.shape:
+        if axis not in (0, -1) or k > 1:
+            ctx.fail(f"a 0-D X {fmt(x)} takes axis 0 or -1 and k=1 (axis={axis}, k={k})")
+        shape: list[int] = []
+    else:
+        axis = normalize_axis(ctx, axis, len(x.shape))
+        if k > x.shape[axis] >= 0:
+            where = "the last dimension" if axis == len(x.shape) - 1 else f"dimension {axis}"
+            ctx.fail(f"k={k} exceeds {where} of X {fmt(x)}")
+        shape = [k if i == axis else d for i, d in enumerate(x.shape)]
     ctx.set_output("Out", shape, x.dtype, lod_level=x.lod_level)
     ctx.set_output("Indices", shape, "int64", lod_level=x.lod_level)
 
 
-def _top_k(ctx: KernelContext, x: Any) -> tuple[Any, Any]:
-    """The k largest values along the last axis, in descending order, and their int64 indices.
+def _k_of(ctx: KernelContext, k_tensor: Any) -> int:
+    """k: the K input's value when given, else the attribute."""
+    k = ctx.attrs["k"] if k_tensor is None else int(to_host(k_tensor).reshape(-1)[0])
+    if k < 1:
+        raise kernel_error(ctx, f"k must be at least 1, got {k}")
+    return k
 
-    Equal values keep their order (the lower index first): a stable sort of the negated keys.
+
+def _top_k_along(ctx: KernelContext, x: Any, k: int, axis: int, largest: bool) -> tuple[Any, Any]:
+    """The k largest (``largest``) or smallest entries of X along ``axis``, ordered, and their int64 indices.
+
+    A stable sort: equal values keep their order, the lower index first (Paddle leaves it unspecified); NaN
+    ranks above every number, as in Paddle's comparisons (first when largest, last when smallest).
     """
     xp = ctx.xp
-    k = ctx.attrs["k"]
-    if k > x.shape[-1]:
-        raise kernel_error(ctx, f"k={k} exceeds the last dimension of X {list(x.shape)}")
-    key = -x.astype("int64") if x.dtype.kind in "bu" else -x
-    indices = xp.argsort(key, axis=-1, kind="stable")[..., :k]
-    return xp.take_along_axis(x, indices, axis=-1), indices.astype("int64", copy=False)
+    if x.ndim == 0:
+        if k != 1:
+            raise kernel_error(ctx, f"k={k} exceeds the single entry of a 0-D X")
+        return x.copy(), xp.zeros((), dtype="int64")
+    if k > x.shape[axis]:
+        raise kernel_error(ctx, f"k={k} exceeds dimension {axis} of X {list(x.shape)}")
+    key = (-x if x.dtype.kind == "f" else ~x) if largest else x  # ~x reverses integers without -x's overflow
+    order = xp.argsort(key, axis=axis, kind="stable")  # NaN sorts last
+    if largest and x.dtype.kind == "f":
+        nan = xp.take_along_axis(xp.isnan(x), order, axis=axis)
+        if bool(nan.any()):  # NaN first, each part in its order
+            order = xp.take_along_axis(order, xp.argsort(~nan, axis=axis, kind="stable"), axis=axis)
+    indices = xp.take(order, xp.arange(k), axis=axis)
+    return xp.take_along_axis(x, indices, axis=axis), indices.astype("int64", copy=False)
+
+
+def _top_k(ctx: KernelContext, x: Any, k_tensor: Any) -> tuple[Any, Any]:
+    """The k largest values of X's last axis, in descending order, and their int64 indices."""
+    return _top_k_along(ctx, x, _k_of(ctx, k_tensor), x.ndim - 1, largest=True)
 
 
 TOP_K = OpSchema(
     "top_k",
-    inputs=(Slot("X"),),
+    inputs=(Slot("X"), Slot("K", optional=True, no_grad=True)),
     outputs=(Slot("Out"), Slot("Indices", no_grad=True)),
     attrs=(AttrDef("k", AttrType.INT, 1),),
-    infer=_infer_top_k,
+    infer=lambda ctx: _infer_top_k(ctx, -1),
     kernel=_top_k,
-    doc="The k largest entries of X's last axis (Out) and their positions (Indices, int64).",
+    doc="The k largest entries of X's last axis (Out) and their positions (Indices, int64); K overrides k.",
+)
+
+_TOP_K_V2_ATTRS = (
+    AttrDef("k", AttrType.INT, 1),
+    AttrDef("axis", AttrType.INT, -1),
+    AttrDef("largest", AttrType.BOOLEAN, True),
+    AttrDef("sorted", AttrType.BOOLEAN, True),  # false leaves the order to Paddle's kernel: sorted here
+)
+
+
+def _top_k_v2(ctx: KernelContext, x: Any, k_tensor: Any) -> tuple[Any, Any]:
+    """The k largest (smallest) entries of X along ``axis`` and their int64 indices (:func:`_top_k_along`)."""
+    axis = ctx.attrs["axis"] % x.ndim if x.ndim else 0
+    return _top_k_along(ctx, x, _k_of(ctx, k_tensor), axis, ctx.attrs["largest"])
+
+
+def _top_k_v2_grad(ctx: KernelContext, x: Any, indices: Any, dout: Any) -> Any:
+    """X@GRAD: Out@GRAD at the positions Indices gives along ``axis``, 0 elsewhere."""
+    xp = ctx.xp
+    if x.ndim == 0:
+        return dout.copy()
+    axis = ctx.attrs["axis"] % x.ndim
+    picked = xp.moveaxis(indices, axis, -1)
+    rows, k = math.prod(picked.shape[:-1]), picked.shape[-1]
+    grad = xp.zeros((rows, x.shape[axis]), dtype=dout.dtype)
+    grad[xp.arange(rows)[:, None], picked.reshape(rows, k)] = xp.moveaxis(dout, axis, -1).reshape(rows, k)
+    grad = xp.moveaxis(grad.reshape(*picked.shape[:-1], x.shape[axis]), -1, axis)
+    return grad if axis == x.ndim - 1 else xp.ascontiguousarray(grad)
+
+
+TOP_K_V2_GRAD = OpSchema(
+    "top_k_v2_grad",
+    inputs=(Slot("X"), Slot("Indices", no_grad=True), Slot("Out@GRAD")),
+    outputs=(Slot("X@GRAD"),),
+    attrs=_TOP_K_V2_ATTRS,
+    infer=lambda ctx: infer_like(ctx, "X", "X@GRAD"),
+    kernel=_top_k_v2_grad,
+    share_lod=(("X", "X@GRAD"),),
+    doc="Gradient of top_k_v2: Out@GRAD scattered to Indices.",
+)
+
+TOP_K_V2 = OpSchema(
+    "top_k_v2",
+    inputs=(Slot("X"), Slot("K", optional=True, no_grad=True)),
+    outputs=(Slot("Out"), Slot("Indices", no_grad=True)),
+    attrs=_TOP_K_V2_ATTRS,
+    infer=lambda ctx: _infer_top_k(ctx, ctx.attr("axis")),
+    grad=lambda g: grad_op(g, TOP_K_V2_GRAD, ("X", "Indices", "Out@GRAD"), ("X",)),
+    kernel=_top_k_v2,
+    share_lod=(("X", "Out"), ("X", "Indices")),
+    doc="The k largest (smallest: largest=false) entries of X along `axis`, ordered, and their int64 indices; "
+    "K overrides k.",
 )
 
 
@@ -400,7 +500,7 @@ AUC = OpSchema(
     "num_thresholds + 1 buckets by label; slide_steps = 0 accumulates for ever, N > 0 keeps the last N batches.",
 )
 
-# -- lookup_table --------------------------------------------------------------------------------
+# -- lookup_table, lookup_table_v2 -----------------------------------------------------------------------
 
 _LOOKUP_ATTRS = (
     AttrDef("is_sparse", AttrType.BOOLEAN, False),
@@ -409,20 +509,43 @@ _LOOKUP_ATTRS = (
     AttrDef("is_distributed", AttrType.BOOLEAN, False),
     AttrDef("entry", AttrType.STRING, ""),
 )
+_LOOKUP_V2_ATTRS = (
+    AttrDef("padding_idx", AttrType.LONG, -1),
+    AttrDef("is_sparse", AttrType.BOOLEAN, False),
+    # Paddle's parameter-server training: where the table lives and how it is fetched (a lookup here).
+    AttrDef("is_distributed", AttrType.BOOLEAN, False),
+    AttrDef("remote_prefetch", AttrType.BOOLEAN, False),
+    AttrDef("trainer_id", AttrType.INT, 0),
+    AttrDef("slot", AttrType.INT, 0),
+    AttrDef("height_sections", AttrType.LONGS, ()),
+    AttrDef("epmap", AttrType.STRINGS, ()),
+    AttrDef("table_names", AttrType.STRINGS, ()),
+)
 
 
-def _infer_lookup_table(ctx: InferContext) -> None:
+def _check_table(ctx: InferContext) -> tuple[Any, Any]:
+    """(W, Ids): W a floating-point [vocab, dim] table, Ids int64 or int32, padding_idx -1 or a row of W."""
     w, ids = ctx.tensor("W"), ctx.tensor("Ids")
     if w.dtype not in FLOAT_DTYPES or len(w.shape) != 2:
         ctx.fail(f"W {fmt(w)} must be a floating-point [vocab, dim] table")
     if ids.dtype not in ID_DTYPES:
         ctx.fail(f"Ids {fmt(ids)} must be int64 or int32")
-    if not ids.shape or not compatible(ids.shape[-1], 1):
-        ctx.fail(f"Ids {fmt(ids)} must have a last dimension of 1, e.g. [N, 1]")
     padding = ctx.attr("padding_idx")
     if padding != -1 and (padding < 0 or 0 <= w.shape[0] <= padding):
         ctx.fail(f"padding_idx {padding} is out of range for table W {fmt(w)} (-1: no padding)")
+    return w, ids
+
+
+def _infer_lookup_table(ctx: InferContext) -> None:
+    w, ids = _check_table(ctx)
+    if not ids.shape or not compatible(ids.shape[-1], 1):
+        ctx.fail(f"Ids {fmt(ids)} must have a last dimension of 1, e.g. [N, 1] (lookup_table_v2 takes any shape)")
     ctx.set_output("Out", (*ids.shape[:-1], w.shape[1]), w.dtype, lod_level=ids.lod_level)
+
+
+def _infer_lookup_table_v2(ctx: InferContext) -> None:
+    w, ids = _check_table(ctx)
+    ctx.set_output("Out", (*ids.shape, w.shape[1]), w.dtype, lod_level=ids.lod_level)
 
 
 def flat_ids(ctx: KernelContext, ids: Any, height: int) -> Any:
@@ -439,14 +562,24 @@ def flat_ids(ctx: KernelContext, ids: Any, height: int) -> Any:
     return flat
 
 
-def _lookup_table(ctx: KernelContext, w: Any, ids: Any) -> Any:
-    """Out[i] = W[Ids[i]]; rows whose id is ``padding_idx`` are zero."""
+def _looked_up(ctx: KernelContext, w: Any, ids: Any) -> Any:
+    """W[Ids] for the Ids flattened, [Ids.size, dim]; rows whose id is ``padding_idx`` are zero."""
     flat = flat_ids(ctx, ids, w.shape[0])
     out = ctx.xp.take(w, flat, axis=0)
     padding = ctx.attrs["padding_idx"]
     if padding != -1:
         out[flat == padding] = 0
-    return out.reshape(*ids.shape[:-1], w.shape[1])
+    return out
+
+
+def _lookup_table(ctx: KernelContext, w: Any, ids: Any) -> Any:
+    """Out[i] = W[Ids[i]] for Ids [..., 1]: Out [..., dim]."""
+    return _looked_up(ctx, w, ids).reshape(*ids.shape[:-1], w.shape[1])
+
+
+def _lookup_table_v2(ctx: KernelContext, w: Any, ids: Any) -> Any:
+    """Out[i] = W[Ids[i]] for Ids of any shape: Out [*Ids.shape, dim]."""
+    return _looked_up(ctx, w, ids).reshape(*ids.shape, w.shape[1])
 
 
 def _lookup_table_grad_kernel(ctx: KernelContext, w: Any, ids: Any, dout: Any) -> Any:
@@ -476,26 +609,46 @@ def _infer_lookup_table_grad(ctx: InferContext) -> None:
             var.kind = VarKind.SELECTED_ROWS
 
 
-LOOKUP_TABLE_GRAD = OpSchema(
-    "lookup_table_grad",
-    inputs=(Slot("W"), Slot("Ids", no_grad=True), Slot("Out@GRAD")),
-    outputs=(Slot("W@GRAD"),),
-    attrs=_LOOKUP_ATTRS,
-    infer=_infer_lookup_table_grad,
-    kernel=_lookup_table_grad_kernel,
-    doc="Gradient of lookup_table: dense [V, D], or SelectedRows(rows=Ids, values=dOut) with is_sparse.",
-)
+def _lookup_ops(
+    op_type: str, attrs: tuple[AttrDef, ...], infer: Callable[[InferContext], None], kernel: Kernel, doc: str
+) -> tuple[OpSchema, OpSchema]:
+    """An embedding lookup op and its gradient op (dense, or SelectedRows with ``is_sparse``)."""
+    backward = OpSchema(
+        f"{op_type}_grad",
+        inputs=(Slot("W"), Slot("Ids", no_grad=True), Slot("Out@GRAD")),
+        outputs=(Slot("W@GRAD"),),
+        attrs=attrs,
+        infer=_infer_lookup_table_grad,
+        kernel=_lookup_table_grad_kernel,
+        doc=f"Gradient of {op_type}: dense [V, D], or SelectedRows(rows=Ids, values=dOut) with is_sparse.",
+    )
+    forward = OpSchema(
+        op_type,
+        inputs=(Slot("W"), Slot("Ids", no_grad=True)),
+        outputs=(Slot("Out"),),
+        attrs=attrs,
+        infer=infer,
+        grad=lambda g: grad_op(g, backward, ("W", "Ids", "Out@GRAD"), ("W",)),
+        kernel=kernel,
+        share_lod=(("Ids", "Out"),),
+        doc=doc,
+    )
+    return forward, backward
 
-LOOKUP_TABLE = OpSchema(
+
+LOOKUP_TABLE, LOOKUP_TABLE_GRAD = _lookup_ops(
     "lookup_table",
-    inputs=(Slot("W"), Slot("Ids", no_grad=True)),
-    outputs=(Slot("Out"),),
-    attrs=_LOOKUP_ATTRS,
-    infer=_infer_lookup_table,
-    grad=lambda g: grad_op(g, LOOKUP_TABLE_GRAD, ("W", "Ids", "Out@GRAD"), ("W",)),
-    kernel=_lookup_table,
-    share_lod=(("Ids", "Out"),),
-    doc="Embedding lookup: rows of W [V, D] for int64 Ids [N, 1] -> Out [N, D].",
+    _LOOKUP_ATTRS,
+    _infer_lookup_table,
+    _lookup_table,
+    "Embedding lookup: rows of W [V, D] for int64 Ids [N, 1] -> Out [N, D].",
+)
+LOOKUP_TABLE_V2, LOOKUP_TABLE_V2_GRAD = _lookup_ops(
+    "lookup_table_v2",
+    _LOOKUP_V2_ATTRS,
+    _infer_lookup_table_v2,
+    _lookup_table_v2,
+    "Embedding lookup: rows of W [V, D] for int64 or int32 Ids of any shape -> Out [*Ids.shape, D].",
 )
 
 
@@ -506,7 +659,11 @@ SCHEMAS: tuple[OpSchema, ...] = (
     SOFTMAX_WITH_CROSS_ENTROPY,
     SOFTMAX_WITH_CROSS_ENTROPY_GRAD,
     TOP_K,
+    TOP_K_V2,
+    TOP_K_V2_GRAD,
     ACCURACY,
     LOOKUP_TABLE,
     LOOKUP_TABLE_GRAD,
+    LOOKUP_TABLE_V2,
+    LOOKUP_TABLE_V2_GRAD,
 )

@@ -1,10 +1,516 @@
 """Normalization and dropout ops with Paddle's semantics: ``batch_norm``, ``layer_norm``, ``dropout``.
 
-Kernels are written once against the array module ``ctx.xp``.
+Kernels are written once against the array module ``ctx.xp``. A float16 ``X`` keeps
+its statistics and affine parameters in float32 (Paddle's rule); the kernels compute
+in that dtype and give ``Y`` X's dtype.
+
+- ``batch_norm`` normalizes each channel (dim 1 for ``NCHW``, the last dim for
+  ``NHWC``; a rank-2 X has its channels in dim 1 either way). In training it
+  normalizes with the batch's mean and biased variance and updates the running
+  statistics in place (``MeanOut = momentum * Mean + (1 - momentum) * batch mean``,
+  likewise ``VarianceOut`` with the biased batch variance); ``SavedMean`` and
+  ``SavedVariance`` hold the batch mean and inverse standard deviation
+  ``1 / sqrt(var + epsilon)`` its gradient reads. With ``is_test`` (unless
+  ``trainable_statistics``) or ``use_global_stats`` it normalizes with ``Mean`` and
+  ``Variance``, which pass through unchanged; the saved outputs then hold them (the
+  mean and the inverse standard deviation used). As Paddle's kernel, a training batch
+  with one value per channel passes X through unchanged.
+- ``layer_norm`` normalizes each row of X flattened to a matrix at ``begin_norm_axis``;
+  ``Mean`` and ``Variance`` (biased) are per row.
+- ``dropout`` zeroes each element with probability ``dropout_prob``; ``Mask`` (uint8)
+  holds the kept ones. ``downgrade_in_infer``: train ``X * Mask``, test
+  ``X * (1 - dropout_prob)``; ``upscale_in_train``: train ``X * Mask / (1 - dropout_prob)``,
+  test ``X``. The mask is drawn on the host with a numpy ``Generator`` (so a seed gives
+  the same mask on every device kind) seeded by the ``Seed`` tensor when bound, else
+  by ``seed`` when ``fix_seed``: the same mask at every run. Otherwise (or with a zero
+  seed) every run draws a fresh mask.
 """
 
 from __future__ import annotations
 
-from blockir.ir.schema import OpSchema
+import math
+from collections.abc import Mapping
+from typing import Any
 
-SCHEMAS: tuple[OpSchema, ...] = ()
+import numpy as np
+
+from blockir.ir.attrs import AttrType
+from blockir.ir.schema import AttrDef, GradContext, InferContext, KernelContext, OpSchema, OpSpec, Slot
+from blockir.ops.common import (
+    FLOATS,
+    check_dtype,
+    compatible,
+    fmt,
+    forward_attrs,
+    grad_outputs,
+    infer_grads,
+    infer_like,
+    kernel_error,
+    numel,
+    to_host,
+)
+
+# -- shared -------------------------------------------------------------------------------------
+
+
+def _param_dtype(x_dtype: str) -> str:
+    """The dtype of the statistics and affine parameters of an X of ``x_dtype``."""
+    return "float32" if x_dtype == "float16" else x_dtype
+
+
+def _check_vector(ctx: InferContext, slot: str, size: int, dtype: str) -> int:
+    """Input ``slot`` (when bound) must be a 1-D ``dtype`` tensor of ``size`` elements (-1: unknown); return
+    its length when known, else ``size``."""
+    if not ctx.has_input(slot):
+        return size
+    var = ctx.tensor(slot)
+    if var.dtype != dtype:
+        ctx.fail(f"{slot} {fmt(var)} must have dtype {dtype} (X's parameter dtype)")
+    if len(var.shape) != 1 or not compatible(var.shape[0], size):
+        ctx.fail(f"{slot} {fmt(var)} must have shape [{size}]")
+    return size if size >= 0 else var.shape[0]
+
+
+def _inv_std(xp: Any, variance: Any, epsilon: float) -> Any:
+    """1 / sqrt(variance + epsilon), a new array."""
+    out = variance + epsilon
+    xp.sqrt(out, out=out)
+    return xp.reciprocal(out, out=out)
+
+
+def _grad_spec(g: GradContext, schema: OpSchema, inputs: dict[str, list[str]], of: tuple[str, ...]) -> list[OpSpec]:
+    """The gradient op ``schema`` reading ``inputs`` (empty slots left out) and writing the gradients of the
+    forward inputs ``of`` that need one; none when none does."""
+    outputs = grad_outputs(g, *of)
+    if not outputs:
+        return []
+    slots = {slot: names for slot, names in inputs.items() if names}
+    return [OpSpec(schema.type, slots, outputs, forward_attrs(g, schema))]
+
+
+# -- batch_norm ---------------------------------------------------------------------------------
+
+_BATCH_NORM_ATTRS = (
+    AttrDef("momentum", AttrType.FLOAT, 0.9),
+    AttrDef("epsilon", AttrType.FLOAT, 1e-5),
+    AttrDef("is_test", AttrType.BOOLEAN, False),
+    AttrDef("data_layout", AttrType.STRING, "NCHW"),
+    AttrDef("use_global_stats", AttrType.BOOLEAN, False),
+    AttrDef("trainable_statistics", AttrType.BOOLEAN, False),
+    AttrDef("use_mkldnn", AttrType.BOOLEAN, False),
+    AttrDef("fuse_with_relu", AttrType.BOOLEAN, False),
+)
+_LAYOUTS = ("NCHW", "NHWC")
+_BN_PARAMS = ("Scale", "Bias", "Mean", "Variance")
+_BN_STATS = ("MeanOut", "VarianceOut", "SavedMean", "SavedVariance")
+
+
+def _global_stats(attrs: Mapping[str, Any]) -> bool:
+    """Whether batch_norm normalizes with the running statistics rather than the batch's."""
+    return bool((attrs["is_test"] and not attrs["trainable_statistics"]) or attrs["use_global_stats"])
+
+
+def _check_batch_norm_attrs(ctx: InferContext, x: Any) -> int:
+    """Check data_layout, epsilon and X's rank and dims; return the channel axis."""
+    layout = ctx.attr("data_layout")
+    if layout not in _LAYOUTS:
+        ctx.fail(f"data_layout {layout!r} is not supported; expected one of {', '.join(_LAYOUTS)}")
+    if ctx.attr("epsilon") < 0:
+        ctx.fail(f"epsilon {ctx.attr('epsilon'):g} must not be negative")
+    if len(x.shape) < 2:
+        ctx.fail(f"X {fmt(x)} must have rank 2 or more (N, C, ...)")
+    if 0 in x.shape:
+        ctx.fail(f"X {fmt(x)} must not have a zero dimension")
+    return 1 if layout == "NCHW" else len(x.shape) - 1
+
+
+def _infer_batch_norm(ctx: InferContext) -> None:
+    x = check_dtype(ctx, "X", FLOATS)
+    channels = x.shape[_check_batch_norm_attrs(ctx, x)]
+    dtype = _param_dtype(x.dtype)
+    for slot in _BN_PARAMS:
+        channels = _check_vector(ctx, slot, channels, dtype)
+    if ctx.has_input("MomentumTensor"):
+        m = check_dtype(ctx, "MomentumTensor", FLOATS)
+        if not compatible(numel(m.shape), 1):
+            ctx.fail(f"MomentumTensor {fmt(m)} must hold one value")
+    ctx.set_output("Y", x.shape, x.dtype, lod_level=x.lod_level)
+    for slot in _BN_STATS:
+        ctx.set_output(slot, (channels,), dtype)
+    ctx.set_output("ReserveSpace", (0,), "uint8")
+
+
+def _channels(attrs: dict[str, Any], x: Any) -> tuple[tuple[int, ...], tuple[int, ...], int]:
+    """(the axes batch_norm reduces, the shape per-channel vectors broadcast in, values per channel)."""
+    axis = 1 if attrs["data_layout"] == "NCHW" else x.ndim - 1
+    axes = tuple(i for i in range(x.ndim) if i != axis)
+    view = (-1,) + (1,) * (x.ndim - 1 - axis)
+    return axes, view, math.prod(x.shape[i] for i in axes)
+
+
+def _batch_norm(
+    ctx: KernelContext, x: Any, scale: Any, bias: Any, mean: Any, variance: Any, momentum: Any
+) -> tuple[Any, ...]:
+    """(Y, MeanOut, VarianceOut, SavedMean, SavedVariance, ReserveSpace): see the module docstring."""
+    xp, attrs = ctx.xp, ctx.attrs
+    axes, view, count = _channels(attrs, x)
+    reserve = xp.empty((0,), dtype=np.uint8)
+    xf = x.astype(scale.dtype, copy=False)
+    if _global_stats(attrs):
+        inv_std = _inv_std(xp, variance, attrs["epsilon"])
+        y = xf - mean.reshape(view)
+        y *= (scale * inv_std).reshape(view)
+        y += bias.reshape(view)
+        return y.astype(x.dtype, copy=False), mean, variance, mean, inv_std, reserve
+    if count == 0:
+        raise kernel_error(ctx, f"batch_norm: X of shape {list(x.shape)} is empty; a training batch needs values")
+    if count == 1:  # Paddle's kernel: nothing to normalize over, Y = X and the running statistics stay
+        zeros = xp.zeros_like(mean)
+        return x, mean, variance, zeros, zeros, reserve
+    batch_mean = xf.mean(axis=axes)
+    y = xf - batch_mean.reshape(view)
+    batch_var = xp.square(y).mean(axis=axes)
+    inv_std = _inv_std(xp, batch_var, attrs["epsilon"])
+    y *= (scale * inv_std).reshape(view)
+    y += bias.reshape(view)
+    m = attrs["momentum"] if momentum is None else momentum.reshape(()).astype(mean.dtype)
+    mean_out = mean * m + batch_mean * (1 - m)
+    var_out = variance * m + batch_var * (1 - m)
+    return y.astype(x.dtype, copy=False), mean_out, var_out, batch_mean, inv_std, reserve
+
+
+def _batch_norm_grad(
+    ctx: KernelContext,
+    x: Any,
+    scale: Any,
+    bias: Any,
+    mean: Any,
+    variance: Any,
+    saved_mean: Any,
+    saved_inv_std: Any,
+    reserve: Any,
+    dy: Any,
+) -> tuple[Any, Any, Any]:
+    """(X@GRAD, Scale@GRAD, Bias@GRAD) of batch_norm, each only when ``ctx.wants`` it."""
+    xp, attrs = ctx.xp, ctx.attrs
+    axes, view, count = _channels(attrs, x)
+    global_stats = _global_stats(attrs)
+    if not global_stats and count == 1:  # Y was X
+        zeros = xp.zeros_like(scale)
+        return dy if ctx.wants[0] else None, zeros if ctx.wants[1] else None, zeros if ctx.wants[2] else None
+    if global_stats:
+        mu, inv_std = mean, _inv_std(xp, variance, attrs["epsilon"])
+    else:
+        mu, inv_std = saved_mean, saved_inv_std
+    dyf = dy.astype(scale.dtype, copy=False)
+    dx = d_scale = d_bias = None
+    if global_stats and ctx.wants[0]:
+        dx = dyf * (scale * inv_std).reshape(view)
+    if ctx.wants[1] or ctx.wants[2] or (ctx.wants[0] and not global_stats):
+        x_hat = x.astype(scale.dtype, copy=False) - mu.reshape(view)
+        x_hat *= inv_std.reshape(view)
+        d_bias, d_scale = dyf.sum(axis=axes), (dyf * x_hat).sum(axis=axes)
+        if ctx.wants[0] and not global_stats:  # the batch statistics depend on X too
+            dx = dyf * count
+            dx -= d_bias.reshape(view)
+            x_hat *= d_scale.reshape(view)
+            dx -= x_hat
+            dx *= (scale * inv_std / count).reshape(view)
+    return (
+        None if dx is None else dx.astype(x.dtype, copy=False),
+        d_scale if ctx.wants[1] else None,
+        d_bias if ctx.wants[2] else None,
+    )
+
+
+BATCH_NORM_GRAD = OpSchema(
+    "batch_norm_grad",
+    inputs=(
+        Slot("X"),
+        Slot("Scale"),
+        Slot("Bias", optional=True),
+        Slot("Mean", optional=True),
+        Slot("Variance", optional=True),
+        Slot("SavedMean"),
+        Slot("SavedVariance"),
+        Slot("ReserveSpace", optional=True),
+        Slot("Y@GRAD"),
+    ),
+    outputs=(Slot("X@GRAD"), Slot("Scale@GRAD"), Slot("Bias@GRAD")),
+    attrs=_BATCH_NORM_ATTRS,
+    infer=infer_grads("X", "Scale", "Bias"),
+    kernel=_batch_norm_grad,
+    share_lod=(("X", "X@GRAD"),),
+    doc="Gradient of batch_norm (batch statistics in training, Mean and Variance with global statistics).",
+)
+
+
+def _grad_batch_norm(g: GradContext) -> list[OpSpec]:
+    """Paddle's maker: the running statistics are read only when they normalized (they are updated in place)."""
+    global_stats = _global_stats(forward_attrs(g, BATCH_NORM_GRAD))
+    inputs = {
+        "X": g.input("X"),
+        "Scale": g.input("Scale"),
+        "Bias": g.input("Bias"),
+        "Mean": g.output("MeanOut") if global_stats else [],
+        "Variance": g.output("VarianceOut") if global_stats else [],
+        "SavedMean": g.output("SavedMean"),
+        "SavedVariance": g.output("SavedVariance"),
+        "ReserveSpace": g.output("ReserveSpace"),
+        "Y@GRAD": g.output_grad("Y"),
+    }
+    return _grad_spec(g, BATCH_NORM_GRAD, inputs, ("X", "Scale", "Bias"))
+
+
+BATCH_NORM = OpSchema(
+    "batch_norm",
+    inputs=(
+        Slot("X"),
+        Slot("Scale"),
+        Slot("Bias"),
+        Slot("Mean", no_grad=True),
+        Slot("Variance", no_grad=True),
+        Slot("MomentumTensor", optional=True, no_grad=True),
+    ),
+    outputs=(
+        Slot("Y"),
+        Slot("MeanOut", no_grad=True),
+        Slot("VarianceOut", no_grad=True),
+        Slot("SavedMean", no_grad=True),
+        Slot("SavedVariance", no_grad=True),
+        Slot("ReserveSpace", optional=True, no_grad=True),
+    ),
+    attrs=_BATCH_NORM_ATTRS,
+    infer=_infer_batch_norm,
+    grad=_grad_batch_norm,
+    kernel=_batch_norm,
+    share_lod=(("X", "Y"),),
+    doc="Per-channel normalization with batch statistics (training) or running ones (is_test, use_global_stats).",
+)
+
+# -- layer_norm ---------------------------------------------------------------------------------
+
+_LAYER_NORM_ATTRS = (
+    AttrDef("epsilon", AttrType.FLOAT, 1e-5),
+    AttrDef("begin_norm_axis", AttrType.INT, 1),
+    AttrDef("is_test", AttrType.BOOLEAN, False),
+    AttrDef("use_mkldnn", AttrType.BOOLEAN, False),
+    AttrDef("mkldnn_data_type", AttrType.STRING, "float32"),
+)
+
+
+def _infer_layer_norm(ctx: InferContext) -> None:
+    x = check_dtype(ctx, "X", FLOATS)
+    begin = ctx.attr("begin_norm_axis")
+    if not 0 <= begin < len(x.shape):
+        ctx.fail(f"begin_norm_axis {begin} must be in [0, {len(x.shape)}) for X {fmt(x)}")
+    if ctx.attr("epsilon") < 0:
+        ctx.fail(f"epsilon {ctx.attr('epsilon'):g} must not be negative")
+    right = numel(x.shape[begin:])
+    if right == 0:
+        ctx.fail(f"X {fmt(x)} has no values to normalize from begin_norm_axis {begin} on")
+    dtype = _param_dtype(x.dtype)
+    for slot in ("Scale", "Bias"):
+        _check_vector(ctx, slot, right, dtype)
+    ctx.set_output("Y", x.shape, x.dtype, lod_level=x.lod_level)
+    for slot in ("Mean", "Variance"):
+        ctx.set_output(slot, (numel(x.shape[:begin]),), dtype)
+
+
+def _rows(ctx: KernelContext, x: Any) -> Any:
+    """X as the matrix layer_norm normalizes row by row, in the parameter dtype."""
+    begin = ctx.attrs["begin_norm_axis"]
+    right = math.prod(x.shape[begin:])
+    if right == 0:
+        raise kernel_error(ctx, f"layer_norm: X of shape {list(x.shape)} has no values from dim {begin} on")
+    return x.reshape(math.prod(x.shape[:begin]), right).astype(_param_dtype(x.dtype.name), copy=False)
+
+
+def _layer_norm(ctx: KernelContext, x: Any, scale: Any, bias: Any) -> tuple[Any, Any, Any]:
+    """(Y, Mean, Variance): each row normalized, then scaled and shifted."""
+    x2 = _rows(ctx, x)
+    mean = x2.mean(axis=1)
+    y = x2 - mean[:, None]
+    variance = ctx.xp.square(y).mean(axis=1)
+    y *= _inv_std(ctx.xp, variance, ctx.attrs["epsilon"])[:, None]
+    if scale is not None:
+        y *= scale
+    if bias is not None:
+        y += bias
+    return y.reshape(x.shape).astype(x.dtype, copy=False), mean, variance
+
+
+def _layer_norm_grad(
+    ctx: KernelContext, x: Any, scale: Any, bias: Any, mean: Any, variance: Any, dy: Any
+) -> tuple[Any, Any, Any]:
+    """(X@GRAD, Scale@GRAD, Bias@GRAD), each only when ``ctx.wants`` it (Bias is read for Paddle, not used)."""
+    x2 = _rows(ctx, x)
+    dy2 = dy.reshape(x2.shape).astype(x2.dtype, copy=False)
+    inv_std = _inv_std(ctx.xp, variance, ctx.attrs["epsilon"])[:, None]
+    x_hat = x2 - mean[:, None]
+    x_hat *= inv_std
+    d_scale = (dy2 * x_hat).sum(axis=0) if ctx.wants[1] else None
+    d_bias = dy2.sum(axis=0) if ctx.wants[2] else None
+    dx = None
+    if ctx.wants[0]:
+        g = dy2 * scale if scale is not None else dy2
+        dx = g - g.mean(axis=1, keepdims=True)
+        x_hat *= (g * x_hat).mean(axis=1, keepdims=True)
+        dx -= x_hat
+        dx *= inv_std
+        dx = dx.reshape(x.shape).astype(x.dtype, copy=False)
+    return dx, d_scale, d_bias
+
+
+LAYER_NORM_GRAD = OpSchema(
+    "layer_norm_grad",
+    inputs=(
+        Slot("X"),
+        Slot("Scale", optional=True),
+        Slot("Bias", optional=True),
+        Slot("Mean"),
+        Slot("Variance"),
+        Slot("Y@GRAD"),
+    ),
+    outputs=(Slot("X@GRAD"), Slot("Scale@GRAD"), Slot("Bias@GRAD")),
+    attrs=_LAYER_NORM_ATTRS,
+    infer=infer_grads("X", "Scale", "Bias"),
+    kernel=_layer_norm_grad,
+    share_lod=(("X", "X@GRAD"),),
+    doc="Gradient of layer_norm.",
+)
+
+
+def _grad_layer_norm(g: GradContext) -> list[OpSpec]:
+    inputs = {
+        "X": g.input("X"),
+        "Scale": g.input("Scale"),
+        "Bias": g.input("Bias"),
+        "Mean": g.output("Mean"),
+        "Variance": g.output("Variance"),
+        "Y@GRAD": g.output_grad("Y"),
+    }
+    return _grad_spec(g, LAYER_NORM_GRAD, inputs, ("X", "Scale", "Bias"))
+
+
+LAYER_NORM = OpSchema(
+    "layer_norm",
+    inputs=(Slot("X"), Slot("Scale", optional=True), Slot("Bias", optional=True)),
+    outputs=(Slot("Y"), Slot("Mean", no_grad=True), Slot("Variance", no_grad=True)),
+    attrs=_LAYER_NORM_ATTRS,
+    infer=_infer_layer_norm,
+    grad=_grad_layer_norm,
+    kernel=_layer_norm,
+    share_lod=(("X", "Y"),),
+    doc="Each row of X flattened at begin_norm_axis normalized, times Scale plus Bias (both optional).",
+)
+
+# -- dropout -----------------------------------------------------------------------------------------
+
+_DROPOUT_IMPLEMENTATIONS = ("downgrade_in_infer", "upscale_in_train")
+_DROPOUT_ATTRS = (
+    AttrDef("dropout_prob", AttrType.FLOAT, 0.5),
+    AttrDef("is_test", AttrType.BOOLEAN, False),
+    AttrDef("fix_seed", AttrType.BOOLEAN, False),
+    AttrDef("seed", AttrType.INT, 0),
+    AttrDef("dropout_implementation", AttrType.STRING, "downgrade_in_infer"),
+)
+
+
+def _infer_dropout(ctx: InferContext) -> None:
+    x = check_dtype(ctx, "X", FLOATS)
+    p, implementation = ctx.attr("dropout_prob"), ctx.attr("dropout_implementation")
+    if not 0.0 <= p <= 1.0:
+        ctx.fail(f"dropout_prob {p:g} must be in [0, 1]")
+    if implementation not in _DROPOUT_IMPLEMENTATIONS:
+        ctx.fail(f"dropout_implementation {implementation!r} is not one of {', '.join(_DROPOUT_IMPLEMENTATIONS)}")
+    if ctx.has_input("Seed"):
+        seed = check_dtype(ctx, "Seed", frozenset({"int32", "int64"}))
+        if not compatible(numel(seed.shape), 1):
+            ctx.fail(f"Seed {fmt(seed)} must hold one value")
+    ctx.set_output("Out", x.shape, x.dtype, lod_level=x.lod_level)
+    ctx.set_output("Mask", x.shape, "uint8")
+
+
+def _upscale(attrs: dict[str, Any]) -> bool:
+    return bool(attrs["dropout_implementation"] == "upscale_in_train")
+
+
+def _dropout_mask(ctx: KernelContext, shape: tuple[int, ...], seed: Any) -> Any:
+    """The uint8 keep-mask of ``shape``: 1 with probability 1 - dropout_prob (module docstring for the seed)."""
+    attrs = ctx.attrs
+    if seed is not None:
+        value = int(to_host(seed).reshape(-1)[0])
+    else:
+        value = attrs["seed"] if attrs["fix_seed"] else 0
+    rng = np.random.default_rng(value % 2**64 if value else None)
+    return ctx.xp.asarray((rng.random(shape, dtype=np.float32) >= attrs["dropout_prob"]).astype(np.uint8))
+
+
+def _dropout(ctx: KernelContext, x: Any, seed: Any) -> tuple[Any, Any]:
+    """(Out, Mask): see the module docstring; in a test Mask is all ones (nothing is dropped)."""
+    xp, attrs = ctx.xp, ctx.attrs
+    p = attrs["dropout_prob"]
+    if attrs["is_test"]:
+        mask = xp.ones(x.shape, dtype=np.uint8) if ctx.wants[1] else None
+        return (x if _upscale(attrs) else x * (1.0 - p)), mask
+    if p == 1.0:
+        return xp.zeros_like(x), xp.zeros(x.shape, dtype=np.uint8)
+    mask = _dropout_mask(ctx, x.shape, seed)
+    out = xp.where(mask.astype(bool), x, xp.zeros((), dtype=x.dtype))
+    if _upscale(attrs):
+        out /= 1.0 - p
+    return out, mask
+
+
+def _dropout_grad(ctx: KernelContext, mask: Any, dout: Any) -> Any:
+    """X@GRAD = Out@GRAD times what Out was of X: the mask (over 1 - p when upscaled), or 1 - p / 1 in a test."""
+    attrs = ctx.attrs
+    p = attrs["dropout_prob"]
+    if attrs["is_test"]:
+        return dout if _upscale(attrs) else dout * (1.0 - p)
+    if _upscale(attrs) and p == 1.0:
+        return ctx.xp.zeros_like(dout)
+    dx = dout * mask
+    if _upscale(attrs):
+        dx /= 1.0 - p
+    return dx
+
+
+DROPOUT_GRAD = OpSchema(
+    "dropout_grad",
+    inputs=(Slot("Mask"), Slot("Out@GRAD")),
+    outputs=(Slot("X@GRAD"),),
+    attrs=_DROPOUT_ATTRS,
+    infer=lambda ctx: infer_like(ctx, "Out@GRAD", "X@GRAD"),
+    kernel=_dropout_grad,
+    share_lod=(("Out@GRAD", "X@GRAD"),),
+    doc="Gradient of dropout: Out@GRAD through the mask.",
+)
+
+
+def _grad_dropout(g: GradContext) -> list[OpSpec]:
+    inputs = {"Mask": g.output("Mask"), "Out@GRAD": g.output_grad("Out")}
+    return _grad_spec(g, DROPOUT_GRAD, inputs, ("X",))
+
+
+DROPOUT = OpSchema(
+    "dropout",
+    inputs=(Slot("X"), Slot("Seed", optional=True, no_grad=True)),
+    outputs=(Slot("Out"), Slot("Mask", optional=True, no_grad=True)),  # Paddle's test programs drop Mask
+    attrs=_DROPOUT_ATTRS,
+    infer=_infer_dropout,
+    grad=_grad_dropout,
+    kernel=_dropout,
+    share_lod=(("X", "Out"),),
+    doc="X with each element zeroed with probability dropout_prob (downgrade_in_infer or upscale_in_train).",
+)
+
+SCHEMAS: tuple[OpSchema, ...] = (
+    BATCH_NORM,
+    BATCH_NORM_GRAD,
+    LAYER_NORM,
+    LAYER_NORM_GRAD,
+    DROPOUT,
+    DROPOUT_GRAD,
+)

@@ -309,6 +309,127 @@ SEQUENCE_POOL = [
     _pool_case("AVERAGE", outer=[0, 1, 4], name="two_lod_levels"),  # the outer level groups them 1 + 3
 ]
 
+# -- top_k_v2 (and top_k's K input) ----------------------------------------------------------------------------
+
+
+def ref_top_k_v2(x: np.ndarray, k: int, axis: int = -1, largest: bool = True) -> dict[str, np.ndarray]:
+    """Line by line along ``axis``: the k largest (smallest) entries, ties in index order, NaN above every number."""
+    moved = np.moveaxis(x, axis, -1) if x.ndim else x.reshape(1)
+    lines = moved.reshape(-1, moved.shape[-1])
+
+    def rank(line: np.ndarray, j: int) -> tuple[int, float, int]:
+        v = float(line[j])
+        if v != v:  # NaN
+            return (0, 0.0, j) if largest else (1, 0.0, j)
+        return (1, -v, j) if largest else (0, v, j)
+
+    idx = np.array([sorted(range(len(line)), key=lambda j: rank(line, j))[:k] for line in lines], np.int64)
+    values = np.array([line[i] for line, i in zip(lines, idx)], dtype=x.dtype)
+    if not x.ndim:
+        return {"Out": values.reshape(()), "Indices": idx.reshape(())}
+    shape = (*moved.shape[:-1], k)
+    return {
+        "Out": np.moveaxis(values.reshape(shape), -1, axis),
+        "Indices": np.moveaxis(idx.reshape(shape), -1, axis),
+    }
+
+
+def _top_k_v2_case(
+    x: np.ndarray, k: int, name: str, axis: int = -1, largest: bool = True, k_input: bool = False, **attrs: object
+) -> Case:
+    inputs = {"X": x, "K": np.array([k], np.int32)} if k_input else {"X": x}
+    return Case(
+        inputs,
+        {"k": 1 if k_input else k, "axis": axis, "largest": largest, **attrs},
+        ref_top_k_v2(x, k, axis, largest),
+        grad=("X",) if x.dtype == np.float64 else (),
+        name=name,
+    )
+
+
+_nan_scores = np.array([[3.0, np.nan, 1.0, 3.0, np.inf], [2.0, 2.0, 2.0, -1.0, np.nan]], np.float32)
+_top_lod = [[0, 1, 3]]
+_top_lod_x = RNG.normal(size=(3, 5))
+TOP_K_V2 = [
+    _top_k_v2_case(RNG.normal(size=(6, 9)).astype("float32"), 3, "float32"),
+    _top_k_v2_case(RNG.normal(size=(4, 7)), 3, "float64"),
+    _top_k_v2_case(RNG.normal(size=(2, 5, 3)), 2, "middle_axis_smallest", axis=1, largest=False),
+    _top_k_v2_case(RNG.normal(size=(5, 3)), 5, "axis_0_k_equals_dim", axis=0),
+    _top_k_v2_case(RNG.normal(size=(2, 3, 4)), 2, "negative_axis", axis=-3),
+    _top_k_v2_case(RNG.integers(-5, 5, size=(4, 7)).astype("int64"), 2, "int64"),
+    _top_k_v2_case(RNG.integers(-5, 5, size=(3, 6)).astype("int32"), 4, "int32_smallest", largest=False),
+    _top_k_v2_case(np.array([[5, -(2**31), 7, 2**31 - 1]], np.int32), 4, "int32_extremes"),
+    _top_k_v2_case(
+        np.array([[1.0, 3.0, 3.0, 2.0, 3.0], [0.0, 0.0, 0.0, 0.0, 0.0]], np.float32), 3, "ties_lower_index_first"
+    ),
+    _top_k_v2_case(_nan_scores, 3, "nan_first_when_largest"),
+    _top_k_v2_case(_nan_scores, 3, "nan_last_when_smallest", largest=False),
+    _top_k_v2_case(RNG.normal(size=(3, 6)), 2, "k_input_overrides_k", k_input=True),
+    _top_k_v2_case(RNG.normal(size=(3, 6)), 4, "unsorted_returns_them_sorted", sorted=False),
+    _top_k_v2_case(np.array(1.5), 1, "0d_x"),
+    Case(
+        {"X": _top_lod_x},
+        {"k": 2},
+        {key: LoDTensor(value, _top_lod) for key, value in ref_top_k_v2(_top_lod_x, 2).items()},
+        grad=("X",),
+        lod={"X": _top_lod},
+        name="lod_shared",
+    ),
+]
+
+_k_scores = RNG.normal(size=(4, 6)).astype("float32")
+TOP_K_INPUT = [Case({"X": _k_scores, "K": np.array([4], np.int64)}, {"k": 1}, ref_top_k(_k_scores, 4), name="k_input")]
+
+# -- lookup_table_v2 --------------------------------------------------------------------------------------------
+
+
+def ref_lookup_table_v2(w: np.ndarray, ids: np.ndarray, padding_idx: int = -1) -> np.ndarray:
+    """Row by row: W[id], zeros for ``padding_idx``; Out is [*Ids.shape, dim]."""
+    rows = [np.zeros(w.shape[1], w.dtype) if i == padding_idx else w[i] for i in ids.reshape(-1).tolist()]
+    return np.array(rows, dtype=w.dtype).reshape(*ids.shape, w.shape[1])
+
+
+def _lookup_v2_case(w: np.ndarray, ids: np.ndarray, name: str, ids_lod: list[int] | None = None, **attrs) -> Case:
+    out = ref_lookup_table_v2(w, ids, attrs.get("padding_idx", -1))
+    return Case(
+        {"W": w, "Ids": ids},
+        attrs,
+        {"Out": out if ids_lod is None else LoDTensor(out, [ids_lod])},
+        grad=("W",) if w.dtype == np.float64 else (),
+        lod={} if ids_lod is None else {"Ids": [ids_lod]},
+        name=name,
+    )
+
+
+_ids_2d = np.array([[3, 0, 3], [7, 3, 2]], np.int64)
+LOOKUP_TABLE_V2 = [
+    _lookup_v2_case(RNG.normal(size=(10, 4)).astype("float32"), _ids_2d, "float32"),
+    _lookup_v2_case(RNG.normal(size=(10, 4)), _ids_2d, "float64_repeated_ids"),
+    _lookup_v2_case(RNG.normal(size=(10, 4)), _ids_2d, "padding_idx", padding_idx=3),
+    _lookup_v2_case(RNG.normal(size=(10, 4)), _ids_2d, "sparse_gradient", is_sparse=True),
+    _lookup_v2_case(
+        RNG.normal(size=(10, 4)), _ids_2d, "sparse_gradient_without_padding", is_sparse=True, padding_idx=0
+    ),
+    _lookup_v2_case(RNG.normal(size=(8, 3)), np.array([5, 1, 5, 0], np.int32), "rank1_int32_ids"),
+    _lookup_v2_case(RNG.normal(size=(8, 3)), np.array(6, np.int64), "0d_id"),
+    _lookup_v2_case(RNG.normal(size=(8, 3)), np.array([[2], [7]], np.int64), "trailing_1_kept"),
+    _lookup_v2_case(
+        RNG.normal(size=(6, 2)), RNG.integers(0, 6, size=(2, 3, 2)).astype(np.int64), "rank3_ids", ids_lod=[0, 1, 2]
+    ),
+    _lookup_v2_case(
+        RNG.normal(size=(10, 4)).astype("float32"),
+        _ids_2d,
+        "parameter_server_attributes_change_nothing",
+        is_distributed=True,
+        remote_prefetch=True,
+        trainer_id=1,
+        slot=2,
+        height_sections=[5, 5],
+        epmap=["127.0.0.1:6000"],
+        table_names=["emb"],
+    ),
+]
+
 CASES: dict[str, list[Case]] = {
     "cross_entropy": CROSS_ENTROPY,
     "softmax_with_cross_entropy": SOFTMAX_WITH_CROSS_ENTROPY,
@@ -317,7 +438,46 @@ CASES: dict[str, list[Case]] = {
     "auc": AUC,
     "lookup_table": LOOKUP_TABLE,
     "sequence_pool": SEQUENCE_POOL,
+    "top_k_v2": TOP_K_V2,
+    "lookup_table_v2": LOOKUP_TABLE_V2,
 }
+CASES["top_k"] += TOP_K_INPUT
+
+_scores = np.zeros((3, 4), np.float32)
+_table = np.zeros((5, 2), np.float32)
+
+# (op type, case, pattern the ShapeError raised by inference must match)
+INFER_ERRORS: list[tuple[str, Case, str]] = [
+    ("top_k_v2", Case({"X": _scores}, {"k": 4, "axis": 0}), r"k=4 exceeds dimension 0 of X .*\[3, 4\]"),
+    ("top_k_v2", Case({"X": _scores}, {"k": 5}), r"k=5 exceeds the last dimension of X .*\[3, 4\]"),
+    ("top_k_v2", Case({"X": _scores}, {"axis": 2}), r"axis 2 is out of range for rank 2"),
+    ("top_k_v2", Case({"X": _scores}, {"k": 0}), r"k must be at least 1, got 0"),
+    ("top_k_v2", Case({"X": _scores, "K": np.array([2.0])}), r"K .*float64 \[1\]\) has dtype float64"),
+    ("top_k_v2", Case({"X": _scores, "K": np.array([2, 3])}), r"K .*\[2\]\) must hold one value"),
+    ("top_k_v2", Case({"X": np.zeros((), np.float32)}, {"k": 2}), r"a 0-D X .* takes axis 0 or -1 and k=1"),
+    ("top_k_v2", Case({"X": np.zeros(3, bool)}), r"top_k_v2: X .* has dtype bool"),
+    ("lookup_table_v2", Case({"W": np.zeros((5, 2, 2)), "Ids": np.zeros(3, np.int64)}), r"W .* must be a floating"),
+    ("lookup_table_v2", Case({"W": _table, "Ids": np.zeros(3)}), r"Ids .*float64 \[3\]\) must be int64 or int32"),
+    (
+        "lookup_table_v2",
+        Case({"W": _table, "Ids": np.zeros(3, np.int64)}, {"padding_idx": 5}),
+        r"padding_idx 5 is out of range for table W .*\[5, 2\]",
+    ),
+    ("lookup_table", Case({"W": _table, "Ids": np.zeros(3, np.int64)}), r"lookup_table_v2 takes any shape"),
+]
+
+# (op type, case, pattern the BlockirError raised by the kernel must match)
+KERNEL_ERRORS: list[tuple[str, Case, str]] = [
+    ("top_k_v2", Case({"X": _scores, "K": np.array([5], np.int32)}), r"k=5 exceeds dimension 1 of X \[3, 4\]"),
+    ("top_k_v2", Case({"X": _scores, "K": np.array([0], np.int64)}), r"k must be at least 1, got 0"),
+    ("top_k", Case({"X": _scores, "K": np.array([7], np.int64)}), r"k=7 exceeds dimension 1 of X \[3, 4\]"),
+    (
+        "lookup_table_v2",
+        Case({"W": _table, "Ids": np.array([[1, 5]])}),
+        r"id 5 is out of range for a table of height 5",
+    ),
+    ("lookup_table_v2", Case({"W": _table, "Ids": np.array([-1])}), r"id -1 is out of range"),
+]
 
 BEHAVIOUR_TESTED: dict[str, str] = {
     "feed": "tests/ops/test_io_ops.py",
