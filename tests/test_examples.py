@@ -40,6 +40,33 @@ def test_mlp_digits_reaches_95_percent_and_saves_a_servable_model(tmp_path):
     assert float((probs.argmax(axis=1) == y_test[:, 0]).mean()) == metrics["accuracy"]
 
 
+def test_cnn_digits_learns_the_digits_and_its_paddle_export_serves_the_same_predictions(tmp_path):
+    digits = load("cnn_digits")
+    metrics = digits.main(export=str(tmp_path / "model"), verbose=False)
+    assert metrics["accuracy"] >= 0.95
+    _, _, x_test, y_test = digits.load_digits()
+    np.save(tmp_path / "img.npy", x_test)
+    done = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "blockir.cli",
+            "run",
+            str(tmp_path / "model.pdmodel"),
+            "--feed",
+            f"img={tmp_path}/img.npy",
+            "--out",
+            str(tmp_path / "out.npz"),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert done.returncode == 0, done.stderr
+    (probs,) = np.load(tmp_path / "out.npz").values()
+    assert float((probs.argmax(axis=1) == y_test[:, 0]).mean()) == metrics["accuracy"]
+
+
 def test_staged_training_learns_the_digits_through_channels_and_leaves_them_empty():
     staged = load("staged_training")
     result = staged.main(epochs=4, capacity=3, verbose=False)
@@ -100,6 +127,7 @@ def test_async_bow_worker_processes_reach_the_accuracy_of_one_thread(tmp_path):
     "script, args",
     [
         ("mlp_digits.py", ["--epochs", "2"]),
+        ("cnn_digits.py", ["--epochs", "1", "--export", "cnn/model"]),
         ("bow_classifier.py", ["--epochs", "1", "--train-docs", "2000"]),
         ("staged_training.py", ["--epochs", "1", "--place", "cpu:1"]),
         ("async_bow.py", ["--workers", "1", "2", "--mode", "process", "--parts", "2", "--docs", "500"]),

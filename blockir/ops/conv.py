@@ -1,10 +1,737 @@
-"""Convolution and pooling ops with Paddle's semantics: ``conv2d``, ``depthwise_conv2d``, ``pool2d``.
+"""Convolution and pooling ops with Paddle's semantics: ``conv2d``, ``depthwise_conv2d``, ``pool2d``,
+``max_pool2d_with_index``, and their gradients.
 
-Kernels are written once against the array module ``ctx.xp``.
+Kernels are written once against the array module ``ctx.xp``. Geometry follows Paddle's kernels
+(``phi/kernels/funcs/pooling.*``, ``conv_op.h``), per spatial axis of size ``L``:
+
+- ``paddings`` hold 2 values ``[h, w]`` (both sides) or 4 ``[top, bottom, left, right]``;
+  ``padding_algorithm="SAME"`` replaces them by ``max((ceil(L / s) - 1) * s + k - L, 0)`` split with the
+  smaller half first (conv2d: with the undilated filter size, and dilations become 1), ``"VALID"`` by 0.
+- Output sizes, with C's truncating division (a size below 1 is an error): conv2d
+  ``(L + p0 + p1 - (d * (k - 1) + 1)) / s + 1``; pool2d ``(L - k + p0 + p1) / s + 1``, with ``s - 1``
+  added before dividing under ``ceil_mode``; max_pool2d_with_index the same with ``p0 = p1`` (2 paddings).
+- A pooling window ``o`` reads ``[o * s - p0, o * s - p0 + k)`` clipped to ``[0, L)``. Average pooling
+  divides by the clipped area (``exclusive``) or by the area up to ``L + p0`` (Paddle's divisor, which
+  measures the far side with the near padding); max pooling starts from Paddle's ``-FLT_MAX``, so an
+  empty window gives it. ``global_pooling`` makes ``k = L`` and the paddings 0.
+- ``adaptive``: the output size is ``ksize`` and, for average pooling and max_pool2d_with_index, window
+  ``o`` is the bin ``[floor(o * L / O), ceil((o + 1) * L / O))``. pool2d's max pooling keeps regular
+  windows of ``ksize`` (paddings 0) under ``adaptive``, as Paddle's kernels do.
+- The gradient of max pooling goes to the first position of the window (row-major) holding its maximum,
+  Paddle's rule (pool2d_grad: the first equal to Out; max_pool2d_with_index: Mask's position).
+
+Loops run over filter taps, window taps or (adaptive) output bins, whichever is the smaller attribute-sized
+range, never over batch items or pixels.
 """
 
 from __future__ import annotations
 
-from blockir.ir.schema import OpSchema
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
 
-SCHEMAS: tuple[OpSchema, ...] = ()
+import numpy as np
+
+from blockir.ir.attrs import AttrType
+from blockir.ir.schema import AttrDef, InferContext, KernelContext, OpSchema, Slot
+from blockir.ops.common import FLOATS, check_dtype, compatible, fmt, grad_op, infer_grads, kernel_error, same_dtype
+
+_FLT_MAX = float(np.finfo(np.float32).max)
+_LAYOUTS = {"NCHW": False, "AnyLayout": False, "NHWC": True}  # data_format -> channel last
+_PADDING_ALGORITHMS = ("EXPLICIT", "SAME", "VALID")
+
+# -- geometry ----------------------------------------------------------------------------------------
+
+
+def _cdiv(a: int, b: int) -> int:
+    """``a / b`` truncated toward zero (C's integer division)."""
+    q = abs(a) // b
+    return q if a >= 0 else -q
+
+
+def _paddings(attrs: Mapping[str, Any], axis: int, size: int, k: int) -> tuple[int, int]:
+    """The padding before and after spatial ``axis`` (0: H, 1: W) of known ``size`` for window size ``k``."""
+    algorithm = attrs["padding_algorithm"]
+    if algorithm == "SAME":
+        stride = attrs["strides"][axis]
+        total = max((-(-size // stride) - 1) * stride + k - size, 0)
+        return total // 2, total - total // 2
+    if algorithm == "VALID":
+        return 0, 0
+    p = attrs["paddings"]
+    return (p[axis], p[axis]) if len(p) == 2 else (p[2 * axis], p[2 * axis + 1])
+
+
+def _channel_last(attrs: Mapping[str, Any]) -> bool:
+    return _LAYOUTS[attrs["data_format"]]
+
+
+def _nchw(x: Any, channel_last: bool) -> Any:
+    """An NHWC array as an NCHW view (NCHW as it is)."""
+    return x.transpose(0, 3, 1, 2) if channel_last else x
+
+
+def _layout(y: Any, channel_last: bool) -> Any:
+    """An NCHW result in the op's layout."""
+    return y.transpose(0, 2, 3, 1) if channel_last else y
+
+
+def _spatial(shape: Sequence[int], channel_last: bool) -> tuple[int, int]:
+    return (shape[1], shape[2]) if channel_last else (shape[2], shape[3])
+
+
+def _along(axis: int, index: int | slice) -> tuple[Any, ...]:
+    """An index tuple selecting ``index`` on ``axis`` and everything on the axes before it."""
+    return (*(slice(None),) * axis, index)
+
+
+def _tap(start: int, stride: int, count: int) -> slice:
+    """``count`` positions from ``start`` every ``stride``."""
+    return slice(start, start + stride * (count - 1) + 1, stride)
+
+
+def _pad(xp: Any, x: Any, widths: Sequence[tuple[int, int]], value: float = 0.0) -> Any:
+    """``x`` padded on its last ``len(widths)`` axes (itself when every width is 0)."""
+    if not any(a or b for a, b in widths):
+        return x
+    full = [(0, 0)] * (x.ndim - len(widths)) + list(widths)
+    return xp.pad(x, full, mode="constant", constant_values=value)
+
+
+# -- validation shared by inference --------------------------------------------------------------------
+
+
+def _check_attrs(ctx: InferContext, slot: str, x: Any, ints: Mapping[str, int]) -> bool:
+    """Fail unless input ``slot`` ``x`` is 4-D and ``data_format``, ``padding_algorithm``, ``paddings`` and the
+    INTS attributes in ``ints`` (name -> least value) are well formed; whether the layout is NHWC."""
+    if len(x.shape) != 4:
+        ctx.fail(f"{slot} {fmt(x)} must be 4-D (NCHW or NHWC)")
+    data_format = ctx.attr("data_format")
+    if data_format not in _LAYOUTS:
+        ctx.fail(f"data_format={data_format!r} is not one of {', '.join(_LAYOUTS)}")
+    algorithm = ctx.attr("padding_algorithm")
+    if algorithm not in _PADDING_ALGORITHMS:
+        ctx.fail(f"padding_algorithm={algorithm!r} is not one of {', '.join(_PADDING_ALGORITHMS)}")
+    paddings = list(ctx.attr("paddings"))
+    if len(paddings) not in (2, 4) or any(p < 0 for p in paddings):
+        ctx.fail(f"paddings={paddings} must hold 2 ([h, w]) or 4 ([top, bottom, left, right]) values >= 0")
+    for name, low in ints.items():
+        values = list(ctx.attr(name))
+        if len(values) != 2 or any(v < low for v in values):
+            ctx.fail(f"{name}={values} must hold 2 values >= {low} (height, width)")
+    return _LAYOUTS[data_format]
+
+
+def _check_size(ctx: InferContext, x: Any, axis: int, out: int, what: str) -> int:
+    if out < 1:
+        ctx.fail(f"input {fmt(x)}: {what} leave output {'HW'[axis]} = {out}; it must be at least 1")
+    return out
+
+
+def _infer_attrs(ctx: InferContext, schema_attrs: Sequence[AttrDef]) -> dict[str, Any]:
+    return {a.name: ctx.attr(a.name) for a in schema_attrs}
+
+
+# -- conv2d and depthwise_conv2d ----------------------------------------------------------------------
+
+_CONV_ATTRS = (
+    AttrDef("strides", AttrType.INTS, [1, 1]),
+    AttrDef("paddings", AttrType.INTS, [0, 0]),
+    AttrDef("padding_algorithm", AttrType.STRING, "EXPLICIT"),
+    AttrDef("groups", AttrType.INT, 1),
+    AttrDef("dilations", AttrType.INTS, [1, 1]),
+    AttrDef("data_format", AttrType.STRING, "NCHW"),
+    # CUDA's depthwise kernel applies relu to Input first; so do these kernels
+    AttrDef("fuse_relu_before_depthwise_conv", AttrType.BOOLEAN, False),
+    # accepted, no effect on the result: kernel choice, int8 scales (float inputs only here), tuning
+    AttrDef("is_test", AttrType.BOOLEAN, False),
+    AttrDef("use_cudnn", AttrType.BOOLEAN, False),
+    AttrDef("use_mkldnn", AttrType.BOOLEAN, False),
+    AttrDef("use_quantizer", AttrType.BOOLEAN, False),
+    AttrDef("mkldnn_data_type", AttrType.STRING, "float32"),
+    AttrDef("Scale_in", AttrType.FLOAT, 1.0),
+    AttrDef("Scale_out", AttrType.FLOAT, 1.0),
+    AttrDef("Scale_in_eltwise", AttrType.FLOAT, 1.0),
+    AttrDef("Scale_weights", AttrType.FLOATS, [1.0]),
+    AttrDef("force_fp32_output", AttrType.BOOLEAN, False),
+    AttrDef("workspace_size_MB", AttrType.INT, 512),
+    AttrDef("exhaustive_search", AttrType.BOOLEAN, False),
+    # oneDNN fusions and cuDNN's add-to gradient: refused unless off (see _ONEDNN_FUSIONS, _infer_conv_grad)
+    AttrDef("fuse_relu", AttrType.BOOLEAN, False),
+    AttrDef("fuse_brelu", AttrType.BOOLEAN, False),
+    AttrDef("fuse_brelu_threshold", AttrType.FLOAT, 6.0),
+    AttrDef("fuse_activation", AttrType.STRING, ""),
+    AttrDef("fuse_alpha", AttrType.FLOAT, 0.0),
+    AttrDef("fuse_beta", AttrType.FLOAT, 0.0),
+    AttrDef("fuse_residual_connection", AttrType.BOOLEAN, False),
+    AttrDef("use_addto", AttrType.BOOLEAN, False),
+)
+_ONEDNN_FUSIONS = {"fuse_relu": False, "fuse_brelu": False, "fuse_activation": "", "fuse_residual_connection": False}
+
+
+@dataclass(frozen=True)
+class _ConvGeometry:
+    """Where a convolution's taps read the padded input: paddings (the far ones grown to cover every tap),
+    dilations, strides, filter and output sizes, per spatial axis."""
+
+    pads: tuple[tuple[int, int], tuple[int, int]]
+    dilations: tuple[int, int]
+    strides: tuple[int, int]
+    ksize: tuple[int, int]
+    out: tuple[int, int]
+
+    def taps(self) -> list[tuple[int, int, tuple[Any, ...]]]:
+        """``(i, j, index)`` per filter tap: the padded input's positions it reads for every output pixel."""
+        (kh, kw), (dh, dw), (sh, sw), (oh, ow) = self.ksize, self.dilations, self.strides, self.out
+        return [
+            (i, j, (slice(None), slice(None), _tap(i * dh, sh, oh), _tap(j * dw, sw, ow)))
+            for i in range(kh)
+            for j in range(kw)
+        ]
+
+
+def _conv_axis(attrs: Mapping[str, Any], axis: int, size: int, k: int) -> tuple[int, int, int, int]:
+    """(padding before, padding after, dilation, output size) of spatial ``axis`` of known ``size``."""
+    before, after = _paddings(attrs, axis, size, k)
+    dilation = 1 if attrs["padding_algorithm"] == "SAME" else attrs["dilations"][axis]
+    out = _cdiv(size + before + after - (dilation * (k - 1) + 1), attrs["strides"][axis]) + 1
+    return before, after, dilation, out
+
+
+def _conv_geometry(ctx: KernelContext, x_shape: Sequence[int], w_shape: Sequence[int]) -> _ConvGeometry:
+    """The geometry of a convolution of NCHW ``x_shape`` by ``w_shape``; a kernel error when the shapes
+    do not fit (inference may have seen -1 dims)."""
+    attrs, groups = ctx.attrs, ctx.attrs["groups"]
+    if x_shape[1] != w_shape[1] * groups or w_shape[0] % groups:
+        raise kernel_error(
+            ctx,
+            f"Input with {x_shape[1]} channels (NCHW {list(x_shape)}) and Filter {list(w_shape)} do not fit "
+            f"groups={groups}: Input channels must be Filter dim 1 * groups and Filter dim 0 divisible by groups",
+        )
+    axes = [_conv_axis(attrs, a, x_shape[2 + a], w_shape[2 + a]) for a in range(2)]
+    if any(out < 1 for *_, out in axes):
+        raise kernel_error(
+            ctx, f"Input NCHW {list(x_shape)} and Filter {list(w_shape)} give output size {[a[3] for a in axes]}"
+        )
+    # C's division can leave the last taps past the far padding (Paddle reads zeros there): pad further
+    (b0, a0, d0, o0), (b1, a1, d1, o1) = axes
+    (s0, s1), (k0, k1), (h, w) = attrs["strides"], w_shape[2:], x_shape[2:]
+    pads = (
+        (b0, max(a0, (o0 - 1) * s0 + d0 * (k0 - 1) + 1 - h - b0)),
+        (b1, max(a1, (o1 - 1) * s1 + d1 * (k1 - 1) + 1 - w - b1)),
+    )
+    return _ConvGeometry(pads, (d0, d1), (s0, s1), (k0, k1), (o0, o1))
+
+
+def _im2col(xp: Any, x: Any, geo: _ConvGeometry, groups: int) -> Any:
+    """The input pixels every output pixel reads, ``[N, groups, C / groups * kh * kw, OH * OW]``."""
+    n, c = x.shape[:2]
+    padded = _pad(xp, x, geo.pads)
+    cols = xp.empty((n, c, *geo.ksize, *geo.out), dtype=x.dtype)
+    for i, j, index in geo.taps():
+        cols[:, :, i, j] = padded[index]
+    return cols.reshape(n, groups, -1, geo.out[0] * geo.out[1])
+
+
+def _col2im(xp: Any, cols: Any, x_shape: Sequence[int], geo: _ConvGeometry) -> Any:
+    """The adjoint of :func:`_im2col`: every tap's values added back where it read them."""
+    n, c, h, w = x_shape
+    (top, bottom), (left, right) = geo.pads
+    padded = xp.zeros((n, c, h + top + bottom, w + left + right), dtype=cols.dtype)
+    taps = cols.reshape(n, c, *geo.ksize, *geo.out)
+    for i, j, index in geo.taps():
+        padded[index] += taps[:, :, i, j]
+    return padded[:, :, top : top + h, left : left + w]
+
+
+def _conv_input(ctx: KernelContext, x: Any) -> tuple[Any, bool]:
+    """Input as NCHW, after relu with ``fuse_relu_before_depthwise_conv``; whether the layout is NHWC."""
+    channel_last = _channel_last(ctx.attrs)
+    x = _nchw(x, channel_last)
+    return (ctx.xp.maximum(x, 0) if ctx.attrs["fuse_relu_before_depthwise_conv"] else x), channel_last
+
+
+def _conv(ctx: KernelContext, x: Any, w: Any, bias: Any, residual: Any) -> Any:
+    """Output = Filter (*) Input, per group one batched matrix product over the im2col columns.
+
+    ``bias`` and ``residual`` (oneDNN's slots) are None: inference refuses them."""
+    xp, groups = ctx.xp, ctx.attrs["groups"]
+    x, channel_last = _conv_input(ctx, x)
+    geo = _conv_geometry(ctx, x.shape, w.shape)
+    m = w.shape[0]
+    out = xp.matmul(w.reshape(groups, m // groups, -1), _im2col(xp, x, geo, groups))  # [N, g, M / g, OH * OW]
+    return _layout(out.reshape(x.shape[0], m, *geo.out), channel_last)
+
+
+def _conv_grad(ctx: KernelContext, x: Any, w: Any, dout: Any) -> tuple[Any, Any]:
+    """Input@GRAD: Filter^T times Output@GRAD folded back (col2im); Filter@GRAD: Output@GRAD times the
+    im2col columns, summed over the batch."""
+    xp, groups = ctx.xp, ctx.attrs["groups"]
+    x_in = x
+    x, channel_last = _conv_input(ctx, x)
+    geo = _conv_geometry(ctx, x.shape, w.shape)
+    m = w.shape[0]
+    d = _nchw(dout, channel_last).reshape(x.shape[0], groups, m // groups, -1)  # [N, g, M / g, OH * OW]
+    dx = dw = None
+    if ctx.wants[1]:
+        dw = xp.matmul(d, _im2col(xp, x, geo, groups).swapaxes(-1, -2)).sum(axis=0).reshape(w.shape)
+    if ctx.wants[0]:
+        cols = xp.matmul(w.reshape(groups, m // groups, -1).swapaxes(-1, -2), d)  # [N, g, K, OH * OW]
+        dx = _col2im(xp, cols, x.shape, geo)
+        if ctx.attrs["fuse_relu_before_depthwise_conv"]:
+            dx = dx * (_nchw(x_in, channel_last) > 0)
+        dx = _layout(dx, channel_last)
+    return dx, dw
+
+
+def _infer_conv(ctx: InferContext) -> None:
+    x, w = check_dtype(ctx, "Input", FLOATS), check_dtype(ctx, "Filter", FLOATS)
+    same_dtype(ctx, x, w)
+    channel_last = _check_attrs(ctx, "Input", x, {"strides": 1, "dilations": 1})
+    for slot in ("Bias", "ResidualData"):
+        if ctx.has_input(slot):
+            ctx.fail(f"input {slot} is used only by Paddle's oneDNN fusion passes; add it with its own op instead")
+    for name, off in _ONEDNN_FUSIONS.items():
+        if ctx.attr(name) != off:
+            ctx.fail(f"{name}={ctx.attr(name)!r} asks for a oneDNN fusion; apply the activation or sum as its own op")
+    groups = ctx.attr("groups")
+    if groups < 1:
+        ctx.fail(f"groups={groups} must be at least 1")
+    if len(w.shape) != 4:
+        ctx.fail(f"Filter {fmt(w)} must be 4-D [out channels, in channels / groups, kh, kw]")
+    channels = x.shape[3 if channel_last else 1]
+    if not compatible(channels, w.shape[1] * groups if w.shape[1] >= 0 else -1):
+        ctx.fail(
+            f"Input {fmt(x)} has {channels} channels ({ctx.attr('data_format')}) but Filter {fmt(w)} with "
+            f"groups={groups} needs {w.shape[1]} * {groups}"
+        )
+    if w.shape[0] >= 0 and w.shape[0] % groups:
+        ctx.fail(f"Filter {fmt(w)}: its {w.shape[0]} output channels are not divisible by groups={groups}")
+    attrs = _infer_attrs(ctx, _CONV_ATTRS)
+    sizes = []
+    for axis, size in enumerate(_spatial(x.shape, channel_last)):
+        k = w.shape[2 + axis]
+        if size < 0 or k < 0:
+            sizes.append(-1)
+        else:
+            sizes.append(_check_size(ctx, x, axis, _conv_axis(attrs, axis, size, k)[3], f"Filter {fmt(w)}, paddings"))
+    n, m = x.shape[0], w.shape[0]
+    ctx.set_output("Output", (n, *sizes, m) if channel_last else (n, m, *sizes), x.dtype)
+
+
+def _infer_conv_grad(ctx: InferContext) -> None:
+    if ctx.attr("use_addto"):
+        ctx.fail("use_addto=True (cuDNN adding Input@GRAD into its old value) is not supported")
+    infer_grads("Input", "Filter")(ctx)
+
+
+def _conv_schemas(op_type: str, doc: str) -> tuple[OpSchema, OpSchema]:
+    backward = OpSchema(
+        f"{op_type}_grad",
+        inputs=(Slot("Input"), Slot("Filter"), Slot("Output@GRAD")),
+        outputs=(Slot("Input@GRAD"), Slot("Filter@GRAD")),
+        attrs=_CONV_ATTRS,
+        infer=_infer_conv_grad,
+        kernel=_conv_grad,
+        doc=f"Gradient of {op_type}.",
+    )
+    forward = OpSchema(
+        op_type,
+        inputs=(Slot("Input"), Slot("Filter"), Slot("Bias", optional=True), Slot("ResidualData", optional=True)),
+        outputs=(Slot("Output"),),
+        attrs=_CONV_ATTRS,
+        infer=_infer_conv,
+        grad=lambda g: grad_op(g, backward, ("Input", "Filter", "Output@GRAD"), ("Input", "Filter")),
+        kernel=_conv,
+        doc=doc,
+    )
+    return forward, backward
+
+
+CONV2D, CONV2D_GRAD = _conv_schemas(
+    "conv2d", "2-D convolution (cross-correlation) of Input by Filter [M, C / groups, kh, kw], NCHW or NHWC."
+)
+DEPTHWISE_CONV2D, DEPTHWISE_CONV2D_GRAD = _conv_schemas(
+    "depthwise_conv2d", "conv2d for groups = input channels (Paddle's depthwise kernels); the same semantics."
+)
+
+# -- pooling windows -------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class _Windows:
+    """The pooling windows along one spatial axis of ``size``: window ``o`` reads ``[starts[o], ends[o])``.
+
+    Regular windows (``taps = (k, stride, pad before)``) start at ``o * stride - pad`` and span ``k`` before
+    clipping; adaptive bins have no taps."""
+
+    size: int
+    starts: tuple[int, ...]
+    ends: tuple[int, ...]
+    taps: tuple[int, int, int] | None
+
+    @staticmethod
+    def regular(size: int, out: int, k: int, stride: int, before: int) -> _Windows:
+        starts = [o * stride - before for o in range(out)]
+        return _Windows(
+            size, tuple(max(s, 0) for s in starts), tuple(min(s + k, size) for s in starts), (k, stride, before)
+        )
+
+    @staticmethod
+    def adaptive(size: int, out: int) -> _Windows:
+        return _Windows(
+            size,
+            tuple(o * size // out for o in range(out)),
+            tuple(-(-(o + 1) * size // out) for o in range(out)),
+            None,
+        )
+
+    @property
+    def out(self) -> int:
+        return len(self.starts)
+
+    def uses_taps(self) -> bool:
+        """Whether to loop over window taps rather than over windows (the shorter loop)."""
+        return self.taps is not None and self.taps[0] <= self.out
+
+    def counts(self) -> np.ndarray:
+        """Positions per clipped window (Paddle's exclusive divisor; not clamped at 0, as in Paddle)."""
+        return np.subtract(self.ends, self.starts)
+
+    def nominal(self) -> np.ndarray:
+        """Paddle's non-exclusive divisor: the window clipped only past ``size + pad before``."""
+        assert self.taps is not None
+        k, stride, before = self.taps
+        starts = np.arange(self.out) * stride - before
+        return np.minimum(starts + k, self.size + before) - starts
+
+    def padding(self) -> tuple[int, int]:
+        """Padding before and after that puts every tap inside the array."""
+        assert self.taps is not None
+        k, stride, before = self.taps
+        return before, max(0, (self.out - 1) * stride + k - before - self.size)
+
+    def reduce(self, xp: Any, a: Any, axis: int, op: str) -> Any:
+        """``a`` reduced (``"sum"`` or ``"max"``) over each window along ``axis``; empty windows give the
+        identity (0, -inf)."""
+        identity = 0.0 if op == "sum" else -np.inf
+        combine = xp.add if op == "sum" else xp.maximum
+        if self.uses_taps():
+            assert self.taps is not None
+            k, stride, _ = self.taps
+            padded = _pad(xp, a, [self.padding()] + [(0, 0)] * (a.ndim - axis - 1), identity)
+            out = padded[_along(axis, _tap(0, stride, self.out))].copy()
+            for i in range(1, k):
+                combine(out, padded[_along(axis, _tap(i, stride, self.out))], out=out)
+            return out
+        shape = list(a.shape)
+        shape[axis] = self.out
+        out = xp.full(shape, identity, dtype=a.dtype)
+        for o, (start, end) in enumerate(zip(self.starts, self.ends)):
+            if end > start:
+                window = a[_along(axis, slice(start, end))]
+                out[_along(axis, o)] = window.sum(axis=axis) if op == "sum" else window.max(axis=axis)
+        return out
+
+    def scatter(self, xp: Any, g: Any, axis: int) -> Any:
+        """The adjoint of ``reduce(..., "sum")``: each window's value added to every position it reads."""
+        shape = list(g.shape)
+        if self.uses_taps():
+            assert self.taps is not None
+            k, stride, _ = self.taps
+            before, after = self.padding()
+            shape[axis] = before + self.size + after
+            padded = xp.zeros(shape, dtype=g.dtype)
+            for i in range(k):
+                padded[_along(axis, _tap(i, stride, self.out))] += g
+            return padded[_along(axis, slice(before, before + self.size))]
+        shape[axis] = self.size
+        out = xp.zeros(shape, dtype=g.dtype)
+        for o, (start, end) in enumerate(zip(self.starts, self.ends)):
+            if end > start:
+                out[_along(axis, slice(start, end))] += g[_along(axis, slice(o, o + 1))]
+        return out
+
+
+def _lowest(dtype: Any) -> float:
+    """Paddle's initial value of max pooling, ``-FLT_MAX``, in ``dtype`` (float16: its lowest finite)."""
+    return max(float(np.finfo(dtype).min), -_FLT_MAX)
+
+
+def _window_max(xp: Any, x: Any, wh: _Windows, ww: _Windows) -> Any:
+    """The maximum of each window of NCHW ``x``, at least ``-FLT_MAX`` (Paddle's initial value)."""
+    out = wh.reduce(xp, ww.reduce(xp, x, 3, "max"), 2, "max")
+    return xp.maximum(out, _lowest(x.dtype), out=out)
+
+
+def _window_argmax(xp: Any, x: Any, wh: _Windows, ww: _Windows) -> tuple[Any, Any]:
+    """Each window's maximum and, as ``h * W + w`` (int32), its first position in row-major order; Paddle's
+    rule: values must beat ``-FLT_MAX``, else the maximum is ``-FLT_MAX`` and the position -1."""
+    n, c, h, w = x.shape
+    lowest = _lowest(x.dtype)
+    best = xp.full((n, c, wh.out, ww.out), lowest, dtype=x.dtype)
+    index = xp.full(best.shape, -1, dtype=np.int32)
+    if wh.taps is not None and ww.taps is not None and wh.taps[0] * ww.taps[0] <= wh.out * ww.out:
+        (kh, sh, ph), (kw, sw, pw) = wh.taps, ww.taps
+        padded = _pad(xp, x, [wh.padding(), ww.padding()])
+        rows, cols = np.arange(wh.out) * sh - ph, np.arange(ww.out) * sw - pw
+        for i in range(kh):
+            r = rows + i
+            for j in range(kw):
+                q = cols + j
+                inside = ((r >= 0) & (r < h))[:, None] & ((q >= 0) & (q < w))[None, :]
+                value = padded[:, :, _tap(i, sh, wh.out), _tap(j, sw, ww.out)]
+                better = (value > best) & xp.asarray(inside)
+                best = xp.where(better, value, best)
+                index = xp.where(better, xp.asarray((r[:, None] * w + q[None, :]).astype(np.int32)), index)
+        return best, index
+    for oh, (h0, h1) in enumerate(zip(wh.starts, wh.ends)):
+        for ow, (w0, w1) in enumerate(zip(ww.starts, ww.ends)):
+            if h1 <= h0 or w1 <= w0:
+                continue
+            window = x[:, :, h0:h1, w0:w1].reshape(n, c, -1)
+            top = window.argmax(axis=-1)
+            value = window.max(axis=-1)
+            better = value > lowest
+            best[:, :, oh, ow] = xp.where(better, value, lowest)
+            where = (h0 + top // (w1 - w0)) * w + w0 + top % (w1 - w0)
+            index[:, :, oh, ow] = xp.where(better, where, -1)
+    return best, index
+
+
+def _scatter_index(xp: Any, index: Any, dout: Any, shape: Sequence[int]) -> Any:
+    """An NCHW array of ``shape`` receiving ``dout`` at plane positions ``index`` (-1: nowhere), summed."""
+    n, c, h, w = shape
+    plane = xp.arange(n * c, dtype=np.int64).reshape(n, c, 1, 1) * (h * w)
+    valid = index >= 0
+    flat = (plane + xp.where(valid, index, 0)).ravel()
+    weights = xp.where(valid, dout, 0).ravel()
+    return xp.bincount(flat, weights=weights, minlength=n * c * h * w).astype(dout.dtype).reshape(shape)
+
+
+# -- pool2d ------------------------------------------------------------------------------------------------
+
+_POOL_ATTRS = (
+    AttrDef("pooling_type", AttrType.STRING),
+    AttrDef("ksize", AttrType.INTS),
+    AttrDef("global_pooling", AttrType.BOOLEAN, False),
+    AttrDef("strides", AttrType.INTS, [1, 1]),
+    AttrDef("paddings", AttrType.INTS, [0, 0]),
+    AttrDef("exclusive", AttrType.BOOLEAN, True),
+    AttrDef("adaptive", AttrType.BOOLEAN, False),
+    AttrDef("ceil_mode", AttrType.BOOLEAN, False),
+    AttrDef("data_format", AttrType.STRING, "NCHW"),
+    AttrDef("padding_algorithm", AttrType.STRING, "EXPLICIT"),
+    # accepted, no effect on the result: kernel choice
+    AttrDef("use_cudnn", AttrType.BOOLEAN, False),
+    AttrDef("use_mkldnn", AttrType.BOOLEAN, False),
+    AttrDef("use_quantizer", AttrType.BOOLEAN, False),
+    AttrDef("mkldnn_data_type", AttrType.STRING, "float32"),
+    AttrDef("is_test", AttrType.BOOLEAN, False),
+)
+_POOLING_TYPES = ("max", "avg")
+
+
+def _pool_axis(attrs: Mapping[str, Any], axis: int, size: int) -> tuple[int, int, int]:
+    """(window size, padding before, output size) of pool2d along spatial ``axis`` (output -1 when ``size``
+    is unknown and decides it)."""
+    k = size if attrs["global_pooling"] else attrs["ksize"][axis]
+    if attrs["adaptive"]:
+        return k, 0, k
+    if attrs["global_pooling"]:
+        return k, 0, 1
+    if size < 0:
+        return k, 0, -1
+    before, after = _paddings(attrs, axis, size, k)
+    stride = attrs["strides"][axis]
+    return k, before, _cdiv(size - k + before + after + (stride - 1 if attrs["ceil_mode"] else 0), stride) + 1
+
+
+def _pool_windows(ctx: KernelContext, x: Any) -> tuple[_Windows, _Windows]:
+    """pool2d's windows along H and W of NCHW ``x``."""
+    attrs = ctx.attrs
+    bins = attrs["adaptive"] and attrs["pooling_type"] == "avg"
+    windows = []
+    for axis in range(2):
+        size = x.shape[2 + axis]
+        k, before, out = _pool_axis(attrs, axis, size)
+        if out < 1:
+            raise kernel_error(ctx, f"pool2d: X NCHW {list(x.shape)} gives output size {out} along {'HW'[axis]}")
+        stride = attrs["strides"][axis]
+        windows.append(_Windows.adaptive(size, out) if bins else _Windows.regular(size, out, k, stride, before))
+    return windows[0], windows[1]
+
+
+def _avg_divisor(ctx: KernelContext, wh: _Windows, ww: _Windows, dtype: Any) -> Any:
+    exclusive = ctx.attrs["exclusive"] or ctx.attrs["adaptive"]
+    h, w = (wh.counts(), ww.counts()) if exclusive else (wh.nominal(), ww.nominal())
+    return ctx.xp.asarray(np.outer(h, w), dtype=dtype)
+
+
+def _pool2d(ctx: KernelContext, x: Any) -> Any:
+    xp, channel_last = ctx.xp, _channel_last(ctx.attrs)
+    x = _nchw(x, channel_last)
+    wh, ww = _pool_windows(ctx, x)
+    if ctx.attrs["pooling_type"] == "max":
+        out = _window_max(xp, x, wh, ww)
+    else:
+        out = wh.reduce(xp, ww.reduce(xp, x, 3, "sum"), 2, "sum")
+        out /= _avg_divisor(ctx, wh, ww, x.dtype)
+    return _layout(out, channel_last)
+
+
+def _pool2d_grad(ctx: KernelContext, x: Any, out: Any, dout: Any) -> Any:
+    """avg: Out@GRAD / divisor spread over each window; max: Out@GRAD to the window's first maximum (the first
+    position equal to Out)."""
+    xp, channel_last = ctx.xp, _channel_last(ctx.attrs)
+    x, dout = _nchw(x, channel_last), _nchw(dout, channel_last)
+    wh, ww = _pool_windows(ctx, x)
+    if ctx.attrs["pooling_type"] == "max":
+        _, index = _window_argmax(xp, x, wh, ww)
+        dx = _scatter_index(xp, index, dout, x.shape)
+    else:
+        g = dout / _avg_divisor(ctx, wh, ww, dout.dtype)
+        dx = ww.scatter(xp, wh.scatter(xp, g, 2), 3)
+    return _layout(dx, channel_last)
+
+
+def _infer_pool2d(ctx: InferContext) -> None:
+    x = check_dtype(ctx, "X", FLOATS)
+    channel_last = _check_attrs(ctx, "X", x, {"strides": 1})
+    if ctx.attr("pooling_type") not in _POOLING_TYPES:
+        ctx.fail(f"pooling_type={ctx.attr('pooling_type')!r} is not one of {', '.join(_POOLING_TYPES)}")
+    ksize = list(ctx.attr("ksize"))
+    if len(ksize) != 2 or (not ctx.attr("global_pooling") and any(k < 1 for k in ksize)):
+        ctx.fail(f"ksize={ksize} must hold 2 values >= 1 (height, width) unless global_pooling")
+    attrs = _infer_attrs(ctx, _POOL_ATTRS)
+    sizes = []
+    for axis, size in enumerate(_spatial(x.shape, channel_last)):
+        out = _pool_axis(attrs, axis, size)[2]
+        sizes.append(out if out < 0 and size < 0 else _check_size(ctx, x, axis, out, f"ksize={ksize}, paddings"))
+    n, c = x.shape[0], x.shape[3 if channel_last else 1]
+    ctx.set_output("Out", (n, *sizes, c) if channel_last else (n, c, *sizes), x.dtype, lod_level=x.lod_level)
+
+
+POOL2D_GRAD = OpSchema(
+    "pool2d_grad",
+    inputs=(Slot("X"), Slot("Out"), Slot("Out@GRAD")),
+    outputs=(Slot("X@GRAD"),),
+    attrs=_POOL_ATTRS,
+    infer=infer_grads("X"),
+    kernel=_pool2d_grad,
+    doc="Gradient of pool2d.",
+)
+POOL2D = OpSchema(
+    "pool2d",
+    inputs=(Slot("X"),),
+    outputs=(Slot("Out"),),
+    attrs=_POOL_ATTRS,
+    infer=_infer_pool2d,
+    grad=lambda g: grad_op(g, POOL2D_GRAD, ("X", "Out", "Out@GRAD"), ("X",)),
+    kernel=_pool2d,
+    share_lod=(("X", "Out"),),
+    doc="Max or average pooling over windows of X (NCHW or NHWC), global or adaptive.",
+)
+
+# -- max_pool2d_with_index -------------------------------------------------------------------------------
+
+_WITH_INDEX_ATTRS = (
+    AttrDef("ksize", AttrType.INTS),
+    AttrDef("strides", AttrType.INTS, [1, 1]),
+    AttrDef("paddings", AttrType.INTS, [0, 0]),
+    AttrDef("global_pooling", AttrType.BOOLEAN, False),
+    AttrDef("adaptive", AttrType.BOOLEAN, False),
+    AttrDef("ceil_mode", AttrType.BOOLEAN, False),
+)
+
+
+def _with_index_axis(attrs: Mapping[str, Any], axis: int, size: int) -> tuple[int, int, int]:
+    """(window size, padding, output size) of max_pool2d_with_index along spatial ``axis``."""
+    k = size if attrs["global_pooling"] else attrs["ksize"][axis]
+    pad = 0 if attrs["global_pooling"] else attrs["paddings"][axis]
+    if attrs["adaptive"]:
+        return k, pad, k
+    if attrs["global_pooling"]:
+        return k, 0, 1
+    if size < 0:
+        return k, pad, -1
+    stride = attrs["strides"][axis]
+    return k, pad, _cdiv(size - k + 2 * pad + (stride - 1 if attrs["ceil_mode"] else 0), stride) + 1
+
+
+def _with_index_windows(ctx: KernelContext, x: Any) -> tuple[_Windows, _Windows]:
+    windows = []
+    for axis in range(2):
+        size = x.shape[2 + axis]
+        k, pad, out = _with_index_axis(ctx.attrs, axis, size)
+        if out < 1:
+            raise kernel_error(
+                ctx, f"max_pool2d_with_index: X {list(x.shape)} gives output size {out} along {'HW'[axis]}"
+            )
+        adaptive = ctx.attrs["adaptive"]
+        windows.append(
+            _Windows.adaptive(size, out)
+            if adaptive
+            else _Windows.regular(size, out, k, ctx.attrs["strides"][axis], pad)
+        )
+    return windows[0], windows[1]
+
+
+def _max_pool2d_with_index(ctx: KernelContext, x: Any) -> tuple[Any, Any]:
+    """Out: each window's maximum; Mask: its first position (row-major) in X's plane, ``h * W + w``."""
+    return _window_argmax(ctx.xp, x, *_with_index_windows(ctx, x))
+
+
+def _max_pool2d_with_index_grad(ctx: KernelContext, x: Any, mask: Any, dout: Any) -> Any:
+    return _scatter_index(ctx.xp, mask, dout, x.shape)
+
+
+def _infer_max_pool2d_with_index(ctx: InferContext) -> None:
+    x = check_dtype(ctx, "X", FLOATS)
+    if len(x.shape) != 4:
+        ctx.fail(f"X {fmt(x)} must be 4-D (NCHW)")
+    names = {"ksize": 0 if ctx.attr("global_pooling") else 1, "strides": 1, "paddings": 0}
+    for name, low in names.items():
+        values = list(ctx.attr(name))
+        if len(values) != 2 or any(v < low for v in values):
+            ctx.fail(f"{name}={values} must hold 2 values >= {low} (height, width)")
+    attrs = _infer_attrs(ctx, _WITH_INDEX_ATTRS)
+    sizes = []
+    for axis, size in enumerate(x.shape[2:]):
+        out = _with_index_axis(attrs, axis, size)[2]
+        sizes.append(out if out < 0 and size < 0 else _check_size(ctx, x, axis, out, f"ksize={attrs['ksize']}"))
+    shape = (x.shape[0], x.shape[1], *sizes)
+    ctx.set_output("Out", shape, x.dtype)
+    ctx.set_output("Mask", shape, "int32")
+
+
+MAX_POOL2D_WITH_INDEX_GRAD = OpSchema(
+    "max_pool2d_with_index_grad",
+    inputs=(Slot("X"), Slot("Mask"), Slot("Out@GRAD")),
+    outputs=(Slot("X@GRAD"),),
+    attrs=_WITH_INDEX_ATTRS,
+    infer=infer_grads("X"),
+    kernel=_max_pool2d_with_index_grad,
+    doc="Gradient of max_pool2d_with_index: Out@GRAD added at Mask's positions.",
+)
+MAX_POOL2D_WITH_INDEX = OpSchema(
+    "max_pool2d_with_index",
+    inputs=(Slot("X"),),
+    outputs=(Slot("Out"), Slot("Mask", no_grad=True)),
+    attrs=_WITH_INDEX_ATTRS,
+    infer=_infer_max_pool2d_with_index,
+    grad=lambda g: grad_op(g, MAX_POOL2D_WITH_INDEX_GRAD, ("X", "Mask", "Out@GRAD"), ("X",)),
+    kernel=_max_pool2d_with_index,
+    doc="Max pooling of NCHW X with the position of each maximum (Mask, int32 h * W + w); adaptive bins too.",
+)
+
+SCHEMAS: tuple[OpSchema, ...] = (
+    CONV2D,
+    CONV2D_GRAD,
+    DEPTHWISE_CONV2D,
+    DEPTHWISE_CONV2D_GRAD,
+    POOL2D,
+    POOL2D_GRAD,
+    MAX_POOL2D_WITH_INDEX,
+    MAX_POOL2D_WITH_INDEX_GRAD,
+)

@@ -1,11 +1,484 @@
-"""Test cases of the conv ops (blockir.ops.conv), as data: expected values in plain numpy."""
+"""Test cases of the convolution and pooling ops (blockir.ops.conv), as data.
+
+Expected values come from the plain loops below, written from Paddle's definitions (one output pixel at a
+time, windows clipped as Paddle's CPU kernels clip them), independently of the kernels' im2col and
+separable window reductions. Max-pooling cases whose ``grad`` names X hold distinct values (no ties), so
+that finite differences see one maximum per window; the tie rule is checked on the gradient ops directly.
+"""
 
 from __future__ import annotations
 
+import numpy as np
+
 from tests.ops.harness import Case
 
-CASES: dict[str, list[Case]] = {}
+RNG = np.random.default_rng(20240611)
+FLT_MAX = float(np.finfo(np.float32).max)
 
-INFER_ERRORS: list[tuple[str, Case, str]] = []
 
-KERNEL_ERRORS: list[tuple[str, Case, str]] = []
+def rand(*shape: int, dtype: str = "float64") -> np.ndarray:
+    return RNG.uniform(-2.0, 2.0, size=shape).astype(dtype)
+
+
+def away_from_zero(*shape: int) -> np.ndarray:
+    """Values with |v| in [0.3, 2], random signs (relu's kink stays out of finite differences)."""
+    return RNG.uniform(0.3, 2.0, size=shape) * RNG.choice([-1.0, 1.0], size=shape)
+
+
+def distinct(*shape: int, dtype: str = "float64") -> np.ndarray:
+    """Values 0.1 apart in random order: no two equal, so every window has one maximum."""
+    return (RNG.permutation(int(np.prod(shape))).reshape(shape) * 0.1 - 1.0).astype(dtype)
+
+
+def trunc_div(a: int, b: int) -> int:
+    return int(a / b)  # C's division truncates toward zero
+
+
+def resolve_paddings(paddings, algorithm, sizes, strides, ksize) -> list[tuple[int, int]]:
+    """(before, after) per spatial axis under Paddle's padding_algorithm."""
+    if algorithm == "VALID":
+        return [(0, 0), (0, 0)]
+    if algorithm == "SAME":
+        out = []
+        for size, s, k in zip(sizes, strides, ksize):
+            total = max((int(np.ceil(size / s)) - 1) * s + k - size, 0)
+            out.append((total // 2, total - total // 2))
+        return out
+    p = list(paddings)
+    return [(p[0], p[0]), (p[1], p[1])] if len(p) == 2 else [(p[0], p[1]), (p[2], p[3])]
+
+
+# -- conv2d ---------------------------------------------------------------------------------------------
+
+
+def ref_conv2d(
+    x, w, strides=(1, 1), paddings=(0, 0), dilations=(1, 1), groups=1, algorithm="EXPLICIT", nhwc=False, relu=False
+) -> np.ndarray:
+    xc = x.transpose(0, 3, 1, 2) if nhwc else x
+    if relu:
+        xc = np.maximum(xc, 0)
+    n, _, h, wd = xc.shape
+    m, cg, kh, kw = w.shape
+    pads = resolve_paddings(paddings, algorithm, (h, wd), strides, (kh, kw))
+    dil = (1, 1) if algorithm == "SAME" else tuple(dilations)
+    spans = [d * (k - 1) + 1 for d, k in zip(dil, (kh, kw))]
+    oh, ow = (trunc_div(size + b + a - span, s) + 1 for size, (b, a), span, s in zip((h, wd), pads, spans, strides))
+    padded = np.pad(
+        xc.astype(np.float64),
+        ((0, 0), (0, 0), (pads[0][0], pads[0][1] + kh * dil[0]), (pads[1][0], pads[1][1] + kw * dil[1])),
+    )
+    out = np.zeros((n, m, oh, ow))
+    mg = m // groups
+    for i in range(oh):
+        for j in range(ow):
+            r, c = i * strides[0], j * strides[1]
+            for g in range(groups):
+                patch = padded[:, g * cg : (g + 1) * cg, r : r + spans[0] : dil[0], c : c + spans[1] : dil[1]]
+                out[:, g * mg : (g + 1) * mg, i, j] = np.einsum("nckl,mckl->nm", patch, w[g * mg : (g + 1) * mg])
+    out = out.transpose(0, 2, 3, 1) if nhwc else out
+    return out.astype(x.dtype)
+
+
+def conv_case(name, x, w, dtype="float64", grad=True, **attrs) -> Case:
+    x, w = x.astype(dtype), w.astype(dtype)
+    ref_args = {
+        "strides": attrs.get("strides", (1, 1)),
+        "paddings": attrs.get("paddings", (0, 0)),
+        "dilations": attrs.get("dilations", (1, 1)),
+        "groups": attrs.get("groups", 1),
+        "algorithm": attrs.get("padding_algorithm", "EXPLICIT"),
+        "nhwc": attrs.get("data_format") == "NHWC",
+        "relu": attrs.get("fuse_relu_before_depthwise_conv", False),
+    }
+    return Case(
+        {"Input": x, "Filter": w},
+        attrs,
+        {"Output": ref_conv2d(x, w, **ref_args)},
+        grad=("Input", "Filter") if grad and dtype == "float64" else (),
+        rtol=1e-4 if dtype == "float32" else 1e-5,
+        atol=1e-4 if dtype == "float32" else 1e-6,
+        name=name,
+    )
+
+
+CONV2D = [
+    conv_case("3x3_pad1_float32", rand(2, 3, 6, 5), rand(4, 3, 3, 3), "float32", paddings=[1, 1]),
+    conv_case("3x3_pad1", rand(2, 3, 5, 4), rand(4, 3, 3, 3), paddings=[1, 1]),
+    conv_case(
+        "strides_dilations_4_paddings",
+        rand(1, 2, 7, 8),
+        rand(3, 2, 2, 3),
+        strides=[2, 1],
+        paddings=[1, 0, 2, 1],
+        dilations=[1, 2],
+    ),
+    conv_case("groups_2", rand(2, 4, 5, 5), rand(6, 2, 3, 2), groups=2, strides=[1, 2], paddings=[0, 1]),
+    conv_case(
+        "same_ignores_dilations",
+        rand(1, 2, 7, 6),
+        rand(2, 2, 3, 2),
+        padding_algorithm="SAME",
+        strides=[2, 2],
+        dilations=[2, 2],
+        paddings=[5, 5],
+    ),
+    conv_case("valid_ignores_paddings", rand(1, 2, 5, 6), rand(2, 2, 2, 3), padding_algorithm="VALID", paddings=[2, 3]),
+    conv_case("nhwc", rand(2, 5, 4, 3), rand(2, 3, 3, 2), data_format="NHWC", paddings=[1, 0], strides=[1, 2]),
+    conv_case("nhwc_groups_float32", rand(1, 4, 4, 4), rand(4, 2, 2, 2), "float32", data_format="NHWC", groups=2),
+    conv_case("any_layout_is_nchw", rand(1, 2, 4, 4), rand(2, 2, 2, 2), data_format="AnyLayout"),
+    conv_case("pointwise", rand(2, 3, 3, 4), rand(5, 3, 1, 1)),
+    # (2 + 0 - 3) / 2 truncates to 0: one output row reading a zero past the input, as Paddle does
+    conv_case("c_division_reads_past_the_end", rand(1, 1, 2, 5), rand(1, 1, 3, 3), strides=[2, 1]),
+    conv_case(
+        "relu_before_conv",
+        away_from_zero(1, 2, 4, 4),
+        rand(2, 1, 2, 2),
+        groups=2,
+        fuse_relu_before_depthwise_conv=True,
+    ),
+    conv_case(
+        "non_semantic_attributes",
+        rand(1, 2, 4, 4),
+        rand(2, 2, 3, 3),
+        grad=False,
+        paddings=[1, 1],
+        use_cudnn=True,
+        use_mkldnn=True,
+        is_test=True,
+        workspace_size_MB=4096,
+        exhaustive_search=True,
+        mkldnn_data_type="bfloat16",
+        Scale_weights=[0.5, 2.0],
+    ),
+]
+
+DEPTHWISE_CONV2D = [
+    conv_case("channel_multiplier_2", rand(2, 3, 5, 5), rand(6, 1, 3, 3), groups=3, paddings=[1, 1], strides=[2, 2]),
+    conv_case("float32_nhwc", rand(1, 4, 5, 4), rand(4, 1, 3, 3), "float32", groups=4, data_format="NHWC"),
+    conv_case("same", rand(1, 2, 6, 5), rand(2, 1, 3, 3), groups=2, padding_algorithm="SAME", strides=[2, 1]),
+]
+
+# -- pool2d -----------------------------------------------------------------------------------------------
+
+
+def ref_pool2d(
+    x,
+    pooling_type,
+    ksize,
+    strides=(1, 1),
+    paddings=(0, 0),
+    global_pooling=False,
+    exclusive=True,
+    adaptive=False,
+    ceil_mode=False,
+    padding_algorithm="EXPLICIT",
+    data_format="NCHW",
+    **no_effect,
+) -> np.ndarray:
+    """Paddle's CPU pooling loops, one output pixel at a time (pool2d's max pooling ignores adaptive's bins);
+    ``no_effect``: attributes that change nothing (use_cudnn, ...)."""
+    nhwc = data_format == "NHWC"
+    xc = (x.transpose(0, 3, 1, 2) if nhwc else x).astype(np.float64)
+    n, c, h, w = xc.shape
+    sizes = (h, w)
+    ksize = sizes if global_pooling else tuple(ksize)
+    pads = resolve_paddings(paddings, padding_algorithm, sizes, strides, ksize)
+    if global_pooling or adaptive:
+        pads = [(0, 0), (0, 0)]
+    if adaptive:
+        outs = ksize
+    else:
+        outs = tuple(
+            trunc_div(size - k + b + a + (s - 1 if ceil_mode else 0), s) + 1
+            for size, k, (b, a), s in zip(sizes, ksize, pads, strides)
+        )
+    bins = adaptive and pooling_type == "avg"
+    out = np.zeros((n, c, *outs))
+    for i in range(outs[0]):
+        for j in range(outs[1]):
+            bounds, nominal = [], 1
+            for o, size, k, s, (before, _), count in zip((i, j), sizes, ksize, strides, pads, outs):
+                if bins:
+                    bounds.append((o * size // count, -(-(o + 1) * size // count)))
+                    continue
+                start = o * s - before
+                end = min(start + k, size + before)
+                nominal *= end - start
+                bounds.append((max(start, 0), min(end, size)))
+            (h0, h1), (w0, w1) = bounds
+            window = xc[:, :, h0:h1, w0:w1].reshape(n, c, -1)
+            if pooling_type == "max":
+                out[:, :, i, j] = np.max(window, axis=-1, initial=-FLT_MAX)
+            else:
+                area = (h1 - h0) * (w1 - w0) if exclusive or adaptive else nominal
+                out[:, :, i, j] = window.sum(axis=-1) / area
+    out = out.transpose(0, 2, 3, 1) if nhwc else out
+    return out.astype(x.dtype)
+
+
+def pool_case(name, x, grad=True, **attrs) -> Case:
+    return Case(
+        {"X": x},
+        attrs,
+        {"Out": ref_pool2d(x, **attrs)},
+        grad=("X",) if grad and x.dtype == np.float64 else (),
+        name=name,
+    )
+
+
+POOL2D = [
+    pool_case("max_2x2_float32", rand(2, 3, 6, 4, dtype="float32"), pooling_type="max", ksize=[2, 2], strides=[2, 2]),
+    pool_case("max_3x3_pad1", distinct(2, 2, 5, 6), pooling_type="max", ksize=[3, 3], strides=[2, 2], paddings=[1, 1]),
+    pool_case(
+        "max_ceil_mode_4_paddings",
+        distinct(1, 2, 5, 5),
+        pooling_type="max",
+        ksize=[3, 2],
+        strides=[2, 2],
+        paddings=[1, 1, 0, 1],
+        ceil_mode=True,
+    ),
+    # the last row of windows starts past the input: Paddle gives its initial -FLT_MAX
+    pool_case(
+        "max_empty_window",
+        distinct(1, 1, 5, 5),
+        grad=False,
+        pooling_type="max",
+        ksize=[3, 3],
+        strides=[2, 2],
+        paddings=[0, 3, 1, 0],
+        ceil_mode=True,
+    ),
+    pool_case("avg_exclusive_pad1", rand(2, 2, 5, 5), pooling_type="avg", ksize=[3, 3], paddings=[1, 1]),
+    pool_case(
+        "avg_inclusive_4_paddings_ceil",
+        rand(1, 2, 5, 5),
+        pooling_type="avg",
+        ksize=[3, 3],
+        strides=[2, 2],
+        paddings=[0, 2, 1, 0],
+        exclusive=False,
+        ceil_mode=True,
+    ),
+    pool_case(
+        "avg_inclusive_float32",
+        rand(2, 2, 6, 6, dtype="float32"),
+        pooling_type="avg",
+        ksize=[2, 3],
+        strides=[2, 3],
+        paddings=[1, 1],
+        exclusive=False,
+    ),
+    pool_case("avg_adaptive", rand(2, 2, 5, 7), pooling_type="avg", ksize=[3, 4], adaptive=True),
+    pool_case("avg_adaptive_larger_than_input", rand(1, 2, 3, 2), pooling_type="avg", ksize=[4, 3], adaptive=True),
+    pool_case(
+        "max_adaptive_keeps_windows",
+        distinct(1, 2, 5, 6),
+        pooling_type="max",
+        ksize=[2, 3],
+        strides=[2, 1],
+        adaptive=True,
+    ),
+    pool_case("avg_global", rand(2, 3, 4, 5), pooling_type="avg", ksize=[1, 1], global_pooling=True, paddings=[1, 1]),
+    pool_case("max_global", distinct(2, 2, 3, 4), pooling_type="max", ksize=[-1, -1], global_pooling=True),
+    pool_case(
+        "avg_global_adaptive", rand(1, 2, 3, 4), pooling_type="avg", ksize=[1, 1], global_pooling=True, adaptive=True
+    ),
+    pool_case(
+        "max_same", distinct(1, 2, 5, 7), pooling_type="max", ksize=[3, 2], strides=[2, 3], padding_algorithm="SAME"
+    ),
+    pool_case(
+        "avg_valid",
+        rand(1, 2, 5, 6),
+        pooling_type="avg",
+        ksize=[2, 2],
+        strides=[2, 2],
+        paddings=[1, 1],
+        padding_algorithm="VALID",
+    ),
+    pool_case(
+        "avg_nhwc",
+        rand(2, 5, 4, 3),
+        pooling_type="avg",
+        ksize=[3, 2],
+        strides=[2, 1],
+        paddings=[1, 0],
+        data_format="NHWC",
+        exclusive=False,
+    ),
+    pool_case(
+        "max_nhwc",
+        distinct(1, 4, 5, 2),
+        pooling_type="max",
+        ksize=[2, 2],
+        strides=[2, 2],
+        data_format="NHWC",
+        ceil_mode=True,
+    ),
+    pool_case("max_big_window_few_outputs", distinct(1, 1, 6, 7), pooling_type="max", ksize=[5, 6], strides=[1, 1]),
+    pool_case(
+        "non_semantic_attributes",
+        rand(1, 2, 4, 4),
+        grad=False,
+        pooling_type="avg",
+        ksize=[2, 2],
+        use_cudnn=True,
+        use_mkldnn=True,
+        is_test=True,
+        data_format="AnyLayout",
+    ),
+]
+
+# pool2d_grad directly: ties go to the first maximum in row-major order (Paddle's rule)
+_TIES = np.array([[[[1.0, 3.0, 3.0, 0.0], [3.0, 2.0, 3.0, 3.0], [0.0, 0.0, 1.0, 1.0]]]])
+_TIES_OUT = np.array([[[[3.0, 3.0, 3.0], [3.0, 3.0, 3.0]]]])
+_TIES_DOUT = np.array([[[[1.0, 10.0, 100.0], [1000.0, 10000.0, 100000.0]]]])
+POOL2D_GRAD = [
+    Case(
+        {"X": _TIES, "Out": _TIES_OUT, "Out@GRAD": _TIES_DOUT},
+        {"pooling_type": "max", "ksize": [2, 2]},
+        {"X@GRAD": np.array([[[[0.0, 11.0, 100.0, 0.0], [1000.0, 0.0, 110000.0, 0.0], [0.0, 0.0, 0.0, 0.0]]]])},
+        name="max_ties_first_in_row_major_order",
+    ),
+]
+
+# -- max_pool2d_with_index ------------------------------------------------------------------------------
+
+
+def ref_max_pool_with_index(
+    x, ksize, strides=(1, 1), paddings=(0, 0), global_pooling=False, adaptive=False, ceil_mode=False
+):
+    """(Out, Mask): the first maximum of each window in row-major order, above -FLT_MAX, and its h * W + w."""
+    n, c, h, w = x.shape
+    sizes = (h, w)
+    ksize = sizes if global_pooling else tuple(ksize)
+    pads = (0, 0) if global_pooling else tuple(paddings)
+    if adaptive:
+        outs = ksize
+    else:
+        outs = tuple(
+            trunc_div(size - k + 2 * p + (s - 1 if ceil_mode else 0), s) + 1
+            for size, k, p, s in zip(sizes, ksize, pads, strides)
+        )
+    out = np.full((n, c, *outs), -FLT_MAX, dtype=x.dtype)
+    mask = np.full((n, c, *outs), -1, dtype=np.int32)
+    for i in range(outs[0]):
+        for j in range(outs[1]):
+            bounds = []
+            for o, size, k, s, p, count in zip((i, j), sizes, ksize, strides, pads, outs):
+                if adaptive:
+                    bounds.append((o * size // count, -(-(o + 1) * size // count)))
+                else:
+                    bounds.append((max(o * s - p, 0), min(o * s - p + k, size)))
+            (h0, h1), (w0, w1) = bounds
+            for a in range(n):
+                for b in range(c):
+                    for r in range(h0, h1):
+                        for q in range(w0, w1):
+                            if x[a, b, r, q] > out[a, b, i, j]:
+                                out[a, b, i, j] = x[a, b, r, q]
+                                mask[a, b, i, j] = r * w + q
+    return out, mask
+
+
+def with_index_case(name, x, grad=True, **attrs) -> Case:
+    out, mask = ref_max_pool_with_index(x, **attrs)
+    return Case(
+        {"X": x}, attrs, {"Out": out, "Mask": mask}, grad=("X",) if grad and x.dtype == np.float64 else (), name=name
+    )
+
+
+MAX_POOL2D_WITH_INDEX = [
+    with_index_case("2x2_float32", distinct(2, 2, 4, 6, dtype="float32"), ksize=[2, 2], strides=[2, 2]),
+    with_index_case(
+        "pad_stride_ceil", distinct(1, 2, 6, 5), ksize=[3, 3], strides=[2, 2], paddings=[1, 1], ceil_mode=True
+    ),
+    with_index_case("adaptive", distinct(2, 1, 5, 7), ksize=[2, 3], adaptive=True),
+    with_index_case("adaptive_larger_than_input", distinct(1, 1, 3, 2), ksize=[4, 3], adaptive=True),
+    with_index_case("global", distinct(2, 2, 3, 4), ksize=[1, 1], paddings=[1, 1], global_pooling=True),
+    with_index_case("ties_first", np.array([[[[2.0, 2.0, 1.0], [2.0, 0.0, 2.0]]]]), grad=False, ksize=[2, 2]),
+]
+
+CASES: dict[str, list[Case]] = {
+    "conv2d": CONV2D,
+    "depthwise_conv2d": DEPTHWISE_CONV2D,
+    "pool2d": POOL2D,
+    "pool2d_grad": POOL2D_GRAD,
+    "max_pool2d_with_index": MAX_POOL2D_WITH_INDEX,
+}
+
+# -- bad input ---------------------------------------------------------------------------------------------
+
+_X = np.zeros((2, 3, 5, 5), np.float32)
+_W = np.zeros((4, 3, 3, 3), np.float32)
+
+INFER_ERRORS: list[tuple[str, Case, str]] = [
+    ("conv2d", Case({"Input": np.zeros((3, 5, 5), np.float32), "Filter": _W}), r"Input .*\[3, 5, 5\]\) must be 4-D"),
+    ("conv2d", Case({"Input": _X, "Filter": np.zeros((4, 2, 3, 3), np.float32)}), r"has 3 channels .* needs 2 \* 1"),
+    (
+        "conv2d",
+        Case(
+            {"Input": np.zeros((1, 4, 5, 5), np.float32), "Filter": np.zeros((3, 2, 3, 3), np.float32)}, {"groups": 2}
+        ),
+        r"3 output channels are not divisible by groups=2",
+    ),
+    ("conv2d", Case({"Input": _X, "Filter": np.zeros((4, 3, 3, 3))}), r"different dtypes"),
+    ("conv2d", Case({"Input": _X.astype(np.int32), "Filter": _W.astype(np.int32)}), r"Input .* has dtype int32"),
+    (
+        "conv2d",
+        Case({"Input": _X, "Filter": _W}, {"data_format": "NCDHW"}),
+        r"data_format='NCDHW' is not one of NCHW, AnyLayout, NHWC",
+    ),
+    ("conv2d", Case({"Input": _X, "Filter": _W}, {"padding_algorithm": "FULL"}), r"padding_algorithm='FULL'"),
+    ("conv2d", Case({"Input": _X, "Filter": _W}, {"paddings": [1, 1, 1]}), r"paddings=\[1, 1, 1\] must hold 2 .* or 4"),
+    ("conv2d", Case({"Input": _X, "Filter": _W}, {"strides": [0, 1]}), r"strides=\[0, 1\] must hold 2 values >= 1"),
+    ("conv2d", Case({"Input": _X, "Filter": _W}, {"dilations": [1]}), r"dilations=\[1\] must hold 2 values"),
+    (
+        "conv2d",
+        Case({"Input": _X, "Filter": np.zeros((4, 3, 7, 3), np.float32)}),
+        r"output H = -1; it must be at least 1",
+    ),
+    (
+        "conv2d",
+        Case({"Input": _X, "Filter": _W, "Bias": np.zeros(4, np.float32)}),
+        r"input Bias is used only by Paddle's oneDNN",
+    ),
+    (
+        "conv2d",
+        Case({"Input": _X, "Filter": _W}, {"fuse_activation": "relu"}),
+        r"fuse_activation='relu' asks for a oneDNN fusion",
+    ),
+    ("depthwise_conv2d", Case({"Input": _X, "Filter": _W}, {"groups": 0}), r"groups=0 must be at least 1"),
+    (
+        "conv2d_grad",
+        Case({"Input": _X, "Filter": _W, "Output@GRAD": np.zeros((2, 4, 3, 3), np.float32)}, {"use_addto": True}),
+        r"use_addto=True .* is not supported",
+    ),
+    ("pool2d", Case({"X": _X}, {"pooling_type": "min", "ksize": [2, 2]}), r"pooling_type='min' is not one of max, avg"),
+    ("pool2d", Case({"X": _X}, {"pooling_type": "max", "ksize": [2, 2, 2]}), r"ksize=\[2, 2, 2\] must hold 2 values"),
+    ("pool2d", Case({"X": _X}, {"pooling_type": "max", "ksize": [6, 2]}), r"output H = 0; it must be at least 1"),
+    ("pool2d", Case({"X": _X.astype(np.int64)}, {"pooling_type": "max", "ksize": [2, 2]}), r"X .* has dtype int64"),
+    ("pool2d", Case({"X": _X[0]}, {"pooling_type": "avg", "ksize": [2, 2]}), r"X .*\[3, 5, 5\]\) must be 4-D"),
+    (
+        "pool2d",
+        Case({"X": _X}, {"pooling_type": "avg", "ksize": [2, 2], "data_format": "NDHWC"}),
+        r"data_format='NDHWC'",
+    ),
+    (
+        "max_pool2d_with_index",
+        Case({"X": _X}, {"ksize": [2, 2], "paddings": [0, 0, 1, 1]}),
+        r"paddings=\[0, 0, 1, 1\] must hold 2 values",
+    ),
+    ("max_pool2d_with_index", Case({"X": _X}, {"ksize": [7, 2]}), r"output H = -1"),
+]
+
+KERNEL_ERRORS: list[tuple[str, Case, str]] = [
+    ("conv2d", Case({"Input": _X, "Filter": np.zeros((4, 2, 3, 3), np.float32)}), r"3 channels .* do not fit groups=1"),
+    (
+        "depthwise_conv2d",
+        Case({"Input": _X, "Filter": np.zeros((4, 3, 6, 3), np.float32)}),
+        r"give output size \[0, 3\]",
+    ),
+    ("pool2d", Case({"X": _X}, {"pooling_type": "max", "ksize": [7, 2]}), r"output size -1 along H"),
+    ("max_pool2d_with_index", Case({"X": _X}, {"ksize": [2, 9]}), r"output size -3 along W"),
+]

@@ -92,3 +92,18 @@ def test_blockirs_export_loads_in_paddle_and_computes_the_same(
     np.savez(tmp_path / "inputs.npz", **inputs)
     _paddle(paddle_python, "run", str(tmp_path / model), str(tmp_path / "inputs.npz"), str(tmp_path / "out.npz"))
     _close(_outputs(tmp_path / "out.npz"), want)
+
+
+def test_the_cnn_example_exported_by_blockir_computes_the_same_in_paddle(paddle_python: str, tmp_path: Path) -> None:
+    from tests.test_examples import load
+
+    digits = load("cnn_digits")
+    digits.main(epochs=1, export=str(tmp_path / "cnn"), verbose=False)
+    _, _, x_test, _ = digits.load_digits()
+    with bir.Executor("cpu") as exe:
+        scope = bir.Scope()
+        program, feeds, fetches = bir.io.load_inference_model(tmp_path / "cnn", exe, scope=scope)
+        want = [np.asarray(v) for v in exe.run(program, feed={"img": x_test}, fetch_list=fetches, scope=scope)]
+    np.savez(tmp_path / "inputs.npz", img=x_test)
+    _paddle(paddle_python, "run", str(tmp_path / "cnn"), str(tmp_path / "inputs.npz"), str(tmp_path / "out.npz"))
+    _close(_outputs(tmp_path / "out.npz"), want)

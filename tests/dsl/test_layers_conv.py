@@ -1,0 +1,200 @@
+"""Convolution and pooling layers: the ops and parameters they build, their values on the CPU executor against
+numpy, a small conv net that learns, and bad arguments."""
+
+import numpy as np
+import pytest
+
+import blockir as bir
+from blockir.errors import BlockirError, ShapeError
+from tests.ops.cases_conv import ref_conv2d, ref_max_pool_with_index, ref_pool2d
+
+
+def _types(main):
+    return [op.type for op in main.global_block().ops]
+
+
+def _run(main, startup, feed, fetch):
+    scope = bir.Scope()
+    exe = bir.Executor("cpu")
+    exe.run(startup, scope=scope)
+    return exe.run(main, feed=feed, fetch_list=fetch, scope=scope), scope
+
+
+def test_conv2d_builds_the_filter_the_bias_and_the_activation(progs):
+    main, startup = progs
+    x = bir.data("img", shape=[-1, 3, 8, 8])
+    y = bir.layers.conv2d(x, num_filters=4, filter_size=3, padding=1, act="relu")
+    assert _types(main) == ["conv2d", "elementwise_add", "relu"]
+    conv, add, _ = main.global_block().ops
+    assert conv.input("Input") == ("img",) and conv.input("Filter") == ("conv2d_0.w_0",)
+    assert conv.attr("strides") == (1, 1) and conv.attr("paddings") == (1, 1) and conv.attr("dilations") == (1, 1)
+    assert conv.attr("groups") == 1 and conv.attr("padding_algorithm") == "EXPLICIT" and conv.attr("use_cudnn")
+    assert add.input("Y") == ("conv2d_0.b_0",) and add.attr("axis") == 1
+    assert y.shape == (-1, 4, 8, 8)
+    block = main.global_block()
+    assert block.var("conv2d_0.w_0").shape == (4, 3, 3, 3) and block.var("conv2d_0.b_0").shape == (4,)
+    inits = {op.output("Out")[0]: op for op in startup.global_block().ops}
+    normal = inits["conv2d_0.w_0"]
+    assert normal.type == "gaussian_random" and normal.attr("mean") == 0.0
+    assert normal.attr("std") == pytest.approx((2.0 / (3 * 3 * 3)) ** 0.5)  # Fluid: 2 / (kh * kw * C)
+    assert inits["conv2d_0.b_0"].type == "fill_constant" and inits["conv2d_0.b_0"].attr("value") == 0.0
+    bir.ir.verify(main)
+    bir.ir.verify(startup)
+
+
+def test_the_initial_filter_has_fluids_spread():
+    main, startup = bir.Program(), bir.Program()
+    with bir.unique_name.guard(), bir.program_guard(main, startup):
+        bir.layers.conv2d(bir.data("img", shape=[-1, 8, 6, 6]), num_filters=64, filter_size=5, bias_attr=False)
+    scope = bir.Scope()
+    bir.Executor("cpu").run(startup, scope=scope)
+    w = np.asarray(scope.get("conv2d_0.w_0"))
+    assert w.shape == (64, 8, 5, 5) and abs(w.mean()) < 0.01
+    assert w.std() == pytest.approx((2.0 / (5 * 5 * 8)) ** 0.5, rel=0.05)
+
+
+def test_depthwise_conv2d_where_fluid_picks_it(progs):
+    main, _ = progs
+    x = bir.data("img", shape=[-1, 4, 6, 6])
+    y = bir.layers.conv2d(x, num_filters=8, filter_size=3, groups=4, use_cudnn=False, bias_attr=False)
+    bir.layers.conv2d(x, num_filters=8, filter_size=3, groups=4)  # cuDNN asked for: conv2d
+    bir.layers.conv2d(x, num_filters=6, filter_size=3, groups=2, use_cudnn=False)
+    assert _types(main) == ["depthwise_conv2d", "conv2d", "elementwise_add", "conv2d", "elementwise_add"]
+    assert main.global_block().var("depthwise_conv2d_0.w_0").shape == (8, 1, 3, 3)
+    assert y.shape == (-1, 8, 4, 4)
+
+
+@pytest.mark.parametrize(
+    ("padding", "paddings", "algorithm", "shape"),
+    [
+        ("same", (0, 0), "SAME", (-1, 2, 4, 5)),
+        ("VALID", (0, 0), "VALID", (-1, 2, 3, 4)),
+        (2, (2, 2), "EXPLICIT", (-1, 2, 5, 6)),
+        ([1, 0], (1, 0), "EXPLICIT", (-1, 2, 4, 4)),
+        ([1, 1, 2, 2], (1, 2), "EXPLICIT", (-1, 2, 4, 6)),
+        ([0, 1, 2, 0], (0, 1, 2, 0), "EXPLICIT", (-1, 2, 3, 5)),
+        ([[0, 0], [0, 0], [1, 0], [0, 2]], (1, 0, 0, 2), "EXPLICIT", (-1, 2, 3, 5)),
+    ],
+)
+def test_conv2d_padding_forms(progs, padding, paddings, algorithm, shape):
+    main, _ = progs
+    y = bir.layers.conv2d(bir.data("img", shape=[-1, 3, 7, 9]), 2, [3, 3], stride=[2, 2], padding=padding)
+    conv = main.global_block().ops[0]
+    assert conv.attr("paddings") == paddings and conv.attr("padding_algorithm") == algorithm
+    assert y.shape == shape
+
+
+def test_conv2d_nhwc_adds_the_bias_on_the_last_dim(progs):
+    main, _ = progs
+    y = bir.layers.conv2d(
+        bir.data("img", shape=[-1, 9, 7, 3]),
+        2,
+        3,
+        padding=[[0, 0], [1, 1], [0, 0], [0, 0]],
+        data_format="NHWC",
+    )
+    conv, add = main.global_block().ops
+    assert conv.attr("data_format") == "NHWC" and conv.attr("paddings") == (1, 0) and add.attr("axis") == 3
+    assert y.shape == (-1, 9, 5, 2)
+
+
+def test_conv_and_pool_layers_compute_what_numpy_does(progs):
+    main, startup = progs
+    rng = np.random.default_rng(3)
+    x = bir.data("img", shape=[-1, 2, 9, 8])
+    conv = bir.layers.conv2d(x, 4, [3, 2], stride=[2, 1], padding=[1, 0, 1, 1], dilation=[1, 2], groups=2)
+    pooled = bir.layers.pool2d(conv, pool_size=3, pool_type="avg", pool_stride=2, pool_padding=1, ceil_mode=True)
+    glob = bir.layers.pool2d(conv, pool_type="max", global_pooling=True)
+    nhwc = bir.layers.pool2d(
+        bir.data("img_nhwc", shape=[-1, 9, 8, 2]), 2, "max", 2, "SAME", exclusive=False, data_format="NHWC"
+    )
+    adaptive = bir.layers.adaptive_pool2d(conv, [2, 3], pool_type="avg")
+    amax, mask = bir.layers.adaptive_pool2d(conv, 2, require_index=True)
+    img = rng.normal(size=(3, 2, 9, 8)).astype("float32")
+    fetched, scope = _run(
+        main,
+        startup,
+        {"img": img, "img_nhwc": img.transpose(0, 2, 3, 1)},
+        [conv, pooled, glob, nhwc, adaptive, amax, mask],
+    )
+    w, b = np.asarray(scope.get("conv2d_0.w_0")), np.asarray(scope.get("conv2d_0.b_0"))
+    expected_conv = ref_conv2d(img, w, [2, 1], [1, 0, 1, 1], [1, 2], groups=2) + b.reshape(1, -1, 1, 1)
+    expected = [
+        expected_conv,
+        ref_pool2d(expected_conv, "avg", [3, 3], [2, 2], [1, 1], ceil_mode=True),
+        ref_pool2d(expected_conv, "max", [1, 1], global_pooling=True),
+        ref_pool2d(img.transpose(0, 2, 3, 1), "max", [2, 2], [2, 2], padding_algorithm="SAME", data_format="NHWC"),
+        ref_pool2d(expected_conv, "avg", [2, 3], adaptive=True),
+        *ref_max_pool_with_index(expected_conv, [2, 2], adaptive=True),
+    ]
+    for got, want, var in zip(fetched, expected, [conv, pooled, glob, nhwc, adaptive, amax, mask]):
+        assert got.shape == want.shape and tuple(d for d in var.shape if d >= 0) == got.shape[1:]
+        np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
+    assert _types(main)[-2:] == ["pool2d", "max_pool2d_with_index"] and mask.dtype == "int32"
+
+
+def test_a_small_conv_net_learns():
+    main, startup = bir.Program(), bir.Program()
+    main.random_seed = startup.random_seed = 5
+    with bir.unique_name.guard(), bir.program_guard(main, startup):
+        img = bir.data("img", shape=[-1, 1, 8, 8])
+        label = bir.data("label", shape=[-1, 1], dtype="int64")
+        h = bir.layers.conv2d(img, 4, 3, padding=1, act="relu")
+        h = bir.layers.pool2d(h, 2, "max", 2)
+        h = bir.layers.conv2d(h, 4, 3, groups=4, padding="SAME", use_cudnn=False, act="relu")  # depthwise
+        h = bir.layers.adaptive_pool2d(h, 2, "avg")
+        pred = bir.layers.fc(h, 2, act="softmax")
+        loss = bir.layers.mean(bir.layers.cross_entropy(pred, label))
+        bir.optimizer.SGD(learning_rate=0.5).minimize(loss)
+    assert {"conv2d_grad", "depthwise_conv2d_grad", "pool2d_grad"} <= set(_types(main))
+    rng = np.random.default_rng(0)
+    images = rng.normal(scale=0.3, size=(32, 1, 8, 8)).astype("float32")
+    labels = rng.integers(0, 2, size=(32, 1))
+    images[labels[:, 0] == 1, :, 2:6, 2:6] += 1.0  # class 1: a bright square
+    scope = bir.Scope()
+    exe = bir.Executor("cpu")
+    exe.run(startup, scope=scope)
+    feed = {"img": images, "label": labels}
+    losses = [float(exe.run(main, feed=feed, fetch_list=[loss], scope=scope)[0][0]) for _ in range(25)]
+    assert all(np.isfinite(losses)) and losses[-1] < 0.5 * losses[0]
+
+
+def test_pool2d_attributes(progs):
+    main, _ = progs
+    x = bir.data("img", shape=[-1, 3, -1, -1])
+    y = bir.layers.pool2d(x, [2, 3], "avg", [1, 2], [1, 0, 0, 1], exclusive=False, use_cudnn=False)
+    g = bir.layers.pool2d(x, pool_type="avg", global_pooling=True)
+    op = main.global_block().ops[0]
+    assert op.attr("ksize") == (2, 3) and op.attr("strides") == (1, 2) and op.attr("paddings") == (1, 0, 0, 1)
+    assert op.attr("pooling_type") == "avg" and op.attr("exclusive") is False and op.attr("use_cudnn") is False
+    assert y.shape == (-1, 3, -1, -1) and g.shape == (-1, 3, 1, 1)
+
+
+@pytest.mark.parametrize(
+    ("build", "error", "pattern"),
+    [
+        (lambda x: bir.layers.pool2d(x), ShapeError, r"layers.pool2d: pool_size must be given"),
+        (lambda x: bir.layers.pool2d(x, 2, "min"), ShapeError, r"pool_type must be 'max' or 'avg'"),
+        (lambda x: bir.layers.pool2d(x, 2, pool_padding="VALID", ceil_mode=True), ShapeError, r"'VALID' needs ceil"),
+        (lambda x: bir.layers.pool2d(x, 6), ShapeError, r"layers.pool2d: pool2d: .*output H = 0"),
+        (lambda x: bir.layers.pool2d(x, [2, 2, 2]), ShapeError, r"pool_size must be an int or a list of 2 ints"),
+        (lambda x: bir.layers.conv2d(x, 4, 3, groups=2), ShapeError, r"3 channels, not divisible by groups=2"),
+        (lambda x: bir.layers.conv2d(x, 0, 3), ShapeError, r"num_filters must be a positive int"),
+        (lambda x: bir.layers.conv2d(x, 4, 3, padding="FULL"), ShapeError, r"'SAME' or 'VALID'"),
+        (lambda x: bir.layers.conv2d(x, 4, 3, padding=[[1, 0], [0, 0], [0, 0], [0, 0]]), ShapeError, r"batch or chan"),
+        (lambda x: bir.layers.conv2d(x, 4, 3, data_format="NCDHW"), ShapeError, r"'NCHW' or 'NHWC'"),
+        (lambda x: bir.layers.conv2d(x, 4, 3, param_attr=False), ShapeError, r"filter cannot be omitted"),
+        (lambda x: bir.layers.conv2d(x, 4, 7), ShapeError, r"layers.conv2d: conv2d: .*output H = -1"),
+        (lambda x: bir.layers.conv2d("img", 4, 3), BlockirError, r"input must be a Variable"),
+        (lambda x: bir.layers.adaptive_pool2d(x, 2, "avg", require_index=True), ShapeError, r"needs pool_type 'max'"),
+    ],
+)
+def test_bad_arguments(progs, build, error, pattern):
+    x = bir.data("img", shape=[-1, 3, 5, 5])
+    with pytest.raises(error, match=pattern):
+        build(x)
+
+
+def test_conv2d_needs_a_known_channel_dim(progs):
+    with pytest.raises(ShapeError, match=r"channel dim .* must be known"):
+        bir.layers.conv2d(bir.data("img", shape=[-1, -1, 5, 5]), 4, 3)
