@@ -9,8 +9,8 @@ and the kernels use:
   implicit transfers) and with arrays of a GPU other than the current one;
   reductions give 0-d arrays; ``get`` / ``set`` / ``data.copy_from_device_async``
   copy to the host, from the host and between GPUs;
-- ``asarray``, ``array``, ``empty``, ``zeros``, ``ones``, ``full``, ``arange``
-  and ``ascontiguousarray`` make arrays on the current GPU; every other name is
+- ``asarray``, ``array``, ``empty``, ``zeros``, ``ones``, ``full``, their ``*_like``
+  forms, ``arange`` and ``ascontiguousarray`` make arrays on the current GPU; every other name is
   numpy's (numpy's ufuncs and functions dispatch to the arrays' overrides);
 - ``fake.cuda``: ``is_available``, ``runtime.getDeviceCount``, ``Device``
   (context manager), ``Stream`` (context manager; ``record``, ``wait_event``,
@@ -481,6 +481,18 @@ class FakeCupy:
 
     def full(self, shape: Any, fill_value: Any, dtype: Any = None, order: str = "C") -> FakeArray:
         return self._made(np.full(shape, _plain(fill_value), dtype, order))
+
+    def empty_like(self, a: FakeArray, dtype: Any = None) -> FakeArray:
+        return self._made(np.empty_like(a.view(np.ndarray), dtype))
+
+    def zeros_like(self, a: FakeArray, dtype: Any = None) -> FakeArray:
+        return self._made(np.zeros_like(a.view(np.ndarray), dtype))
+
+    def ones_like(self, a: FakeArray, dtype: Any = None) -> FakeArray:
+        return self._made(np.ones_like(a.view(np.ndarray), dtype))
+
+    def full_like(self, a: FakeArray, fill_value: Any, dtype: Any = None) -> FakeArray:
+        return self._made(np.full_like(a.view(np.ndarray), _plain(fill_value), dtype))
 
     def arange(self, *args: Any, **kwargs: Any) -> FakeArray:
         return self._made(np.arange(*args, **kwargs))
