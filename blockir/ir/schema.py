@@ -128,6 +128,10 @@ class OpSchema:
     random: bool = False  # carries a ``seed`` attribute derived from the program seed
     lowering: Lowering = Lowering.KERNEL  # how the plan compiler turns the op into a step
     device_attr: str = ""  # the attribute naming the device the op runs on (a copy's destination), if any
+    # Output slots whose values are views of memory the op's other outputs own (coalesce_tensor's Output, of
+    # FusedOutput): a persistable such an op writes last is bound in the scope as a view (Scope.bind), so that
+    # setting or loading it copies into that memory.
+    views: tuple[str, ...] = ()
     doc: str = ""
 
     def attr_def(self, name: str) -> AttrDef | None:

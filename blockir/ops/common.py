@@ -18,6 +18,7 @@ input's shape.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -69,6 +70,17 @@ def min_max(xp: Any, a: Any) -> tuple[int, int]:
         return int(a.min()), int(a.max())
     low, high = to_host(xp.stack((a.min(), a.max()))).tolist()
     return int(low), int(high)
+
+
+def in_range(a: Any, bound: int) -> bool:
+    """Whether every element of the non-empty integer array ``a`` lies in [0, ``bound``): one reduction (one read
+    back from a device) over ``a`` seen as unsigned integers, where a negative element is huge."""
+    return int(a.view(_unsigned(a.dtype)).max()) < bound
+
+
+@functools.cache
+def _unsigned(dtype: np.dtype) -> np.dtype:
+    return np.dtype(f"u{dtype.itemsize}")
 
 
 def fill(xp: Any, value: Any, shape: Sequence[int], dtype: Any) -> Any:

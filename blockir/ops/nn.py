@@ -22,6 +22,7 @@ from blockir.ops.common import (
     compatible,
     fmt,
     grad_op,
+    in_range,
     infer_like,
     kernel_error,
     min_max,
@@ -74,13 +75,6 @@ def _label_mask(ctx: KernelContext, label: Any, classes: int) -> tuple[Any, Any]
     return valid, xp.where(valid, label, 0)
 
 
-def _one_hot(xp: Any, safe: Any, classes: int, axis: int, ndim: int) -> Any:
-    """Boolean mask, True where the class index along ``axis`` equals ``safe`` (which has size 1 there)."""
-    shape = [1] * ndim
-    shape[axis] = classes
-    return xp.arange(classes).reshape(shape) == safe
-
-
 # -- cross_entropy ---------------------------------------------------------------------------
 
 # Fluid declares ignore_index an int for cross_entropy and an int64 for softmax_with_cross_entropy.
@@ -94,18 +88,18 @@ def _infer_cross_entropy(ctx: InferContext) -> None:
     ctx.set_output("Y", (*x.shape[:-1], 1), x.dtype, lod_level=x.lod_level)
 
 
-def _row_labels(ctx: KernelContext, x: Any, label: Any) -> tuple[Any, Any, Any]:
-    """(X as [rows, classes], hard labels flattened to one per row with ignored rows set to 0, the mask of
-    rows that count or None when all do); raise on labels out of range or not one per row."""
+def _row_labels(ctx: KernelContext, x: Any, label: Any, slot: str = "X") -> tuple[Any, Any, Any]:
+    """(``x``, input ``slot``, as [rows, classes] (a view when ``x`` is C-contiguous), hard labels flattened to one
+    per row with ignored rows set to 0, the mask of rows that count or None when all do); raise on labels out of
+    range or not one per row."""
     classes = x.shape[-1]
     rows = x.reshape(-1, classes)
     flat = label.reshape(-1)
     if flat.shape[0] != rows.shape[0]:
-        raise kernel_error(ctx, f"Label {list(label.shape)} must hold one label per row of X {list(x.shape)}")
-    if flat.size:  # the common case costs two reductions: every label in range, none ignored
-        (low, high), ignore = min_max(ctx.xp, flat), ctx.attrs["ignore_index"]
-        if 0 <= low and high < classes and not low <= ignore <= high:
-            return rows, flat, None
+        raise kernel_error(ctx, f"Label {list(label.shape)} must hold one label per row of {slot} {list(x.shape)}")
+    ignore = ctx.attrs["ignore_index"]
+    if flat.size and not 0 <= ignore < classes and in_range(flat, classes):
+        return rows, flat, None  # the common case, for one reduction: every label a class, so none ignored
     valid, safe = _label_mask(ctx, flat, classes)
     return rows, safe, valid
 
@@ -183,45 +177,72 @@ def _infer_softmax_with_cross_entropy(ctx: InferContext) -> None:
     ctx.set_output("Loss", loss_shape, logits.dtype, lod_level=logits.lod_level)
 
 
+def _classes_first(a: Any, axis: int) -> Any:
+    """A copy of ``a`` with ``axis`` swapped with the first, in C order: reductions over the classes then
+    combine whole rows of the other elements at a time (along a short last axis numpy reduces element by
+    element, several times slower)."""
+    return a.swapaxes(axis, 0).copy()
+
+
+def _label_columns(ctx: KernelContext, classes_first: Any, label: Any, slot: str) -> tuple[Any, Any, Any, Any]:
+    """(``classes_first`` as [classes, columns] (a view), the flat hard labels per column with ignored ones set
+    to 0, the mask of the columns that count or None when all do, the column indices) for the hard ``label``,
+    its class axis swapped first; raise on labels out of range or not one per column."""
+    xp = ctx.xp
+    table = classes_first.reshape(classes_first.shape[0], -1)
+    _, flat, valid = _row_labels(ctx, table.T, label.reshape(-1), slot)
+    return table, flat, valid, xp.arange(flat.shape[0])
+
+
 def _softmax_with_cross_entropy(ctx: KernelContext, logits: Any, label: Any) -> tuple[Any, Any]:
-    """Softmax and cross-entropy in one numerically stable pass (log-sum-exp with the max subtracted)."""
+    """Softmax and cross-entropy in one numerically stable pass (log-sum-exp with the max subtracted), the
+    classes swapped first in a buffer of the kernel's own; hard labels checked with one reduction and picked by
+    fancy indexing. Softmax is that buffer seen with the classes back at ``axis``."""
     xp = ctx.xp
     axis = ctx.attrs["axis"] % logits.ndim
-    shifted = logits - logits.max(axis=axis, keepdims=True)
-    if ctx.attrs["soft_label"]:
-        # -sum(label * (shifted - lse)) = lse * sum(label) - sum(label * shifted)
-        weighted = (label * shifted).sum(axis=axis, keepdims=True)
-        total = label.sum(axis=axis, keepdims=True)
-    else:
-        valid, safe = _label_mask(ctx, label, logits.shape[axis])
-        weighted = xp.take_along_axis(shifted, safe, axis=axis)
+    shifted = _classes_first(logits, axis)
+    shifted -= shifted.max(axis=0)
+    target = label.swapaxes(axis, 0)
+    scale = valid = None
+    if ctx.attrs["soft_label"]:  # -sum(label * (shifted - lse)) = lse * sum(label) - sum(label * shifted)
+        minus = (target * shifted).sum(axis=0)
+        scale = target.sum(axis=0)
+    else:  # lse - shifted[label]
+        table, flat, valid, columns = _label_columns(ctx, shifted, target, "Logits")
+        minus = table[flat, columns].reshape(shifted.shape[1:])  # a copy: the exp below overwrites shifted
     exp = xp.exp(shifted, out=shifted)
-    denom = exp.sum(axis=axis, keepdims=True)
-    lse = xp.log(denom)
+    denom = exp.sum(axis=0)
+    loss = xp.log(denom)  # lse, then the loss in its buffer
     exp /= denom
-    if ctx.attrs["soft_label"]:
-        loss = lse * total - weighted  # type: ignore[possibly-undefined]  # set under the same condition
-    else:
-        loss = xp.where(valid, lse - weighted, 0).astype(logits.dtype, copy=False)  # type: ignore[possibly-undefined]  # ditto
-    return exp, loss
+    if scale is not None:
+        loss *= scale
+    loss -= minus
+    if valid is not None:
+        loss = xp.where(valid.reshape(loss.shape), loss, 0)
+    return exp.swapaxes(0, axis), loss[None].swapaxes(0, axis)
 
 
 def _softmax_with_cross_entropy_grad_kernel(
     ctx: KernelContext, label: Any, softmax: Any, dloss: Any, dsoftmax: Any
 ) -> Any:
     """dLogits from dLoss, (Softmax - onehot(Label)) * dLoss (soft: (Softmax - Label) * dLoss; 0 for
-    ignored rows), plus, when the Softmax output is used too, Softmax * (dSoftmax - sum(dSoftmax * Softmax))."""
+    ignored rows), plus, when the Softmax output is used too, Softmax * (dSoftmax - sum(dSoftmax * Softmax)).
+    The first term is computed with the classes swapped first, as the forward kernel computes."""
     xp = ctx.xp
     axis = ctx.attrs["axis"] % softmax.ndim
     out = None
     if dloss is not None:
+        grad = _classes_first(softmax, axis)
+        target, dloss = label.swapaxes(axis, 0), dloss.swapaxes(axis, 0)
         if ctx.attrs["soft_label"]:
-            out = softmax - label
+            grad -= target
         else:
-            valid, safe = _label_mask(ctx, label, softmax.shape[axis])
-            out = softmax - _one_hot(xp, safe, softmax.shape[axis], axis, softmax.ndim)
-            dloss = xp.where(valid, dloss, 0)
-        out *= dloss
+            table, flat, valid, columns = _label_columns(ctx, grad, target, "Softmax")
+            table[flat, columns] -= 1
+            if valid is not None:
+                dloss = xp.where(valid.reshape(dloss.shape), dloss, 0)
+        grad *= dloss
+        out = grad.swapaxes(0, axis)
     if dsoftmax is not None:
         through = dsoftmax * softmax
         through -= softmax * through.sum(axis=axis, keepdims=True)

@@ -12,6 +12,13 @@ when rows repeat: repeated rows are summed first wherever the update is not
 linear in the gradient. Only ``adam``'s ``lazy_mode`` departs from that, on
 purpose: it updates only the rows present in the gradient.
 ``LearningRate`` is a float tensor of one element.
+
+An update may run over coalesced buffers (``fuse-optimizer``: ``Param``, ``Grad``
+and the state the flat buffers of ``coalesce_tensor``, each parameter a view of
+its part): the arithmetic is elementwise, so it is the same. ``adam``'s
+``Beta1Pow`` and ``Beta2Pow`` then hold one power per parameter, all equal (the
+parameters of one optimizer advance them together): the update uses the first
+and advances all; powers that differ are an error.
 """
 
 from __future__ import annotations
@@ -46,8 +53,8 @@ def _infer_update(ctx: InferContext) -> None:
             continue
         state = ctx.tensor(slot)
         if slot.endswith("Pow"):
-            if numel(state.shape) not in (1, -1):
-                ctx.fail(f"{slot} {fmt(state)} must have one element, e.g. shape [1]")
+            if numel(state.shape) not in (1, -1) and not (len(state.shape) == 1 and state.shape[0] > 0):
+                ctx.fail(f"{slot} {fmt(state)} must have one element, e.g. shape [1] (or one per fused parameter)")
         elif not _same_shape(state, param):
             ctx.fail(f"{slot} {fmt(state)} must have the shape of Param {fmt(param)}")
     for slot, names in ctx.op.outputs.items():
@@ -159,6 +166,20 @@ def _adam_step(xp: Any, param: Any, m1: Any, m2: Any, g: Any, lr_t: Any, eps_t: 
     param -= step
 
 
+def _power(ctx: KernelContext, slot: str, power: Any) -> Any:
+    """The power of beta of ``slot`` as a 0-d array: its one element, or the first of its equal ones (a fused
+    update's, one per parameter); an error naming the op when they differ."""
+    first = power.reshape(-1)[:1].reshape(())
+    if power.size > 1 and bool((power != first).any()):
+        raise kernel_error(
+            ctx,
+            f"{slot} holds one power per fused parameter, and they differ ({ctx.xp.unique(power).tolist()}): "
+            "parameters whose powers differ cannot share one update (set BuildStrategy.fuse_all_optimizer_ops "
+            "to False)",
+        )
+    return first
+
+
 def _adam(
     ctx: KernelContext, param: Any, grad: Any, lr: Any, m1: Any, m2: Any, b1_pow: Any, b2_pow: Any
 ) -> tuple[Any, Any, Any, Any, Any]:
@@ -172,8 +193,8 @@ def _adam(
     """
     xp = ctx.xp
     b1, b2 = ctx.attrs["beta1"], ctx.attrs["beta2"]
-    bias2 = xp.sqrt(1 - b2_pow.reshape(()))
-    lr_t = lr.reshape(()) * bias2 / (1 - b1_pow.reshape(()))
+    bias2 = xp.sqrt(1 - _power(ctx, "Beta2Pow", b2_pow))
+    lr_t = lr.reshape(()) * bias2 / (1 - _power(ctx, "Beta1Pow", b1_pow))
     eps_t = ctx.attrs["epsilon"] * bias2
     grad = _gradient(ctx, param, grad)
     if isinstance(grad, SelectedRows) and ctx.attrs["lazy_mode"]:

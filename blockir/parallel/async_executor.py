@@ -17,7 +17,9 @@ without locks. The optimizer kernels (``sgd``, ``momentum``, ``adagrad``, ``adam
 arrays in place, so each worker's updates land in the one shared array as they happen and the
 plan's write-back stores that same array again. A persistable that an op replaces by a new array
 instead (e.g. a counter) is written back at the end of each batch: workers race on it at batch
-granularity, still without a lock.
+granularity, still without a lock. The workers' plans are built without ``fuse_all_optimizer_ops``
+(the other fusions stay on): a fused update works on a buffer of its own that its plan lays the
+parameters out in, where each worker must update the arrays the others update.
 
 ``mode="thread"`` (the default): workers are threads. numpy releases the GIL in large array
 operations only, so threads scale as far as the kernels do. ``mode="process"``: workers are
@@ -63,6 +65,7 @@ from blockir.ir.core import Program, Variable
 from blockir.ir.dtypes import VarKind
 from blockir.ops.distributed import DISTRIBUTED_LOOKUP_TABLE, PS_CLIENT
 from blockir.ops.values import LoDTensor
+from blockir.runtime.compiled import BuildStrategy
 from blockir.runtime.device import get_device
 from blockir.runtime.executor import Executor, _name
 from blockir.runtime.memory import keep_freed_memory, release_freed_memory
@@ -234,7 +237,7 @@ class AsyncExecutor:
         an epoch after the first compiles nothing); compiled here, so that their errors come first."""
         with self._lock:
             lent, self._idle = self._idle[:workers], self._idle[workers:]
-        lent += [Executor(self.place, scheduler="sequential") for _ in range(workers - len(lent))]
+        lent += [_worker_executor(self.place) for _ in range(workers - len(lent))]
         for exe in lent:
             exe.check_nan_inf = self.check_nan_inf
         try:
@@ -269,9 +272,9 @@ class AsyncExecutor:
 
         with ExitStack() as stack:
             plans = stack.enter_context(self._plans(program, job, workers))
-            for _, name, _ in plans[0].writebacks:  # a persistable the program makes lands in the root, shared
-                if name not in root:
-                    root.var(name)
+            for written in plans[0].writebacks:  # a persistable the program makes lands in the root, shared
+                if written.name not in root:
+                    root.var(written.name)
             threads = [
                 threading.Thread(target=work, args=(k, plans[k]), name=f"blockir-async-{k}") for k in range(workers)
             ]
@@ -293,7 +296,7 @@ class AsyncExecutor:
     ) -> list[_Result]:
         with self._plans(program, job, 1) as plans:  # its errors come first, and it names the values
             plan = plans[0]
-        made = {name for _, name, _ in plan.writebacks}
+        made = {written.name for written in plan.writebacks}
         missing = sorted(n for n in made if getattr(root.find_var(n), "value", None) is None)
         if missing:
             raise BlockirError(
@@ -639,12 +642,19 @@ def _close_pools(pools: list[_Pool]) -> None:
         pools.pop().close()
 
 
+def _worker_executor(place: str | Place) -> Executor:
+    """An executor for a worker: sequential, its plans without fused optimizer updates (module docstring)."""
+    strategy = BuildStrategy()
+    strategy.fuse_all_optimizer_ops = False
+    return Executor(place, scheduler="sequential", build_strategy=strategy)
+
+
 def _serve(conn: Any, lock: Any, place: str) -> None:
     """A worker process: runs each spec it is sent, sends back the report, until its connection closes."""
     gc.freeze()  # what the process was forked with: never traversed by its collections (and not copied)
     keep_freed_memory()
     program: tuple[bytes, Program] | None = None  # the last one, parsed
-    with Executor(place, scheduler="sequential") as exe:  # its plans serve later runs of the same program
+    with _worker_executor(place) as exe:  # its plans serve later runs of the same program
         while True:
             try:
                 k, spec = conn.recv()
@@ -686,7 +696,7 @@ def _work(k: int, spec: _ProcessSpec, program: Program, exe: Executor, lock: Any
                 i = control.take()
                 return spec.files[i] if i < len(spec.files) else None
 
-            written = [(name, shared[name]) for _, name, _ in plan.writebacks if name in shared]
+            written = [(w.name, shared[w.name]) for w in plan.writebacks if w.name in shared]
 
             def write_back() -> None:  # a value an op replaced (instead of updating it in place) goes to the block
                 for name, array in written:

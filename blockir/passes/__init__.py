@@ -3,7 +3,7 @@
 ``run(program, "prune{targets=loss},deps")`` returns the transformed clone and a
 report; ``registered_passes()`` lists the passes, and the named pipelines
 (:mod:`blockir.passes.pipelines`: ``default-device-pipeline``,
-``inference-pipeline``), by name. The plain functions ``prune`` and
+``inference-pipeline``; :mod:`blockir.passes.fuse`: ``fuse``), by name. The plain functions ``prune`` and
 ``inference`` transform a program in place.
 """
 
@@ -13,6 +13,8 @@ from blockir.passes.data_parallel import DataParallel
 from blockir.passes.deps import Deps, dependency_graph
 from blockir.passes.distribute import Distribute
 from blockir.passes.feed_fetch import FeedFetch
+from blockir.passes.fuse import Fuse, FuseElementwiseAct, FuseFC, FuseSoftmaxCE
+from blockir.passes.fuse_optimizer import FuseOptimizer
 from blockir.passes.inference import Inference, inference
 from blockir.passes.manager import (
     Instrument,
@@ -40,6 +42,11 @@ __all__ = [
     "Deps",
     "Distribute",
     "FeedFetch",
+    "Fuse",
+    "FuseElementwiseAct",
+    "FuseFC",
+    "FuseOptimizer",
+    "FuseSoftmaxCE",
     "Inference",
     "InferencePipeline",
     "InsertCopies",

@@ -1,6 +1,9 @@
-"""``CompiledProgram``: a program with data parallelism, as Fluid 1.x's ``CompiledProgram`` builds one.
+"""``CompiledProgram``: a program with a build strategy and data parallelism, as Fluid's ``CompiledProgram``.
 
-``CompiledProgram(main).with_data_parallel(loss_name=..., places=[...])`` runs
+``CompiledProgram(main, build_strategy=...)`` runs ``main`` with the fusion
+passes its :class:`BuildStrategy` asks for (the executor applies them to any
+program, with its own strategy; with data parallelism, to the replicated
+program). ``.with_data_parallel(loss_name=..., places=[...])`` runs
 ``main`` replicated over ``places`` when an :class:`~blockir.runtime.Executor`
 runs it: the ``data-parallel`` pass (:mod:`blockir.passes.data_parallel`) makes
 the replicated program, once per set of fetch targets (they are gathered from
@@ -14,7 +17,7 @@ from __future__ import annotations
 
 import enum
 import os
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -25,11 +28,14 @@ from blockir.ir.core import Program
 from blockir.ir.devices import checked_device, device_kind
 from blockir.ops.values import LoDTensor
 from blockir.passes.data_parallel import DataParallel
+from blockir.passes.fuse import Fuse
 from blockir.passes.manager import run as run_pipeline
 from blockir.runtime.cuda import device_names
 from blockir.runtime.memory import keep_freed_memory
 
-__all__ = ["BuildStrategy", "CompiledProgram", "ExecutionStrategy", "cpu_places", "cuda_places"]
+__all__ = ["BuildStrategy", "CompiledProgram", "ExecutionStrategy", "Fusions", "cpu_places", "cuda_places"]
+
+Fusions = tuple[bool, bool, bool, bool]  # BuildStrategy.fusions(): the fuse pipeline's fc, elementwise_act, ...
 
 
 def cpu_places(count: int | None = None) -> list[str]:
@@ -48,7 +54,25 @@ def cuda_places(device_ids: Sequence[int] | None = None) -> list[str]:
 
 
 class BuildStrategy:
-    """How the replicated program is built (Fluid's ``BuildStrategy``)."""
+    """How a program is built into what runs (Fluid's ``BuildStrategy``): the fusion passes, and for data
+    parallelism how the replicated program is built.
+
+    Fusion (:mod:`blockir.passes.fuse`), each on by default (Paddle's are off): the fused ops compute what the
+    ops they replace compute, to float32 rounding, in fewer steps and keeping fewer intermediate values.
+
+    - ``fuse_gemm_epilogue`` (Paddle's name for fusing a matrix product, its bias and activation):
+      ``fuse-fc``, mul + elementwise_add (+ relu, sigmoid, tanh) and their gradient ops into fc and fc_grad;
+    - ``fuse_elewise_add_act_ops`` (Paddle's): ``fuse-elementwise-act``, elementwise_add + activation and their
+      gradient ops into fused_elemwise_activation and its gradient;
+    - ``fuse_softmax_with_cross_entropy`` (blockir's own; Paddle has no such flag): ``fuse-softmax-ce``,
+      softmax + cross_entropy and their gradient ops into softmax_with_cross_entropy and its gradient;
+    - ``fuse_all_optimizer_ops`` (Paddle's): ``fuse-optimizer``, the sgd, momentum or adam updates into one
+      op per group over buffers made by coalesce_tensor, each parameter and its state a view of its part
+      (the scope keeps the views: setting or loading a parameter copies into its view). Each parameter gets
+      exactly the update it got alone. With data parallelism it fuses the replicated program's updates of
+      each stream over threads on one device; over several devices none (each parameter is read on every
+      device). ``AsyncExecutor`` turns it off (Hogwild shares the parameters' own arrays).
+    """
 
     class ReduceStrategy(enum.Enum):
         AllReduce = "all-reduce"  # every device reduces every gradient and applies every update
@@ -64,6 +88,44 @@ class BuildStrategy:
         # All-reduce dense gradients over devices with one collective each (the pass's collective=true): NCCL
         # on GPUs. None: on for cuda:N places, off for cpu:N (there one reduction per device, in parallel).
         self.collective: bool | None = None
+        self.fuse_gemm_epilogue = True
+        self.fuse_elewise_add_act_ops = True
+        self.fuse_softmax_with_cross_entropy = True
+        self.fuse_all_optimizer_ops = True
+
+    def fusions(self) -> Fusions:
+        """The fusion flags, in the order of the ``fuse`` pipeline's options (``fc``, ``elementwise_act``,
+        ``softmax_ce``, ``optimizer``): what an executor caches its plans by."""
+        return (
+            bool(self.fuse_gemm_epilogue),
+            bool(self.fuse_elewise_add_act_ops),
+            bool(self.fuse_softmax_with_cross_entropy),
+            bool(self.fuse_all_optimizer_ops),
+        )
+
+
+def build_strategy_or_default(strategy: BuildStrategy | None) -> BuildStrategy:
+    """``strategy``, or a new :class:`BuildStrategy` when None; an error when it is not one."""
+    if strategy is None:
+        return BuildStrategy()
+    if not isinstance(strategy, BuildStrategy):
+        raise BlockirError(f"build_strategy must be a BuildStrategy, got {type(strategy).__name__}")
+    return strategy
+
+
+def fuse_pipeline(fusions: Fusions, keep: Iterable[str]) -> Fuse | None:
+    """The ``fuse`` pipeline that :meth:`BuildStrategy.fusions` asks for, keeping the values of ``keep``
+    (fetched and fed); None when every fusion is off."""
+    if not any(fusions):
+        return None
+    fc, elementwise_act, softmax_ce, optimizer = fusions
+    return Fuse(
+        keep=tuple(sorted(set(keep))),
+        fc=fc,
+        elementwise_act=elementwise_act,
+        softmax_ce=softmax_ce,
+        optimizer=optimizer,
+    )
 
 
 @dataclass
@@ -81,15 +143,16 @@ class ExecutionStrategy:
 
 
 class CompiledProgram:
-    """A program to run with data parallelism (:meth:`with_data_parallel`); an executor runs it like a program."""
+    """A program to run with ``build_strategy`` (default: :class:`BuildStrategy`'s defaults), replicated when
+    :meth:`with_data_parallel` asks; an executor runs it like a program, fused as the strategy says."""
 
-    def __init__(self, program: Program) -> None:
+    def __init__(self, program: Program, build_strategy: BuildStrategy | None = None) -> None:
         if not isinstance(program, Program):
             raise BlockirError(f"CompiledProgram needs a Program, got {type(program).__name__}")
         self.program = program
         self.places: list[str] = []
         self.loss_name = ""
-        self.build_strategy = BuildStrategy()
+        self.build_strategy = build_strategy_or_default(build_strategy)
         self.exec_strategy = ExecutionStrategy()
         self._built: dict[tuple[int, tuple[str, ...], bool], Program] = {}
 
@@ -100,10 +163,12 @@ class CompiledProgram:
         exec_strategy: ExecutionStrategy | None = None,
         places: Sequence[str] | None = None,
     ) -> CompiledProgram:
-        """Replicate the program over ``places`` (default :func:`cpu_places`), one replica per place."""
+        """Replicate the program over ``places`` (default :func:`cpu_places`), one replica per place;
+        ``build_strategy`` replaces the one given when the program was made."""
         self.loss_name = getattr(loss_name, "name", loss_name)
         self.places = [checked_device(str(p), "a place of with_data_parallel") for p in (places or cpu_places())]
-        self.build_strategy = build_strategy or BuildStrategy()
+        if build_strategy is not None:
+            self.build_strategy = build_strategy_or_default(build_strategy)
         self.exec_strategy = exec_strategy or ExecutionStrategy()
         if self.exec_strategy.keep_freed_memory:
             keep_freed_memory()

@@ -236,6 +236,8 @@ def get_device(name: str, where: object = None) -> Device:
 def value_device(value: Any) -> str:
     """The device a value (dense, LoDTensor or SelectedRows) is on: ``cuda:N`` for a CuPy array on GPU N,
     else the host (numpy arrays of virtual CPU devices look like the host's)."""
+    if type(value) is np.ndarray:  # the common case, first: a run asks for each value fed
+        return HOST
     array = value.data if isinstance(value, LoDTensor) else value.values if isinstance(value, SelectedRows) else value
     gpu = getattr(getattr(array, "device", None), "id", None)  # numpy 2's ndarray.device is the string "cpu"
     return HOST if gpu is None else format_device("cuda", gpu)

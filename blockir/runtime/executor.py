@@ -15,7 +15,7 @@ from blockir.ir.devices import HOST, checked_device
 from blockir.passes.manager import PassReport
 from blockir.passes.manager import run as run_pipeline
 from blockir.passes.pipelines import DefaultDevicePipeline
-from blockir.runtime.compiled import CompiledProgram
+from blockir.runtime.compiled import BuildStrategy, CompiledProgram, Fusions, build_strategy_or_default, fuse_pipeline
 from blockir.runtime.device import get_device, value_device
 from blockir.runtime.place import Place, as_place
 from blockir.runtime.plan import SCHEDULERS, Plan, check_block, compile_plan
@@ -72,21 +72,27 @@ class Executor:
     """Runs programs, Fluid's ``Executor``; ``place`` (``"cpu"``, ``"cpu:2"``, ``"cuda:0"``, ``CPUPlace()``)
     is where ops that the program places nowhere run.
 
-    A program with anything off the host (an op, block, variable or program
-    device, an executor place other than ``cpu``, more than one compute stream,
-    or a value fed already on a GPU) runs as the named pipeline
+    A program runs as a pipeline of passes makes of it, through the pass
+    manager in its cheap mode (no snapshots) on a clone; the program itself is
+    never changed. First the fusion passes ``build_strategy`` asks for (a
+    :class:`~blockir.runtime.compiled.BuildStrategy`, every fusion on by
+    default; a :class:`~blockir.runtime.compiled.CompiledProgram` brings its
+    own): ``fuse{keep=FETCHED,FED ...}`` (:mod:`blockir.passes.fuse`), which
+    never fuses away a value the run fetches or feeds. Then, for a program
+    with anything off the host (an op, block, variable or program device, an
+    executor place other than ``cpu``, more than one compute stream, or a
+    value fed already on a GPU), the named pipeline
     ``default-device-pipeline{default=PLACE compute=N fed=NAME@DEVICE,...}``
     (:mod:`blockir.passes.pipelines`: ``place``, ``insert-copies``,
-    ``streams``) makes of it, through the pass manager in its cheap mode (no
-    snapshots) on a clone; the program itself is never changed. Any other
-    program runs as it is (the empty pipeline). :meth:`pass_report` gives the
-    pipeline's :class:`~blockir.passes.PassReport` (its ``pipeline`` is the
-    string ``blockir opt -p`` reruns) and :meth:`compiled_program` its result.
+    ``streams``). A program needing neither runs as it is (the empty
+    pipeline). :meth:`pass_report` gives the pipeline's
+    :class:`~blockir.passes.PassReport` (its ``pipeline`` is the string
+    ``blockir opt -p`` reruns) and :meth:`compiled_program` its result.
     Each program block is compiled into a :class:`~blockir.runtime.plan.Plan`
-    once per (program, program state, feed names, fetch names) and the plan is
-    cached; a program changed through the IR API is transformed and compiled
-    again on its next run. The cache keeps the plans of at most ``max_plans``
-    program states.
+    once per (program, program state, feed names, fetch names, fusion flags)
+    and the plan is cached; a program changed through the IR API is
+    transformed and compiled again on its next run. The cache keeps the plans
+    of at most ``max_plans`` program states.
 
     The ``streams`` pass of that pipeline gives each device ``compute_streams``
     compute streams (independent branches round-robin over them); a block whose
@@ -125,6 +131,7 @@ class Executor:
         num_threads: int | None = None,
         compute_streams: int = 1,
         check_nan_inf: bool = False,
+        build_strategy: BuildStrategy | None = None,
     ) -> None:
         if not isinstance(max_plans, int) or max_plans < 1:
             raise BlockirError(f"max_plans must be a positive int, got {max_plans!r}")
@@ -139,10 +146,13 @@ class Executor:
         self.scheduler = scheduler
         self.num_threads = num_threads
         self.check_nan_inf = check_nan_inf
+        self.build_strategy = build_strategy_or_default(build_strategy)
         self._pool = WorkerPool()
         self._finalizer = weakref.finalize(self, self._pool.close)
-        self._plans: dict[tuple, Plan] = {}  # (id, mutation, feed names, fetch names, GPU feeds, check) -> plan
-        self._prepared: dict[tuple, _Prepared] = {}  # (id, mutation, GPU feeds) -> the program as it runs
+        # (id, mutation, feed names, fetch names, GPU feeds, fusions, check) -> plan
+        self._plans: dict[tuple, Plan] = {}
+        # (id, mutation, GPU feeds, the fuse pipeline: its flags and the names it keeps) -> the program as it runs
+        self._prepared: dict[tuple, _Prepared] = {}
 
     def plan(self, program: Program, feed_names: Iterable[str] = (), fetch_list: Iterable[Any] | None = None) -> Plan:
         """The (cached) plan that :meth:`run` uses for these feed names and fetch targets."""
@@ -155,16 +165,21 @@ class Executor:
         feed_names: frozenset[str],
         fetch: tuple[str, ...] | None,
         on_gpu: frozenset[tuple[str, str]] = frozenset(),
+        fusions: Fusions | None = None,
     ) -> Plan:
+        """The plan for these feeds and fetch targets; ``fusions`` (default: the executor's build strategy's)
+        say which fusion passes run."""
+        if fusions is None:
+            fusions = self.build_strategy.fusions()
         check_nan_inf = bool(self.check_nan_inf)
-        key = (id(program), program.mutation, feed_names, fetch, on_gpu, check_nan_inf)
+        key = (id(program), program.mutation, feed_names, fetch, on_gpu, fusions, check_nan_inf)
         plan = self._plans.get(key)
         if plan is None:
             plan = _remember(
                 self._plans,
                 key,
                 compile_plan(
-                    self._prepare(program, on_gpu).program,
+                    self._prepare(program, on_gpu, feed_names, fetch, fusions).program,
                     feed_names,
                     fetch,
                     self.place,
@@ -176,29 +191,49 @@ class Executor:
             )
         return plan
 
-    def pass_report(self, program: Program, feed: Mapping[str, Any] | None = None) -> PassReport:
+    def pass_report(
+        self, program: Program, feed: Mapping[str, Any] | None = None, fetch_list: Iterable[Any] | None = None
+    ) -> PassReport:
         """The report of the pipeline this executor applies to ``program`` (in its current state) when it runs
-        with ``feed`` (which values are on a GPU matters, not their names); ``report.pipeline`` is that
-        pipeline, empty for a program that runs as it is. Transforms the program if no run did yet."""
-        return self._prepare(program, _on_gpu(feed or {})).report
+        with ``feed`` and ``fetch_list`` (the names fetched and fed are kept from fusion; which values are on a
+        GPU matters); ``report.pipeline`` is that pipeline, empty for a program that runs as it is.
+        Transforms the program if no run did yet."""
+        return self._prepare_for(program, feed or {}, fetch_list).report
 
-    def compiled_program(self, program: Program, feed: Mapping[str, Any] | None = None) -> Program:
-        """A copy of what this executor compiles ``program`` into plans from when it runs with ``feed``:
-        the result of the pipeline :meth:`pass_report` describes."""
-        return self._prepare(program, _on_gpu(feed or {})).program.clone()
+    def compiled_program(
+        self, program: Program, feed: Mapping[str, Any] | None = None, fetch_list: Iterable[Any] | None = None
+    ) -> Program:
+        """A copy of what this executor compiles ``program`` into plans from when it runs with ``feed`` and
+        ``fetch_list``: the result of the pipeline :meth:`pass_report` describes."""
+        return self._prepare_for(program, feed or {}, fetch_list).program.clone()
 
-    def _prepare(self, program: Program, on_gpu: frozenset[tuple[str, str]]) -> _Prepared:
-        """``program`` itself when it runs as it is, else its clone through the default pipeline (cached);
-        ``on_gpu``: (name, device) of the variables fed with values already on a GPU."""
-        if self._pipeline.default == HOST and self._pipeline.compute == 1 and not on_gpu and not _off_host(program):
+    def _prepare_for(self, program: Program, feed: Mapping[str, Any], fetch_list: Iterable[Any] | None) -> _Prepared:
+        fetch = None if fetch_list is None else tuple(_name(f) for f in fetch_list)
+        return self._prepare(program, _on_gpu(feed), frozenset(feed), fetch, self.build_strategy.fusions())
+
+    def _prepare(
+        self,
+        program: Program,
+        on_gpu: frozenset[tuple[str, str]],
+        feed_names: frozenset[str],
+        fetch: tuple[str, ...] | None,
+        fusions: Fusions,
+    ) -> _Prepared:
+        """``program`` itself when it runs as it is, else its clone through the fusion passes and the default
+        pipeline (cached); ``on_gpu``: (name, device) of the variables fed with values already on a GPU;
+        ``feed_names`` and ``fetch`` are kept from fusion."""
+        fuse = fuse_pipeline(fusions, feed_names | set(fetch or ()))
+        devices = self._pipeline.default != HOST or self._pipeline.compute != 1 or bool(on_gpu) or _off_host(program)
+        if fuse is None and not devices:
             return _Prepared(program, PassReport(""))
-        key = (id(program), program.mutation, on_gpu)
+        key = (id(program), program.mutation, on_gpu, fuse)
         prepared = self._prepared.get(key)
         if prepared is None:
             for block in program.blocks:  # errors name the ops as the program has them, before passes trip on them
                 check_block(block)
-            pipeline = dataclasses.replace(self._pipeline, fed=tuple(sorted(f"{n}@{d}" for n, d in on_gpu)))
-            prepared = _Prepared(*run_pipeline(program, [pipeline], verify=False, snapshots=False))
+            pipeline = [dataclasses.replace(self._pipeline, fed=tuple(sorted(f"{n}@{d}" for n, d in on_gpu)))]
+            passes = ([fuse] if fuse is not None else []) + (pipeline if devices else [])
+            prepared = _Prepared(*run_pipeline(program, passes, verify=False, snapshots=False))
             _remember(self._prepared, key, prepared, self.max_plans)
         return prepared
 
@@ -235,25 +270,31 @@ class Executor:
         program itself is never modified.
         """
         fetch = None if fetch_list is None else tuple(_name(f) for f in fetch_list)
+        fusions = self.build_strategy.fusions()
         if program is None:
             program = default_main_program()
         elif isinstance(program, CompiledProgram):
-            per_place = feed is not None and not isinstance(feed, Mapping)  # Fluid's list of dicts
-            if feed is not None:
-                feed = program.merged_feed(feed)
-            program = program.replicated(fetch or (), sections=per_place)
+            fusions = program.build_strategy.fusions()
+            if program.places:  # with data parallelism
+                per_place = feed is not None and not isinstance(feed, Mapping)  # Fluid's list of dicts
+                if feed is not None:
+                    feed = program.merged_feed(feed)
+                program = program.replicated(fetch or (), sections=per_place)
+            else:
+                program = program.program
         elif not isinstance(program, Program):
             raise BlockirError(f"Executor.run needs a Program or a CompiledProgram, got {type(program).__name__}")
         if feed is None:
             feed = {}
         elif not isinstance(feed, Mapping):
             raise BlockirError(f"feed must be a dict of variable name -> value, got {type(feed).__name__}")
-        plan = self._plan(program, frozenset(feed), fetch, _on_gpu(feed))
+        feed_names, on_gpu = frozenset(feed), _on_gpu(feed)
+        plan = self._plan(program, feed_names, fetch, on_gpu, fusions)
         if not self._finalizer.alive:
             raise BlockirError("this executor is closed")
         tracer = None
         if trace is not None:
-            prepared = self._prepare(program, _on_gpu(feed))
+            prepared = self._prepare(program, on_gpu, feed_names, fetch, fusions)
             ran = {"program": program.digest(), "compiled": prepared.program.digest()}
             tracer = Tracer(plan.steps, plan.copies_from, dict(ran, pipeline=prepared.report.pipeline))
         fetched = plan.run(feed, global_scope() if scope is None else scope, return_numpy, self._pool, tracer)

@@ -12,7 +12,9 @@ used last, so that it is freed right after; then each op becomes a step
 ``gather`` / ``scatter`` over value slots, where LoD is dropped before the
 kernel and put back after it, and the slots to free after it), and the steps
 get their schedule. :meth:`Plan.run` then checks the feeds, fills a list of
-values indexed by slot and walks the steps. With ``check_nan_inf`` each
+values indexed by slot and walks the steps. An input slot an op leaves unbound
+reads a value slot that always holds None, so that the gather of a step whose
+inputs are plain values is one ``itemgetter``. With ``check_nan_inf`` each
 kernel is wrapped to stop at NaN or inf (:mod:`blockir.runtime.nan_inf`);
 without it nothing is.
 
@@ -97,13 +99,19 @@ __all__ = [
 ]
 
 RUN_SLOT = "@run"  # the value slot of the run context (not a variable name: names never hold '@' first)
+UNBOUND_SLOT = "@unbound"  # a value slot never written, read for the input slots an op leaves unbound: None
 _CHANNELS = (VarKind.CHANNEL, VarKind.CHANNEL_LIST)
 SCHEDULERS = ("sequential", "dataflow")
 
 
 def shape_matches(declared: tuple[int, ...], shape: tuple[int, ...]) -> bool:
     """Whether ``shape`` fits the declared shape: same rank, equal dims where declared >= 0 (-1: any size)."""
-    return len(shape) == len(declared) and all(d < 0 or d == s for d, s in zip(declared, shape))
+    if len(shape) != len(declared):
+        return False
+    for d, s in zip(declared, shape):  # a loop, not all(...) over a generator: each run checks each feed
+        if d >= 0 and d != s:
+            return False
+    return True
 
 
 def _declared(var: Variable) -> str:
@@ -138,8 +146,26 @@ class FeedSpec:
             ) from None
         return FeedSpec(slot, var.name, var.kind, dtype, var.shape, var.lod_level, device)
 
+    @functools.cached_property
+    def _takes_arrays(self) -> bool:
+        """Whether a numpy array of the declared dtype and shape is fed as it is: a dense variable without LoD,
+        fed on the host."""
+        return (
+            self.kind is VarKind.LOD_TENSOR
+            and not self.lod_level
+            and self.dtype is not None
+            and device_kind(self.device) != "cuda"
+        )
+
     def check(self, value: Any) -> Any:
         """The value to put in the slot; an error naming the variable when ``value`` does not fit it."""
+        if (
+            type(value) is np.ndarray  # the common case first, at the cost of three comparisons
+            and self._takes_arrays
+            and value.dtype == self.dtype
+            and (self.shape is None or shape_matches(self.shape, value.shape))
+        ):
+            return value
         if device_kind(self.device) == "cuda" or value_device(value) != HOST:
             if value_device(value) != self.device:
                 raise BlockirError(
@@ -209,7 +235,7 @@ def _data(value: Any) -> Any:
 
 
 def _getter(slots: list[int | None], slot: Slot, unwrap: set[int]) -> Callable[[list], Any]:
-    """Reads the argument of one input slot: a value, a list (duplicable slot) or None (absent)."""
+    """Reads the argument of one input slot: a value, or a list (duplicable slot; None for an unbound entry)."""
 
     def one(i: int | None) -> Callable[[list], Any]:
         if i is None:
@@ -219,15 +245,13 @@ def _getter(slots: list[int | None], slot: Slot, unwrap: set[int]) -> Callable[[
     if slot.duplicable:
         getters = [one(i) for i in slots]
         return lambda values: [g(values) for g in getters]
-    return one(slots[0] if slots else None)
+    return one(slots[0])
 
 
 def _make_gather(args: list[tuple[Slot, list[int | None]]], unwrap: set[int]) -> Gather:
-    simple = [
-        s[0]
-        for slot, s in args
-        if not slot.duplicable and len(s) == 1 and s[0] is not None and (slot.lod or s[0] not in unwrap)
-    ]
+    """Reads the arguments of the input slots ``args`` (each with its value slots: one for a slot that is not
+    duplicable); an itemgetter when each is one value read as it is."""
+    simple = [cast(int, s[0]) for slot, s in args if not slot.duplicable and (slot.lod or s[0] not in unwrap)]
     if len(simple) == len(args):
         if not simple:
             return _no_args
@@ -266,26 +290,29 @@ def _store(slots: list[int | None], duplicable: bool, lod_from: int | None) -> C
     return store
 
 
-def _make_scatter(outs: list[tuple[Slot, list[int | None], bool, int | None]]) -> Scatter:
-    """``outs``: per output slot of the schema, (slot, value slots, wanted, LoD source slot)."""
+def _make_scatter(outs: list[tuple[Slot, list[int | None], bool, int | None]]) -> tuple[Scatter, int]:
+    """``outs``: per output slot of the schema, (slot, value slots, wanted, LoD source slot). With the scatter,
+    the value slot that takes the kernel's result as it is when that is all the scatter does (one output slot
+    binding one variable, wanted, no LoD to share: the run loop stores it itself), else -1."""
     stores = [
         (k, _store(slots, slot.duplicable, lod_from))
         for k, (slot, slots, wanted, lod_from) in enumerate(outs)
         if wanted
     ]
     if not stores:
-        return lambda values, result: None
+        return (lambda values, result: None), -1
     if len(outs) == 1:
-        return stores[0][1]
+        slot, slots, _, lod_from = outs[0]
+        return stores[0][1], (cast(int, slots[0]) if not slot.duplicable and lod_from is None else -1)
     if len(stores) == 1:
         k, store = stores[0]
-        return lambda values, result: store(values, result[k])
+        return (lambda values, result: store(values, result[k])), -1
 
     def scatter(values: list, result: Any) -> None:
         for k, store in stores:
             store(values, result[k])
 
-    return scatter
+    return scatter, -1
 
 
 # -- compiling: the ops ---------------------------------------------------------------------
@@ -475,7 +502,7 @@ def compile_plan(
         )
 
     steps = _make_steps(infos, slots, flow.may_lod, liveness, compile_block, check_nan_inf)
-    required = _required(infos)
+    required, views = _required(infos), _views(infos)
     schedule = None
     if scheduler == "dataflow" and any(s.stream != steps[0].stream for s in steps):
         schedule = _schedule(block, framing.ops, infos, steps, slots, num_threads)
@@ -490,12 +517,30 @@ def compile_plan(
             for n, reader in flow.external.items()
         ),
         fetches=tuple(Fetch(slots[v.name], v.name, v.persistable, flow.located[v.name]) for v in fetch_vars),
-        writebacks=tuple(Writeback(slots[n], n, flow.located[n]) for n in sorted(liveness.persistable_out)),
+        writebacks=tuple(Writeback(slots[n], n, flow.located[n], n in views) for n in sorted(liveness.persistable_out)),
         schedule=schedule,
         copies_from=_copies_from(infos, slots),
         run_slot=slots.get(RUN_SLOT),
-        channels=tuple(i for n, i in slots.items() if n != RUN_SLOT and block.find_var_recursive(n).kind in _CHANNELS),
+        channels=tuple(
+            i
+            for n, i in slots.items()
+            if n not in (RUN_SLOT, UNBOUND_SLOT) and block.find_var_recursive(n).kind in _CHANNELS
+        ),
     )
+
+
+def _views(infos: list[_OpInfo]) -> set[str]:
+    """The variables whose last writer makes them views of memory it owns (its schema's ``views`` slots): the
+    write-back binds them in the scope."""
+    views: set[str] = set()
+    for info in infos:
+        for slot, names in info.outputs:
+            for name in _bound(names):
+                if slot.name in info.schema.views:
+                    views.add(name)
+                else:
+                    views.discard(name)
+    return views
 
 
 def _required(infos: list[_OpInfo]) -> set[str]:
@@ -585,11 +630,26 @@ class _Liveness(NamedTuple):
     persistable_out: set[str]  # the persistable variables the ops write, written back to the scope
 
 
+def _viewed(block: Block, infos: list[_OpInfo]) -> set[str]:
+    """The values that persistables view: the other outputs of an op that makes persistables views of them (its
+    schema's ``views`` slots; coalesce_tensor's FusedOutput). They live as long as the persistables: an op
+    updating one in place updates them."""
+    viewed: set[str] = set()
+    for info in infos:
+        views = [n for slot, names in info.outputs if slot.name in info.schema.views for n in _bound(names)]
+        if any(block.find_var_recursive(n).persistable for n in views):
+            viewed.update(
+                n for slot, names in info.outputs if slot.name not in info.schema.views for n in _bound(names)
+            )
+    return viewed
+
+
 def _liveness(block: Block, infos: list[_OpInfo], slots: _Slots, fetch_names: tuple[str, ...]) -> _Liveness:
-    """Backward over the ops from the fetches and the persistables written: which outputs anybody reads,
-    and what dies after each op."""
+    """Backward over the ops from the fetches, the persistables written and the values persistables view: which
+    outputs anybody reads, and what dies after each op."""
     persistable_out = {n for info in infos for n in info.writes if block.find_var_recursive(n).persistable}
-    live = {slots[n] for n in (*fetch_names, *persistable_out)}  # live after the op at hand
+    viewed = _viewed(block, infos)
+    live = {slots[n] for n in (*fetch_names, *persistable_out, *viewed)}  # live after the op at hand
     frees: list[tuple[int, ...]] = []
     wants: list[tuple[bool, ...]] = []
     for info in reversed(infos):
@@ -731,13 +791,20 @@ def _make_step(
         return [None if n == EMPTY_VAR else slots[n] for n in names]
 
     unwrap = {slots[n] for slot, names in info.inputs if not slot.lod for n in _bound(names) if n in may_lod}
-    gather = _make_gather([(slot, numbered(names)) for slot, names in info.inputs], unwrap)
+    # An unbound slot reads the None of UNBOUND_SLOT: the gather stays one itemgetter, as for bound slots.
+    gather = _make_gather(
+        [
+            (slot, numbered(names) if slot.duplicable or _bound(names) else [slots[UNBOUND_SLOT]])
+            for slot, names in info.inputs
+        ],
+        unwrap,
+    )
     lod_src = {}
     for slot, _ in info.outputs:
         src = [n for n in _lod_sources(info, slot.name) if n in may_lod]
         if src:
             lod_src[slot.name] = slots[src[0]]
-    scatter = _make_scatter(
+    scatter, store = _make_scatter(
         [(slot, numbered(names), want, lod_src.get(slot.name)) for (slot, names), want in zip(info.outputs, wants)]
     )
     if info.lowering is Lowering.CONTROL:
@@ -764,6 +831,7 @@ def _make_step(
         inputs=tuple((s.name, n, slots[n]) for s, names in info.inputs for n in _bound(names)),
         stream=info.stream,
         op_id=info.op.id,
+        store=store,
     )
 
 
@@ -796,11 +864,13 @@ class Fetch(NamedTuple):
 
 
 class Writeback(NamedTuple):
-    """A persistable variable the plan writes, stored in the scope after the run."""
+    """A persistable variable the plan writes, stored in the scope after the run (bound there as a view, with
+    ``bind``: :meth:`blockir.runtime.scope.Scope.bind`)."""
 
     slot: int
     name: str
     device: str
+    bind: bool = False
 
 
 @dataclass(frozen=True)
@@ -860,8 +930,11 @@ class Plan:
             if error is not None:
                 close_channels(values, self.channels)
                 raise error
-        for slot, name, device in self.writebacks:
-            scope.set(name, values[slot], device)
+        for slot, name, device, bind in self.writebacks:
+            if bind:
+                scope.bind(name, values[slot], device)
+            else:
+                scope.set(name, values[slot], device)
         return [
             _fetched(values[slot], name, persistable, device, return_numpy)
             for slot, name, persistable, device in self.fetches

@@ -62,7 +62,8 @@ Scatter = Callable[[list, Any], None]
 
 
 class Step(NamedTuple):
-    """One op of the plan: ``scatter(values, kernel(ctx, *gather(values)))``, then free ``free``."""
+    """One op of the plan: ``scatter(values, kernel(ctx, *gather(values)))``, then free ``free``; a step whose
+    scatter only stores the result in one value slot has ``store``, that slot, and the run loop stores it."""
 
     kernel: Callable[..., Any]
     ctx: KernelContext
@@ -73,6 +74,7 @@ class Step(NamedTuple):
     inputs: tuple[tuple[str, str, int], ...]  # (slot name, variable name, value slot), for error messages
     stream: str  # DEVICE/compute<k> or DEVICE/copy
     op_id: int
+    store: int = -1  # the value slot the scatter stores the result in as it is, or -1: the scatter does more
 
 
 # -- reusing dead buffers ---------------------------------------------------------------
@@ -111,15 +113,20 @@ def run_steps(steps: tuple[Step, ...], values: list) -> None:
     """Run every step in program order on the calling thread (the sequential scheduler)."""
     ctx = args = None
     try:
-        for kernel, ctx, gather, scatter, free, reuse, _, _, _ in steps:
+        for kernel, ctx, gather, scatter, free, reuse, _, _, _, store in steps:
             args = gather(values)
             if reuse:
                 for _, i in reuse:
                     values[i] = None
                 flags = _reusable(args, reuse)  # before the call builds its own tuple of the arguments
-                scatter(values, kernel(ctx, *args, reuse=flags))
+                result = kernel(ctx, *args, reuse=flags)
             else:
-                scatter(values, kernel(ctx, *args))
+                result = kernel(ctx, *args)
+            if store < 0:
+                scatter(values, result)
+            else:  # what the scatter would do, without calling it
+                values[store] = result
+            del result  # the values alone hold it: the reuse offers count references
             for i in free:
                 values[i] = None
     except Exception as e:
@@ -300,7 +307,10 @@ def _run_lane(schedule: Schedule, steps: tuple[Step, ...], lane: int, run: _Run)
                 result = stream.launch(kernel, ctx, *args, reuse=flags)
             else:
                 result = stream.launch(kernel, ctx, *args)
-            scatter(values, result)
+            if steps[j].store < 0:
+                scatter(values, result)
+            else:
+                values[steps[j].store] = result
             for i in schedule.free[j]:
                 values[i] = None
             if schedule.recorded[j]:

@@ -14,6 +14,15 @@ virtual device). A scope holds one value per name, on one device: a plan that
 needs a persistable on another device moves it there (a copy, re-tagged), so a
 parameter updated on ``cpu:1`` stays there between runs, and values set or
 loaded on the host reach the device that uses them on the next run.
+
+A variable may be *bound* to a view (:meth:`Scope.bind`): the plan binds the
+persistables an op makes as views of memory it owns (``coalesce_tensor``'s
+outputs, :attr:`blockir.ir.schema.OpSchema.views`: each parameter a view of the
+buffer a fused optimizer update writes). Reading it reads the memory, so it
+sees every update; :meth:`Scope.set` (and so the plan's write-backs,
+``bir.io``'s loads, the startup program) copies a new value into the view,
+shape and dtype checked, instead of replacing it: the buffer stays whole.
+:meth:`ScopeVariable.set` replaces the value and ends the binding.
 """
 
 from __future__ import annotations
@@ -25,19 +34,23 @@ from typing import Any
 
 from blockir.errors import BlockirError
 from blockir.ir.devices import HOST
+from blockir.ops.values import LoDTensor, SelectedRows, describe_value
+from blockir.runtime.device import transfer
 
 __all__ = ["Scope", "ScopeVariable", "global_scope", "scope_guard", "set_context_scope"]
 
 
 class ScopeVariable:
-    """A named holder of one value (``None`` until set) on ``device``, Fluid's scope variable."""
+    """A named holder of one value (``None`` until set) on ``device``, Fluid's scope variable; ``bound``: the
+    value is a view bound by :meth:`bind` (module docstring)."""
 
-    __slots__ = ("name", "value", "device")
+    __slots__ = ("name", "value", "device", "bound")
 
     def __init__(self, name: str, value: Any = None, device: str = HOST) -> None:
         self.name = name
         self.value = value
         self.device = device
+        self.bound = False
 
     def is_initialized(self) -> bool:
         return self.value is not None
@@ -49,9 +62,30 @@ class ScopeVariable:
         return self.value
 
     def set(self, value: Any, device: str = HOST) -> None:
-        """Hold ``value``, which lives on ``device`` (a canonical device string)."""
+        """Hold ``value``, which lives on ``device`` (a canonical device string); a binding ends."""
         self.value = value
         self.device = device
+        self.bound = False
+
+    def bind(self, view: Any, device: str = HOST) -> None:
+        """Hold ``view``, a view of memory some op owns, on ``device``: :meth:`copy_in` writes into it from now on."""
+        self.value = view
+        self.device = device
+        self.bound = True
+
+    def copy_in(self, value: Any, device: str = HOST) -> None:
+        """Copy ``value`` (on ``device``) into the bound view: it must be a dense array of the view's shape and
+        dtype; an error naming the variable otherwise."""
+        view = self.value
+        dense = not isinstance(value, (LoDTensor, SelectedRows))
+        if not dense or getattr(value, "shape", None) != view.shape or getattr(value, "dtype", None) != view.dtype:
+            raise BlockirError(
+                f"variable {self.name!r} is a view of a fused buffer (BuildStrategy.fuse_all_optimizer_ops): a value "
+                f"set or loaded is copied into it, so it must be a dense {view.dtype}{list(view.shape)} array, got "
+                f"{describe_value(value)}"
+            )
+        if value is not view:
+            view[...] = value if device == self.device else transfer(value, self.device)
 
     def __repr__(self) -> str:
         shape = getattr(self.value, "shape", None)
@@ -96,10 +130,20 @@ class Scope:
     def set(self, name: str, value: Any, device: str = HOST) -> None:
         """Set ``name`` where it lives (this scope or the nearest ancestor having it), else create it here.
 
-        ``value`` is on ``device`` (default: the host). ``scope.var(name).set(value)`` shadows an
+        ``value`` is on ``device`` (default: the host). A variable bound to a view (:meth:`bind`) keeps it:
+        ``value`` is copied into it (:meth:`ScopeVariable.copy_in`). ``scope.var(name).set(value)`` shadows an
         ancestor's variable instead.
         """
-        (self.find_var(name) or self.var(name)).set(value, device)
+        holder = self.find_var(name) or self.var(name)
+        if holder.bound:
+            holder.copy_in(value, device)
+        else:
+            holder.set(value, device)
+
+    def bind(self, name: str, view: Any, device: str = HOST) -> None:
+        """Bind ``name``, where it lives (else here), to ``view``, a view of memory an op owns, on ``device``: from
+        now on :meth:`set` copies into it (module docstring)."""
+        (self.find_var(name) or self.var(name)).bind(view, device)
 
     def erase(self, names: list[str] | tuple[str, ...]) -> None:
         """Remove the variables ``names`` from this scope (not its parents); absent names are ignored."""

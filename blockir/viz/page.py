@@ -24,7 +24,7 @@ from blockir.viz.trace import load_trace
 
 __all__ = ["page_data", "render", "write"]
 
-DEFAULT_PIPELINE = "default-device-pipeline"
+DEFAULT_PIPELINE = "fuse,default-device-pipeline"  # what the executor applies (with the names it keeps)
 _PLACEHOLDER = re.compile(r"/\*VIZ_CSS\*/|/\*VIZ_JS\*/|VIZ_DATA|VIZ_TITLE")
 
 

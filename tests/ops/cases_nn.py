@@ -96,6 +96,14 @@ def _swce_case(
 
 _swce_ignored = _labels((5,), 4)
 _swce_ignored[2] = -100
+# The cases with the classes on an inner axis (swapped first by the kernels) or ignore_index a class draw from a
+# generator of their own, leaving the data of the cases after them as it was.
+_SWCE_RNG = np.random.default_rng(20250101)
+_swce_soft_axis_1 = _SWCE_RNG.uniform(0.2, 1.0, size=(2, 4, 3))
+_swce_soft_axis_1 /= _swce_soft_axis_1.sum(axis=1, keepdims=True)
+_swce_ignored_axis_1 = _SWCE_RNG.integers(0, 4, size=(2, 1, 3))
+_swce_ignored_axis_1[1, 0, 2] = -100
+_swce_ignored_class = np.array([[2], [0], [2], [4], [1], [3]])  # ignore_index=2: rows 0 and 2 give 0, no gradient
 
 SOFTMAX_WITH_CROSS_ENTROPY = [
     _swce_case(RNG.normal(size=(8, 10)).astype("float32"), _labels((8,), 10), "float32", grad=(), rtol=1e-5),
@@ -110,6 +118,9 @@ SOFTMAX_WITH_CROSS_ENTROPY = [
     _swce_case(RNG.normal(size=(4, 6)), _probs((4, 6)), "soft_label", soft_label=True),
     _swce_case(RNG.normal(size=(3, 5, 2)), RNG.integers(0, 5, size=(3, 1, 2)), "axis_1", axis=1),
     _swce_case(RNG.normal(size=(2, 3, 4)), _labels((2, 3), 4), "rank3_last_axis"),
+    _swce_case(_SWCE_RNG.normal(size=(2, 4, 3)), _swce_soft_axis_1, "soft_label_axis_1", soft_label=True, axis=1),
+    _swce_case(_SWCE_RNG.normal(size=(2, 4, 3)), _swce_ignored_axis_1, "ignore_index_axis_1", axis=1),
+    _swce_case(_SWCE_RNG.normal(size=(6, 5)), _swce_ignored_class, "ignore_index_a_class", ignore_index=2),
 ]
 
 # -- top_k and accuracy -------------------------------------------------------------------------------

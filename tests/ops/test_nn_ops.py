@@ -164,6 +164,13 @@ def test_labels_out_of_range_are_named():
         run_op("cross_entropy", {"X": probs, "Label": np.array([[0], [3]])})
     with pytest.raises(BlockirError, match=r"label -2 is out of range \[0, 3\)"):
         run_op("softmax_with_cross_entropy", {"Logits": probs, "Label": np.array([[-2], [1]])})
+    # int32 labels, either end of the range, the gradient kernel too (it checks the labels as the forward does)
+    for bad in (-1, 3):
+        label = np.array([[bad], [1]], np.int32)
+        with pytest.raises(BlockirError, match=rf"label {bad} is out of range \[0, 3\)"):
+            run_op("softmax_with_cross_entropy", {"Logits": probs, "Label": label})
+        with pytest.raises(BlockirError, match=rf"label {bad} is out of range \[0, 3\)"):
+            run_op("softmax_with_cross_entropy_grad", {"Label": label, "Softmax": probs, "Loss@GRAD": np.ones((2, 1))})
 
 
 def test_ids_out_of_range_are_named_with_the_table_height():

@@ -27,8 +27,8 @@ def test_workers_stop_at_the_op_producing_nan_and_without_the_check_train_on(tmp
         checking.run_from_files(main, desc, files, 2, [loss, acc], mode=mode, scope=scope)
     message = str(info.value)
     assert message.startswith("async worker ") and "op produced NaN or inf (check_nan_inf)" in message
-    assert "in op: %fc_0.tmp_0 = mul(X=%sequence_pool_0.tmp_0, Y=%fc_0.w_0)" in message
-    assert "Y=fc_0.w_0: float32[8, 2] min " in message and ", 1 NaN, 0 inf" in message
+    assert "in op: %fc_0.tmp_1 = fc(Input=%sequence_pool_0.tmp_0, W=%fc_0.w_0, Bias=%fc_0.b_0)" in message  # fused
+    assert "W=fc_0.w_0: float32[8, 2] min " in message and ", 1 NaN, 0 inf" in message
     if mode == "thread":
         assert isinstance(info.value.__cause__, NanInfError)
     cost, _ = bir.AsyncExecutor("cpu").run_from_files(main, desc, files, 2, [loss, acc], mode=mode, scope=scope)

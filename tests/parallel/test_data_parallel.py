@@ -194,9 +194,8 @@ def test_threads_over_one_copy_do_not_double_the_parameters_memory() -> None:
             exe.run(program, feed=feed, fetch_list=[loss], scope=scope)
             _, top = tracemalloc.get_traced_memory()
             tracemalloc.stop()
-        buffers = {
-            id(np.asarray(scope.get(n)).base or scope.get(n)): np.asarray(scope.get(n)).nbytes for n in scope.names()
-        }
+        owners = [np.asarray(scope.get(n)) for n in scope.names()]  # the memory of each value (fused: its buffer)
+        buffers = {id(owner): owner.nbytes for a in owners for owner in [a if a.base is None else a.base]}
         return sum(buffers.values()), top
 
     params = sum(np.prod(s) * 8 for s in [(6, 16), (16,), (16, 8), (8,), (8, 1), (1,)]) + 8  # and the learning rate

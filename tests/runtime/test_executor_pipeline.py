@@ -1,5 +1,5 @@
-"""The executor transforms programs through the pass manager: default-device-pipeline, its report, and
-`blockir opt` rerunning it to the very program the executor compiled."""
+"""The executor transforms programs through the pass manager: the fusion passes, default-device-pipeline, its
+report, and `blockir opt` rerunning it to the very program the executor compiled."""
 
 from __future__ import annotations
 
@@ -13,14 +13,16 @@ from blockir.passes import DefaultDevicePipeline, parse_pipeline
 from tests.passes.test_copies import mlp
 from tests.runtime import fake_cupy
 from tests.runtime.test_devices import batch
+from tests.runtime.test_fusion import unfused
 
 
 def test_the_executor_reports_the_default_pipeline_it_ran() -> None:
     program = mlp("cpu:2")[0]
     with bir.Executor("cpu:1", compute_streams=2) as exe:
         report = exe.pass_report(program)
-        assert report.pipeline == "default-device-pipeline{default=cpu:1 compute=2}"
-        assert [r.name for r in report] == ["place", "insert-copies", "streams"]
+        assert report.pipeline == "fuse,default-device-pipeline{default=cpu:1 compute=2}"
+        fusions = ["fuse-fc", "fuse-elementwise-act", "fuse-softmax-ce", "fuse-optimizer"]
+        assert [r.name for r in report] == [*fusions, "place", "insert-copies", "streams"]
         assert report.record("insert-copies").changed and report.record("streams").notes
         assert all(r.digest is None for r in report)  # the cheap mode: no snapshots
         assert exe.pass_report(program) is report  # cached with the plans
@@ -41,14 +43,16 @@ def test_blockir_opt_reproduces_what_the_executor_compiled(tmp_path: Path, capsy
     assert capsys.readouterr().out == f"{compiled}\n"
 
 
-def test_a_program_all_on_the_host_runs_as_it_is() -> None:
-    program = mlp(None)[0]
-    with bir.Executor("cpu") as exe:
+def test_a_program_all_on_the_host_runs_as_it_is_without_fusion() -> None:
+    program, _, loss = mlp(None)
+    with bir.Executor("cpu", build_strategy=unfused()) as exe:
         report = exe.pass_report(program)
         assert report.pipeline == "" and len(report) == 0
         assert str(exe.compiled_program(program)) == str(program)
-    with bir.Executor("cpu", compute_streams=2) as exe:  # more compute streams: the pipeline runs
+    with bir.Executor("cpu", compute_streams=2, build_strategy=unfused()) as exe:  # more compute streams
         assert exe.pass_report(program).pipeline == "default-device-pipeline{default=cpu compute=2}"
+    with bir.Executor("cpu") as exe:  # fusion is on by default; what a run fetches and feeds is kept
+        assert exe.pass_report(program, {"x": None}, [loss]).pipeline == f"fuse{{keep={loss.name},x}}"
 
 
 def test_values_fed_on_a_gpu_are_an_option_of_the_pipeline(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -61,9 +65,9 @@ def test_values_fed_on_a_gpu_are_an_option_of_the_pipeline(monkeypatch: pytest.M
         exe.run(startup, scope=scope)
         exe.run(main_p, feed=feed, fetch_list=[loss], scope=scope)
         report = exe.pass_report(main_p, feed)
-        assert report.pipeline == "default-device-pipeline{default=cuda:0 fed=x@cuda:0}"
-        assert exe.pass_report(main_p).pipeline == "default-device-pipeline{default=cuda:0}"
-        (pipeline,) = parse_pipeline(report.pipeline)
+        assert report.pipeline == "fuse{keep=label,x},default-device-pipeline{default=cuda:0 fed=x@cuda:0}"
+        assert exe.pass_report(main_p).pipeline == "fuse,default-device-pipeline{default=cuda:0}"
+        (_, pipeline) = parse_pipeline(report.pipeline)
         assert pipeline == DefaultDevicePipeline(default="cuda:0", fed=("x@cuda:0",))
         compiled = exe.compiled_program(main_p, feed)
     assert compiled.global_block().var("x").device == "cuda:0"

@@ -16,6 +16,7 @@ from blockir.errors import ExecutionError
 from blockir.ir.schema import OpSchema, Slot
 from tests.registries import ops_registered
 from tests.runtime.conftest import chain_program
+from tests.runtime.test_fusion import strategy
 
 OFFERS: list[bool] = []  # per rt_inc call: was X offered?
 
@@ -135,9 +136,11 @@ def test_a_failing_kernel_still_names_the_inputs_it_was_given() -> None:
         run(program(SCALE, ("rt_inc_fail", "t", "y")), ["y"])
 
 
-def test_training_an_mlp_reuses_buffers_and_matches_numpy() -> None:
+@pytest.mark.parametrize("fused", [False, True], ids=["unfused", "fused"])
+def test_training_an_mlp_reuses_buffers_and_matches_numpy(fused: bool) -> None:
     """fc + relu + softmax + cross_entropy + SGD: relu, softmax, their gradients and sgd are offered dead
-    buffers; five steps give the losses and weights of the same training written in numpy."""
+    buffers (fused: fc_grad, with relu's gradient, and sgd); five steps give the losses and weights of the
+    same training written in numpy."""
     rng = np.random.default_rng(3)
     xb, yb = rng.normal(size=(8, 5)).astype("float32"), rng.integers(0, 3, size=(8, 1))
     main, startup = bir.Program(), bir.Program()
@@ -147,12 +150,12 @@ def test_training_an_mlp_reuses_buffers_and_matches_numpy() -> None:
         pred = bir.layers.fc(bir.layers.fc(x, size=4, act="relu"), size=3, act="softmax")
         loss = bir.layers.mean(bir.layers.cross_entropy(pred, y))
         bir.optimizer.SGD(learning_rate=0.5).minimize(loss)
-    exe, scope = bir.Executor("cpu"), bir.Scope()
+    exe, scope = bir.Executor("cpu", build_strategy=strategy(fused, fused, fused)), bir.Scope()
     exe.run(startup, scope=scope)
     w = [scope.get(p.name).copy() for p in main.all_parameters()]
     plan = exe.plan(main, ["x", "y"], [loss])
     offered = {s.ctx.op_text.split(" = ")[1].split("(")[0] for s in plan.steps if s.reuse}
-    assert offered == {"relu", "softmax", "softmax_grad", "relu_grad", "sgd"}
+    assert offered == ({"fc_grad", "sgd"} if fused else {"relu", "softmax", "softmax_grad", "relu_grad", "sgd"})
 
     for _ in range(5):
         (got,) = exe.run(main, feed={"x": xb, "y": yb}, fetch_list=[loss], scope=scope)

@@ -21,6 +21,7 @@ from blockir.ir.schema import AttrDef, OpSchema, Slot
 from blockir.passes import dependency_graph
 from tests.passes.programs import RandomProgram, assert_same_results, runnable_programs
 from tests.registries import ops_registered
+from tests.runtime.test_fusion import unfused
 
 DEVICES = ("", "cpu", "cpu:1", "cpu:2", "cpu:3")
 
@@ -124,9 +125,10 @@ def test_random_placed_programs_equal_the_sequential_run_and_respect_dependencie
     rp: RandomProgram, threads, tmp_path_factory
 ):
     placed, _ = bir.passes.run(rp.program, "place,insert-copies,streams")
-    expected = rp.run(placed, bir.Executor("cpu", scheduler="sequential"))
+    expected = rp.run(placed, bir.Executor("cpu", scheduler="sequential", build_strategy=unfused()))
     trace = tmp_path_factory.mktemp("trace") / "run.json"
-    with bir.Executor("cpu", scheduler="dataflow", num_threads=threads) as exe:
+    # unfused: one step per op of the placed program
+    with bir.Executor("cpu", scheduler="dataflow", num_threads=threads, build_strategy=unfused()) as exe:
         for _ in range(3):
             assert_same_results(rp.run(placed, exe), expected)
         rp.run(placed, exe, trace=trace)

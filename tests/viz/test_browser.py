@@ -21,6 +21,7 @@ import blockir as bir
 from blockir.errors import PassError
 from blockir.ir import parse_program
 from tests.registries import passes_registered
+from tests.runtime.test_fusion import unfused
 from tests.viz.browser import chromium, missing, open_page
 from tests.viz.golden_cases import GOLDEN, Explode
 from tests.viz.test_page import embedded
@@ -48,7 +49,7 @@ def pages(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
             h = bir.layers.fc(x, 8, act="relu")
         bir.optimizer.SGD(0.1).minimize(bir.layers.mean(bir.layers.fc(h, 1)))
     scope = bir.Scope()
-    with bir.Executor() as exe:
+    with bir.Executor(build_strategy=unfused()) as exe:  # the run compiles what PIPELINE makes: no fusion
         exe.run(startup, scope=scope)
         exe.run(main, feed={"x": np.ones((3, 4), "float32")}, scope=scope, trace=str(work / "run.json"))
     bir.viz.write(work / "mlp.html", main, PIPELINE, trace=work / "run.json", title="mlp")

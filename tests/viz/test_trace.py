@@ -33,9 +33,9 @@ def test_a_trace_names_the_program_it_ran_and_the_one_it_was_given(tmp_path: Pat
     trace = json.loads(_run(program, tmp_path / "run.json").read_text())
     ran = trace["otherData"]["blockir"]
     assert ran["program"] == program.digest()
-    compiled = bir.Executor().compiled_program(program, {"x": np.ones((3, 2), "float32")})
+    compiled = bir.Executor().compiled_program(program, {"x": np.ones((3, 2), "float32")}, ["y"])
     assert ran["compiled"] == compiled.digest() != ran["program"]
-    assert ran["pipeline"].startswith("default-device-pipeline")
+    assert ran["pipeline"] == "fuse{keep=x,y},default-device-pipeline{default=cpu}"
 
 
 def test_spans_link_to_the_state_whose_program_ran(tmp_path: Path) -> None:

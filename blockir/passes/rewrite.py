@@ -1,0 +1,618 @@
+"""The pattern-rewrite engine of the fusion passes: patterns as data, a greedy driver, lineage, dry runs.
+
+A :class:`Pattern` names ops connected through variables, like MLIR's
+declarative rewrite rules or tinygrad's ``UPat``: each :class:`OpPattern`
+gives the op types it accepts, a *symbol* per slot (the same symbol is the
+same variable; ``"db?"`` marks a slot that may be empty) and attribute
+constraints (a value, or a predicate on the value); a ``where`` predicate
+relates the matched ops (shapes, one op's attributes to another's). Its
+:class:`Create` entries say what replaces the match: each replaces a group of
+the matched ops by one new op, which reads and writes symbols of the match.
+The symbols the matched ops write and no new op writes are the match's
+*intermediates*: their values disappear. For example, ``mul`` then
+``elementwise_add`` into ``fc``::
+
+    Pattern(
+        "mul-add",
+        ops=(
+            OpPattern("mul", ("mul",), {"X": "x", "Y": "w"}, {"Out": "t"}),
+            OpPattern("add", ("elementwise_add",), {"X": "t", "Y": "b"}, {"Out": "out"}),
+        ),
+        creates=(Create("fc", ("mul", "add"), {"Input": "x", "W": "w", "Bias": "b"}, {"Out": "out"}),),
+    )
+
+Matching starts at an op of the first pattern op's types (the anchor) and
+finds each further op among the readers or writers of a variable already
+bound (each pattern op shares a symbol with an earlier one). A slot the
+pattern does not name must be empty, an op a pattern names must not be a
+prune target (``is_target``), and an intermediate's variable is bound to no
+other symbol. A structural match fires only when it is legal:
+
+- every matched op runs on the same device and stream (its ``op_device`` and
+  ``op_stream``, as written): nothing fuses across devices;
+- every intermediate is written once, by its matched op, read only by
+  matched ops, declared in the match's block and used by no other block, and
+  is not persistable nor in ``keep`` (the values the caller fetches or feeds);
+- a matched op reading a variable that matched ops write reads it from one
+  of them (the values flowing inside the match are those the new ops compute),
+  and the new ops, each at the position of the last op of its group, leave
+  every other op reading the same values as before (the same writer, or the
+  new op standing for it), read what the matched ops read, and leave every
+  variable with the same final writer: the program computes what it computed.
+
+The driver (:func:`rewrite`) sweeps every block, trying the patterns in
+their order at each anchor, and fires the first legal match; it sweeps again
+until nothing fires (a fixed point: each rewrite removes ops). Each new op
+carries its lineage (``op_pass``, ``op_origin`` listing every op of its
+group, :func:`~blockir.passes.base.mark_created`) and the common attributes of
+its group: its ``op_device`` and ``op_stream``, the union of the ``op_role``
+bits and ``op_role_var`` pairs, the first ``op_namescope``. The
+intermediates' variables, which nothing uses any more, are removed from the
+block. What fired and what matched but
+was refused (with the reason) are notes of the pass report and a detail
+(``fused``, ``refused``); a :class:`RewritePass` with ``dry_run=true`` does
+the same on a copy and reports what would fire, leaving the program as it is.
+"""
+
+from __future__ import annotations
+
+import bisect
+import functools
+import operator
+from collections.abc import Callable, Collection, Iterable, Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, ClassVar, NamedTuple
+
+from blockir.errors import BlockirError
+from blockir.ir import Block, Operator, Program, Variable
+from blockir.ir.core import op_reads_writes
+from blockir.ir.devices import checked_device
+from blockir.ir.schema import EMPTY_VAR
+from blockir.passes.base import Pass, mark_created, origin_key
+from blockir.passes.manager import note, record_detail
+
+__all__ = [
+    "Create",
+    "Fired",
+    "Match",
+    "OpPattern",
+    "Pattern",
+    "Refused",
+    "RewritePass",
+    "Rewrites",
+    "insert_created",
+    "placement",
+    "rewrite",
+]
+
+_OPTIONAL = "?"
+
+
+def _symbol(entry: str) -> tuple[str, bool]:
+    """(symbol, whether the slot may be empty) of a slot entry: ``"db?"`` is symbol ``db``, optional."""
+    return (entry[:-1], True) if entry.endswith(_OPTIONAL) else (entry, False)
+
+
+@dataclass(frozen=True)
+class OpPattern:
+    """One op of a pattern: its name in the pattern, the types it accepts, a symbol per slot, attribute constraints.
+
+    An attribute constraint is a value the attribute must equal (defaults filled in from the schema) or a
+    predicate on it.
+    """
+
+    name: str
+    types: tuple[str, ...]
+    inputs: Mapping[str, str] = field(default_factory=dict)
+    outputs: Mapping[str, str] = field(default_factory=dict)
+    attrs: Mapping[str, Any] = field(default_factory=dict)
+
+    def symbols(self, slots: Mapping[str, str], required_only: bool = False) -> list[str]:
+        """The symbols of ``slots`` (its ``inputs`` or ``outputs``); with ``required_only``, not the optional ones."""
+        return [s for s, optional in map(_symbol, slots.values()) if not (required_only and optional)]
+
+
+@dataclass(frozen=True)
+class Create:
+    """A new op replacing the group ``replaces`` (pattern op names): its type, slots by symbol, attributes.
+
+    A slot whose symbol is bound to nothing (an optional slot left empty) is left out; ``attrs`` computes
+    the op's own attributes from the match.
+    """
+
+    type: str
+    replaces: tuple[str, ...]
+    inputs: Mapping[str, str]
+    outputs: Mapping[str, str]
+    attrs: Callable[[Match], Mapping[str, Any]] | None = None
+
+
+@dataclass(frozen=True)
+class Pattern:
+    """Ops to find (the first is the anchor) and the ops that replace them; see the module docstring.
+
+    Checked when made: distinct op names, each op after the first sharing a required symbol with the ops
+    before it, the creates replacing every op once by fewer ops, reading only what the matched ops read
+    and writing only what they write. ``intermediates``: the symbols the matched ops write and no new op
+    writes.
+    """
+
+    name: str
+    ops: tuple[OpPattern, ...]
+    creates: tuple[Create, ...]
+    where: Callable[[Match], bool] | None = None
+    intermediates: frozenset[str] = field(init=False)
+
+    def __post_init__(self) -> None:
+        names = [p.name for p in self.ops]
+        if not names or len(set(names)) != len(names):
+            raise BlockirError(f"pattern {self.name!r}: its ops need distinct names, got {names}")
+        required: set[str] = set()
+        for p in self.ops:
+            mine = p.symbols(p.inputs, True) + p.symbols(p.outputs, True)
+            if required and not required & {s for s in p.symbols(p.inputs) + p.symbols(p.outputs)}:
+                raise BlockirError(f"pattern {self.name!r}: op {p.name!r} shares no variable with the ops before it")
+            required.update(mine)
+        replaced = [n for c in self.creates for n in c.replaces]
+        if sorted(replaced) != sorted(names) or len(self.creates) >= len(self.ops):
+            raise BlockirError(
+                f"pattern {self.name!r}: its creates must replace each op once ({names}) by fewer ops, got {replaced}"
+            )
+        read = {s for p in self.ops for s in p.symbols(p.inputs)}
+        written = {s for p in self.ops for s in p.symbols(p.outputs)}
+        created_reads = {_symbol(e)[0] for c in self.creates for e in c.inputs.values()}
+        created_writes = {_symbol(e)[0] for c in self.creates for e in c.outputs.values()}
+        if not created_reads <= read or not created_writes <= written:
+            raise BlockirError(
+                f"pattern {self.name!r}: new ops may read only what the matched ops read and write only what they "
+                f"write; extra: {sorted((created_reads - read) | (created_writes - written))}"
+            )
+        intermediates = frozenset(written - created_writes)
+        if created_reads & intermediates:
+            raise BlockirError(
+                f"pattern {self.name!r}: new ops read values that vanish: {sorted(created_reads & intermediates)}"
+            )
+        object.__setattr__(self, "intermediates", intermediates)
+
+
+@dataclass(frozen=True)
+class Match:
+    """A structural match: the op bound to each pattern op, the variable bound to each symbol."""
+
+    pattern: Pattern
+    block: Block
+    ops: Mapping[str, Operator]
+    values: Mapping[str, str | None]
+
+    def op(self, name: str) -> Operator:
+        """The op bound to the pattern op ``name``."""
+        return self.ops[name]
+
+    def var(self, symbol: str) -> Variable:
+        """The variable bound to ``symbol`` (which must be bound)."""
+        name = self.values[symbol]
+        if name is None:
+            raise BlockirError(f"pattern {self.pattern.name!r}: symbol {symbol!r} is bound to no variable")
+        return self.block.find_var_recursive(name)
+
+
+class Fired(NamedTuple):
+    """A rewrite the driver made: the pattern, the block, the origin keys of the ops replaced and created."""
+
+    pattern: str
+    block: int
+    replaced: tuple[str, ...]
+    created: tuple[str, ...]
+
+
+class Refused(NamedTuple):
+    """A structural match the driver did not fire: the pattern, the block, its anchor's origin key, why."""
+
+    pattern: str
+    block: int
+    anchor: str
+    reason: str
+
+
+class Rewrites(NamedTuple):
+    """What :func:`rewrite` did: the rewrites in order, and the matches it refused (each once)."""
+
+    fired: list[Fired]
+    refused: list[Refused]
+
+
+# -- the uses of variables in a block --------------------------------------------------------------------
+
+
+class _Uses:
+    """Who reads and writes each variable of a block (sub-blocks count as their owner's), in block order, kept
+    up to date as rewrites replace ops: each op has a sort key (its index at first; a new op takes the key
+    of the op whose place it takes)."""
+
+    def __init__(self, block: Block) -> None:
+        self.key: dict[int, int] = {}  # op id -> sort key
+        self.accesses: dict[int, tuple[set[str], set[str]]] = {}  # op id -> (reads, writes)
+        self.readers: dict[str, list[Operator]] = {}
+        self.writers: dict[str, list[Operator]] = {}
+        for i, op in enumerate(block.ops):
+            self._add(op, i)
+
+    def _add(self, op: Operator, key: int) -> None:
+        reads, writes = (names - {EMPTY_VAR} for names in op_reads_writes(op))
+        self.key[id(op)], self.accesses[id(op)] = key, (reads, writes)
+        for names, table in ((reads, self.readers), (writes, self.writers)):
+            for name in names:
+                bisect.insort(table.setdefault(name, []), op, key=lambda o: self.key[id(o)])
+
+    def replace(self, removed: Iterable[Operator], added: Iterable[tuple[Operator, Operator]]) -> None:
+        """Forget ``removed``; add each new op of ``added`` (new op, the removed op whose place it takes)."""
+        keys = {id(old): self.key[id(old)] for _, old in added}
+        for op in removed:
+            reads, writes = self.accesses.pop(id(op))
+            for names, table in ((reads, self.readers), (writes, self.writers)):
+                for name in names:
+                    table[name].remove(op)
+            del self.key[id(op)]
+        for op, old in added:
+            self._add(op, keys[id(old)])
+
+    def touching(self, name: str, low: int, high: int, also: Iterable[Operator] = ()) -> list[Operator]:
+        """The ops reading or writing ``name`` with sort keys in [low, high], and ``also``, in block order."""
+        ops = {id(op): op for op in (*self.readers.get(name, ()), *self.writers.get(name, ()))}
+        ops.update((id(op), op) for op in also)
+        return sorted((op for op in ops.values() if low <= self.key[id(op)] <= high), key=lambda o: self.key[id(o)])
+
+
+def _used_in(program: Program) -> dict[str, set[int]]:
+    """Variable name -> the indices of the blocks whose ops name it."""
+    used: dict[str, set[int]] = {}
+    for block in program.blocks:
+        for op in block.ops:
+            for name in (*op.input_names(), *op.output_names()):
+                used.setdefault(name, set()).add(block.idx)
+    return used
+
+
+# -- matching --------------------------------------------------------------------------------------------
+
+
+def _bind(p: OpPattern, op: Operator, values: dict[str, str | None]) -> dict[str, str | None] | None:
+    """``values`` extended by binding ``op`` to ``p``; None when it does not fit."""
+    if op.type not in p.types or op.is_target:
+        return None
+    bound = dict(values)
+    for slots, given in ((p.inputs, op.inputs), (p.outputs, op.outputs)):
+        if any(slot not in slots and any(n != EMPTY_VAR for n in names) for slot, names in given.items()):
+            return None
+        for slot, entry in slots.items():
+            symbol, optional = _symbol(entry)
+            names = [n for n in given.get(slot, ()) if n != EMPTY_VAR]
+            if len(names) > 1 or not (names or optional):
+                return None
+            name = names[0] if names else None
+            if bound.setdefault(symbol, name) != name:
+                return None
+    for attr, want in p.attrs.items():
+        value = op.attr(attr, None)
+        if not (want(value) if callable(want) else value == want):
+            return None
+    return bound
+
+
+def _candidates(p: OpPattern, values: Mapping[str, str | None], uses: _Uses) -> list[Operator]:
+    """The ops that may bind ``p``: the readers (writers) of the variable of one of its input (output) symbols."""
+    for slots, table in ((p.inputs, uses.readers), (p.outputs, uses.writers)):
+        for symbol in p.symbols(slots):
+            name = values.get(symbol)
+            if name is not None:
+                return table.get(name, [])
+    return []  # its symbols bound so far are optional ones left empty
+
+
+def _aliased(pattern: Pattern, values: Mapping[str, str | None]) -> bool:
+    """Whether an intermediate's variable is also bound to another symbol (it would vanish from under it)."""
+    names = [n for n in values.values() if n is not None]
+    return any(names.count(name) > 1 for s in pattern.intermediates if (name := values[s]) is not None)
+
+
+def _structural(pattern: Pattern, anchor: Operator, uses: _Uses) -> Iterator[Match]:
+    """Every binding of the pattern's ops that starts at ``anchor``: distinct ops, and no intermediate
+    variable bound to two symbols."""
+
+    def extend(k: int, ops: dict[str, Operator], values: dict[str, str | None]) -> Iterator[Match]:
+        if k == len(pattern.ops):
+            match = Match(pattern, anchor.block, dict(ops), dict(values))
+            if not _aliased(pattern, values) and (pattern.where is None or pattern.where(match)):
+                yield match
+            return
+        p = pattern.ops[k]
+        taken = {id(op) for op in ops.values()}
+        for op in [anchor] if k == 0 else _candidates(p, values, uses):
+            bound = None if id(op) in taken else _bind(p, op, values)
+            if bound is not None:
+                yield from extend(k + 1, {**ops, p.name: op}, bound)
+
+    return extend(0, {}, {})
+
+
+# -- legality --------------------------------------------------------------------------------------------
+
+
+def placement(op: Operator) -> tuple[str, str]:
+    """(canonical op_device, op_stream) of ``op``, '' for either when it has none."""
+    return (checked_device(op.device, op) if op.device else "", op.attrs.get("op_stream", ""))
+
+
+def _same_place(match: Match) -> str | None:
+    """Why the matched ops may not fuse for where they run, or None."""
+    places = {placement(op) for op in match.ops.values()}
+    devices = {device for device, _ in places}
+    if len(devices) > 1:
+        return f"its ops run on different devices ({', '.join(sorted(d or '(unplaced)' for d in devices))})"
+    if len(places) > 1:
+        return f"its ops run on different streams ({', '.join(sorted(s or '(none)' for _, s in places))})"
+    return None
+
+
+def _vanishing(match: Match, uses: _Uses, keep: Collection[str], used_in: Mapping[str, set[int]]) -> str | None:
+    """Why an intermediate of the match may not vanish, or None."""
+    matched = {id(op) for op in match.ops.values()}
+    block = match.block
+    for symbol in sorted(match.pattern.intermediates):
+        name = match.values[symbol]
+        if name is None:
+            continue
+        if name in keep:
+            return f"{name!r} is fetched or fed"
+        if not block.has_var(name):
+            return f"{name!r} is declared in an enclosing block"
+        if block.var(name).persistable:
+            return f"{name!r} is persistable"
+        others = [op for op in uses.readers.get(name, []) if id(op) not in matched]
+        if others:
+            return f"{name!r} is also read by {others[0]}"
+        if len(uses.writers.get(name, [])) != 1:
+            return f"{name!r} is written by other ops too"
+        elsewhere = used_in.get(name, set()) - {block.idx}
+        if elsewhere:
+            return f"{name!r} is used in block {min(elsewhere)}"
+    return None
+
+
+class _New(NamedTuple):
+    """A new op before it exists: its create, its group's last op (where it goes), its slots."""
+
+    create: Create
+    last: Operator
+    inputs: dict[str, list[str]]
+    outputs: dict[str, list[str]]
+
+    @property
+    def reads(self) -> set[str]:
+        return {n for names in self.inputs.values() for n in names}
+
+    @property
+    def writes(self) -> set[str]:
+        return {n for names in self.outputs.values() for n in names}
+
+
+def _slots(slots: Mapping[str, str], values: Mapping[str, str | None]) -> dict[str, list[str]]:
+    """Slot -> [variable] for the slots whose symbol is bound to a variable."""
+    return {slot: [name] for slot, entry in slots.items() if (name := values[_symbol(entry)[0]]) is not None}
+
+
+def _new_ops(match: Match, uses: _Uses) -> list[_New]:
+    return [
+        _New(
+            c,
+            max((match.ops[n] for n in c.replaces), key=lambda op: uses.key[id(op)]),
+            _slots(c.inputs, match.values),
+            _slots(c.outputs, match.values),
+        )
+        for c in match.pattern.creates
+    ]
+
+
+def _dataflow(match: Match, new: list[_New], uses: _Uses) -> str | None:
+    """Why the new ops would change what the block computes (module docstring), or None.
+
+    For each variable the matched or new ops use, walks its readers and writers from the first matched op
+    to the last twice, as the block is and rewritten, recording for each read the op that last wrote it
+    (an op id; new op ``k`` is ``-1 - k``; None: a value from before). As the block is, a matched op
+    reading a variable that matched ops write must read it from one of them: the values flowing inside the
+    match are the ones the new ops compute. Then, with each matched op standing for the new op of its
+    group, the walks must agree for every other op, each new op must see what the matched ops reading the
+    variable saw, and the variable (unless an intermediate) must leave the window with the same last
+    writer: the ops after it then see what they saw. Other variables are not touched by the rewrite.
+    """
+    group = {id(match.ops[n]): -1 - k for k, item in enumerate(new) for n in item.create.replaces}
+    placed = {id(item.last): k for k, item in enumerate(new)}
+
+    def standing(writer: int | None) -> int | None:
+        """What an op of the block as it is stands for in the rewritten block."""
+        return None if writer is None else group.get(writer, writer)
+
+    keys = [uses.key[op_id] for op_id in group]
+    low, high = min(keys), max(keys)
+    variables = {n for op_id in group for names in uses.accesses[op_id] for n in names}
+    variables |= {n for item in new for n in item.reads | item.writes}
+    vanishing = {match.values[s] for s in match.pattern.intermediates}
+    for name in sorted(variables):
+        inside = {id(op) for op in match.ops.values() if name in uses.accesses[id(op)][1]}  # matched writers
+        matched_saw: set[int | None] = set()  # what the matched ops reading the variable saw
+        new_saw: list[tuple[int, int | None]] = []  # (new op, what it sees)
+        old_last: int | None = None
+        new_last: int | None = None
+        places = [item.last for item in new if name in item.reads or name in item.writes]
+        for op in uses.touching(name, low, high, places):
+            op_id = id(op)
+            reads, writes = (name in names for names in uses.accesses[op_id])
+            if op_id in group:
+                if reads:
+                    if inside and old_last not in inside:
+                        return f"{op} reads {name!r} from an op outside the match"
+                    matched_saw.add(standing(old_last))
+                if op_id in placed:
+                    item = new[placed[op_id]]
+                    if name in item.reads:
+                        new_saw.append((placed[op_id], new_last))
+                    if name in item.writes:
+                        new_last = group[op_id]
+            else:
+                if reads and standing(old_last) != new_last:
+                    return f"{op} would read another value of {name!r}"
+                if writes:
+                    new_last = op_id
+            if writes:
+                old_last = op_id
+        for k, seen in new_saw:
+            if matched_saw != {seen}:
+                return f"the new {new[k].create.type} would read another value of {name!r}"
+        if name not in vanishing and standing(old_last) != new_last:
+            return f"{name!r} would end the block with another value"
+    return None
+
+
+# -- rewriting -------------------------------------------------------------------------------------------
+
+
+def _common_attrs(ops: Sequence[Operator]) -> dict[str, Any]:
+    """The attributes a new op takes from its group: the op_role bits, the op_role_var pairs, the first
+    op_namescope."""
+    attrs: dict[str, Any] = {}
+    roles = [op.attrs["op_role"] for op in ops if "op_role" in op.attrs]
+    if roles:
+        attrs["op_role"] = functools.reduce(operator.or_, roles)
+    pairs: list[tuple[str, str]] = []
+    for op in ops:
+        names = op.attrs.get("op_role_var", ())
+        pairs.extend(pair for pair in zip(names[::2], names[1::2]) if pair not in pairs)
+    if pairs:
+        attrs["op_role_var"] = [name for pair in pairs for name in pair]
+    scopes = [op.attrs["op_namescope"] for op in ops if op.attrs.get("op_namescope")]
+    if scopes:
+        attrs["op_namescope"] = scopes[0]
+    return attrs
+
+
+def insert_created(
+    block: Block,
+    index: int,
+    type: str,
+    inputs: Mapping[str, Sequence[str]],
+    outputs: Mapping[str, Sequence[str]],
+    attrs: Mapping[str, Any],
+    group: Sequence[Operator],
+    pass_name: str,
+) -> Operator:
+    """Insert at ``index`` of ``block`` a new op standing for the ops of ``group`` (all on one device and stream):
+    ``attrs`` and the group's common attributes, its lineage, the first op's ``op_stream`` and ``op_device``."""
+    op = block.insert_op(index, type, inputs, outputs, {**attrs, **_common_attrs(group)})
+    mark_created(op, pass_name, list(group))
+    device, stream = placement(group[0])
+    if stream:
+        op.set_attr("op_stream", stream)
+    if device:
+        op.set_attr("op_device", device)  # last, as the text form prints it
+    return op
+
+
+def _apply(match: Match, new: list[_New], pass_name: str) -> list[Operator]:
+    """Replace the matched ops by the new ops and drop the intermediates (nothing uses them any more)."""
+    block = match.block
+    created = []
+    for item in new:
+        group = [match.ops[n] for n in item.create.replaces]
+        attrs = dict(item.create.attrs(match)) if item.create.attrs is not None else {}
+        index = block.ops.index(item.last) + 1
+        op = insert_created(block, index, item.create.type, item.inputs, item.outputs, attrs, group, pass_name)
+        created.append(op)
+    for op in match.ops.values():
+        block.remove_op(op)
+    for symbol in sorted(match.pattern.intermediates):
+        name = match.values[symbol]
+        if name is not None:
+            block.remove_var(name)
+    return created
+
+
+@dataclass
+class _Context:
+    """What a :func:`rewrite` call keeps, names and collects."""
+
+    keep: Collection[str]
+    pass_name: str
+    fired: list[Fired] = field(default_factory=list)
+    refused: dict[tuple[str, tuple[int, ...]], Refused] = field(default_factory=dict)  # each match once
+
+
+def _fire_at(
+    anchor: Operator, patterns: Sequence[Pattern], uses: _Uses, used_in: Mapping[str, set[int]], context: _Context
+) -> bool:
+    """Fire the first legal match of the first pattern that has one at ``anchor``; whether one fired."""
+    for pattern in patterns:
+        if anchor.type not in pattern.ops[0].types:
+            continue
+        for match in _structural(pattern, anchor, uses):
+            new = _new_ops(match, uses)
+            reason = _same_place(match) or _vanishing(match, uses, context.keep, used_in) or _dataflow(match, new, uses)
+            if reason is not None:
+                key = (pattern.name, tuple(sorted(id(op) for op in match.ops.values())))
+                context.refused.setdefault(key, Refused(pattern.name, anchor.block.idx, origin_key(anchor), reason))
+                continue
+            replaced = tuple(origin_key(op) for op in match.ops.values())
+            created = _apply(match, new, context.pass_name)
+            uses.replace(match.ops.values(), [(op, item.last) for op, item in zip(created, new)])
+            context.fired.append(Fired(pattern.name, anchor.block.idx, replaced, tuple(map(origin_key, created))))
+            return True
+    return False
+
+
+def _sweep(block: Block, patterns: Sequence[Pattern], context: _Context) -> bool:
+    """Try every op of the block as an anchor, in order; whether anything fired."""
+    used_in, uses, changed, index = _used_in(block.program), _Uses(block), False, 0
+    while index < len(block.ops):
+        if _fire_at(block.ops[index], patterns, uses, used_in, context):
+            changed = True  # the op now at ``index`` is the next one, or a new one
+        else:
+            index += 1
+    return changed
+
+
+def rewrite(program: Program, patterns: Sequence[Pattern], keep: Collection[str], pass_name: str) -> Rewrites:
+    """Apply ``patterns`` to every block of ``program`` to a fixed point (see the module docstring).
+
+    ``keep``: variables whose values must stay (fetched or fed); ``pass_name`` is each new op's ``op_pass``.
+    """
+    context = _Context(keep, pass_name)
+    for block in program.blocks:
+        while _sweep(block, patterns, context):
+            pass
+    return Rewrites(context.fired, list(context.refused.values()))
+
+
+@dataclass(frozen=True)
+class RewritePass(Pass):
+    """A pass applying the class's ``patterns`` with :func:`rewrite`, noting what fired and what was refused.
+
+    With ``dry_run`` it rewrites a copy of the program: the notes and details say what would be fused, and
+    the program is left as it is.
+    """
+
+    patterns: ClassVar[tuple[Pattern, ...]] = ()
+
+    keep: tuple[str, ...] = field(
+        default=(), metadata={"help": "variables whose values must stay (fetched or fed): never fused away"}
+    )
+    dry_run: bool = field(default=False, metadata={"help": "report what would be fused and change nothing"})
+
+    def run(self, program: Program) -> bool:
+        done = rewrite(program.clone() if self.dry_run else program, self.patterns, set(self.keep), self.name)
+        verb = "would fuse" if self.dry_run else "fused"
+        for f in done.fired:
+            note(f"block {f.block}: {f.pattern}: {verb} {', '.join(f.replaced)} into {', '.join(f.created)}")
+        for r in done.refused:
+            note(f"block {r.block}: {r.pattern}: not fused at {r.anchor}: {r.reason}")
+        record_detail("fused", done.fired)
+        record_detail("refused", done.refused)
+        return bool(done.fired) and not self.dry_run
