@@ -310,7 +310,7 @@ def test_a_run_whose_worker_dies_or_that_is_interrupted_ends_its_workers(
     raised: type[BaseException],
     match: str | None,
 ) -> None:
-    files = write_parts(tmp_path, desc, parts=4, docs=3000)
+    files = write_parts(tmp_path, desc, parts=8, docs=3000)  # work left for worker 0 when it is killed
     main, startup, _, _, loss, _ = bow()
     scope = started(startup)
     blocks = set(os.listdir("/dev/shm"))
