@@ -19,7 +19,7 @@ input's shape.
 from __future__ import annotations
 
 import functools
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import numpy as np
@@ -215,15 +215,23 @@ def grad_outputs(g: GradContext, *slots: str) -> dict[str, list[str]]:
 def grad_op(g: GradContext, schema: OpSchema, inputs: Sequence[str], of: Sequence[str]) -> list[OpSpec]:
     """One gradient op ``schema``: reads forward slots ``inputs`` (``"Out@GRAD"`` names an output's
     gradient), writes the gradients of forward inputs ``of``; none when no gradient is needed."""
-    outputs = grad_outputs(g, *of)
-    if not outputs:
-        return []
     slots = {}
     for slot in inputs:
         if slot.endswith("@GRAD"):
             slots[slot] = g.output_grad(slot[: -len("@GRAD")])
         else:
             slots[slot] = g.input(slot) if g.op.inputs.get(slot) else g.output(slot)
+    return grad_spec(g, schema, slots, of)
+
+
+def grad_spec(g: GradContext, schema: OpSchema, inputs: Mapping[str, list[str]], of: Sequence[str]) -> list[OpSpec]:
+    """One gradient op ``schema`` reading the variables ``inputs`` names per slot (empty slots, optional ones the
+    forward op left unbound, are left out) and writing the gradients of forward inputs ``of``; none when no
+    gradient is needed."""
+    outputs = grad_outputs(g, *of)
+    if not outputs:
+        return []
+    slots = {slot: names for slot, names in inputs.items() if names}
     return [OpSpec(schema.type, slots, outputs, forward_attrs(g, schema))]
 
 

@@ -42,7 +42,7 @@ from blockir.ops.common import (
     compatible,
     fmt,
     forward_attrs,
-    grad_outputs,
+    grad_spec,
     infer_grads,
     infer_like,
     kernel_error,
@@ -76,16 +76,6 @@ def _inv_std(xp: Any, variance: Any, epsilon: float) -> Any:
     out = variance + epsilon
     xp.sqrt(out, out=out)
     return xp.reciprocal(out, out=out)
-
-
-def _grad_spec(g: GradContext, schema: OpSchema, inputs: dict[str, list[str]], of: tuple[str, ...]) -> list[OpSpec]:
-    """The gradient op ``schema`` reading ``inputs`` (empty slots left out) and writing the gradients of the
-    forward inputs ``of`` that need one; none when none does."""
-    outputs = grad_outputs(g, *of)
-    if not outputs:
-        return []
-    slots = {slot: names for slot, names in inputs.items() if names}
-    return [OpSpec(schema.type, slots, outputs, forward_attrs(g, schema))]
 
 
 # -- batch_norm ---------------------------------------------------------------------------------
@@ -259,7 +249,7 @@ def _grad_batch_norm(g: GradContext) -> list[OpSpec]:
         "ReserveSpace": g.output("ReserveSpace"),
         "Y@GRAD": g.output_grad("Y"),
     }
-    return _grad_spec(g, BATCH_NORM_GRAD, inputs, ("X", "Scale", "Bias"))
+    return grad_spec(g, BATCH_NORM_GRAD, inputs, ("X", "Scale", "Bias"))
 
 
 BATCH_NORM = OpSchema(
@@ -390,7 +380,7 @@ def _grad_layer_norm(g: GradContext) -> list[OpSpec]:
         "Variance": g.output("Variance"),
         "Y@GRAD": g.output_grad("Y"),
     }
-    return _grad_spec(g, LAYER_NORM_GRAD, inputs, ("X", "Scale", "Bias"))
+    return grad_spec(g, LAYER_NORM_GRAD, inputs, ("X", "Scale", "Bias"))
 
 
 LAYER_NORM = OpSchema(
@@ -491,7 +481,7 @@ DROPOUT_GRAD = OpSchema(
 
 def _grad_dropout(g: GradContext) -> list[OpSpec]:
     inputs = {"Mask": g.output("Mask"), "Out@GRAD": g.output_grad("Out")}
-    return _grad_spec(g, DROPOUT_GRAD, inputs, ("X",))
+    return grad_spec(g, DROPOUT_GRAD, inputs, ("X",))
 
 
 DROPOUT = OpSchema(

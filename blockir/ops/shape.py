@@ -138,11 +138,6 @@ def _lod_kept(out: Any, x: Any, keep: bool = True) -> Any:
     return out
 
 
-def _present(g: GradContext, *slots: str) -> tuple[str, ...]:
-    """The slots among ``slots`` the forward op binds."""
-    return tuple(s for s in slots if g.op.inputs.get(s))
-
-
 # -- concat --------------------------------------------------------------------------------------------------
 
 
@@ -196,7 +191,7 @@ CONCAT = OpSchema(
     outputs=(Slot("Out", lod=True),),
     attrs=_CONCAT_ATTRS,
     infer=_infer_concat,
-    grad=lambda g: grad_op(g, CONCAT_GRAD, ("X", "Out@GRAD", *_present(g, "AxisTensor")), ("X",)),
+    grad=lambda g: grad_op(g, CONCAT_GRAD, ("X", "Out@GRAD", "AxisTensor"), ("X",)),
     kernel=_concat,
     doc="The inputs joined along `axis` (AxisTensor's value when given).",
 )
@@ -515,7 +510,7 @@ def _grad_split(g: GradContext) -> list[OpSpec]:
             dout = grad_name(out)
             specs.append(OpSpec("fill_zeros_like", {"X": [out]}, {"Out": [dout]}))
         douts.append(dout)
-    inputs = {"X": douts, **{s: g.input(s) for s in _present(g, "AxisTensor")}}
+    inputs = {"X": douts, **({"AxisTensor": g.input("AxisTensor")} if g.input("AxisTensor") else {})}
     return [*specs, OpSpec("concat", inputs, {"Out": outputs["X@GRAD"]}, {"axis": g.op.attr("axis")})]
 
 
@@ -688,7 +683,7 @@ SLICE = OpSchema(
     outputs=(Slot("Out", lod=True),),
     attrs=_SLICE_ATTRS,
     infer=_infer_slice,
-    grad=lambda g: grad_op(g, SLICE_GRAD, ("Input", "Out@GRAD", *_present(g, *_SLICE_TENSORS)), ("Input",)),
+    grad=lambda g: grad_op(g, SLICE_GRAD, ("Input", "Out@GRAD", *_SLICE_TENSORS), ("Input",)),
     kernel=_slice,
     doc="Input[starts:ends] on each of `axes` (negative bounds count from the end, all clamped into the dim; "
     "tensors may give starts and ends), the dims in `decrease_axis` (each of size 1) dropped.",
