@@ -1,4 +1,4 @@
-"""Fused ops the fusion passes create: Fluid's ``fc``, ``fused_elemwise_activation`` and their gradients.
+"""Fused ops the fusion passes create: Fluid's ``fc``, ``fused_elemwise_activation`` and their gradients, and more.
 
 Each is one step for the two or three ops it replaces (:mod:`blockir.passes.fuse`
 makes them), computes what they compute, in the same order, and keeps no
@@ -14,6 +14,15 @@ intermediate value alive (the product, the sum before the activation):
   ``ACT(X + Y)`` in one buffer (X's when offered; Fluid's op, with only this
   order of its functors), ``fused_elemwise_activation_grad`` for the two
   gradient ops.
+
+- ``fc_grad_sgd``: ``fc_grad`` then ``sgd`` on W and Bias, for an ``fc_grad``
+  whose dW and dBias only those updates read (``fuse-fc-sgd``): dInput from W
+  before its update, then the learning rate scales dPre, ``[rows, N]``, and W
+  takes ``Input^T @ (lr * dPre)`` in one pass: dW, ``[K, N]``, is never kept
+  nor scaled.
+- ``softmax_with_cross_entropy_mean``: ``softmax_with_cross_entropy`` and the
+  ``mean`` of its loss, and its gradient for ``mean_grad`` and the loss's
+  gradient op: dLoss / rows broadcast rather than filled.
 
 Activations: ``relu``, ``sigmoid``, ``tanh`` (``fc`` also takes ``""``, none).
 The kernels compose the kernels of the ops they replace (:mod:`blockir.ops.math`'s
@@ -52,6 +61,7 @@ from blockir.ops.common import (
     fmt,
     grad_op,
     infer_grads,
+    infer_like,
     kernel_error,
     np_dtype,
     numel,
@@ -60,6 +70,7 @@ from blockir.ops.common import (
 from blockir.ops.math import (
     ELEMENTWISE_ADD,
     ELEMENTWISE_ADD_GRAD,
+    MEAN,
     RELU,
     RELU_GRAD,
     SIGMOID,
@@ -67,6 +78,7 @@ from blockir.ops.math import (
     TANH,
     TANH_GRAD,
 )
+from blockir.ops.nn import SOFTMAX_WITH_CROSS_ENTROPY, SOFTMAX_WITH_CROSS_ENTROPY_GRAD, swce_schemas
 
 # -- activations -----------------------------------------------------------------------------------------
 
@@ -175,24 +187,38 @@ def _infer_fc_grad(ctx: InferContext) -> None:
     infer_grads("Input", "W", "Bias")(ctx)
 
 
-def _fc_grad(
-    ctx: KernelContext, x: Any, w: Any, bias: Any, out: Any, dout: Any, *, reuse: Sequence[bool] = ()
-) -> tuple[Any, Any, Any]:
-    """dPre = the activation's gradient from Out (in dOut's buffer when offered); dInput = dPre @ W^T (in Out's
-    buffer when offered and of Input's shape: Out is not read after dPre), dW = Input^T @ dPre, dBias =
-    the column sums of dPre."""
-    n = ctx.attrs["in_num_col_dims"]
-    d = _activation_grad(ctx, ctx.attrs["activation_type"], out, dout, _offered(reuse, 4))
+def _fc_backward(
+    ctx: KernelContext, x: Any, w: Any, out: Any, dout: Any, reuse: Sequence[bool]
+) -> tuple[Any, Any, bool]:
+    """(dPre as a matrix, dInput or None, whether dPre's buffer is the kernel's to overwrite): the
+    activation's gradient from Out (in dOut's buffer when offered), dInput = dPre @ W^T (in Out's buffer when
+    offered and of Input's shape: Out is not read after dPre), for fc_grad and fc_grad_sgd (whose reuse
+    offers are in the same argument positions)."""
+    activation = ctx.attrs["activation_type"]
+    d = _activation_grad(ctx, activation, out, dout, _offered(reuse, 4))
     d2 = d if d.ndim == 2 else d.reshape(-1, w.shape[1])
-    dx = dw = db = None
+    dx = None
     if ctx.wants[0]:
         into = _offered(reuse, 3) and x.ndim == 2 and out.shape == x.shape and out.dtype == d2.dtype
         dx = ctx.xp.matmul(d2, w.T, out=out if into else None)
         dx = dx if dx.shape == x.shape else dx.reshape(x.shape)
+    return d2, dx, bool(activation) or _offered(reuse, 4)
+
+
+def _column_sums(ctx: KernelContext, d2: Any) -> Any:
+    return ctx.xp.ones(d2.shape[0], d2.dtype) @ d2  # by BLAS: twice as fast as sum(axis=0)
+
+
+def _fc_grad(
+    ctx: KernelContext, x: Any, w: Any, bias: Any, out: Any, dout: Any, *, reuse: Sequence[bool] = ()
+) -> tuple[Any, Any, Any]:
+    """dPre and dInput (:func:`_fc_backward`), dW = Input^T @ dPre, dBias = the column sums of dPre."""
+    d2, dx, _ = _fc_backward(ctx, x, w, out, dout, reuse)
+    dw = db = None
     if ctx.wants[1]:
-        dw = _rows(x, n).T @ d2
+        dw = _rows(x, ctx.attrs["in_num_col_dims"]).T @ d2
     if ctx.wants[2]:
-        db = ctx.xp.ones(d2.shape[0], d2.dtype) @ d2  # the column sums by BLAS: twice as fast as sum(axis=0)
+        db = _column_sums(ctx, d2)
         db = db if db.shape == bias.shape else db.reshape(bias.shape)
     return dx, dw, db
 
@@ -228,6 +254,57 @@ FC = OpSchema(
     kernel=_fc,
     share_lod=(("Input", "Out"),),
     doc="Fluid's fully connected op: act(flatten(Input) @ W + Bias), Input flattened at in_num_col_dims.",
+)
+
+# -- fc_grad_sgd -----------------------------------------------------------------------------------------
+
+
+def _infer_fc_grad_sgd(ctx: InferContext) -> None:
+    _infer_fc_grad(ctx)
+    lr = check_dtype(ctx, "LearningRate", FLOATS)
+    if numel(lr.shape) not in (1, -1):
+        ctx.fail(f"LearningRate {fmt(lr)} must be a float tensor of one element, e.g. [1]")
+    for slot in ("W", "Bias"):
+        names = ctx.op.outputs.get(slot + "Out", ())
+        if names and names != ctx.op.inputs.get(slot):
+            ctx.fail(
+                f"updates in place: {slot}Out {list(names)} must name the {slot} variable "
+                f"{list(ctx.op.inputs.get(slot, []))}"
+            )
+
+
+def _fc_grad_sgd(
+    ctx: KernelContext, x: Any, w: Any, bias: Any, out: Any, dout: Any, lr: Any, *, reuse: Sequence[bool] = ()
+) -> tuple[Any, Any, Any]:
+    """fc_grad, then sgd on W (and Bias): dPre and dInput as fc_grad computes them (from W before its
+    update), then W -= Input^T @ (lr * dPre) and Bias -= the column sums of lr * dPre, in place: the learning
+    rate scales dPre, [rows, N], rather than dW, [K, N], and dW is never kept."""
+    d2, dx, owned = _fc_backward(ctx, x, w, out, dout, reuse)
+    scaled = ctx.xp.multiply(d2, lr.reshape(()), out=d2 if owned else None)
+    w -= _rows(x, ctx.attrs["in_num_col_dims"]).T @ scaled
+    if ctx.wants[2]:
+        bias -= _column_sums(ctx, scaled).reshape(bias.shape)
+    return dx, w, bias if ctx.wants[2] else None
+
+
+FC_GRAD_SGD = OpSchema(
+    "fc_grad_sgd",
+    inputs=(
+        Slot("Input", no_grad=True),
+        Slot("W", no_grad=True),
+        Slot("Bias", optional=True, no_grad=True),
+        Slot("Out", optional=True, no_grad=True),
+        Slot("Out@GRAD", no_grad=True),
+        Slot("LearningRate", no_grad=True),
+    ),
+    outputs=(Slot("Input@GRAD", optional=True), Slot("WOut"), Slot("BiasOut", optional=True)),
+    attrs=_FC_ATTRS,
+    infer=_infer_fc_grad_sgd,
+    kernel=_fc_grad_sgd,
+    side_effects=True,
+    share_lod=(("Input", "Input@GRAD"),),
+    doc="fc_grad then sgd on W and Bias in place (WOut, BiasOut name them), the learning rate scaling dPre: "
+    "what fuse-fc-sgd makes of an fc_grad whose dW and dBias only sgd reads.",
 )
 
 # -- fused_elemwise_activation ---------------------------------------------------------------------------
@@ -290,6 +367,48 @@ FUSED_ELEMWISE_ACTIVATION = OpSchema(
     kernel=_fused_elemwise_activation,
     share_lod=(("X", "Out"),),
     doc="Fluid's fused op with functor_list=[ACT, 'elementwise_add']: ACT(X + Y), Y broadcast as by elementwise_add.",
+)
+
+# -- softmax_with_cross_entropy_mean ---------------------------------------------------------------------
+
+_SWCE, _SWCE_GRAD, _MEAN = (_kernel(s) for s in (SOFTMAX_WITH_CROSS_ENTROPY, SOFTMAX_WITH_CROSS_ENTROPY_GRAD, MEAN))
+
+
+def _infer_swce_mean(ctx: InferContext) -> None:
+    assert SOFTMAX_WITH_CROSS_ENTROPY.infer is not None
+    SOFTMAX_WITH_CROSS_ENTROPY.infer(ctx)  # Softmax, and the per-row Loss, replaced:
+    ctx.set_output("Loss", (1,), ctx.tensor("Logits").dtype)
+
+
+def _swce_mean(ctx: KernelContext, logits: Any, label: Any) -> tuple[Any, Any]:
+    """softmax_with_cross_entropy's Softmax, and the mean of its Loss (ignored rows counting as 0)."""
+    softmax, loss = _SWCE(ctx, logits, label)
+    return softmax, _MEAN(ctx, loss)
+
+
+def _infer_swce_mean_grad(ctx: InferContext) -> None:
+    if ctx.has_input("Loss@GRAD") and numel(ctx.tensor("Loss@GRAD").shape) not in (1, -1):
+        ctx.fail(f"Loss@GRAD {fmt(ctx.tensor('Loss@GRAD'))} must have one element, the mean loss's gradient")
+    infer_like(ctx, "Softmax", "Logits@GRAD")
+
+
+def _swce_mean_grad(ctx: KernelContext, label: Any, softmax: Any, dloss: Any, dsoftmax: Any) -> Any:
+    """softmax_with_cross_entropy_grad with mean_grad's dLoss, dMean / rows, one element of Softmax's rank
+    that broadcasts rather than a filled array."""
+    if dloss is not None:
+        rows = softmax.size // softmax.shape[ctx.attrs["axis"]] if softmax.size else 1
+        dloss = dloss.reshape((1,) * softmax.ndim) / rows
+    return _SWCE_GRAD(ctx, label, softmax, dloss, dsoftmax)
+
+
+SOFTMAX_WITH_CROSS_ENTROPY_MEAN, SOFTMAX_WITH_CROSS_ENTROPY_MEAN_GRAD = swce_schemas(
+    "softmax_with_cross_entropy_mean",
+    _infer_swce_mean,
+    _swce_mean,
+    _infer_swce_mean_grad,
+    _swce_mean_grad,
+    "softmax_with_cross_entropy with the mean of its Loss, shape [1], for Loss: what fuse-softmax-ce makes of "
+    "softmax_with_cross_entropy then mean.",
 )
 
 # -- coalesce_tensor -------------------------------------------------------------------------------------
@@ -388,7 +507,10 @@ COALESCE_TENSOR = OpSchema(
 SCHEMAS: tuple[OpSchema, ...] = (
     FC,
     FC_GRAD,
+    FC_GRAD_SGD,
     FUSED_ELEMWISE_ACTIVATION,
     FUSED_ELEMWISE_ACTIVATION_GRAD,
+    SOFTMAX_WITH_CROSS_ENTROPY_MEAN,
+    SOFTMAX_WITH_CROSS_ENTROPY_MEAN_GRAD,
     COALESCE_TENSOR,
 )

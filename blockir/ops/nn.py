@@ -227,11 +227,24 @@ def _softmax_with_cross_entropy_grad_kernel(
 ) -> Any:
     """dLogits from dLoss, (Softmax - onehot(Label)) * dLoss (soft: (Softmax - Label) * dLoss; 0 for
     ignored rows), plus, when the Softmax output is used too, Softmax * (dSoftmax - sum(dSoftmax * Softmax)).
-    The first term is computed with the classes swapped first, as the forward kernel computes."""
+    The first term is a C-order array: with the classes last it is computed in that order (the product reading
+    dLogits next, with few classes, runs 3x faster on it than on the transposed array the forward kernel's
+    Softmax is), else with the classes swapped first, as the forward kernel computes."""
     xp = ctx.xp
     axis = ctx.attrs["axis"] % softmax.ndim
     out = None
-    if dloss is not None:
+    if dloss is not None and axis == softmax.ndim - 1:
+        out = xp.array(softmax, order="C")
+        if ctx.attrs["soft_label"]:
+            out -= label
+        else:
+            table = out.reshape(-1, out.shape[-1])
+            _, flat, valid = _row_labels(ctx, table, label, "Softmax")
+            table[xp.arange(flat.shape[0]), flat] -= 1
+            if valid is not None:  # dLoss may be broadcast from fewer elements: the mask takes the rows' shape
+                dloss = xp.where(valid.reshape(*out.shape[:-1], 1), dloss, 0)
+        out *= dloss
+    elif dloss is not None:
         grad = _classes_first(softmax, axis)
         target, dloss = label.swapaxes(axis, 0), dloss.swapaxes(axis, 0)
         if ctx.attrs["soft_label"]:
@@ -239,10 +252,10 @@ def _softmax_with_cross_entropy_grad_kernel(
         else:
             table, flat, valid, columns = _label_columns(ctx, grad, target, "Softmax")
             table[flat, columns] -= 1
-            if valid is not None:
-                dloss = xp.where(valid.reshape(dloss.shape), dloss, 0)
+            if valid is not None:  # dLoss may be broadcast from fewer elements: the mask takes the rows' shape
+                dloss = xp.where(valid.reshape(1, *grad.shape[1:]), dloss, 0)
         grad *= dloss
-        out = grad.swapaxes(0, axis)
+        out = xp.ascontiguousarray(grad.swapaxes(0, axis))
     if dsoftmax is not None:
         through = dsoftmax * softmax
         through -= softmax * through.sum(axis=axis, keepdims=True)
@@ -250,37 +263,56 @@ def _softmax_with_cross_entropy_grad_kernel(
     return xp.zeros_like(softmax) if out is None else out
 
 
-SOFTMAX_WITH_CROSS_ENTROPY_GRAD = OpSchema(
-    "softmax_with_cross_entropy_grad",
-    inputs=(
-        Slot("Label", no_grad=True),
-        Slot("Softmax"),
-        Slot("Loss@GRAD", optional=True),
-        Slot("Softmax@GRAD", optional=True),
-    ),
-    outputs=(Slot("Logits@GRAD"),),
-    attrs=_SWCE_ATTRS,
-    infer=lambda ctx: infer_like(ctx, "Softmax", "Logits@GRAD"),
-    kernel=_softmax_with_cross_entropy_grad_kernel,
-    doc="Gradient of softmax_with_cross_entropy with respect to Logits.",
-)
+def swce_schemas(
+    type: str,
+    infer: Callable[[InferContext], None],
+    kernel: Kernel,
+    grad_infer: Callable[[InferContext], None],
+    grad_kernel: Kernel,
+    doc: str,
+) -> tuple[OpSchema, OpSchema]:
+    """The schemas of softmax_with_cross_entropy and its gradient op, or of a fused loss with its slots
+    (``type`` and ``type_grad``): the gradient op reads the gradient of each output that has one (usually
+    only Loss)."""
+    grad_schema = OpSchema(
+        f"{type}_grad",
+        inputs=(
+            Slot("Label", no_grad=True),
+            Slot("Softmax"),
+            Slot("Loss@GRAD", optional=True),
+            Slot("Softmax@GRAD", optional=True),
+        ),
+        outputs=(Slot("Logits@GRAD"),),
+        attrs=_SWCE_ATTRS,
+        infer=grad_infer,
+        kernel=grad_kernel,
+        doc=f"Gradient of {type} with respect to Logits.",
+    )
+
+    def grad(g: GradContext) -> list[OpSpec]:
+        reads = [f"{slot}@GRAD" for slot in ("Loss", "Softmax") if any(n != EMPTY_VAR for n in g.output_grad(slot))]
+        return grad_op(g, grad_schema, ("Label", "Softmax", *reads), ("Logits",))
+
+    schema = OpSchema(
+        type,
+        inputs=(Slot("Logits"), Slot("Label", no_grad=True)),
+        outputs=(Slot("Softmax"), Slot("Loss")),
+        attrs=_SWCE_ATTRS,
+        infer=infer,
+        grad=grad,
+        kernel=kernel,
+        doc=doc,
+    )
+    return schema, grad_schema
 
 
-def _grad_softmax_with_cross_entropy(g: GradContext) -> list[OpSpec]:
-    """The gradient op reads the gradient of each output that has one (usually only Loss)."""
-    reads = [f"{slot}@GRAD" for slot in ("Loss", "Softmax") if any(n != EMPTY_VAR for n in g.output_grad(slot))]
-    return grad_op(g, SOFTMAX_WITH_CROSS_ENTROPY_GRAD, ("Label", "Softmax", *reads), ("Logits",))
-
-
-SOFTMAX_WITH_CROSS_ENTROPY = OpSchema(
+SOFTMAX_WITH_CROSS_ENTROPY, SOFTMAX_WITH_CROSS_ENTROPY_GRAD = swce_schemas(
     "softmax_with_cross_entropy",
-    inputs=(Slot("Logits"), Slot("Label", no_grad=True)),
-    outputs=(Slot("Softmax"), Slot("Loss")),
-    attrs=_SWCE_ATTRS,
-    infer=_infer_softmax_with_cross_entropy,
-    grad=_grad_softmax_with_cross_entropy,
-    kernel=_softmax_with_cross_entropy,
-    doc="softmax(Logits) along axis and the cross-entropy Loss against Label, computed stably.",
+    _infer_softmax_with_cross_entropy,
+    _softmax_with_cross_entropy,
+    lambda ctx: infer_like(ctx, "Softmax", "Logits@GRAD"),
+    _softmax_with_cross_entropy_grad_kernel,
+    "softmax(Logits) along axis and the cross-entropy Loss against Label, computed stably.",
 )
 
 

@@ -102,7 +102,13 @@ def first_reads(ops: Sequence[Operator], exclude: Collection[str] = ()) -> list[
 
 
 def mark_created(op: Operator, pass_name: str, origins: list[Operator]) -> Operator:
-    """Record on ``op`` that pass ``pass_name`` created it from ``origins`` (attributes ``op_pass``, ``op_origin``)."""
+    """Record on ``op`` that pass ``pass_name`` created it from ``origins`` (attributes ``op_pass``, ``op_origin``).
+    An origin that this pass created itself stands for its own origins: the ops listed are ops of the
+    program the pass was given."""
+    keys: list[str] = []
+    for o in origins:
+        own = o.attrs.get("op_pass") == pass_name and o.attrs.get("op_origin")
+        keys.extend(o.attrs["op_origin"] if own else [origin_key(o)])
     op.set_attr("op_pass", pass_name)
-    op.set_attr("op_origin", [origin_key(o) for o in origins])
+    op.set_attr("op_origin", keys)
     return op

@@ -18,17 +18,26 @@ inference form (the forward ops alone):
     ``softmax_with_cross_entropy`` (which also writes the softmax, so its
     other readers keep it), and ``cross_entropy_grad`` then ``softmax_grad``
     into ``softmax_with_cross_entropy_grad``: the loss from log-sum-exp instead
-    of the log of a probability, finite where that underflows. A ``mean`` of
-    the loss stays as it is.
+    of the log of a probability, finite where that underflows. Then
+    ``softmax_with_cross_entropy`` and a ``mean`` of its loss into
+    ``softmax_with_cross_entropy_mean``, and ``mean_grad`` then its gradient op
+    into ``softmax_with_cross_entropy_mean_grad`` (the per-row loss and its
+    gradient vanish).
+``fuse-fc-sgd``
+    an ``fc_grad`` and the ``sgd`` updates of its W (and Bias) that alone read
+    its dW (and dBias), with one learning rate, into ``fc_grad_sgd`` at the
+    ``fc_grad``'s place (``Create(at="first")``: the layers below read its
+    dInput); the engine refuses it when an op in between reads or writes the
+    parameter or writes the learning rate.
 
 Floating-point inputs only. The named pipeline ``fuse{keep=... fc=
 elementwise_act= softmax_ce= optimizer=}`` runs ``fuse-fc``, ``fuse-elementwise-act``
 (after ``fuse-fc``, which would otherwise find its ``elementwise_add`` taken),
-``fuse-softmax-ce`` and ``fuse-optimizer`` (:mod:`blockir.passes.fuse_optimizer`:
-the sgd, momentum or adam updates in one op over coalesced buffers); the executor
-applies it as its ``BuildStrategy`` says (:mod:`blockir.runtime.compiled`), with
-``keep`` the values it fetches and feeds (``fuse-optimizer`` makes no value
-disappear, so it needs none).
+``fuse-softmax-ce``, and with ``optimizer`` ``fuse-fc-sgd`` and ``fuse-optimizer``
+(:mod:`blockir.passes.fuse_optimizer`: the sgd, momentum or adam updates left in
+one op over coalesced buffers); the executor applies it as its ``BuildStrategy``
+says (:mod:`blockir.runtime.compiled`), with ``keep`` the values it fetches and
+feeds (``fuse-optimizer`` makes no value disappear, so it needs none).
 """
 
 from __future__ import annotations
@@ -42,7 +51,7 @@ from blockir.passes.base import Pass, Pipeline, register_pass
 from blockir.passes.fuse_optimizer import FuseOptimizer
 from blockir.passes.rewrite import Create, Match, OpPattern, Pattern, RewritePass
 
-__all__ = ["Fuse", "FuseElementwiseAct", "FuseFC", "FuseSoftmaxCE"]
+__all__ = ["Fuse", "FuseElementwiseAct", "FuseFC", "FuseFCSGD", "FuseSoftmaxCE"]
 
 _ACTS = tuple(ACTIVATIONS)
 _ACT_GRADS = tuple(f"{a}_grad" for a in _ACTS)
@@ -265,16 +274,123 @@ def _softmax_ce_pattern(name: str, grad: bool) -> Pattern:
     return Pattern(name, tuple(ops), tuple(creates), _softmax_ce_where)
 
 
+_SWCE_ATTRS = (*_CE_ATTRS, "axis")
+
+
+def _swce_mean_where(match: Match) -> bool:
+    return _float(match, "logits") and ("swce_grad" not in match.ops or _same(match, "swce", "swce_grad", *_SWCE_ATTRS))
+
+
+def _swce_mean_attrs(match: Match) -> dict[str, Any]:
+    swce = match.op("swce")
+    return {name: swce.attr(name) for name in _SWCE_ATTRS}
+
+
+def _swce_mean_pattern(name: str, grad: bool) -> Pattern:
+    """softmax_with_cross_entropy then mean of its Loss; with ``grad``, mean_grad then its gradient op."""
+    ops = [
+        OpPattern(
+            "swce",
+            ("softmax_with_cross_entropy",),
+            {"Logits": "logits", "Label": "label"},
+            {"Softmax": "p", "Loss": "loss"},
+        ),
+        OpPattern("mean", ("mean",), {"X": "loss"}, {"Out": "m"}),
+    ]
+    creates = [
+        Create(
+            "softmax_with_cross_entropy_mean",
+            ("swce", "mean"),
+            {"Logits": "logits", "Label": "label"},
+            {"Softmax": "p", "Loss": "m"},
+            _swce_mean_attrs,
+        )
+    ]
+    if grad:
+        ops += [
+            OpPattern("mean_grad", ("mean_grad",), {"X": "loss", "Out@GRAD": "dm"}, {"X@GRAD": "dloss"}),
+            OpPattern(
+                "swce_grad",
+                ("softmax_with_cross_entropy_grad",),
+                {"Label": "label", "Softmax": "p", "Loss@GRAD": "dloss"},
+                {"Logits@GRAD": "dlogits"},
+            ),
+        ]
+        creates.append(
+            Create(
+                "softmax_with_cross_entropy_mean_grad",
+                ("mean_grad", "swce_grad"),
+                {"Label": "label", "Softmax": "p", "Loss@GRAD": "dm"},
+                {"Logits@GRAD": "dlogits"},
+                _swce_mean_attrs,
+            )
+        )
+    return Pattern(name, tuple(ops), tuple(creates), _swce_mean_where)
+
+
 @register_pass
 @dataclass(frozen=True)
 class FuseSoftmaxCE(RewritePass):
     """softmax + cross_entropy into softmax_with_cross_entropy, and their gradients (module docstring)."""
 
     name: ClassVar[str] = "fuse-softmax-ce"
-    summary: ClassVar[str] = "softmax + cross_entropy into softmax_with_cross_entropy, their gradient ops into its grad"
+    summary: ClassVar[str] = (
+        "softmax + cross_entropy into softmax_with_cross_entropy, then with a mean of its loss into "
+        "softmax_with_cross_entropy_mean; their gradient ops likewise"
+    )
     patterns: ClassVar[tuple[Pattern, ...]] = (
         _softmax_ce_pattern("softmax-ce-train", grad=True),
         _softmax_ce_pattern("softmax-ce", grad=False),
+        _swce_mean_pattern("softmax-ce-mean-train", grad=True),
+        _swce_mean_pattern("softmax-ce-mean", grad=False),
+    )
+
+
+# -- fuse-fc-sgd -----------------------------------------------------------------------------------------
+
+
+def _fc_sgd_where(match: Match) -> bool:
+    return _float(match, "w")
+
+
+def _fc_grad_attrs(match: Match) -> dict[str, Any]:
+    grad = match.op("grad")
+    return {"in_num_col_dims": grad.attr("in_num_col_dims"), "activation_type": grad.attr("activation_type")}
+
+
+def _fc_sgd_pattern(name: str, bias: bool) -> Pattern:
+    """fc_grad and the sgd of W (and of Bias, with ``bias``) that read its dW (and dBias), with one learning
+    rate, into fc_grad_sgd at fc_grad's place."""
+    grad_writes = {"Input@GRAD": "dx?", "W@GRAD": "dw", **({"Bias@GRAD": "db"} if bias else {})}
+    ops = [
+        OpPattern(
+            "grad",
+            ("fc_grad",),
+            {"Input": "x", "W": "w", "Bias": "b?", "Out": "out?", "Out@GRAD": "dout"},
+            grad_writes,
+        ),
+        OpPattern("sgd_w", ("sgd",), {"Param": "w", "Grad": "dw", "LearningRate": "lr"}, {"ParamOut": "w"}),
+    ]
+    if bias:
+        ops.append(OpPattern("sgd_b", ("sgd",), {"Param": "b", "Grad": "db", "LearningRate": "lr"}, {"ParamOut": "b"}))
+    updated = {"Bias": "b"} if bias else {}
+    reads = {"Input": "x", "W": "w", **updated, "Out": "out", "Out@GRAD": "dout", "LearningRate": "lr"}
+    writes = {"Input@GRAD": "dx", "WOut": "w", **({"BiasOut": "b"} if bias else {})}
+    names = tuple(p.name for p in ops)
+    creates = (Create("fc_grad_sgd", names, reads, writes, _fc_grad_attrs, at="first"),)
+    return Pattern(name, tuple(ops), creates, _fc_sgd_where)
+
+
+@register_pass
+@dataclass(frozen=True)
+class FuseFCSGD(RewritePass):
+    """fc_grad and the sgd updates reading its dW and dBias into fc_grad_sgd (module docstring)."""
+
+    name: ClassVar[str] = "fuse-fc-sgd"
+    summary: ClassVar[str] = "fc_grad and the sgd updates of its W and Bias into fc_grad_sgd, at fc_grad's place"
+    patterns: ClassVar[tuple[Pattern, ...]] = (
+        _fc_sgd_pattern("fc-sgd-bias", bias=True),
+        _fc_sgd_pattern("fc-sgd", bias=False),
     )
 
 
@@ -284,11 +400,13 @@ class FuseSoftmaxCE(RewritePass):
 @register_pass
 @dataclass(frozen=True)
 class Fuse(Pipeline):
-    """fuse-fc, fuse-elementwise-act, fuse-softmax-ce, fuse-optimizer, each unless turned off (module docstring)."""
+    """fuse-fc, fuse-elementwise-act, fuse-softmax-ce, fuse-fc-sgd and fuse-optimizer, each unless turned off
+    (module docstring)."""
 
     name: ClassVar[str] = "fuse"
     summary: ClassVar[str] = (
-        "the fusion passes the executor applies: fuse-fc, fuse-elementwise-act, fuse-softmax-ce, fuse-optimizer"
+        "the fusion passes the executor applies: fuse-fc, fuse-elementwise-act, fuse-softmax-ce, fuse-fc-sgd, "
+        "fuse-optimizer"
     )
 
     keep: tuple[str, ...] = field(
@@ -302,7 +420,7 @@ class Fuse(Pipeline):
         default=True, metadata={"help": "run fuse-softmax-ce (BuildStrategy.fuse_softmax_with_cross_entropy)"}
     )
     optimizer: bool = field(
-        default=True, metadata={"help": "run fuse-optimizer (BuildStrategy.fuse_all_optimizer_ops)"}
+        default=True, metadata={"help": "run fuse-fc-sgd and fuse-optimizer (BuildStrategy.fuse_all_optimizer_ops)"}
     )
 
     def passes(self) -> list[Pass]:
@@ -312,4 +430,4 @@ class Fuse(Pipeline):
             (self.softmax_ce, FuseSoftmaxCE),
         )
         rewrites: list[Pass] = [cls(keep=self.keep) for on, cls in chosen if on]
-        return rewrites + ([FuseOptimizer()] if self.optimizer else [])
+        return rewrites + ([FuseFCSGD(keep=self.keep), FuseOptimizer()] if self.optimizer else [])

@@ -33,9 +33,10 @@ other symbol. A structural match fires only when it is legal:
 - every intermediate is written once, by its matched op, read only by
   matched ops, declared in the match's block and used by no other block, and
   is not persistable nor in ``keep`` (the values the caller fetches or feeds);
-- a matched op reading a variable that matched ops write reads it from one
-  of them (the values flowing inside the match are those the new ops compute),
-  and the new ops, each at the position of the last op of its group, leave
+- a matched op reading a variable after a matched op wrote it reads it from
+  one of them (the values flowing inside the match are those the new ops compute),
+  and the new ops, each at the position of the last op of its group (or of
+  its first, as its :class:`Create` says), leave
   every other op reading the same values as before (the same writer, or the
   new op standing for it), read what the matched ops read, and leave every
   variable with the same final writer: the program computes what it computed.
@@ -117,7 +118,9 @@ class Create:
     """A new op replacing the group ``replaces`` (pattern op names): its type, slots by symbol, attributes.
 
     A slot whose symbol is bound to nothing (an optional slot left empty) is left out; ``attrs`` computes
-    the op's own attributes from the match.
+    the op's own attributes from the match; ``at`` says where the new op goes: at the place of the group's
+    ``"last"`` op (the default: it reads what its group read, every input made by then) or of its ``"first"``
+    (its outputs are read before the group's last op, e.g. a gradient op that an update joins).
     """
 
     type: str
@@ -125,6 +128,11 @@ class Create:
     inputs: Mapping[str, str]
     outputs: Mapping[str, str]
     attrs: Callable[[Match], Mapping[str, Any]] | None = None
+    at: str = "last"
+
+    def __post_init__(self) -> None:
+        if self.at not in ("first", "last"):
+            raise BlockirError(f"create {self.type!r}: at must be 'first' or 'last', got {self.at!r}")
 
 
 @dataclass(frozen=True)
@@ -380,10 +388,10 @@ def _vanishing(match: Match, uses: _Uses, keep: Collection[str], used_in: Mappin
 
 
 class _New(NamedTuple):
-    """A new op before it exists: its create, its group's last op (where it goes), its slots."""
+    """A new op before it exists: its create, the op of its group whose place it takes, its slots."""
 
     create: Create
-    last: Operator
+    place: Operator
     inputs: dict[str, list[str]]
     outputs: dict[str, list[str]]
 
@@ -405,7 +413,7 @@ def _new_ops(match: Match, uses: _Uses) -> list[_New]:
     return [
         _New(
             c,
-            max((match.ops[n] for n in c.replaces), key=lambda op: uses.key[id(op)]),
+            (max if c.at == "last" else min)((match.ops[n] for n in c.replaces), key=lambda op: uses.key[id(op)]),
             _slots(c.inputs, match.values),
             _slots(c.outputs, match.values),
         )
@@ -419,14 +427,15 @@ def _dataflow(match: Match, new: list[_New], uses: _Uses) -> str | None:
     For each variable the matched or new ops use, walks its readers and writers from the first matched op
     to the last twice, as the block is and rewritten, recording for each read the op that last wrote it
     (an op id; new op ``k`` is ``-1 - k``; None: a value from before). As the block is, a matched op
-    reading a variable that matched ops write must read it from one of them: the values flowing inside the
-    match are the ones the new ops compute. Then, with each matched op standing for the new op of its
-    group, the walks must agree for every other op, each new op must see what the matched ops reading the
-    variable saw, and the variable (unless an intermediate) must leave the window with the same last
-    writer: the ops after it then see what they saw. Other variables are not touched by the rewrite.
+    reading a variable after a matched op wrote it must read it from one of them: the values flowing inside
+    the match are the ones the new ops compute (an update in place reads the value from before, then
+    writes). Then, with each matched op standing for the new op of its group, the walks must agree for
+    every other op, each new op must see what the matched ops reading the variable saw, and the variable
+    (unless an intermediate) must leave the window with the same last writer: the ops after it then see
+    what they saw. Other variables are not touched by the rewrite.
     """
     group = {id(match.ops[n]): -1 - k for k, item in enumerate(new) for n in item.create.replaces}
-    placed = {id(item.last): k for k, item in enumerate(new)}
+    placed = {id(item.place): k for k, item in enumerate(new)}
 
     def standing(writer: int | None) -> int | None:
         """What an op of the block as it is stands for in the rewritten block."""
@@ -443,15 +452,17 @@ def _dataflow(match: Match, new: list[_New], uses: _Uses) -> str | None:
         new_saw: list[tuple[int, int | None]] = []  # (new op, what it sees)
         old_last: int | None = None
         new_last: int | None = None
-        places = [item.last for item in new if name in item.reads or name in item.writes]
+        matched_wrote = False  # whether a matched op wrote the variable yet
+        places = [item.place for item in new if name in item.reads or name in item.writes]
         for op in uses.touching(name, low, high, places):
             op_id = id(op)
             reads, writes = (name in names for names in uses.accesses[op_id])
             if op_id in group:
                 if reads:
-                    if inside and old_last not in inside:
+                    if matched_wrote and old_last not in inside:
                         return f"{op} reads {name!r} from an op outside the match"
                     matched_saw.add(standing(old_last))
+                matched_wrote = matched_wrote or writes
                 if op_id in placed:
                     item = new[placed[op_id]]
                     if name in item.reads:
@@ -524,7 +535,7 @@ def _apply(match: Match, new: list[_New], pass_name: str) -> list[Operator]:
     for item in new:
         group = [match.ops[n] for n in item.create.replaces]
         attrs = dict(item.create.attrs(match)) if item.create.attrs is not None else {}
-        index = block.ops.index(item.last) + 1
+        index = block.ops.index(item.place) + 1
         op = insert_created(block, index, item.create.type, item.inputs, item.outputs, attrs, group, pass_name)
         created.append(op)
     for op in match.ops.values():
@@ -562,7 +573,7 @@ def _fire_at(
                 continue
             replaced = tuple(origin_key(op) for op in match.ops.values())
             created = _apply(match, new, context.pass_name)
-            uses.replace(match.ops.values(), [(op, item.last) for op, item in zip(created, new)])
+            uses.replace(match.ops.values(), [(op, item.place) for op, item in zip(created, new)])
             context.fired.append(Fired(pattern.name, anchor.block.idx, replaced, tuple(map(origin_key, created))))
             return True
     return False

@@ -65,8 +65,11 @@ class BuildStrategy:
     - ``fuse_elewise_add_act_ops`` (Paddle's): ``fuse-elementwise-act``, elementwise_add + activation and their
       gradient ops into fused_elemwise_activation and its gradient;
     - ``fuse_softmax_with_cross_entropy`` (blockir's own; Paddle has no such flag): ``fuse-softmax-ce``,
-      softmax + cross_entropy and their gradient ops into softmax_with_cross_entropy and its gradient;
-    - ``fuse_all_optimizer_ops`` (Paddle's): ``fuse-optimizer``, the sgd, momentum or adam updates into one
+      softmax + cross_entropy and their gradient ops into softmax_with_cross_entropy and its gradient, and
+      those with a mean of the loss into softmax_with_cross_entropy_mean and its gradient;
+    - ``fuse_all_optimizer_ops`` (Paddle's): ``fuse-fc-sgd``, an fc_grad and the sgd updates of its W and Bias
+      into fc_grad_sgd (to float32 rounding: the learning rate scales dPre rather than dW), then
+      ``fuse-optimizer``, the sgd, momentum or adam updates left into one
       op per group over buffers made by coalesce_tensor, each parameter and its state a view of its part
       (the scope keeps the views: setting or loading a parameter copies into its view). Each parameter gets
       exactly the update it got alone. With data parallelism it fuses the replicated program's updates of

@@ -82,7 +82,7 @@ from blockir.runtime.device import array_module, get_device, transfer, value_dev
 from blockir.runtime.nan_inf import checked
 from blockir.runtime.place import Place
 from blockir.runtime.scheduler import Gather, Scatter, Schedule, Step, WorkerPool, compile_schedule, execute, run_steps
-from blockir.runtime.scope import Scope
+from blockir.runtime.scope import Scope, ScopeVariable
 
 __all__ = [
     "SCHEDULERS",
@@ -304,6 +304,19 @@ def _make_scatter(outs: list[tuple[Slot, list[int | None], bool, int | None]]) -
     if len(outs) == 1:
         slot, slots, _, lod_from = outs[0]
         return stores[0][1], (cast(int, slots[0]) if not slot.duplicable and lod_from is None else -1)
+    # (result index, value slot) per wanted output when each stores one value as it is: no store calls
+    plain = [
+        (k, cast(int, slots[0]))
+        for k, (slot, slots, wanted, lod_from) in enumerate(outs)
+        if wanted and not slot.duplicable and lod_from is None
+    ]
+    if len(plain) == len(stores):
+
+        def scatter_plain(values: list, result: Any) -> None:
+            for k, i in plain:
+                values[i] = result[k]
+
+        return scatter_plain, -1
     if len(stores) == 1:
         k, store = stores[0]
         return (lambda values, result: store(values, result[k])), -1
@@ -503,6 +516,7 @@ def compile_plan(
 
     steps = _make_steps(infos, slots, flow.may_lod, liveness, compile_block, check_nan_inf)
     required, views = _required(infos), _views(infos)
+    read = {n: k for k, n in enumerate(flow.external)}  # the scope input of each variable read from the scope
     schedule = None
     if scheduler == "dataflow" and any(s.stream != steps[0].stream for s in steps):
         schedule = _schedule(block, framing.ops, infos, steps, slots, num_threads)
@@ -517,7 +531,10 @@ def compile_plan(
             for n, reader in flow.external.items()
         ),
         fetches=tuple(Fetch(slots[v.name], v.name, v.persistable, flow.located[v.name]) for v in fetch_vars),
-        writebacks=tuple(Writeback(slots[n], n, flow.located[n], n in views) for n in sorted(liveness.persistable_out)),
+        writebacks=tuple(
+            Writeback(slots[n], n, flow.located[n], n in views, read.get(n, -1))
+            for n in sorted(liveness.persistable_out)
+        ),
         schedule=schedule,
         copies_from=_copies_from(infos, slots),
         run_slot=slots.get(RUN_SLOT),
@@ -871,6 +888,7 @@ class Writeback(NamedTuple):
     name: str
     device: str
     bind: bool = False
+    read: int = -1  # the index of the variable's scope input when the plan also reads it, else -1
 
 
 @dataclass(frozen=True)
@@ -902,8 +920,10 @@ class Plan:
         values: list[Any] = [None] * self.num_slots
         for spec in self.feeds:
             values[spec.slot] = spec.check(feed[spec.name])
+        holders: list[ScopeVariable | None] = []  # per scope input
         for slot, name, persistable, reader, device, required in self.scope_inputs:
             holder = scope.find_var(name)
+            holders.append(holder)
             if holder is None or holder.value is None:
                 if not required:  # only optional slots read it, e.g. a broadcast's Current before the first copy
                     continue
@@ -930,7 +950,9 @@ class Plan:
             if error is not None:
                 close_channels(values, self.channels)
                 raise error
-        for slot, name, device, bind in self.writebacks:
+        for slot, name, device, bind, read in self.writebacks:
+            if read >= 0 and _holds(holders[read], values[slot], device, bind):
+                continue  # updated in place (an optimizer's parameter): nothing to store
             if bind:
                 scope.bind(name, values[slot], device)
             else:
@@ -939,6 +961,13 @@ class Plan:
             _fetched(values[slot], name, persistable, device, return_numpy)
             for slot, name, persistable, device in self.fetches
         ]
+
+
+def _holds(holder: ScopeVariable | None, value: Any, device: str, bind: bool) -> bool:
+    """Whether storing ``value`` (on ``device``, bound as a view with ``bind``) would leave ``holder`` as it
+    is: it holds that very value there, bound if ``bind`` (a bound view that is stored unbound is copied into
+    itself)."""
+    return holder is not None and holder.value is value and holder.device == device and (holder.bound or not bind)
 
 
 def _missing_value(name: str, persistable: bool, reader: str) -> BlockirError:

@@ -49,7 +49,7 @@ def test_viz_defaults_to_the_executors_pipeline_and_a_page_named_after_the_progr
     assert main(["viz", "train.pb", "--title", "mine"]) == 0
     data = embedded((work / "train.html").read_text())
     assert data["pipeline"] == "fuse,default-device-pipeline" and data["title"] == "mine"
-    fusions = ["fuse-fc", "fuse-elementwise-act", "fuse-softmax-ce", "fuse-optimizer"]
+    fusions = ["fuse-fc", "fuse-elementwise-act", "fuse-softmax-ce", "fuse-fc-sgd", "fuse-optimizer"]
     assert [s["label"] for s in data["states"][1:]] == [*fusions, "place", "insert-copies", "streams{keep=true}"]
 
 
@@ -57,7 +57,7 @@ def test_viz_links_the_trace_of_blockir_run(work: Path, capsys: pytest.CaptureFi
     run = ["run", "train.pb", "--params", "params", "--feed", "x=x.npy", "--fetch", "mean_0.tmp_0"]
     assert main([*run, "--trace", "run.json"]) == 0
     assert main(["viz", "train.pb", "--trace", "run.json", "-o", "p.html"]) == 0
-    assert capsys.readouterr().out.endswith("wrote p.html: 7 passes, linked to the run in run.json\n")
+    assert capsys.readouterr().out.endswith("wrote p.html: 8 passes, linked to the run in run.json\n")
     trace = embedded((work / "p.html").read_text())["trace"]
     assert trace["match"] == "compiled" and trace["state"] == 7 and trace["unlinked"] == 0
 

@@ -16,6 +16,7 @@ import numpy as np
 
 from blockir.ops.values import LoDTensor
 from tests.ops.cases_math import ACTIVATION_REFS, away_from_zero, paddle_y, rand
+from tests.ops.cases_nn import SOFTMAX_WITH_CROSS_ENTROPY
 from tests.ops.harness import Case
 
 ACTIVATIONS = ("relu", "sigmoid", "tanh")
@@ -159,9 +160,24 @@ COALESCE_TENSOR = [
     ),
 ]
 
+# -- softmax_with_cross_entropy_mean ------------------------------------------------------------------------
+
+
+def _swce_mean_case(case: Case) -> Case:
+    """A softmax_with_cross_entropy case, its Loss replaced by the mean over the rows (ignored ones as 0)."""
+    loss = case.expected["Loss"]
+    mean = np.array([loss.astype(np.float64).mean()], loss.dtype)
+    return Case(
+        case.inputs, case.attrs, {**case.expected, "Loss": mean}, case.grad, case.rtol, case.atol, name=case.name
+    )
+
+
+SOFTMAX_WITH_CROSS_ENTROPY_MEAN = [_swce_mean_case(case) for case in SOFTMAX_WITH_CROSS_ENTROPY]
+
 CASES: dict[str, list[Case]] = {
     "fc": FC,
     "fused_elemwise_activation": FUSED_ELEMWISE_ACTIVATION,
+    "softmax_with_cross_entropy_mean": SOFTMAX_WITH_CROSS_ENTROPY_MEAN,
     "coalesce_tensor": COALESCE_TENSOR,
 }
 
@@ -219,6 +235,16 @@ INFER_ERRORS: list[tuple[str, Case, str]] = [
         "coalesce_tensor",
         Case({"Input": [_f32, _f32]}, {"dtype": 5}),
         r"Output names 1 variables for 2 Input variables: it needs one per input",
+    ),
+    (
+        "softmax_with_cross_entropy_mean",
+        Case({"Logits": _f32, "Label": np.zeros((3, 2), np.int64)}),
+        r"Label .*\[3, 2\].* does not match .*: dim 1 must be 1",
+    ),
+    (
+        "softmax_with_cross_entropy_mean_grad",
+        Case({"Label": np.zeros((3, 1), np.int64), "Softmax": _f32, "Loss@GRAD": np.zeros(2, np.float32)}),
+        r"Loss@GRAD .*\[2\].* must have one element",
     ),
 ]
 

@@ -508,6 +508,7 @@ BEHAVIOUR_TESTED: dict[str, str] = {
     "momentum": "tests/ops/test_optimizer_ops.py",
     "adagrad": "tests/ops/test_optimizer_ops.py",
     "adam": "tests/ops/test_optimizer_ops.py",
+    "fc_grad_sgd": "tests/ops/test_fc_grad_sgd.py",
     **dict.fromkeys(
         ["channel_create", "channel_send", "channel_recv", "channel_close", "go", "select"],
         "tests/runtime/test_channel_ops.py",

@@ -67,6 +67,7 @@ def test_the_reusing_kernels_are_the_expected_ones() -> None:
         "elementwise_mul",
         "elementwise_sub",
         "fc_grad",
+        "fc_grad_sgd",
         "fused_elemwise_activation",
         "fused_elemwise_activation_grad",
         "relu",

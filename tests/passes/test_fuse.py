@@ -253,6 +253,7 @@ def test_the_fuse_pipeline_runs_the_passes_asked_for() -> None:
         "fuse-fc",
         "fuse-elementwise-act",
         "fuse-softmax-ce",
+        "fuse-fc-sgd",
         "fuse-optimizer",
     ]
     assert [p.name for p in expand(parse_pipeline("fuse{fc=false softmax_ce=false optimizer=false keep=a,b}"))] == [

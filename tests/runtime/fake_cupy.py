@@ -459,8 +459,8 @@ class FakeCupy:
 
     def array(self, a: Any, dtype: Any = None, copy: bool = True, order: Any = "K", ndmin: int = 0) -> FakeArray:
         if isinstance(a, FakeArray):  # a copy on the current GPU, from whichever GPU ``a`` is on
-            return self._made(np.array(a.view(np.ndarray), dtype=dtype, copy=True, ndmin=ndmin))
-        host = np.array(a, dtype=dtype, copy=True, ndmin=ndmin)
+            return self._made(np.array(a.view(np.ndarray), dtype=dtype, copy=True, order=order, ndmin=ndmin))
+        host = np.array(a, dtype=dtype, copy=True, order=order, ndmin=ndmin)
         self.calls.append(("implicit", host.nbytes))
         return self._made(host)
 

@@ -342,7 +342,9 @@ def test_a_failing_kernel_on_a_gpu_names_the_op(fake):
     exe.run(startup, scope=scope)
     feed = batch()
     feed["label"][3] = 12
-    with pytest.raises(ExecutionError, match=r"label 12 is out of range \[0, 10\)(.|\n)*cross_entropy\(.*@cuda:0"):
+    with pytest.raises(
+        ExecutionError, match=r"label 12 is out of range \[0, 10\)(.|\n)*softmax_with_cross_entropy_mean\(.*@cuda:0"
+    ):
         exe.run(main, feed=feed, fetch_list=[loss], scope=scope)
     exe.run(main, feed=batch(), fetch_list=[loss], scope=scope)  # and runs again afterwards
 

@@ -16,7 +16,7 @@ from blockir.ir import Program
 from blockir.ir.schema import KernelContext, lookup
 from tests.ops.harness import kernel_attrs
 
-FUSED = {"fc", "fc_grad", "softmax_with_cross_entropy", "softmax_with_cross_entropy_grad", "coalesce_tensor"}
+FUSED = {"fc", "fc_grad_sgd", "softmax_with_cross_entropy_mean", "softmax_with_cross_entropy_mean_grad"}
 
 
 def mlp() -> tuple[Program, Program, bir.ir.Variable]:
@@ -70,9 +70,9 @@ def test_the_executor_fuses_by_default_and_trains_as_the_unfused_program_does() 
     with bir.Executor() as exe, bir.Executor(build_strategy=unfused()) as plain:
         compiled = exe.compiled_program(main, FEED, [loss])
         assert FUSED <= types(compiled) and not {"mul", "relu", "softmax", "cross_entropy"} & types(compiled)
-        # 29 ops become 17 with fc, fc_grad and softmax_with_cross_entropy (and its gradient), and the 6 sgd of
-        # those become 3: a coalesce_tensor of the parameters, one of the gradients, one sgd
-        assert len(compiled.global_block().ops) == 14 and len(main.global_block().ops) == 29
+        # 29 ops become 9: 3 fc, softmax_with_cross_entropy_mean (with the mean) and its gradient, the
+        # loss's gradient (fill_constant), and 3 fc_grad_sgd, each with its layer's two sgd updates
+        assert len(compiled.global_block().ops) == 9 and len(main.global_block().ops) == 29
         assert plain.compiled_program(main, FEED, [loss]).digest() == main.digest()
         (fused_losses, fused_params), (losses, params) = (
             train(main, startup, loss, exe),
@@ -86,17 +86,22 @@ def test_the_executor_fuses_by_default_and_trains_as_the_unfused_program_does() 
 @pytest.mark.parametrize(
     ("flags", "present", "absent"),
     [
-        ((False, True, True), {"fused_elemwise_activation", "mul", "softmax_with_cross_entropy"}, {"fc"}),
-        ((True, False, True), {"fc", "softmax_with_cross_entropy"}, {"fused_elemwise_activation"}),
-        ((True, True, False), {"fc", "softmax", "cross_entropy"}, {"softmax_with_cross_entropy"}),
+        (
+            (False, True, True, True),
+            {"fused_elemwise_activation", "mul", "softmax_with_cross_entropy_mean", "coalesce_tensor"},
+            {"fc"},
+        ),
+        ((True, False, True, True), {"fc", "softmax_with_cross_entropy_mean"}, {"fused_elemwise_activation"}),
+        ((True, True, False, True), {"fc", "softmax", "cross_entropy"}, {"softmax_with_cross_entropy_mean"}),
+        ((True, True, True, False), {"fc_grad", "sgd"}, {"fc_grad_sgd", "coalesce_tensor"}),
     ],
-    ids=["fuse_gemm_epilogue", "fuse_elewise_add_act_ops", "fuse_softmax_with_cross_entropy"],
+    ids=["fuse_gemm_epilogue", "fuse_elewise_add_act_ops", "fuse_softmax_with_cross_entropy", "fuse_all_optimizer_ops"],
 )
-def test_each_flag_turns_its_fusion_off(flags: tuple[bool, bool, bool], present: set, absent: set) -> None:
+def test_each_flag_turns_its_fusion_off(flags: tuple[bool, ...], present: set, absent: set) -> None:
     main, _, loss = mlp()
     with bir.Executor(build_strategy=strategy(*flags)) as exe:
         compiled = exe.compiled_program(main, FEED, [loss])
-        option = ["fc=false", "elementwise_act=false", "softmax_ce=false"][flags.index(False)]
+        option = ["fc=false", "elementwise_act=false", "softmax_ce=false", "optimizer=false"][flags.index(False)]
         assert exe.pass_report(main, FEED, [loss]).pipeline == f"fuse{{keep={loss.name},x,y {option}}}"
     assert present <= types(compiled) and not absent & types(compiled)
 
