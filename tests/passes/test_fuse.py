@@ -306,3 +306,47 @@ _MUL = OpPattern("mul", ("mul",), {"X": "x", "Y": "w"}, {"Out": "t"})
 def test_patterns_are_checked_when_declared(ops: tuple, creates: tuple, message: str) -> None:
     with pytest.raises(BlockirError, match=message):
         Pattern("bad", ops, creates)
+
+
+def test_a_create_goes_at_its_groups_first_or_last_op() -> None:
+    with pytest.raises(BlockirError, match="create 'fc': at must be 'first' or 'last', got 'middle'"):
+        Create("fc", ("mul",), {"Input": "x"}, {"Out": "t"}, at="middle")
+
+
+def fc_sgd_training() -> Program:
+    """Two fc layers (fc_0 with a bias, fc_1 without) with fc_grad and SGD: the golden case of fuse-fc-sgd."""
+    return parse_program((Path(__file__).parent / "golden" / "fuse-fc-sgd" / "training.before.txt").read_text())
+
+
+@pytest.mark.parametrize(
+    ("edit", "fused", "reasons"),
+    [
+        ("read", 1, ["%norm = reduce_sum(X=%fc_0.w_0) {reduce_all=true} would read another value of 'fc_0.w_0'"]),
+        ("write", 1, ["%fc_0.w_0 = scale(X=%fc_0.w_0) {scale=0.5} would read another value of 'fc_0.w_0'"]),
+        ("learning_rate", 0, ["the new fc_grad_sgd would read another value of 'learning_rate_0'"] * 2),
+        ("scaled", 1, []),
+    ],
+)
+def test_an_update_joins_its_gradient_op_only_where_nothing_in_between_sees_the_difference(
+    edit: str, fused: int, reasons: list[str]
+) -> None:
+    """fc_grad_sgd writes W where fc_grad was: an op between fc_0's fc_grad and its update reading or writing W
+    refuses that fusion; one writing the learning rate (after fc_1's fc_grad too) refuses both; a gradient
+    scaled before its update (sgd reads the scale's output) does not match at all."""
+    program = fc_sgd_training()
+    block = program.global_block()
+    at = index(program, "fc_grad", "fc_0.w_0@GRAD") + 1
+    if edit == "read":
+        block.create_var("norm", shape=(1,), dtype="float32")
+        block.insert_op(at, "reduce_sum", {"X": ["fc_0.w_0"]}, {"Out": ["norm"]}, {"reduce_all": True})
+    elif edit == "write":
+        block.insert_op(at, "scale", {"X": ["fc_0.w_0"]}, {"Out": ["fc_0.w_0"]}, {"scale": 0.5})
+    elif edit == "learning_rate":
+        block.insert_op(at, "scale", {"X": ["learning_rate_0"]}, {"Out": ["learning_rate_0"]}, {"scale": 0.5})
+    else:
+        block.create_var("scaled", shape=(4, 3), dtype="float32")
+        block.insert_op(at, "scale", {"X": ["fc_0.w_0@GRAD"]}, {"Out": ["scaled"]}, {"scale": 0.5})
+        block.ops[index(program, "sgd", "fc_0.w_0")].set_input("Grad", ["scaled"])
+    result, report = run(program, "fuse-fc-sgd")
+    assert types(result).count("fc_grad_sgd") == fused and types(result).count("fc_grad") == 2 - fused
+    assert [r.reason for r in refusals(report.record("fuse-fc-sgd"))] == reasons
