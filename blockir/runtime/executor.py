@@ -8,6 +8,8 @@ import weakref
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any, NamedTuple, TypeVar
 
+import numpy as np
+
 from blockir.errors import BlockirError
 from blockir.ir.core import Program
 from blockir.ir.defaults import default_main_program
@@ -58,8 +60,13 @@ def _off_host(program: Program) -> bool:
     return any(checked_device(d, "a device of the program") != HOST for d in devices if d)
 
 
+_NONE: frozenset[tuple[str, str]] = frozenset()
+
+
 def _on_gpu(feed: Mapping[str, Any]) -> frozenset[tuple[str, str]]:
     """(name, device) of the values of ``feed`` that are not on the host."""
+    if all(type(value) is np.ndarray for value in feed.values()):  # the common case, first: every run asks
+        return _NONE
     return frozenset((name, device) for name, value in feed.items() if (device := value_device(value)) != HOST)
 
 

@@ -951,8 +951,12 @@ class Plan:
                 close_channels(values, self.channels)
                 raise error
         for slot, name, device, bind, read in self.writebacks:
-            if read >= 0 and _holds(holders[read], values[slot], device, bind):
-                continue  # updated in place (an optimizer's parameter): nothing to store
+            # Updated in place (an optimizer's parameter): the scope holds that very value there already
+            # (storing it unbound into a bound view would copy the view into itself).
+            holder = holders[read] if read >= 0 else None
+            if holder is not None and holder.value is values[slot] and holder.device == device:
+                if holder.bound or not bind:
+                    continue
             if bind:
                 scope.bind(name, values[slot], device)
             else:
@@ -961,13 +965,6 @@ class Plan:
             _fetched(values[slot], name, persistable, device, return_numpy)
             for slot, name, persistable, device in self.fetches
         ]
-
-
-def _holds(holder: ScopeVariable | None, value: Any, device: str, bind: bool) -> bool:
-    """Whether storing ``value`` (on ``device``, bound as a view with ``bind``) would leave ``holder`` as it
-    is: it holds that very value there, bound if ``bind`` (a bound view that is stored unbound is copied into
-    itself)."""
-    return holder is not None and holder.value is value and holder.device == device and (holder.bound or not bind)
 
 
 def _missing_value(name: str, persistable: bool, reader: str) -> BlockirError:
