@@ -59,7 +59,7 @@ def test_viz_links_the_trace_of_blockir_run(work: Path, capsys: pytest.CaptureFi
     assert main(["viz", "train.pb", "--trace", "run.json", "-o", "p.html"]) == 0
     assert capsys.readouterr().out.endswith("wrote p.html: 8 passes, linked to the run in run.json\n")
     trace = embedded((work / "p.html").read_text())["trace"]
-    assert trace["match"] == "compiled" and trace["state"] == 7 and trace["unlinked"] == 0
+    assert trace["match"] == "compiled" and trace["state"] == 8 and trace["unlinked"] == 0
 
 
 def test_a_failing_pass_still_gives_the_page_and_exits_1(work: Path, capsys: pytest.CaptureFixture[str]) -> None:
