@@ -81,7 +81,17 @@ from blockir.runtime.control import CompileBlock, RunContext, close_channels, co
 from blockir.runtime.device import array_module, get_device, transfer, value_device
 from blockir.runtime.nan_inf import checked
 from blockir.runtime.place import Place
-from blockir.runtime.scheduler import Gather, Scatter, Schedule, Step, WorkerPool, compile_schedule, execute, run_steps
+from blockir.runtime.scheduler import (
+    Gather,
+    Scatter,
+    Schedule,
+    Sequential,
+    Step,
+    WorkerPool,
+    compile_schedule,
+    compile_steps,
+    execute,
+)
 from blockir.runtime.scope import Scope, ScopeVariable
 
 __all__ = [
@@ -906,6 +916,15 @@ class Plan:
     run_slot: int | None = None  # the slot of the run context, for plans whose control ops take it
     channels: tuple[int, ...] = ()  # the slots of channel variables, closed when a run fails
 
+    @functools.cached_property
+    def _sequential(self) -> Sequential:
+        """The steps as straight-line code (made at the first run that needs it)."""
+        return compile_steps(self.steps)
+
+    @functools.cached_property
+    def _kernels(self) -> tuple[Any, ...]:
+        return tuple(step.kernel for step in self.steps)
+
     def run(
         self,
         feed: Mapping[str, Any],
@@ -937,7 +956,7 @@ class Plan:
         try:
             steps = self.steps if tracer is None else tracer.timed(self.steps)
             if self.schedule is None or pool is None:
-                run_steps(steps, values)
+                self._sequential(values, self._kernels if tracer is None else tuple(s.kernel for s in steps))
             else:
                 execute(self.schedule, steps, values, pool)
         except BaseException:

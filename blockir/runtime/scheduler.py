@@ -42,7 +42,7 @@ import sys
 import threading
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any, NamedTuple
+from typing import Any, NamedTuple, cast
 
 import networkx as nx
 
@@ -54,7 +54,16 @@ from blockir.passes.streams import stream_waits
 from blockir.runtime.channel import blocked_on, register_thread, unregister_thread
 from blockir.runtime.device import HostEvent, Stream, get_device
 
-__all__ = ["HOST_STREAM", "Schedule", "Step", "WorkerPool", "compile_schedule", "execute", "run_steps"]
+__all__ = [
+    "HOST_STREAM",
+    "Schedule",
+    "Sequential",
+    "Step",
+    "WorkerPool",
+    "compile_schedule",
+    "compile_steps",
+    "execute",
+]
 
 HOST_STREAM = f"{HOST}/compute0"
 Gather = Callable[[list], Sequence[Any]]
@@ -109,31 +118,51 @@ def kernel_error(step: Step, values: list, args: Any, error: Exception) -> Execu
     return ExecutionError(f"{type(error).__name__}: {error}\n  in op: {step.ctx.op_text}\n  inputs: {inputs or 'none'}")
 
 
-def run_steps(steps: tuple[Step, ...], values: list) -> None:
-    """Run every step in program order on the calling thread (the sequential scheduler)."""
-    ctx = args = None
-    try:
-        for kernel, ctx, gather, scatter, free, reuse, _, _, _, store in steps:
-            args = gather(values)
-            if reuse:
-                for _, i in reuse:
-                    values[i] = None
-                flags = _reusable(args, reuse)  # before the call builds its own tuple of the arguments
-                result = kernel(ctx, *args, reuse=flags)
-            else:
-                result = kernel(ctx, *args)
-            if store < 0:
-                scatter(values, result)
-            else:  # what the scatter would do, without calling it
-                values[store] = result
-            del result  # the values alone hold it: the reuse offers count references
-            for i in free:
-                values[i] = None
-    except Exception as e:
-        error = kernel_error(next(s for s in steps if s.ctx is ctx), values, args, e)
-        if error is e:  # an ExecutionError already (the NaN check's, say): raised as it is
-            raise
-        raise error from e
+Sequential = Callable[[list, Sequence[Callable[..., Any]]], None]
+
+
+def compile_steps(steps: tuple[Step, ...]) -> Sequential:
+    """The sequential scheduler: ``run(values, kernels)`` runs ``steps`` in program order on the calling thread,
+    ``kernels[j]`` as step ``j``'s kernel (the steps' own, or a tracer's wrappers of them).
+
+    It is straight-line code generated for the steps (as torch.fx generates the code of a graph): per step its
+    gather, the dead inputs it is offered for reuse cleared and checked, the kernel call, the store (or its
+    scatter) and the frees, each step's constants bound as the function's globals; no loop over the steps,
+    no unpacking of them, no branch on what a step has. A kernel's error is raised naming the op."""
+    env: dict[str, Any] = {"_reusable": _reusable, "_kernel_error": kernel_error, "steps": steps}
+    body: list[str] = []
+    for j, step in enumerate(steps):
+        env[f"g{j}"], env[f"c{j}"] = step.gather, step.ctx
+        body += [f"j = {j}", f"args = g{j}(values)"]
+        if step.reuse:
+            env[f"r{j}"] = step.reuse
+            body += [f"values[{i}] = None" for _, i in step.reuse]
+            # the flags before the call, which builds its own tuple of the arguments: the offers count references
+            body += [f"flags = _reusable(args, r{j})", f"result = kernels[{j}](c{j}, *args, reuse=flags)"]
+        else:
+            body.append(f"result = kernels[{j}](c{j}, *args)")
+        if step.store >= 0:
+            body.append(f"values[{step.store}] = result")
+        else:
+            env[f"s{j}"] = step.scatter
+            body.append(f"s{j}(values, result)")
+        body.append("del result")  # the values alone hold it: the reuse offers count references
+        body += [f"values[{i}] = None" for i in step.free]
+    source = "\n".join(
+        [
+            "def run(values, kernels):",
+            "    j = args = None",
+            "    try:",
+            *(f"        {line}" for line in body or ["pass"]),
+            "    except Exception as e:",
+            "        error = _kernel_error(steps[j], values, args, e)",
+            "        if error is e:  # an ExecutionError already (the NaN check's, say): raised as it is",
+            "            raise",
+            "        raise error from e",
+        ]
+    )
+    exec(compile(source, f"<the steps of a plan: {len(steps)}>", "exec"), env)
+    return cast(Sequential, env["run"])
 
 
 # -- compiling a schedule ------------------------------------------------------------------

@@ -197,6 +197,31 @@ def test_one_stream_runs_in_program_order_without_a_schedule():
         assert exe.plan(program, ["x"], ["b0_1"]).schedule is None
 
 
+def test_the_sequential_scheduler_runs_the_steps_as_code_and_an_error_names_its_op(tmp_path):
+    """Without a schedule the steps run as straight-line code made for the plan (compile_steps): the same
+    values, the kernels wrapped by the tracer when the run is traced, a kernel's error naming the op that
+    raised it, not an op before or after it."""
+    block = (program := Program()).global_block()
+    for name in ("x", "a", "b", "c"):
+        block.create_var(name, shape=(2,), dtype="float32")
+    block.append_op("scale", {"X": "x"}, {"Out": "a"}, {"scale": 2.0})
+    failing = block.append_op("rt_fail", {"X": "a"}, {"Out": "b"})
+    block.append_op("scale", {"X": "b"}, {"Out": "c"}, {"scale": 3.0})
+    feed = {"x": np.ones(2, "float32")}
+    with bir.Executor("cpu") as exe:
+        assert exe.plan(program, ["x"], ["c"]).schedule is None
+        with pytest.raises(ExecutionError, match=r"ValueError: boom\n  in op: .*\n  inputs: X=a: float32\[2\]") as info:
+            exe.run(program, feed=feed, fetch_list=["c"])
+        assert str(info.value).splitlines()[1] == f"  in op: {failing}"
+        block.remove_op(failing)
+        block.insert_op(1, "scale", {"X": "a"}, {"Out": "b"}, {"scale": 1.0})
+        (c,) = exe.run(program, feed=feed, fetch_list=["c"], trace=tmp_path / "t.json")
+        np.testing.assert_array_equal(c, [6, 6])
+        np.testing.assert_array_equal(exe.run(program, feed=feed, fetch_list=["c"])[0], [6, 6])
+    events = json.loads((tmp_path / "t.json").read_text())["traceEvents"]
+    assert [e["name"] for e in events if e.get("ph") == "X"] == ["scale", "scale", "scale"]
+
+
 def test_thousands_of_small_runs_leak_no_threads():
     main, startup, out = two_branches(size=4)
     xb = np.ones((2, 4), "float32")
