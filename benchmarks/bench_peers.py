@@ -21,8 +21,9 @@ PyTorch and PaddlePaddle are measured where they import; they are not dependenci
 
 Before timing, every framework's first two losses (before and after one update) must match numpy's. Then
 ``--rounds`` rounds: in each every framework runs ``--steps`` steps in turn, the order reversed every other
-round; a ratio is taken within a round (a framework's time over numpy's), then the median and range over
-rounds. BLAS and OpenMP pools are limited to ``--threads`` (threadpoolctl, ``torch.set_num_threads``,
+round, each turn after a pause of 0.3 s (for the previous framework's idle threads to stop spinning); a ratio
+is taken within a round (a framework's time over numpy's), then the median and range over rounds. BLAS and
+OpenMP pools are limited to ``--threads`` (threadpoolctl, ``torch.set_num_threads``,
 ``FLAGS_paddle_num_threads``). The chart (``--chart``) shows the ratios to numpy, one group per model and batch.
 """
 
@@ -370,7 +371,11 @@ def main() -> None:
     batches = [int(b) for b in args.batches.split(",")]
     ref = load_reference(args.ref)
     peers, versions = import_peers(only, args.threads)
-    settle = TORCH_SETTLE if args.threads > 1 else 0.0
+    # A pause before every turn, also with one thread: a framework's idle pool threads (Paddle's, torch's
+    # inter-op pool) spin for a while after its last step, and would slow whichever framework runs next (with
+    # one thread asked and no pause, blockir after torch and Paddle measured 1.04x numpy's MLP step at batch
+    # 64, where alone with numpy it measured 1.00x).
+    settle = TORCH_SETTLE
 
     with threadpool_limits(limits=args.threads):
         setting = f"BLAS and OpenMP threads {args.threads} (numpy: {blas()})"
