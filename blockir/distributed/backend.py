@@ -66,6 +66,9 @@ class InProcessBackend:
         with self._changed:
             self._servers[(run, index)] = server
             self._changed.notify_all()
+            stopped = run in self._stopped
+        if stopped:  # a role failed while this server started: it would wait for workers that ended
+            server.stop()
 
     def handles(self, run: str, servers: int, timeout: float) -> list[InProcessHandle]:
         deadline = time.monotonic() + timeout

@@ -148,19 +148,17 @@ def _run_script(script: str | Path | Callable[[], Any], args: list[str]) -> None
     if callable(script):
         script()
         return
-    saved = sys.argv
-    sys.argv = [str(script), *args]  # the roles share sys.argv: the same for all, set before any starts
+    # The roles of an in-process launch share sys.argv: each sets the same, and none restores it (a role that
+    # ended would take it from one still starting); the launcher restores it once every role ended.
+    sys.argv = [str(script), *args]
     here = str(Path(script).resolve().parent)
     if here not in sys.path:
         sys.path.insert(0, here)  # as `python script.py` has it: the script imports its neighbours
-    try:
-        # As runpy.run_path would, but leaving sys.modules["__main__"] alone: the roles run at once in threads,
-        # and a module swapped in there by one of them would outlive it (multiprocessing re-imports it).
-        path = Path(script)
-        code = compile(path.read_text(encoding="utf-8"), str(path), "exec")
-        exec(code, {"__name__": "__main__", "__file__": str(path), "__builtins__": builtins})
-    finally:
-        sys.argv = saved
+    # As runpy.run_path would, but leaving sys.modules["__main__"] alone: the roles run at once in threads,
+    # and a module swapped in there by one of them would outlive it (multiprocessing re-imports it).
+    path = Path(script)
+    code = compile(path.read_text(encoding="utf-8"), str(path), "exec")
+    exec(code, {"__name__": "__main__", "__file__": str(path), "__builtins__": builtins})
 
 
 def restarting(result: LaunchResult, role: Role, error: str, max_restarts: int) -> Role:
@@ -208,7 +206,7 @@ def _launch_inprocess(
             result.failures[role_name(role)] = message
         InProcessBackend().stop_run(role.run)
 
-    saved = sys.stdout, sys.stderr
+    saved, argv = (sys.stdout, sys.stderr), sys.argv
     sys.stdout, sys.stderr = out, err
     try:
         threads = [
@@ -225,6 +223,7 @@ def _launch_inprocess(
         out.flush()
         err.flush()
         sys.stdout, sys.stderr = saved
+        sys.argv = argv
         InProcessBackend().stop_run(all_roles[0].run)
         InProcessBackend().end_run(all_roles[0].run)
     return result

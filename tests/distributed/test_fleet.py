@@ -85,6 +85,43 @@ def test_a_script_that_does_not_exist_or_fails_on_import_is_named(tmp_path: Path
     assert all("no_such_module_here" in text for text in failures.values())
 
 
+def test_every_role_reads_the_launchs_arguments_however_late_it_starts(tmp_path: Path) -> None:
+    """The roles of an in-process launch share sys.argv: one that ended must not take it from one still starting
+    (a server reading the test runner's arguments instead of its script's once hung a launch)."""
+    import sys
+
+    script = tmp_path / "late.py"
+    script.write_text(
+        "import sys, time\n"
+        "from blockir.distributed import fleet\n"
+        "fleet.init()\n"
+        "time.sleep(0.2 if fleet.is_server() else 0.6)  # every role started; the server ends before the workers\n"
+        "assert sys.argv[1:] == ['a', 'b'], sys.argv\n"
+    )
+    argv = list(sys.argv)
+    assert launch(script, 1, 2, ["a", "b"], timeout=30).failures == {}
+    assert sys.argv == argv  # restored once every role ended
+
+
+def test_a_server_published_after_its_run_was_stopped_stops_at_once() -> None:
+    """A role failed while a server was still starting (loading a save, say): published, it must not wait for
+    workers that already ended."""
+
+    class Server:
+        stopped = False
+
+        def stop(self) -> None:
+            self.stopped = True
+
+    backend, server = InProcessBackend(), Server()
+    backend.stop_run("late-run")
+    try:
+        backend.serve("late-run", 0, server)  # type: ignore[arg-type]  # what serve calls of a server: stop
+        assert server.stopped
+    finally:
+        backend.end_run("late-run")
+
+
 def test_blockir_launch_prefixes_each_role_and_exits_1_naming_the_failed_role(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
