@@ -331,7 +331,8 @@ def _swce_mean_pattern(name: str, grad: bool) -> Pattern:
 @register_pass
 @dataclass(frozen=True)
 class FuseSoftmaxCE(RewritePass):
-    """softmax + cross_entropy into softmax_with_cross_entropy, and their gradients (module docstring)."""
+    """softmax + cross_entropy into softmax_with_cross_entropy, with a mean of the loss into
+    softmax_with_cross_entropy_mean, and their gradients (module docstring)."""
 
     name: ClassVar[str] = "fuse-softmax-ce"
     summary: ClassVar[str] = (
