@@ -17,8 +17,8 @@ intermediate value alive (the product, the sum before the activation):
 
 - ``fc_grad_sgd``: ``fc_grad`` then ``sgd`` on W and Bias, for an ``fc_grad``
   whose dW and dBias only those updates read (``fuse-fc-sgd``): dInput from W
-  before its update, then the learning rate scales dPre, ``[rows, N]``, and W
-  takes ``Input^T @ (lr * dPre)`` in one pass: dW, ``[K, N]``, is never kept
+  before its update, then ``W -= lr * (Input^T @ dPre)`` as one BLAS gemm that
+  accumulates into W (:mod:`blockir.ops.blas`): dW, ``[K, N]``, is never kept
   nor scaled.
 - ``softmax_with_cross_entropy_mean``: ``softmax_with_cross_entropy`` and the
   ``mean`` of its loss, and its gradient for ``mean_grad`` and the loss's
@@ -51,6 +51,7 @@ import numpy as np
 
 from blockir.ir.attrs import AttrType
 from blockir.ir.schema import REQUIRED, AttrDef, GradContext, InferContext, KernelContext, OpSchema, OpSpec, Slot
+from blockir.ops.blas import subtract_product
 from blockir.ops.common import (
     FLOATS,
     Kernel,
@@ -187,13 +188,10 @@ def _infer_fc_grad(ctx: InferContext) -> None:
     infer_grads("Input", "W", "Bias")(ctx)
 
 
-def _fc_backward(
-    ctx: KernelContext, x: Any, w: Any, out: Any, dout: Any, reuse: Sequence[bool]
-) -> tuple[Any, Any, bool]:
-    """(dPre as a matrix, dInput or None, whether dPre's buffer is the kernel's to overwrite): the
-    activation's gradient from Out (in dOut's buffer when offered), dInput = dPre @ W^T (in Out's buffer when
-    offered and of Input's shape: Out is not read after dPre), for fc_grad and fc_grad_sgd (whose reuse
-    offers are in the same argument positions)."""
+def _fc_backward(ctx: KernelContext, x: Any, w: Any, out: Any, dout: Any, reuse: Sequence[bool]) -> tuple[Any, Any]:
+    """(dPre as a matrix, dInput or None): the activation's gradient from Out (in dOut's buffer when offered),
+    dInput = dPre @ W^T (in Out's buffer when offered and of Input's shape: Out is not read after dPre), for
+    fc_grad and fc_grad_sgd (whose reuse offers are in the same argument positions)."""
     activation = ctx.attrs["activation_type"]
     d = _activation_grad(ctx, activation, out, dout, _offered(reuse, 4))
     d2 = d if d.ndim == 2 else d.reshape(-1, w.shape[1])
@@ -202,7 +200,7 @@ def _fc_backward(
         into = _offered(reuse, 3) and x.ndim == 2 and out.shape == x.shape and out.dtype == d2.dtype
         dx = ctx.xp.matmul(d2, w.T, out=out if into else None)
         dx = dx if dx.shape == x.shape else dx.reshape(x.shape)
-    return d2, dx, bool(activation) or _offered(reuse, 4)
+    return d2, dx
 
 
 def _column_sums(ctx: KernelContext, d2: Any) -> Any:
@@ -213,7 +211,7 @@ def _fc_grad(
     ctx: KernelContext, x: Any, w: Any, bias: Any, out: Any, dout: Any, *, reuse: Sequence[bool] = ()
 ) -> tuple[Any, Any, Any]:
     """dPre and dInput (:func:`_fc_backward`), dW = Input^T @ dPre, dBias = the column sums of dPre."""
-    d2, dx, _ = _fc_backward(ctx, x, w, out, dout, reuse)
+    d2, dx = _fc_backward(ctx, x, w, out, dout, reuse)
     dw = db = None
     if ctx.wants[1]:
         dw = _rows(x, ctx.attrs["in_num_col_dims"]).T @ d2
@@ -277,13 +275,14 @@ def _fc_grad_sgd(
     ctx: KernelContext, x: Any, w: Any, bias: Any, out: Any, dout: Any, lr: Any, *, reuse: Sequence[bool] = ()
 ) -> tuple[Any, Any, Any]:
     """fc_grad, then sgd on W (and Bias): dPre and dInput as fc_grad computes them (from W before its
-    update), then W -= Input^T @ (lr * dPre) and Bias -= the column sums of lr * dPre, in place: the learning
-    rate scales dPre, [rows, N], rather than dW, [K, N], and dW is never kept."""
-    d2, dx, owned = _fc_backward(ctx, x, w, out, dout, reuse)
-    scaled = ctx.xp.multiply(d2, lr.reshape(()), out=d2 if owned else None)
-    w -= _rows(x, ctx.attrs["in_num_col_dims"]).T @ scaled
+    update), then W -= lr * (Input^T @ dPre) and Bias -= lr * (the column sums of dPre), in place. W's update is
+    one gemm accumulating into W (:func:`blockir.ops.blas.subtract_product`): dW is never kept."""
+    d2, dx = _fc_backward(ctx, x, w, out, dout, reuse)
+    rate = lr.reshape(())
+    subtract_product(ctx.xp, w, _rows(x, ctx.attrs["in_num_col_dims"]).T, d2, rate)
     if ctx.wants[2]:
-        bias -= _column_sums(ctx, scaled).reshape(bias.shape)
+        db = _column_sums(ctx, d2)
+        bias -= ctx.xp.multiply(db, rate, out=db).reshape(bias.shape)
     return dx, w, bias if ctx.wants[2] else None
 
 
@@ -303,7 +302,7 @@ FC_GRAD_SGD = OpSchema(
     kernel=_fc_grad_sgd,
     side_effects=True,
     share_lod=(("Input", "Input@GRAD"),),
-    doc="fc_grad then sgd on W and Bias in place (WOut, BiasOut name them), the learning rate scaling dPre: "
+    doc="fc_grad then sgd on W and Bias in place (WOut, BiasOut name them), W's update one gemm into W: "
     "what fuse-fc-sgd makes of an fc_grad whose dW and dBias only sgd reads.",
 )
 

@@ -68,7 +68,7 @@ class BuildStrategy:
       softmax + cross_entropy and their gradient ops into softmax_with_cross_entropy and its gradient, and
       those with a mean of the loss into softmax_with_cross_entropy_mean and its gradient;
     - ``fuse_all_optimizer_ops`` (Paddle's): ``fuse-fc-sgd``, an fc_grad and the sgd updates of its W and Bias
-      into fc_grad_sgd (to float32 rounding: the learning rate scales dPre rather than dW), then
+      into fc_grad_sgd (to float32 rounding: W's update is one gemm accumulating into W), then
       ``fuse-optimizer``, the sgd, momentum or adam updates left into one
       op per group over buffers made by coalesce_tensor, each parameter and its state a view of its part
       (the scope keeps the views: setting or loading a parameter copies into its view). Each parameter gets

@@ -1,7 +1,8 @@
 """fc_grad_sgd, the op fuse-fc-sgd makes of fc_grad and the sgd updates reading its dW and dBias: against plain
 numpy (dInput from W before its update, W -= lr * dW, Bias -= lr * dBias, in place), with every activation,
 with and without Bias and dInput, Input flattened at in_num_col_dims=2, float32 and float64, the executor's
-reuse offers taken or not, on the CUDA stand-in too; its inference refuses what it cannot do."""
+reuse offers taken or not, a W large enough for the BLAS gemm into it, on the CUDA stand-in too; its
+inference refuses what it cannot do."""
 
 from __future__ import annotations
 
@@ -14,6 +15,7 @@ import blockir as bir
 from blockir.errors import ShapeError
 from blockir.ir import Program
 from blockir.ir.schema import KernelContext, lookup
+from blockir.ops import blas
 from tests.ops.cases_fused import ref_fc
 from tests.runtime import fake_cupy
 
@@ -78,6 +80,23 @@ def test_fc_grad_sgd_matches_numpy(act: str, bias: bool, n: int, dtype: str, wan
         np.testing.assert_allclose(b_out, want_b, **tol)
     else:
         assert b_out is None
+
+
+@pytest.mark.parametrize(("n", "dtype"), [(1, "float32"), (2, "float64")])
+def test_a_large_w_is_updated_by_gemm_into_it(n: int, dtype: str) -> None:
+    """W of 200 x 96: above blas.MIN_ELEMENTS, so W's update is numpy's BLAS gemm accumulating into W."""
+    rng = np.random.default_rng(11)
+    x = rng.normal(size=(8, 200) if n == 1 else (2, 4, 200)).astype(dtype)
+    w, b = rng.normal(size=(200, 96)).astype(dtype), rng.normal(size=96).astype(dtype)
+    out = ref_fc(x, w, b, n, "relu")
+    v = {"x": x, "w": w, "b": b, "out": out, "dout": rng.normal(size=out.shape).astype(dtype)}
+    assert blas._blas(v["w"], v["x"].reshape(-1, 200).T, v["dout"].reshape(-1, 96)) is not None or not blas._gemms()
+    dx, w_out, b_out, w_given = _run(np, v, "relu", n, True, True)
+    want_dx, want_w, want_b = _expected(v, "relu", n)
+    tol = {"rtol": 1e-12, "atol": 1e-12} if dtype == "float64" else {"rtol": 1e-5, "atol": 1e-5}
+    assert w_out is w_given
+    for got, want in ((dx, want_dx), (w_out, want_w), (b_out, want_b)):
+        np.testing.assert_allclose(got, want, **tol)
 
 
 @pytest.mark.parametrize("act", ["relu", ""])

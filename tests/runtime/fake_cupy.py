@@ -44,6 +44,7 @@ from typing import Any
 import numpy as np
 import pytest
 
+from blockir.ops import blas
 from blockir.runtime import cuda, device
 
 _active: FakeCupy | None = None
@@ -57,8 +58,11 @@ def _fake() -> FakeCupy:
 def install(monkeypatch: pytest.MonkeyPatch, gpus: int = 2, nccl: bool = False) -> FakeCupy:
     """A fresh stand-in with ``gpus`` GPUs (and NCCL when ``nccl``), found by the CUDA backend until the test
     ends; the device registry and the NCCL communicators start empty, so that nothing of an earlier test is
-    reused."""
+    reused. While it is installed, the host computes a parameter's update by a product with numpy expressions
+    too, not with numpy's BLAS gemm accumulating into it (``blockir.ops.blas``, host arrays only), so that the
+    stand-in's results equal the host's bit for bit."""
     fake = FakeCupy(gpus, nccl)
+    monkeypatch.setattr(blas, "MIN_ELEMENTS", sys.maxsize)
     monkeypatch.setattr(cuda, "_cupy", lambda: fake)
     monkeypatch.setattr(device, "_devices", {})
     monkeypatch.setattr(cuda, "_communicators", {})
