@@ -9,7 +9,7 @@ held-out file), in one run, alternating, ``--rounds`` times:
 - for each backend (``ray``: every role a Ray actor on a local cluster on loopback; ``inprocess``: every role a
   thread of one process): 1 server + 1 worker and 1 server + 2 workers (``blockir launch``, the script
   ``benchmarks/ps_bow_role.py``; each worker one AsyncExecutor thread over its share of the files,
-  ``pull_every`` of ``--pull-every``, prefetching the next batch's rows with ``--prefetch``).
+  ``pull_every`` of ``--pull-every``, prefetching the rows of ``--prefetch`` batches ahead).
 
 Printed per setup: instances/s (median and range; a run's instances over its slowest worker's seconds), the
 held-out accuracy, each worker's share of time spent waiting on the servers, bytes sent per step against the
@@ -50,9 +50,9 @@ def reference(example: Any, corpus: Any, out: Path) -> dict[str, float]:
     return {"ips": run["instances_per_second"], "accuracy": run["accuracy"]}
 
 
-def ps_run(corpus: Any, backend: str, workers: int, out: Path, pull_every: int, prefetch: bool) -> dict[str, Any]:
+def ps_run(corpus: Any, backend: str, workers: int, out: Path, pull_every: int, prefetch: int) -> dict[str, Any]:
     out.mkdir(parents=True)
-    args = [str(out), str(pull_every), "prefetch" if prefetch else "no", str(corpus.prototxt), corpus.heldout]
+    args = [str(out), str(pull_every), str(prefetch), str(corpus.prototxt), corpus.heldout]
     args += corpus.train_files
     result = launch(ROLE, 1, workers, args, backend=backend, timeout=600)
     if not result.ok:
@@ -83,7 +83,7 @@ def main() -> None:
     parser.add_argument("--docs", type=int, default=2000, help="documents per training file")
     parser.add_argument("--backends", nargs="+", default=["ray", "inprocess"], choices=["ray", "inprocess"])
     parser.add_argument("--pull-every", type=int, default=1, help="async: pull every n steps (a_sync_configs)")
-    parser.add_argument("--prefetch", action="store_true", help="async: prefetch the next batch's rows")
+    parser.add_argument("--prefetch", type=int, default=0, help="async: prefetch the rows of n batches ahead")
     args = parser.parse_args()
     example = _example()
     results: dict[str, list[dict[str, Any]]] = {}

@@ -1,8 +1,8 @@
 """One role of bench_ps.py's parameter-server runs: bow_net (examples/async_bow.py) in async mode, from
 MultiSlot files, each worker an AsyncExecutor with one thread over its share of the files, pulling every
-PULL_EVERY steps (and with ``prefetch``, prefetching the next batch's rows).
+PULL_EVERY steps and prefetching the rows of PREFETCH batches ahead (0: none).
 
-    blockir launch --servers S --workers W benchmarks/ps_bow_role.py OUT PULL_EVERY prefetch|no PROTOTXT HELDOUT FILE...
+    blockir launch --servers S --workers W benchmarks/ps_bow_role.py OUT PULL_EVERY PREFETCH PROTOTXT HELDOUT FILE...
 
 Every role writes ``OUT/<role>.json``: its CPU seconds (a Ray role's process's, Ray's threads included; an
 in-process role's thread's, which the bench does not report: the work runs on other threads), and for a
@@ -20,7 +20,7 @@ from pathlib import Path
 import blockir as bir
 from blockir.distributed import fleet
 
-out, pull_every, prefetch = Path(sys.argv[1]), int(sys.argv[2]), sys.argv[3] == "prefetch"
+out, pull_every, prefetch = Path(sys.argv[1]), int(sys.argv[2]), int(sys.argv[3])
 prototxt, heldout, files = sys.argv[4], sys.argv[5], sys.argv[6:]
 spec = importlib.util.spec_from_file_location(
     "async_bow", Path(__file__).resolve().parents[1] / "examples/async_bow.py"

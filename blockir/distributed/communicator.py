@@ -15,19 +15,29 @@ together.
   gradients, averaged by batch), and ``recv`` pulls the dense blocks after it.
 - **async** (Downpour): a push goes into a bounded queue (``queue_size``
   steps: a full queue blocks the step, never grows memory) and returns; a
-  communicator thread takes everything queued, merges it (dense gradients
-  summed, sparse rows joined and merged) and pushes it, and every
-  ``pull_every`` steps pulls, in the same request to each server, the dense
-  parameters, which the next ``recv`` installs. Sparse rows are cached for the same window: a lookup pulls only
+  communicator thread takes what is queued and merges it (dense gradients
+  summed, sparse rows joined and merged) into the window of ``pull_every``
+  steps (Downpour's n_push = n_fetch; more steps when the thread fell
+  behind: what it takes from the queue at once, ``queue_size`` steps at
+  most, joins the window whole, so a window holds fewer than
+  ``pull_every + queue_size`` steps), and at the
+  window's end pushes it and pulls, in the
+  same request to each server, the dense parameters, which the next ``recv``
+  installs. Sparse rows are cached for the same window: a lookup pulls only
   the ids the cache lacks, and at each window's end the communicator thread
   pulls afresh the rows of the ids the window used, which replace the cache
-  (so it holds at most one window's ids, and a row is at most one window
-  stale; ids not used for a window are pulled fresh when they come back).
+  (so it holds one window's ids and the rows prefetched since, and a row is
+  at most one window stale; ids not used for a window are pulled fresh when
+  they come back).
   The worker waits only for a lookup's missing rows and for a full queue
-  (``stats["wait_s"]``); ``stop`` drops the cache. With ``prefetch``,
-  :meth:`Communicator.prefetch` starts pulling a coming batch's missing rows
-  without waiting (an ``AsyncExecutor`` thread worker calls it one batch ahead,
-  while the current batch runs); the lookup that needs them takes them.
+  (``stats["wait_s"]``); ``stop`` pushes what the window holds and drops the
+  cache. With ``prefetch`` (n batches), :meth:`Communicator.prefetch` starts
+  pulling a coming batch's missing rows without waiting (an ``AsyncExecutor``
+  thread worker reads n batches ahead and calls it for each batch it reads);
+  a lookup that misses rows waits only for the prefetches holding them (the
+  others stay on their way) and puts their rows in the cache, where a row the
+  cache already has, as fresh or fresher, is kept. A prefetched row is then
+  at most one window and n batches stale.
 
 :attr:`Communicator.stats` counts requests, bytes and the seconds the worker
 waited on the servers.
@@ -59,6 +69,7 @@ from typing import Any, Protocol
 import numpy as np
 
 from blockir.errors import BlockirError
+from blockir.ops.values import add_rows
 from blockir.passes.distribute import Split
 
 __all__ = ["Communicator", "Future", "ServerHandle", "ServerLost"]
@@ -117,14 +128,15 @@ class Communicator:
         pull_every: int = 1,
         queue_size: int = 4,
         k_steps: int = 1,
-        prefetch: bool = False,
+        prefetch: int = 0,
         timeout: float = 300.0,
     ) -> None:
         if len(handles) != len(split.servers):
             raise BlockirError(f"{len(handles)} server handles for {len(split.servers)} servers")
-        if pull_every < 1 or queue_size < 1 or k_steps < 1:
+        if pull_every < 1 or queue_size < 1 or k_steps < 1 or prefetch < 0:
             raise BlockirError(
-                f"pull_every ({pull_every}), queue_size ({queue_size}) and k_steps ({k_steps}) must be at least 1"
+                f"pull_every ({pull_every}), queue_size ({queue_size}) and k_steps ({k_steps}) must be at least 1, "
+                f"prefetch ({prefetch}) at least 0"
             )
         self.split = split
         self.handles = list(handles)
@@ -132,7 +144,7 @@ class Communicator:
         self.mode = mode
         self.pull_every = pull_every
         self.k_steps = k_steps
-        self.prefetching = prefetch
+        self.prefetching = prefetch  # batches read ahead whose missing rows are pulled early (0: none)
         self.timeout = timeout  # how long a request waits for a lost server to come back
         self.checkpoint: Callable[[int], None] | None = None  # called with the step every checkpoint_every steps
         self.checkpoint_every = 0
@@ -174,9 +186,11 @@ class Communicator:
         uniq, inverse = np.unique(np.asarray(ids, np.int64), return_inverse=True)
         if self.mode == "sync" or self._stopped:  # stopped: no refresh keeps a cache fresh any more
             return self._pull_rows(table, uniq, self.steps if self.mode == "sync" else 0, waited=True)[inverse]
-        self._take_prefetched(table)
         with self._lock:
             rows, missing = self._cache.lookup(table, uniq)
+        if missing.size and self._take_prefetched(table, missing):
+            with self._lock:
+                rows, missing = self._cache.lookup(table, uniq, note=False)
         if missing.size:
             got = self._pull_rows(table, missing, 0, waited=True)
             with self._lock:
@@ -204,15 +218,21 @@ class Communicator:
                 if part.size:
                     pending.append((part, self._submit(k, "pull_sparse", table, part, 0)))
 
-    def _take_prefetched(self, table: str) -> None:
-        """Put the rows prefetched for ``table`` into the cache (waiting for those still on their way)."""
+    def _take_prefetched(self, table: str, missing: np.ndarray) -> bool:
+        """Put into the cache the prefetched rows of ``table`` that hold some of ``missing`` (waiting for those
+        still on their way); the others stay on their way, for the lookups that need them. Whether any was."""
         with self._lock:
-            pending, self._prefetching[table] = self._prefetching.get(table, []), []
-        for ids, future in pending:
+            pending = self._prefetching.get(table, [])
+            needed = [p for p in pending if np.isin(p[0], missing, assume_unique=True).any()]
+            if not needed:
+                return False
+            self._prefetching[table] = [p for p in pending if not any(p is n for n in needed)]
+        for ids, future in needed:
             rows = self._result(future, waited=True)
             self.stats["prefetched_rows"] += len(ids)
             with self._lock:
-                self._cache.insert(table, ids, rows, replace=True)
+                self._cache.insert(table, ids, rows)  # a row the cache has is as fresh or fresher: kept
+        return True
 
     def push(self, dense: dict[str, np.ndarray], sparse: list[tuple[str, np.ndarray, np.ndarray]], weight: int) -> None:
         self._raise()
@@ -490,12 +510,14 @@ class Communicator:
         return {name: _join([got[b.name] for b in self._blocks[name]]) for name in names}
 
     def _work(self) -> None:
-        """The async communicator thread: merge what is queued, push it, pull every ``pull_every`` steps."""
+        """The async communicator thread: merge what is queued into the window; at its end (``pull_every``
+        steps) push the window and pull, in one exchange; at the stop, push what the window holds."""
         since_pull = 0
+        window: list[Any] = []
         try:
             while True:
                 items = [self._queue.get()]
-                while True:
+                while len(items) < self._queue.maxsize:  # what is queued, at most a queue's worth
                     try:
                         items.append(self._queue.get_nowait())
                     except queue.Empty:
@@ -503,13 +525,14 @@ class Communicator:
                 stop = any(item is _STOP for item in items)
                 steps = [item for item in items if item is not _STOP]
                 if steps:
+                    window.append(_merge_steps(steps))
                     since_pull += len(steps)
                     if since_pull >= self.pull_every:
-                        self._exchange(*_merge_steps(steps))
-                        since_pull = 0
-                    else:
-                        self._send(*_merge_steps(steps))
+                        self._exchange(*_merge_steps(window))
+                        since_pull, window = 0, []
                 if stop:
+                    if window:
+                        self._send(*_merge_steps(window))
                     return
         except BaseException as e:  # raised to the worker at its next call
             self._error = e
@@ -565,9 +588,11 @@ class _RowCache:
         self.rows = {t: np.zeros((0, d), np.float32) for t, d in dims.items()}
         self.used: dict[str, list[np.ndarray]] = {t: [] for t in dims}
 
-    def lookup(self, table: str, uniq: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        """Rows for the sorted distinct ``uniq`` (zeros where missing), and the missing ids; notes them used."""
-        self.used[table].append(uniq)
+    def lookup(self, table: str, uniq: np.ndarray, note: bool = True) -> tuple[np.ndarray, np.ndarray]:
+        """Rows for the sorted distinct ``uniq`` (zeros where missing), and the missing ids; notes them used
+        (unless ``note`` is False: a second lookup of the same ids)."""
+        if note:
+            self.used[table].append(uniq)
         ids, rows = self.ids[table], self.rows[table]
         out = np.zeros((len(uniq), rows.shape[1]), rows.dtype)
         if not len(ids):
@@ -634,7 +659,7 @@ def _merge_rows(ids: np.ndarray, rows: np.ndarray) -> tuple[np.ndarray, np.ndarr
         order = np.argsort(ids, kind="stable")
         return ids[order], rows[order]
     out = np.zeros((len(uniq), rows.shape[1]), rows.dtype)
-    np.add.at(out, inverse, rows)
+    add_rows(out, inverse, rows)
     return uniq, out
 
 

@@ -174,11 +174,12 @@ class Role:
 @dataclass
 class DistributedStrategy:
     """``a_sync``: False for sync training (every step averaged over the workers), True (default) for async
-    (Downpour). ``a_sync_configs``: ``pull_every`` (async: pull the dense parameters, and refresh the cached
-    sparse rows, every n steps; default 1), ``queue_size`` (async: steps queued before a push blocks; default
-    4), ``prefetch`` (async: ``AsyncExecutor`` thread workers pull the next batch's missing rows while a batch
-    runs; default False) and ``k_steps`` (GEO-SGD: workers train locally and exchange parameter deltas every k
-    steps)."""
+    (Downpour). ``a_sync_configs``: ``pull_every`` (async: a window of n steps, whose gradients are summed
+    and pushed once at its end, when the dense parameters are pulled and the cached sparse rows refreshed;
+    default 1), ``queue_size`` (async: steps queued before a push blocks; default 4), ``prefetch`` (async:
+    ``AsyncExecutor`` thread workers read that many batches ahead and pull their missing rows while the
+    current batch runs; True is 1; default 0, off) and ``k_steps`` (GEO-SGD: workers train locally and
+    exchange parameter deltas every k steps)."""
 
     a_sync: bool = True
     a_sync_configs: dict[str, Any] = field(default_factory=dict)
@@ -188,8 +189,12 @@ class DistributedStrategy:
         unknown = set(self.a_sync_configs) - {"pull_every", "queue_size", "k_steps", "prefetch"}
         if unknown:
             raise BlockirError(f"DistributedStrategy.a_sync_configs: unknown keys {sorted(unknown)}")
-        if not isinstance(self.a_sync_configs.get("prefetch", False), bool):
-            raise BlockirError("DistributedStrategy.a_sync_configs: prefetch must be True or False")
+        prefetch = self.a_sync_configs.get("prefetch", 0)
+        if not isinstance(prefetch, int) or prefetch < 0:
+            raise BlockirError(
+                f"DistributedStrategy.a_sync_configs: prefetch must be a number of batches >= 0 (or True, 1), "
+                f"got {prefetch!r}"
+            )
         for key, value in self.a_sync_configs.items():
             if key != "prefetch" and (isinstance(value, bool) or not isinstance(value, int) or value < 1):
                 raise BlockirError(f"DistributedStrategy.a_sync_configs: {key} must be an int >= 1, got {value!r}")
@@ -650,7 +655,7 @@ def init_worker() -> None:
         pull_every=int(configs.get("pull_every", 1)),
         queue_size=int(configs.get("queue_size", 4)),
         k_steps=int(configs.get("k_steps", 1)),
-        prefetch=bool(configs.get("prefetch", False)),
+        prefetch=int(configs.get("prefetch", 0)),
         timeout=role.timeout,
     )
     communicator.know_servers()

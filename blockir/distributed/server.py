@@ -51,6 +51,7 @@ from blockir.errors import BlockirError
 from blockir.io.persistence import read_shard, saved_info, saved_tables, saved_values, write_shard
 from blockir.ir import Operator, Program
 from blockir.ir.schema import GRAD_SUFFIX, KernelContext, lookup
+from blockir.ops.values import add_rows
 from blockir.passes.distribute import DenseBlock, SparseTable, Split, block_name
 from blockir.runtime.executor import Executor
 from blockir.runtime.scope import Scope
@@ -688,8 +689,13 @@ class ParameterServer:
         touched = shard.ids[uniq].tolist()
         shard.dirty.update(touched)
         shard.unseen.update(dict.fromkeys(touched, 0))
-        grad = np.zeros((len(uniq), shard.table.dim), values.dtype)
-        np.add.at(grad, inverse, values[keep].reshape(-1, shard.table.dim))
+        kept = values[keep].reshape(-1, shard.table.dim)
+        if len(uniq) == len(kept):  # a merged push (the communicator's): no id twice
+            grad = np.empty_like(kept)
+            grad[inverse] = kept
+        else:
+            grad = np.zeros((len(uniq), shard.table.dim), values.dtype)
+            add_rows(grad, inverse, kept)
         name = shard.table.name
         if self.mode == "geo":
             shard.arrays[name][uniq] += grad

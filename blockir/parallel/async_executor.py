@@ -39,6 +39,7 @@ of ending with this one, until :meth:`AsyncExecutor.close`; a failed run ends th
 
 from __future__ import annotations
 
+import collections
 import gc
 import math
 import multiprocessing as mp
@@ -387,9 +388,9 @@ class _Job:
 
         reader = MultiSlotReader(self.desc, files(), self.skip_bad_lines, prefetch=self.prefetch)
         batches = iter(reader)
-        ahead = self._prefetcher(scope)
+        ahead, depth = self._prefetcher(scope)
         try:
-            for batch in _looking_ahead(batches, ahead):
+            for batch in _looking_ahead(batches, ahead, depth):
                 fetched = plan.run({b.name: b.value(batch[b.name]) for b in self.bindings}, scope)
                 if after_batch is not None:
                     after_batch()
@@ -417,20 +418,22 @@ class _Job:
             stats.seconds = time.perf_counter() - start
         return stats, sums, None
 
-    def _prefetcher(self, scope: Scope) -> Callable[[dict[str, Any]], None] | None:
-        """For a parameter-server worker's program: what asks its communicator for the rows of a batch's ids,
-        called for the next batch while the current one runs."""
+    def _prefetcher(self, scope: Scope) -> tuple[Callable[[dict[str, Any]], None] | None, int]:
+        """For a parameter-server worker's program whose communicator prefetches: what asks it for the rows of
+        a batch's ids, called as the batch is read, and how many batches ahead of the one running (the
+        communicator's ``prefetching``); (None, 0) otherwise."""
         holder = scope.find_var(PS_CLIENT) if self.lookups else None
         client = holder.value if holder is not None else None
-        if client is None or not hasattr(client, "prefetch"):
-            return None
+        depth = int(getattr(client, "prefetching", 0) or 0)
+        if client is None or not hasattr(client, "prefetch") or depth < 1:
+            return None, 0
 
         def ahead(batch: dict[str, Any]) -> None:
             for table, slot in self.lookups:
                 value = batch[slot]
                 client.prefetch(table, np.asarray(value.data if isinstance(value, LoDTensor) else value).reshape(-1))
 
-        return ahead
+        return ahead, depth
 
     def _report(self, k: int, stats: WorkerStats, sums: np.ndarray, reader: MultiSlotReader, read: list[int]) -> None:
         """With ``debug``: worker ``k``'s progress once the reader is done with a file."""
@@ -782,17 +785,22 @@ def _thread_num(thread_num: int | None, desc: DataFeedDesc) -> int:
     return thread_num or desc.thread_num or 1
 
 
-def _looking_ahead(batches: Iterator[dict[str, Any]], ahead: Callable[[dict[str, Any]], None] | None) -> Iterator[Any]:
-    """``batches``, each handed to ``ahead`` (when given) as soon as it is read, one batch before it is yielded."""
+def _looking_ahead(
+    batches: Iterator[dict[str, Any]], ahead: Callable[[dict[str, Any]], None] | None, depth: int
+) -> Iterator[Any]:
+    """``batches``, each handed to ``ahead`` (when given) as soon as it is read, ``depth`` batches before it is
+    yielded (the first ones are read together, before the first is yielded)."""
     if ahead is None:
         yield from batches
         return
-    upcoming = next(batches, None)
-    while upcoming is not None:
-        current, upcoming = upcoming, next(batches, None)
-        if upcoming is not None:
-            ahead(upcoming)
-        yield current
+    read: collections.deque[dict[str, Any]] = collections.deque()
+    for batch in batches:
+        ahead(batch)
+        read.append(batch)
+        if len(read) > depth:
+            yield read.popleft()
+    while read:
+        yield read.popleft()
 
 
 def _lookups(program: Program, bindings: list[_Binding]) -> list[tuple[str, str]]:

@@ -128,6 +128,8 @@ def test_bad_requests_name_what_is_wrong() -> None:
         ({"k_steps": 4}, False, "k_steps \\(GEO\\) needs a_sync = True"),
         ({"pull_evry": 4}, True, "unknown keys \\['pull_evry'\\]"),
         ({"pull_every": 0}, True, "pull_every must be an int >= 1, got 0"),
+        ({"prefetch": -1}, True, r"prefetch must be a number of batches >= 0 \(or True, 1\), got -1"),
+        ({"prefetch": "2"}, True, r"prefetch must be a number of batches >= 0 \(or True, 1\), got '2'"),
     ],
 )
 def test_bad_strategy_configs_are_named(configs: dict, a_sync: bool, message: str) -> None:
@@ -157,3 +159,16 @@ def test_a_bad_role_in_the_environment_is_named(env: dict[str, str], message: st
 
     with pytest.raises(BlockirError, match=message):
         Role.from_env(env)
+
+
+def test_an_id_pushed_twice_gets_the_sum_of_its_gradients() -> None:
+    """The server sums repeated ids of a push (a worker's unmerged rows) and takes merged ones as they are."""
+    twice, merged = _servers(1, mode="async"), _servers(1, mode="async")
+    ids = np.array([3, 5, 3], np.int64)
+    start = twice[0].pull_sparse(TABLE, np.array([3, 5], np.int64))
+    rows = np.arange(12, dtype=np.float32).reshape(3, 4)
+    twice[0].push(0, {}, {TABLE: (ids, rows)})
+    merged[0].push(0, {}, {TABLE: (np.array([5, 3], np.int64), np.stack([rows[1], rows[0] + rows[2]]))})
+    want = start - 0.5 * np.stack([rows[0] + rows[2], rows[1]])
+    for server in (twice[0], merged[0]):
+        np.testing.assert_allclose(server.pull_sparse(TABLE, np.array([3, 5], np.int64)), want, rtol=1e-6)

@@ -1,0 +1,131 @@
+"""The async communicator against a parameter server in this process: a window of ``pull_every`` steps pushed once,
+its gradients summed; a lookup that waits only for the prefetches holding its missing rows; an AsyncExecutor
+worker reading ``prefetch`` batches ahead."""
+
+from __future__ import annotations
+
+import threading
+import time
+from concurrent.futures import Future
+from typing import Any
+
+import numpy as np
+import pytest
+
+import blockir as bir
+from blockir.distributed.communicator import Communicator
+from blockir.distributed.server import ParameterServer
+from blockir.parallel.async_executor import _looking_ahead
+from tests.distributed.test_server import TABLE, _split
+
+
+class _Handle:
+    """Server ``server`` in this process; the requests ``gated`` holds answer once ``gate`` is set."""
+
+    def __init__(self, server: ParameterServer) -> None:
+        self.server = server
+        self.calls: list[str] = []
+        self.gate = threading.Event()
+        self.gated: set[int] = set()  # ids whose pull_sparse waits for the gate
+
+    def submit(self, method: str, *args: Any) -> Future:
+        self.calls.append(method)
+        future: Future = Future()
+        if method == "pull_sparse" and self.gated & set(np.asarray(args[1]).tolist()):
+
+            def later() -> None:
+                self.gate.wait(10)
+                future.set_result(self.server.pull_sparse(*args))
+
+            threading.Thread(target=later, daemon=True).start()
+        else:
+            future.set_result(getattr(self.server, method)(*args))
+        return future
+
+    def close(self) -> None:
+        pass
+
+
+def _async(pull_every: int = 1, prefetch: int = 0) -> tuple[Communicator, _Handle]:
+    """A worker's communicator and the handle of its one server, which holds the dense parameters' first values."""
+    split, startup = _split(1)
+    handle = _Handle(ParameterServer(0, split, startup, "async", timeout=5))
+    mine = Communicator(split, [handle], 0, "async", pull_every=pull_every, queue_size=16, prefetch=prefetch)
+    scope = bir.Scope()
+    bir.Executor("cpu").run(startup, scope=scope)
+    mine.init_dense({b.param: scope.get(b.param) for b in split.blocks})
+    return mine, handle
+
+
+def _wait_for(handle: _Handle, method: str, count: int) -> None:
+    deadline = time.monotonic() + 10
+    while handle.calls.count(method) < count:
+        assert time.monotonic() < deadline, f"no {count} {method} requests: {handle.calls}"
+        time.sleep(0.001)
+
+
+@pytest.mark.timeout(30)
+def test_a_window_of_pull_every_steps_is_pushed_once_with_its_gradients_summed() -> None:
+    mine, handle = _async(pull_every=4)
+    ids = np.array([2, 7], np.int64)
+    start = handle.server.pull_sparse(TABLE, ids)
+    grads = [np.full((2, 4), k + 1, np.float32) for k in range(10)]
+    for k, g in enumerate(grads):
+        if k in (4, 8):  # the window before was exchanged: these steps start the next one
+            _wait_for(handle, "exchange", k // 4)
+        mine.push({}, [(TABLE, ids, g)], 1)
+    mine.stop()  # the last two steps: pushed at the stop
+    assert handle.server.stats["pushes"] == 3  # steps 1-4, 5-8, 9-10
+    assert handle.calls.count("exchange") == 2 and handle.calls.count("push") == 1
+    np.testing.assert_allclose(handle.server.pull_sparse(TABLE, ids), start - 0.5 * sum(grads), rtol=1e-6)
+
+
+def test_with_pull_every_1_every_step_is_pushed() -> None:
+    mine, handle = _async(pull_every=1)
+    for _ in range(3):
+        mine.push({}, [(TABLE, np.array([1], np.int64), np.ones((1, 4), np.float32))], 1)
+    mine.stop()
+    assert 1 <= handle.server.stats["pushes"] <= 3  # what was queued together is merged; none is lost
+    np.testing.assert_allclose(
+        handle.server.pull_sparse(TABLE, np.array([1], np.int64)),
+        _async()[1].server.pull_sparse(TABLE, np.array([1], np.int64)) - 0.5 * 3,
+        rtol=1e-6,
+    )
+
+
+@pytest.mark.timeout(30)
+def test_a_lookup_waits_only_for_the_prefetches_holding_its_missing_rows() -> None:
+    mine, handle = _async(pull_every=100, prefetch=2)
+    far, near = np.array([10, 11], np.int64), np.array([20, 21], np.int64)
+    handle.gated = {10, 11}  # the prefetch of a later batch is slow
+    mine.prefetch(TABLE, far)
+    mine.prefetch(TABLE, near)
+    got = mine.pull_sparse(TABLE, near)  # does not wait for the gated request
+    np.testing.assert_array_equal(got, handle.server.pull_sparse(TABLE, near))
+    assert mine.stats["prefetched_rows"] == 2 and handle.calls.count("pull_sparse") == 2  # no pull of its own
+    assert not handle.gate.is_set()
+    handle.gate.set()
+    np.testing.assert_array_equal(mine.pull_sparse(TABLE, far), handle.server.pull_sparse(TABLE, far))
+    assert mine.stats["prefetched_rows"] == 4
+    mine.stop()
+
+
+def test_prefetching_is_off_by_default_and_in_sync_mode() -> None:
+    mine, handle = _async()
+    mine.prefetch(TABLE, np.array([1, 2], np.int64))
+    assert "pull_sparse" not in handle.calls
+    mine.stop()
+
+
+@pytest.mark.parametrize("depth", [1, 2, 4])
+def test_an_async_worker_hands_each_batch_over_depth_batches_before_it_runs(depth: int) -> None:
+    events: list[str] = []
+    batches = ({"k": k} for k in range(5))
+    for batch in _looking_ahead(batches, lambda b: events.append(f"ahead {b['k']}"), depth):
+        events.append(f"run {batch['k']}")
+    runs = [e for e in events if e.startswith("run")]
+    assert runs == [f"run {k}" for k in range(5)]
+    for k in range(5):  # batch k+depth (or the last) is read before batch k runs
+        assert events.index(f"ahead {min(k + depth, 4)}") < events.index(f"run {k}")
+        if k + depth + 1 <= 4:
+            assert events.index(f"ahead {k + depth + 1}") > events.index(f"run {k}")
