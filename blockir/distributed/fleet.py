@@ -63,7 +63,7 @@ from blockir.io.persistence import save_inference_model as save_model
 from blockir.ir import Program, Variable
 from blockir.ir.defaults import default_startup_program
 from blockir.ops.distributed import PS_CLIENT
-from blockir.passes.distribute import DenseBlock, Split, block_name, split
+from blockir.passes.distribute import LOOKUPS, DenseBlock, Split, block_name, split
 from blockir.runtime.scope import Scope, global_scope
 
 __all__ = [
@@ -397,12 +397,12 @@ def init_server(dirname: str | os.PathLike[str] | None = None, var_names: list[s
 
 
 def sparse_vars(program: Program) -> list[Variable]:
-    """The sparse tables of ``program``: the ``W`` of its ``lookup_table`` ops with ``is_sparse`` or
+    """The sparse tables of ``program``: the ``W`` of its ``lookup_table`` (and ``_v2``) ops with ``is_sparse`` or
     ``is_distributed``, and the tables its ``distributed_lookup_table`` ops read."""
     block = program.global_block()
     names: list[str] = []
     for op in block.ops:
-        if op.type == "lookup_table" and (op.attrs.get("is_sparse") or op.attrs.get("is_distributed")):
+        if op.type in LOOKUPS and (op.attrs.get("is_sparse") or op.attrs.get("is_distributed")):
             names.append(op.input("W")[0])
         elif op.type == "distributed_lookup_table":
             names.append(str(op.attrs["table"]))

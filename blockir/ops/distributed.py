@@ -32,7 +32,7 @@ import numpy as np
 from blockir.ir.attrs import AttrType
 from blockir.ir.dtypes import VarKind
 from blockir.ir.schema import AttrDef, InferContext, KernelContext, OpSchema, Slot
-from blockir.ops.common import fmt
+from blockir.ops.common import compatible, fmt
 from blockir.ops.nn import flat_ids
 from blockir.ops.values import LoDTensor
 
@@ -74,6 +74,9 @@ def _host(value: Any) -> np.ndarray:
     return value.get() if hasattr(value, "get") and not isinstance(value, np.ndarray) else np.asarray(value)
 
 
+_VERSIONS = ("lookup_table", "lookup_table_v2")
+
+
 def _infer_client(ctx: InferContext) -> None:
     client = ctx.inputs("Client")[0]
     if client.kind is not VarKind.RAW:
@@ -87,7 +90,13 @@ def _infer_lookup(ctx: InferContext) -> None:
         ctx.fail(f"Ids {fmt(ids)} must be int64 or int32")
     if ctx.attr("height") < 1 or ctx.attr("dim") < 1:
         ctx.fail(f"height {ctx.attr('height')} and dim {ctx.attr('dim')} must be positive")
-    ctx.set_output("Out", (*ids.shape[:-1], ctx.attr("dim")), ctx.attr("dtype"), lod_level=ids.lod_level)
+    version = ctx.attr("lookup_table_version")
+    if version not in _VERSIONS:
+        ctx.fail(f"lookup_table_version {version!r} must be one of {list(_VERSIONS)}")
+    if version == "lookup_table" and (not ids.shape or not compatible(ids.shape[-1], 1)):
+        ctx.fail(f"Ids {fmt(ids)} of a lookup_table must have a last dimension of 1 (lookup_table_v2: any shape)")
+    leading = ids.shape[:-1] if version == "lookup_table" else ids.shape
+    ctx.set_output("Out", (*leading, ctx.attr("dim")), ctx.attr("dtype"), lod_level=ids.lod_level)
 
 
 def _lookup(ctx: KernelContext, ids: Any, client: Client) -> Any:
@@ -96,7 +105,8 @@ def _lookup(ctx: KernelContext, ids: Any, client: Client) -> Any:
     padding = ctx.attrs["padding_idx"]
     if padding != -1:
         rows[flat == padding] = 0
-    return ctx.xp.asarray(rows.reshape(*np.shape(ids)[:-1], ctx.attrs["dim"]))
+    leading = np.shape(ids)[:-1] if ctx.attrs["lookup_table_version"] == "lookup_table" else np.shape(ids)
+    return ctx.xp.asarray(rows.reshape(*leading, ctx.attrs["dim"]))
 
 
 DISTRIBUTED_LOOKUP_TABLE = OpSchema(
@@ -109,12 +119,15 @@ DISTRIBUTED_LOOKUP_TABLE = OpSchema(
         AttrDef("dim", AttrType.LONG),
         AttrDef("dtype", AttrType.STRING, "float32"),
         AttrDef("padding_idx", AttrType.LONG, -1),
+        AttrDef("lookup_table_version", AttrType.STRING, "lookup_table"),  # the op it replaces: Out's shape
     ),
     infer=_infer_lookup,
     kernel=_lookup,
     share_lod=(("Ids", "Out"),),
     side_effects=True,
-    doc="Out = rows of the servers' sparse table `table` at Ids (height: the ids' range; dim: the row size).",
+    doc="Out = rows of the servers' sparse table `table` at Ids (height: the ids' range; dim: the row size); "
+    "Out is [*Ids.shape[:-1], dim] as lookup_table's, or [*Ids.shape, dim] with "
+    "lookup_table_version=lookup_table_v2.",
 )
 
 

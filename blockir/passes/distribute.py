@@ -6,7 +6,7 @@ many elements, and at least as many rows as servers, is cut by rows into one
 block per server; smaller ones stay whole).
 
 What the servers hold: every parameter an optimizer op updates (its
-``op_role_var``). A parameter some ``lookup_table`` reads with
+``op_role_var``). A parameter some ``lookup_table`` (or ``lookup_table_v2``) reads with
 ``is_sparse=true`` or ``is_distributed=true`` is a **sparse table** (its
 ``entry`` attribute the admission policy of new ids): sharded by id over the servers (id
 ``i`` on server ``i % servers``), its rows made on first use by the servers; the
@@ -18,9 +18,10 @@ The worker program (the program itself, changed in place) keeps the forward and
 backward and every dense parameter (a worker holds them all; the servers update
 them), and:
 
-1. each ``lookup_table`` of a sparse table becomes a ``distributed_lookup_table``
-   (``Ids``, the communicator ``ps@CLIENT``; the table's ``height``, ``dim`` and
-   ``padding_idx``), and the ops making the table's gradient go (the servers
+1. each ``lookup_table`` or ``lookup_table_v2`` of a sparse table becomes a
+   ``distributed_lookup_table`` (``Ids``, the communicator ``ps@CLIENT``; the
+   table's ``height``, ``dim`` and ``padding_idx``, and ``lookup_table_version``
+   the op it replaces, for Out's shape), and the ops making the table's gradient go (the servers
    take the gradient of the lookup's output at its ids instead);
 2. the optimizer ops go, and the variables only they used (learning rate,
    moments), and the sparse tables' variables;
@@ -66,7 +67,9 @@ from blockir.ops.distributed import PS_CLIENT
 from blockir.passes.base import Pass, first_reads, mark_created, register_pass
 from blockir.passes.manager import note, record_detail
 
-__all__ = ["DenseBlock", "Distribute", "Split", "SparseTable", "block_name", "split"]
+__all__ = ["LOOKUPS", "DenseBlock", "Distribute", "Split", "SparseTable", "block_name", "split"]
+
+LOOKUPS = ("lookup_table", "lookup_table_v2")  # the lookups of a table the servers may hold
 
 
 def block_name(name: str, index: int) -> str:
@@ -165,7 +168,7 @@ class _Splitter:
         self.optimizer = [op for op in self.block.ops if _role(op) & OpRole.OPTIMIZE]
         self.param_of_op = {id(op): self._param(op) for op in self.optimizer}
         self.params = list(dict.fromkeys(self.param_of_op.values()))
-        self.lookups = [op for op in self.block.ops if op.type == "lookup_table" and op.input("W")[0] in self.params]
+        self.lookups = [op for op in self.block.ops if op.type in LOOKUPS and op.input("W")[0] in self.params]
         sparse = {op.input("W")[0] for op in self.lookups if _sparse(op)}
         dense_lookups = [op for op in self.lookups if op.input("W")[0] in sparse and not _sparse(op)]
         if dense_lookups:
@@ -249,7 +252,7 @@ class _Splitter:
             block.create_var(PS_CLIENT, kind=VarKind.RAW, persistable=True)
         pushed: list[tuple[str, str, str, int]] = []  # (table, ids, rows gradient, padding_idx)
         for op in list(block.ops):
-            if op.type == "lookup_table" and op.input("W")[0] in tables:
+            if op.type in LOOKUPS and op.input("W")[0] in tables:
                 table = tables[op.input("W")[0]]
                 new = block.insert_op(
                     block.ops.index(op),
@@ -262,6 +265,7 @@ class _Splitter:
                         "dim": table.dim,
                         "dtype": table.dtype,
                         "padding_idx": op.attrs.get("padding_idx", -1),
+                        "lookup_table_version": op.type,
                     },
                 )
                 mark_created(new, Distribute.name, [op])

@@ -154,3 +154,43 @@ def test_geo_sync_hands_the_client_the_parameters_and_the_ids_each_table_was_rea
     ((params, touched),) = client.calls
     assert sorted(params) == ["t", "w"] and touched["t"].tolist() == [3, 1, 1, 9]
     np.testing.assert_array_equal(scope.get("w"), [1, 1])  # updated in place, kept in the scope
+
+
+def _v2_program(ids_shape: tuple[int, ...], attrs: dict) -> Program:
+    program = Program()
+    block = program.global_block()
+    block.create_var("ids", shape=ids_shape, dtype="int64", need_check_feed=True)
+    block.create_var("out", dtype="float32")
+    block.create_var(PS_CLIENT, kind=VarKind.RAW, persistable=True)
+    block.append_op(
+        "distributed_lookup_table",
+        {"Ids": ["ids"], "Client": [PS_CLIENT]},
+        {"Out": ["out"]},
+        {"table": "emb", "height": 50, "dim": 3, **attrs},
+    )
+    return program
+
+
+def test_a_lookup_table_v2_lookup_keeps_every_dimension_of_its_ids() -> None:
+    """lookup_table_version=lookup_table_v2: Out [*Ids.shape, dim] (a lookup_table's drops Ids' last 1)."""
+    program = _v2_program((-1, 4), {"lookup_table_version": "lookup_table_v2", "padding_idx": 9})
+    assert program.global_block().var("out").shape == (-1, 4, 3)
+    scope, client = bir.Scope(), TableClient()
+    scope.set(PS_CLIENT, client)
+    ids = np.array([[1, 9, 3, 3], [40, 2, 0, 9]], np.int64)
+    (out,) = bir.Executor("cpu").run(program, feed={"ids": ids}, fetch_list=["out"], scope=scope)
+    want = client.table[ids]
+    want[ids == 9] = 0
+    np.testing.assert_array_equal(out, want)
+
+
+@pytest.mark.parametrize(
+    ("ids_shape", "attrs", "message"),
+    [
+        ((-1, 4), {}, r"Ids .* of a lookup_table must have a last dimension of 1 \(lookup_table_v2: any shape\)"),
+        ((-1, 1), {"lookup_table_version": "lookup_table_v3"}, r"lookup_table_version 'lookup_table_v3' must be one"),
+    ],
+)
+def test_a_lookup_its_version_cannot_read_is_refused(ids_shape: tuple[int, ...], attrs: dict, message: str) -> None:
+    with pytest.raises(BlockirError, match=message):
+        _v2_program(ids_shape, attrs)

@@ -3,6 +3,7 @@ refuses, and (a property) that training through its programs computes what plain
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -13,7 +14,9 @@ from hypothesis import strategies as st
 import blockir as bir
 from blockir.distributed import fleet
 from blockir.distributed.launch import launch
+from blockir.dsl.layer_helper import LayerHelper
 from blockir.errors import BlockirError
+from blockir.ir import parse_program
 from blockir.passes import run
 from blockir.passes.distribute import split
 
@@ -135,3 +138,59 @@ def test_sync_training_through_the_split_equals_plain_training(
             exe.run(main, feed={"x": x, "y": y}, scope=scope)
     for param in main.all_parameters():
         np.testing.assert_allclose(got[param.name], scope.get(param.name), rtol=1e-10, atol=1e-12, err_msg=param.name)
+
+
+def test_a_lookup_table_v2_table_trains_in_sync_on_two_servers_as_on_one() -> None:
+    """Paddle 2's embedding (lookup_table_v2, ids [N, 4]) as a sparse table on the servers: two servers and two
+    workers fed halves of each batch end where one of each fed the whole batch does (rows and dense)."""
+    rng = np.random.default_rng(5)
+    words = rng.integers(0, 60, size=(3, 8, 4)).astype(np.int64)  # 3 steps of 8 documents of 4 words
+    labels = rng.integers(0, 2, size=(3, 8, 1)).astype(np.int64)
+    used = np.unique(words)
+    results: dict[int, dict[str, np.ndarray]] = {}
+
+    def script(servers: int) -> None:
+        fleet.init()
+        main, startup = bir.default_main_program(), bir.default_startup_program()
+        main.random_seed = startup.random_seed = 4
+        ids = bir.layers.data("words", [-1, 4], dtype="int64")
+        label = bir.layers.data("label", [-1, 1], dtype="int64")
+        helper = LayerHelper("embedding")
+        table = helper.create_parameter(bir.ParamAttr.to_attr(None), [60, 5], "float32")
+        emb = helper.create_tmp(table.dtype)
+        helper.append_op("lookup_table_v2", {"W": [table], "Ids": [ids]}, {"Out": [emb]}, {"is_sparse": True})
+        pred = bir.layers.fc(bir.layers.reduce_sum(emb, dim=1), 2, act="softmax")
+        loss = bir.layers.mean(bir.layers.cross_entropy(pred, label))
+        fleet.distributed_optimizer(bir.optimizer.Adagrad(0.2), fleet.DistributedStrategy(a_sync=False)).minimize(loss)
+        if fleet.is_server():
+            fleet.init_server()
+            fleet.run_server()
+            return
+        exe = bir.Executor("cpu")
+        exe.run(fleet.startup_program)
+        fleet.init_worker()
+        k, n = fleet.worker_index(), fleet.worker_num()
+        first = fleet.communicator().pull_sparse(table.name, used)
+        for step in range(3):
+            half = {"words": np.array_split(words[step], n)[k], "label": np.array_split(labels[step], n)[k]}
+            exe.run(fleet.main_program, feed=half)
+        if k == 0:
+            got = {p.name: np.array(bir.global_scope().get(p.name)) for p in fleet.main_program.all_parameters()}
+            got["table"] = fleet.communicator().pull_sparse(table.name, used)
+            got["first"] = first
+            results[servers] = got
+        fleet.stop_worker()
+
+    for servers in (1, 2):
+        assert launch(lambda s=servers: script(s), servers, servers, timeout=60).ok
+    assert set(results[1]) == set(results[2]) and results[1]["table"].shape == (len(used), 5)
+    assert np.abs(results[1]["table"] - results[1]["first"]).min() > 0  # every row used was trained
+    for name, value in results[1].items():
+        np.testing.assert_allclose(results[2][name], value, rtol=1e-5, atol=1e-6, err_msg=name)
+
+
+def test_fleet_finds_a_lookup_table_v2_table_among_the_sparse_variables() -> None:
+    text = (Path(__file__).parent / "golden" / "distribute" / "sparse_table_v2.before.txt").read_text()
+    program = parse_program("\n".join(line for line in text.splitlines() if not line.startswith("#")))
+    assert [v.name for v in fleet.sparse_vars(program)] == ["embedding_0.w_0"]
+    assert "embedding_0.w_0" not in {v.name for v in fleet.dense_vars(program)}
