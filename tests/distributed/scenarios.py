@@ -19,12 +19,26 @@ from typing import Any
 import numpy as np
 
 import blockir as bir
+from blockir.distributed import fleet
 from blockir.distributed.launch import launch
 from blockir.io.persistence import MANIFEST_FILE, saved_info
 from tests.distributed.scripts import ps_models
 
 SCRIPTS = Path(__file__).parent / "scripts"
 ASYNC_EPOCHS, ASYNC_DOCS, HELDOUT_DOCS = 1, 16000, 4000  # enough to come near the corpus's best accuracy
+
+
+def serve_or_start_worker() -> bir.Executor | None:
+    """A fleet role's start in a test script: a server serves until the workers stop (None); a worker runs the
+    startup program and ``init_worker`` (its executor)."""
+    if fleet.is_server():
+        fleet.init_server()
+        fleet.run_server()
+        return None
+    exe = bir.Executor("cpu")
+    exe.run(fleet.startup_program)
+    fleet.init_worker()
+    return exe
 
 
 def sync_run(

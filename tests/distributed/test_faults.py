@@ -211,13 +211,9 @@ def test_fleet_save_inference_model_exports_a_model_that_runs_without_the_server
         strategy = fleet.DistributedStrategy()
         strategy.a_sync = False
         fleet.distributed_optimizer(ps_models.OPTIMIZERS["adagrad"](), strategy).minimize(loss)
-        if fleet.is_server():
-            fleet.init_server()
-            fleet.run_server()
+        exe = scenarios.serve_or_start_worker()
+        if exe is None:
             return
-        exe = bir.Executor("cpu")
-        exe.run(fleet.startup_program)
-        fleet.init_worker()
         for _ in range(3):
             (loss_now,) = exe.run(fleet.main_program, feed=batch, fetch_list=[loss])
             want.setdefault("first", loss_now)

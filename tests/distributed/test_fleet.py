@@ -300,13 +300,9 @@ def test_fleet_shrink_drops_the_rows_unseen_since_the_last_saves(tmp_path: Path)
         fleet.init()
         loss = ps_models.build("sparse")
         fleet.distributed_optimizer(bir.optimizer.SGD(0.1), fleet.DistributedStrategy(a_sync=False)).minimize(loss)
-        if fleet.is_server():
-            fleet.init_server()
-            fleet.run_server()
+        exe = scenarios.serve_or_start_worker()
+        if exe is None:
             return
-        exe = bir.Executor("cpu")
-        exe.run(fleet.startup_program)
-        fleet.init_worker()
         exe.run(fleet.main_program, feed=ps_models.batch("sparse"))
         fleet.save_persistables(exe, tmp_path / "save")  # one save interval passes for every row
         dropped.append(fleet.shrink(2))  # none unseen for two intervals yet

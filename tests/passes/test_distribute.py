@@ -19,6 +19,7 @@ from blockir.errors import BlockirError
 from blockir.ir import parse_program
 from blockir.passes import run
 from blockir.passes.distribute import split
+from tests.distributed import scenarios
 
 
 def mlp(widths: list[int], optimizer: Any) -> tuple[bir.Program, bir.Program, Any]:
@@ -115,13 +116,9 @@ def test_sync_training_through_the_split_equals_plain_training(
         loss = bir.layers.mean(bir.layers.square_error_cost(h, target))
         strategy = fleet.DistributedStrategy(a_sync=False, min_block_size=min_block)
         fleet.distributed_optimizer(make(), strategy).minimize(loss)
-        if fleet.is_server():
-            fleet.init_server()
-            fleet.run_server()
+        exe = scenarios.serve_or_start_worker()
+        if exe is None:
             return
-        exe = bir.Executor("cpu")
-        exe.run(fleet.startup_program)
-        fleet.init_worker()
         k, n = fleet.worker_index(), fleet.worker_num()
         for _ in range(2):
             exe.run(fleet.main_program, feed={"x": np.array_split(x, n)[k], "y": np.array_split(y, n)[k]})
@@ -162,13 +159,9 @@ def test_a_lookup_table_v2_table_trains_in_sync_on_two_servers_as_on_one() -> No
         pred = bir.layers.fc(bir.layers.reduce_sum(emb, dim=1), 2, act="softmax")
         loss = bir.layers.mean(bir.layers.cross_entropy(pred, label))
         fleet.distributed_optimizer(bir.optimizer.Adagrad(0.2), fleet.DistributedStrategy(a_sync=False)).minimize(loss)
-        if fleet.is_server():
-            fleet.init_server()
-            fleet.run_server()
+        exe = scenarios.serve_or_start_worker()
+        if exe is None:
             return
-        exe = bir.Executor("cpu")
-        exe.run(fleet.startup_program)
-        fleet.init_worker()
         k, n = fleet.worker_index(), fleet.worker_num()
         first = fleet.communicator().pull_sparse(table.name, used)
         for step in range(3):
