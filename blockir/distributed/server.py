@@ -38,6 +38,7 @@ workers that did not push.
 
 from __future__ import annotations
 
+import itertools
 import threading
 import time
 from collections.abc import Sequence
@@ -127,7 +128,7 @@ class _Shard:
 
     def rows(self, ids: np.ndarray) -> np.ndarray:
         """Row positions of ``ids`` (-1: not admitted)."""
-        return np.array([self.index.get(int(i), -1) for i in ids], dtype=np.int64)
+        return np.fromiter(map(self.index.get, ids.tolist(), itertools.repeat(-1)), np.int64, len(ids))
 
     def admit(self, ids: np.ndarray) -> np.ndarray:
         """Count a push's sightings of ``ids``; make the rows of those admitted now; the positions of those
@@ -344,12 +345,11 @@ class ParameterServer:
             ids = np.asarray(ids, np.int64)
             self._check_ids(shard, ids)
             if shard.entry.kind == "":
-                new = [int(i) for i in dict.fromkeys(ids.tolist()) if int(i) not in shard.index]
+                new = [i for i in dict.fromkeys(ids.tolist()) if i not in shard.index]
                 if new:
                     shard._make(new)
             rows = shard.rows(ids)
-            for i in ids[rows >= 0].tolist():
-                shard.unseen[i] = 0
+            shard.unseen.update(dict.fromkeys(ids[rows >= 0].tolist(), 0))
             out = np.zeros((len(ids), shard.table.dim), shard.arrays[table].dtype)
             known = rows >= 0
             out[known] = shard.arrays[table][rows[known]]
