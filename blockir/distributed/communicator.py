@@ -15,14 +15,13 @@ together.
   gradients, averaged by batch), and ``recv`` pulls the dense blocks after it.
 - **async** (Downpour): a push goes into a bounded queue (``queue_size``
   steps: a full queue blocks the step, never grows memory) and returns; a
-  communicator thread takes what is queued and merges it (dense gradients
-  summed, sparse rows joined and merged) into the window of ``pull_every``
+  communicator thread takes what is queued into the window of ``pull_every``
   steps (Downpour's n_push = n_fetch; more steps when the thread fell
   behind: what it takes from the queue at once, ``queue_size`` steps at
   most, joins the window whole, so a window holds fewer than
-  ``pull_every + queue_size`` steps), and at the
-  window's end pushes it and pulls, in the
-  same request to each server, the dense parameters, which the next ``recv``
+  ``pull_every + queue_size`` steps). At the window's end it merges the
+  window (dense gradients summed, sparse rows joined and merged), pushes it
+  and pulls, in the same request to each server, the dense parameters, which the next ``recv``
   installs. Sparse rows are cached for the same window: a lookup pulls only
   the ids the cache lacks, and at each window's end the communicator thread
   pulls afresh the rows of the ids the window used, which replace the cache
@@ -223,10 +222,11 @@ class Communicator:
         still on their way); the others stay on their way, for the lookups that need them. Whether any was."""
         with self._lock:
             pending = self._prefetching.get(table, [])
-            needed = [p for p in pending if np.isin(p[0], missing, assume_unique=True).any()]
+            holds = [np.isin(ids, missing, assume_unique=True).any() for ids, _ in pending]
+            needed = [p for p, held in zip(pending, holds) if held]
             if not needed:
                 return False
-            self._prefetching[table] = [p for p in pending if not any(p is n for n in needed)]
+            self._prefetching[table] = [p for p, held in zip(pending, holds) if not held]
         for ids, future in needed:
             rows = self._result(future, waited=True)
             self.stats["prefetched_rows"] += len(ids)
@@ -525,7 +525,7 @@ class Communicator:
                 stop = any(item is _STOP for item in items)
                 steps = [item for item in items if item is not _STOP]
                 if steps:
-                    window.append(_merge_steps(steps))
+                    window += steps
                     since_pull += len(steps)
                     if since_pull >= self.pull_every:
                         self._exchange(*_merge_steps(window))

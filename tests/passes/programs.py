@@ -36,6 +36,18 @@ block 0 parent=-1 {
   %z = sigmoid(X=%x)
 }"""
 SHAPE = (2, 2)
+
+
+@dataclass
+class Network:
+    """A training program drawn for a property test: its programs, a batch to feed and what to fetch."""
+
+    main: Program
+    startup: Program
+    feed: dict[str, np.ndarray]
+    fetch: list[str]
+
+
 UNARY = ("relu", "tanh", "sigmoid", "scale", "square")
 BINARY = ("elementwise_add", "elementwise_sub", "elementwise_mul", "mul", "matmul")
 LEARNING_RATE = np.array([0.1], "float32")

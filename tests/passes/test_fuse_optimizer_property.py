@@ -11,7 +11,6 @@ rounding.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Any
 from unittest import mock
 
@@ -23,17 +22,10 @@ import blockir as bir
 import blockir.passes.fuse_optimizer as fuse_optimizer_module
 from blockir.ir import Program, verify
 from blockir.passes import FuseOptimizer, run
+from tests.passes.programs import Network
 from tests.runtime.test_fusion import strategy
 
 BATCH = 4
-
-
-@dataclass
-class Net:
-    main: Program
-    startup: Program
-    feed: dict[str, np.ndarray]
-    fetch: list[str]
 
 
 def _optimizer(draw: st.DrawFn) -> Any:
@@ -49,7 +41,7 @@ def _optimizer(draw: st.DrawFn) -> Any:
 
 
 @st.composite
-def nets(draw: st.DrawFn) -> Net:
+def nets(draw: st.DrawFn) -> Network:
     rng = np.random.default_rng(draw(st.integers(0, 2**32 - 1)))
     width = draw(st.integers(2, 5))
     main, startup = Program(), Program()
@@ -83,10 +75,10 @@ def nets(draw: st.DrawFn) -> Net:
         _optimizer(draw).minimize(loss)
     params = [p.name for p in main.all_parameters()]
     feed = {"x": rng.normal(size=(BATCH, width)).astype("float32"), **extra}
-    return Net(main, startup, feed, [loss.name, draw(st.sampled_from(params))])
+    return Network(main, startup, feed, [loss.name, draw(st.sampled_from(params))])
 
 
-def _train(net: Net, fused: bool) -> tuple[list[list[np.ndarray]], dict[str, np.ndarray]]:
+def _train(net: Network, fused: bool) -> tuple[list[list[np.ndarray]], dict[str, np.ndarray]]:
     scope = bir.Scope()
     with bir.Executor(build_strategy=strategy(False, False, False, fused)) as exe:
         exe.run(net.startup, scope=scope)
@@ -96,7 +88,7 @@ def _train(net: Net, fused: bool) -> tuple[list[list[np.ndarray]], dict[str, np.
 
 @settings(max_examples=60, deadline=None)
 @given(nets())
-def test_fused_updates_compute_what_they_replace_and_verify_after_every_group(net: Net) -> None:
+def test_fused_updates_compute_what_they_replace_and_verify_after_every_group(net: Network) -> None:
     groups = []
     fuse_group = fuse_optimizer_module._fuse_group
 

@@ -13,7 +13,6 @@ checks let through must compute exactly what the ops it replaces computed.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Any
 from unittest import mock
 
@@ -26,19 +25,11 @@ import blockir.passes.fuse_optimizer as fuse_optimizer_module
 import blockir.passes.rewrite as rewrite_module
 from blockir.ir import Program, verify
 from blockir.passes import Fuse, run
-from tests.passes.programs import SHAPE, RandomProgram, assert_same_results, runnable_programs
+from tests.passes.programs import SHAPE, Network, RandomProgram, assert_same_results, runnable_programs
 from tests.runtime.test_fusion import unfused
 
 ACTIVATIONS = (None, "relu", "sigmoid", "tanh")
 BATCH = 3
-
-
-@dataclass
-class Network:
-    main: Program
-    startup: Program
-    feed: dict[str, np.ndarray]
-    fetch: list[str]
 
 
 def _forward_values(program: Program) -> list[str]:
