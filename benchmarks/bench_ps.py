@@ -1,6 +1,7 @@
 """Parameter-server training of bow_net from MultiSlot files: one worker against two, async (Downpour) mode.
 
-    python benchmarks/bench_ps.py [--rounds 3] [--parts 8] [--docs 2000] [--backends ray inprocess]
+    python benchmarks/bench_ps.py [--rounds 3] [--parts 8] [--docs 8000] [--backends ray inprocess]
+        [--pull-every 1] [--queue-size 0] [--prefetch 0]
 
 On the async executor's corpus (examples/async_bow.py: planted-signal documents as MultiSlot files, a
 held-out file), in one run, alternating, ``--rounds`` times:
@@ -8,16 +9,19 @@ held-out file), in one run, alternating, ``--rounds`` times:
 - ``async executor``: one process, ``AsyncExecutor.run_from_files`` with one thread (the reference);
 - for each backend (``ray``: every role a Ray actor on a local cluster on loopback; ``inprocess``: every role a
   thread of one process): 1 server + 1 worker and 1 server + 2 workers (``blockir launch``, the script
-  ``benchmarks/ps_bow_role.py``; each worker one AsyncExecutor thread over its share of the files,
-  ``pull_every`` of ``--pull-every``, prefetching the rows of ``--prefetch`` batches ahead).
+  ``benchmarks/ps_bow_role.py``; each worker one AsyncExecutor thread over its share of the files, with
+  ``a_sync_configs`` ``pull_every`` of ``--pull-every``, ``queue_size`` of ``--queue-size`` (0: the default)
+  and ``prefetch`` of ``--prefetch``).
 
 Printed per setup: instances/s (median and range; a run's instances over its slowest worker's seconds), the
 held-out accuracy, each worker's share of time spent waiting on the servers, bytes sent per step against the
-payload (gradient rows x dim x 4 + ids x 8 + dense gradients), and the CPU seconds per batch of a worker (w) and
-of the server with Ray's threads (s), with the bound 2w/(w+s) on two workers' speed-up on two cores (Ray: a
-process per role; in-process roles share one process, whose CPU time does not split by role). Goals: two
-workers >= 1.5x one, waiting <= 20%, bytes <= 1.1x payload. Ray's cluster is started once per run (not timed).
-"""
+payload (gradient rows x dim x 4 + ids x 8 + dense gradients), and, on Ray, the CPU seconds per batch of a
+worker's process (w, its communicator and Ray's threads included), of the server's (s) and of Ray's own
+processes (raylet and GCS, over the whole launch), the bound 2w/(w+s) on two workers' speed-up on two cores,
+and the cores the setup keeps busy (all of that CPU over the run's seconds): one worker's setup keeping c
+cores busy, two workers can be at most 2/c times as fast. In-process roles share one process, whose CPU time
+does not split by role. Goals: two workers >= 1.5x one, waiting <= 20%, bytes <= 1.1x payload. Ray's cluster
+is started once per run (not timed)."""
 
 from __future__ import annotations
 
@@ -50,13 +54,17 @@ def reference(example: Any, corpus: Any, out: Path) -> dict[str, float]:
     return {"ips": run["instances_per_second"], "accuracy": run["accuracy"]}
 
 
-def ps_run(corpus: Any, backend: str, workers: int, out: Path, pull_every: int, prefetch: int) -> dict[str, Any]:
+def ps_run(
+    corpus: Any, backend: str, workers: int, out: Path, pull_every: int, queue_size: int, prefetch: int
+) -> dict[str, Any]:
     out.mkdir(parents=True)
-    args = [str(out), str(pull_every), str(prefetch), str(corpus.prototxt), corpus.heldout]
+    daemons = ray_daemons_cpu() if backend == "ray" else 0.0
+    args = [str(out), str(pull_every), str(queue_size), str(prefetch), str(corpus.prototxt), corpus.heldout]
     args += corpus.train_files
     result = launch(ROLE, 1, workers, args, backend=backend, timeout=600)
     if not result.ok:
         raise SystemExit(f"{backend} x{workers} failed: {result.failures}")
+    daemons = ray_daemons_cpu() - daemons if backend == "ray" else 0.0
     reports = [json.loads((out / f"worker{k}.json").read_text()) for k in range(workers)]
     server = json.loads((out / "server0.json").read_text())
     instances = sum(r["instances"] for r in reports)
@@ -69,7 +77,23 @@ def ps_run(corpus: Any, backend: str, workers: int, out: Path, pull_every: int, 
         "bytes_per_step": sum(r["bytes_sent"] for r in reports) / steps,
         "w": statistics.mean(r["cpu_s"] / r["steps"] for r in reports),
         "s": server["cpu_s"] / steps,
+        "r": daemons / steps,
+        "cores": (sum(r["cpu_s"] for r in reports) + server["cpu_s"] + daemons) / max(r["seconds"] for r in reports),
     }
+
+
+def ray_daemons_cpu() -> float:
+    """CPU seconds so far of Ray's own processes (raylet, GCS server) on this machine, from /proc."""
+    total = 0.0
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            name, fields = stat.read_text().rsplit(")", 1)
+        except OSError:  # ended meanwhile
+            continue
+        if name.split("(", 1)[1] in ("raylet", "gcs_server"):
+            utime, stime = fields.split()[11:13]
+            total += (int(utime) + int(stime)) / os.sysconf("SC_CLK_TCK")
+    return total
 
 
 def summary(values: list[float], fmt: str = ",.0f") -> str:
@@ -80,9 +104,12 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--parts", type=int, default=8, help="training files")
-    parser.add_argument("--docs", type=int, default=2000, help="documents per training file")
+    parser.add_argument("--docs", type=int, default=8000, help="documents per training file")
     parser.add_argument("--backends", nargs="+", default=["ray", "inprocess"], choices=["ray", "inprocess"])
     parser.add_argument("--pull-every", type=int, default=1, help="async: pull every n steps (a_sync_configs)")
+    parser.add_argument(
+        "--queue-size", type=int, default=0, help="async: steps queued before a push blocks (0: the default)"
+    )
     parser.add_argument("--prefetch", type=int, default=0, help="async: prefetch the rows of n batches ahead")
     args = parser.parse_args()
     example = _example()
@@ -113,7 +140,7 @@ def main() -> None:
                     run = (
                         reference(example, corpus, out)
                         if backend is None
-                        else ps_run(corpus, backend, workers, out, args.pull_every, args.prefetch)
+                        else ps_run(corpus, backend, workers, out, args.pull_every, args.queue_size, args.prefetch)
                     )
                     results.setdefault(name, []).append(run)
                     print(
@@ -124,7 +151,7 @@ def main() -> None:
                 ray.shutdown()
     print(
         f"\nbow_net, {args.parts} x {args.docs} documents, batch 32, 1 epoch, pull_every {args.pull_every}, "
-        f"prefetch {args.prefetch}, "
+        f"queue_size {args.queue_size or 'default'}, prefetch {args.prefetch}, "
         f"{os.cpu_count()} cores, "
         f"BLAS threads: {os.environ.get('OPENBLAS_NUM_THREADS', 'default')}"
     )
@@ -138,7 +165,9 @@ def main() -> None:
         for label, runs in (("1s+1w", one), ("1s+2w", two)):
             w, s = statistics.median(r["w"] for r in runs), statistics.median(r["s"] for r in runs)
             cpu = (
-                f"w {1e3 * w:.2f} ms, s {1e3 * s:.2f} ms per batch, bound 2w/(w+s) {2 * w / (w + s):.2f}x"
+                f"w {1e3 * w:.2f} ms, s {1e3 * s:.2f} ms, Ray's daemons "
+                f"{1e3 * statistics.median(r['r'] for r in runs):.2f} ms per batch, bound 2w/(w+s) "
+                f"{2 * w / (w + s):.2f}x, cores busy {statistics.median(r['cores'] for r in runs):.2f}"
                 if backend == "ray"
                 else "CPU per role: not separable (one process)"
             )
@@ -152,6 +181,12 @@ def main() -> None:
             )
         speedups = [b["ips"] / a["ips"] for a, b in zip(one, two)]
         print(f"  {backend:9} two workers / one: {summary(speedups, '.2f')}x (goal >= 1.5x)")
+        if backend == "ray":
+            busy = statistics.median(r["cores"] for r in one)
+            print(
+                f"  {backend:9} one worker's setup keeps {busy:.2f} of {os.cpu_count()} cores busy: two workers "
+                f"can be at most {(os.cpu_count() or 2) / busy:.2f}x as fast"
+            )
     _ = bir  # the runs above import the rest
 
 

@@ -1,8 +1,10 @@
 """One role of bench_ps.py's parameter-server runs: bow_net (examples/async_bow.py) in async mode, from
 MultiSlot files, each worker an AsyncExecutor with one thread over its share of the files, pulling every
-PULL_EVERY steps and prefetching the rows of PREFETCH batches ahead (0: none).
+PULL_EVERY steps, queueing QUEUE_SIZE steps (0: the default, two windows) and prefetching the rows of PREFETCH
+batches ahead (0: none).
 
-    blockir launch --servers S --workers W benchmarks/ps_bow_role.py OUT PULL_EVERY PREFETCH PROTOTXT HELDOUT FILE...
+    blockir launch --servers S --workers W benchmarks/ps_bow_role.py OUT PULL_EVERY QUEUE_SIZE PREFETCH PROTOTXT \
+        HELDOUT FILE...
 
 Every role writes ``OUT/<role>.json``: its CPU seconds (a Ray role's process's, Ray's threads included; an
 in-process role's thread's, which the bench does not report: the work runs on other threads), and for a
@@ -20,8 +22,8 @@ from pathlib import Path
 import blockir as bir
 from blockir.distributed import fleet
 
-out, pull_every, prefetch = Path(sys.argv[1]), int(sys.argv[2]), int(sys.argv[3])
-prototxt, heldout, files = sys.argv[4], sys.argv[5], sys.argv[6:]
+out, (pull_every, queue_size, prefetch) = Path(sys.argv[1]), map(int, sys.argv[2:5])
+prototxt, heldout, files = sys.argv[5], sys.argv[6], sys.argv[7:]
 spec = importlib.util.spec_from_file_location(
     "async_bow", Path(__file__).resolve().parents[1] / "examples/async_bow.py"
 )
@@ -40,6 +42,8 @@ fleet.init()
 strategy = fleet.DistributedStrategy()
 strategy.a_sync = True
 strategy.a_sync_configs = {"pull_every": pull_every, "prefetch": prefetch}
+if queue_size:
+    strategy.a_sync_configs["queue_size"] = queue_size
 net = example.bow_net(
     example.bow_classifier.VOCAB, minimize=lambda opt, loss: fleet.distributed_optimizer(opt, strategy).minimize(loss)
 )

@@ -176,10 +176,11 @@ class DistributedStrategy:
     """``a_sync``: False for sync training (every step averaged over the workers), True (default) for async
     (Downpour). ``a_sync_configs``: ``pull_every`` (async: a window of n steps, whose gradients are summed
     and pushed once at its end, when the dense parameters are pulled and the cached sparse rows refreshed;
-    default 1), ``queue_size`` (async: steps queued before a push blocks; default 4), ``prefetch`` (async:
-    ``AsyncExecutor`` thread workers read that many batches ahead and pull their missing rows while the
-    current batch runs; True is 1; default 0, off) and ``k_steps`` (GEO-SGD: workers train locally and
-    exchange parameter deltas every k steps)."""
+    default 1), ``queue_size`` (async: steps queued before a push blocks; default two windows,
+    ``max(4, 2 * pull_every)``), ``prefetch`` (async: ``AsyncExecutor`` thread workers read that many batches
+    ahead, and the rows of each ``prefetch // 2`` batches read that the worker's cache lacks are pulled in one
+    request while earlier batches run; True is 1; default 0, off) and ``k_steps`` (GEO-SGD: workers train
+    locally and exchange parameter deltas every k steps)."""
 
     a_sync: bool = True
     a_sync_configs: dict[str, Any] = field(default_factory=dict)
@@ -653,7 +654,7 @@ def init_worker() -> None:
         role.index,
         state.strategy.mode(),
         pull_every=int(configs.get("pull_every", 1)),
-        queue_size=int(configs.get("queue_size", 4)),
+        queue_size=configs.get("queue_size"),
         k_steps=int(configs.get("k_steps", 1)),
         prefetch=int(configs.get("prefetch", 0)),
         timeout=role.timeout,

@@ -344,15 +344,17 @@ class ParameterServer:
             shard = self._table(table)
             ids = np.asarray(ids, np.int64)
             self._check_ids(shard, ids)
-            if shard.entry.kind == "":
-                new = [i for i in dict.fromkeys(ids.tolist()) if i not in shard.index]
-                if new:
-                    shard._make(new)
             rows = shard.rows(ids)
-            shard.unseen.update(dict.fromkeys(ids[rows >= 0].tolist(), 0))
-            out = np.zeros((len(ids), shard.table.dim), shard.arrays[table].dtype)
+            if shard.entry.kind == "" and (rows < 0).any():  # no entry policy: rows are made on first use
+                shard._make(list(dict.fromkeys(ids[rows < 0].tolist())))
+                rows = shard.rows(ids)
             known = rows >= 0
-            out[known] = shard.arrays[table][rows[known]]
+            shard.unseen.update(dict.fromkeys(ids[known].tolist(), 0))
+            if known.all():
+                out = shard.arrays[table][rows]
+            else:
+                out = np.zeros((len(ids), shard.table.dim), shard.arrays[table].dtype)
+                out[known] = shard.arrays[table][rows[known]]
             self.stats["pulls"] += 1
             self.stats["bytes_out"] += out.nbytes
             return out
@@ -702,11 +704,10 @@ class ParameterServer:
             return
         feed = {n: shard.arrays[n][uniq] for n in shard.arrays}
         feed[name + GRAD_SUFFIX] = grad
-        fetched = self._executor.run(
-            self._programs[name], feed=feed, fetch_list=list(shard.arrays), scope=Scope(self.scope)
-        )
-        for n, value in zip(shard.arrays, fetched):
-            shard.arrays[n][uniq] = value
+        rows_scope = Scope(self.scope)  # the updated rows are read from it: no fetched copies
+        self._executor.run(self._programs[name], feed=feed, fetch_list=[], scope=rows_scope)
+        for n in shard.arrays:
+            shard.arrays[n][uniq] = rows_scope.get(n)
 
     def _table(self, table: str) -> _Shard:
         shard = self.shards.get(table)

@@ -1,6 +1,7 @@
 """The async communicator against a parameter server in this process: a window of ``pull_every`` steps pushed once,
-its gradients summed; a lookup that waits only for the prefetches holding its missing rows; an AsyncExecutor
-worker reading ``prefetch`` batches ahead."""
+its gradients summed, whatever the queue holds; prefetches of ``prefetch // 2`` batches in one request; a lookup
+that waits only for the prefetches holding its missing rows; noted ids kept by a window's refresh; an
+AsyncExecutor worker reading ``prefetch`` batches ahead."""
 
 from __future__ import annotations
 
@@ -14,7 +15,7 @@ import numpy as np
 import pytest
 
 import blockir as bir
-from blockir.distributed.communicator import Communicator
+from blockir.distributed.communicator import Communicator, _merge_rows, _sum_distinct
 from blockir.distributed.server import ParameterServer
 from blockir.parallel.async_executor import _looking_ahead
 from tests.distributed.test_server import TABLE, _split
@@ -58,11 +59,11 @@ def _stopped() -> Iterator[None]:
         _made.pop().stop()
 
 
-def _async(pull_every: int = 1, prefetch: int = 0) -> tuple[Communicator, _Handle]:
+def _async(pull_every: int = 1, prefetch: int = 0, queue_size: int | None = 16) -> tuple[Communicator, _Handle]:
     """A worker's communicator and the handle of its one server, which holds the dense parameters' first values."""
     split, startup = _split(1)
     handle = _Handle(ParameterServer(0, split, startup, "async", timeout=5))
-    mine = Communicator(split, [handle], 0, "async", pull_every=pull_every, queue_size=16, prefetch=prefetch)
+    mine = Communicator(split, [handle], 0, "async", pull_every=pull_every, queue_size=queue_size, prefetch=prefetch)
     _made.append(mine)
     scope = bir.Scope()
     bir.Executor("cpu").run(startup, scope=scope)
@@ -93,15 +94,81 @@ def test_a_window_of_pull_every_steps_is_pushed_once_with_its_gradients_summed()
     np.testing.assert_allclose(handle.server.pull_sparse(TABLE, ids), start - 0.5 * sum(grads), rtol=1e-6)
 
 
-def test_with_pull_every_1_every_step_is_pushed() -> None:
+@pytest.mark.timeout(30)
+def test_with_pull_every_1_every_step_is_pushed_even_when_steps_queue_up() -> None:
     mine, handle = _async(pull_every=1)
     ids = np.array([1], np.int64)
     start = handle.server.pull_sparse(TABLE, ids)
-    for _ in range(3):
-        mine.push({}, [(TABLE, ids, np.ones((1, 4), np.float32))], 1)
+    handle.server._lock.acquire()  # the server is busy: the steps queue up behind the first exchange
+    try:
+        for _ in range(3):
+            mine.push({}, [(TABLE, ids, np.ones((1, 4), np.float32))], 1)
+    finally:
+        handle.server._lock.release()
     mine.stop()
-    assert 1 <= handle.server.stats["pushes"] <= 3  # what was queued together is merged; none is lost
+    assert handle.server.stats["pushes"] == 3 and handle.calls.count("exchange") == 3  # a window is one step
     np.testing.assert_allclose(handle.server.pull_sparse(TABLE, ids), start - 0.5 * 3, rtol=1e-6)
+
+
+def test_the_queue_holds_two_windows_by_default() -> None:
+    for pull_every, size in ((1, 4), (2, 4), (8, 16)):
+        mine, _ = _async(pull_every=pull_every, queue_size=None)
+        assert mine._queue.maxsize == size
+
+
+def test_the_rows_of_prefetch_over_2_batches_are_asked_for_in_one_request() -> None:
+    mine, handle = _async(pull_every=100, prefetch=4)  # groups of 2 batches
+    mine.prefetch(TABLE, np.array([3, 1, 3], np.int64))
+    assert "pull_sparse" not in handle.calls  # noted: the group is not full yet
+    mine.prefetch(TABLE, np.array([1, 5], np.int64))
+    assert handle.calls.count("pull_sparse") == 1
+    got = mine.pull_sparse(TABLE, np.array([5, 3, 1], np.int64))
+    np.testing.assert_array_equal(got, handle.server.pull_sparse(TABLE, np.array([5, 3, 1], np.int64)))
+    assert mine.stats["prefetched_rows"] == 3 and handle.calls.count("pull_sparse") == 1  # one request, 3 rows
+    mine.prefetch(TABLE, np.array([1, 9], np.int64))  # 1 is cached: only 9 is missing, not yet asked for
+    got = mine.pull_sparse(TABLE, np.array([9], np.int64))  # the lookup asks for the noted group first
+    np.testing.assert_array_equal(got, handle.server.pull_sparse(TABLE, np.array([9], np.int64)))
+    assert mine.stats["prefetched_rows"] == 4 and handle.calls.count("pull_sparse") == 2
+    mine.stop()
+
+
+def _next_window(mine: Communicator, ids: np.ndarray) -> None:
+    """Push a step with the gradient of ``ids`` (pull_every 1: a window) and wait until its exchange refreshed
+    the cache."""
+    mine.push({}, [(TABLE, ids, np.ones((len(ids), 4), np.float32))], 1)
+    deadline = time.monotonic() + 10
+    while mine.pull_dense([]) is None:  # the dense values come with the cache's refresh
+        assert time.monotonic() < deadline, "no exchange"
+        time.sleep(0.001)
+
+
+@pytest.mark.timeout(30)
+def test_a_windows_refresh_keeps_the_rows_of_batches_read_ahead() -> None:
+    mine, handle = _async(pull_every=1, prefetch=2)
+    mine.pull_sparse(TABLE, np.array([4, 5], np.int64))
+    _next_window(mine, np.array([4, 5], np.int64))  # the window used 4 and 5: both stay, refreshed
+    mine.prefetch(TABLE, np.array([4], np.int64))  # a batch read ahead needs 4 again: cached, nothing to pull
+    _next_window(mine, np.array([6], np.int64))  # a window that used neither
+    pulls = handle.calls.count("pull_sparse")
+    got = mine.pull_sparse(TABLE, np.array([4], np.int64))
+    assert handle.calls.count("pull_sparse") == pulls  # 4 stayed in the cache, refreshed
+    np.testing.assert_array_equal(got, handle.server.pull_sparse(TABLE, np.array([4], np.int64)))
+    mine.pull_sparse(TABLE, np.array([5], np.int64))
+    assert handle.calls.count("pull_sparse") == pulls + 1  # 5 left it: pulled
+    mine.stop()
+
+
+def test_merged_pushes_summed_by_id_equal_one_merge_of_all_their_rows() -> None:
+    rng = np.random.default_rng(0)
+    for _ in range(20):
+        parts = []
+        for _ in range(int(rng.integers(1, 6))):
+            ids = rng.integers(0, 30, int(rng.integers(1, 12)))
+            parts.append(_merge_rows(ids, rng.standard_normal((len(ids), 3))))
+        ids, rows = _sum_distinct(parts)
+        want_ids, want_rows = _merge_rows(np.concatenate([i for i, _ in parts]), np.concatenate([r for _, r in parts]))
+        np.testing.assert_array_equal(ids, want_ids)
+        np.testing.assert_allclose(rows, want_rows, rtol=1e-12)
 
 
 @pytest.mark.timeout(30)
