@@ -14,29 +14,31 @@ together.
 - **sync**: a push waits for the servers to apply the step (every worker's
   gradients, averaged by batch), and ``recv`` pulls the dense blocks after it.
 - **async** (Downpour): a push goes into a bounded queue (``queue_size``
-  steps: a full queue blocks the step, never grows memory) and returns; a
-  communicator thread takes what is queued into the window of ``pull_every``
-  steps (Downpour's n_push = n_fetch; more steps when the thread fell
-  behind: what it takes from the queue at once, ``queue_size`` steps at
-  most, joins the window whole, so a window holds fewer than
-  ``pull_every + queue_size`` steps). At the window's end it merges the
-  window (dense gradients summed, sparse rows joined and merged), pushes it
-  and pulls, in the same request to each server, the dense parameters, which the next ``recv``
-  installs. Sparse rows are cached for the same window: a lookup pulls only
-  the ids the cache lacks, and at each window's end the communicator thread
-  pulls afresh the rows of the ids the window used, which replace the cache
-  (so it holds one window's ids and the rows prefetched since, and a row is
-  at most one window stale; ids not used for a window are pulled fresh when
-  they come back).
+  steps, by default two windows, ``max(4, 2 * pull_every)``: a full queue
+  blocks the step, never grows memory) and returns; a communicator thread
+  takes the steps, in order, into windows of exactly ``pull_every`` steps
+  (Downpour's n_push = n_fetch: a thread that fell behind leaves the next
+  steps queued for the next window, so a longer queue never means fewer
+  updates). At the window's end it merges the window (dense gradients
+  summed, sparse rows merged by id) and, in the same request to each
+  server, pushes it and pulls the dense parameters, which the next ``recv``
+  installs. Sparse rows are cached: a lookup pulls only the ids the cache
+  lacks, and at each window's end the communicator thread pulls afresh the
+  rows of the ids the window used and of those noted for batches read ahead
+  (below), which replace the cache (a row is at most one window stale; ids
+  neither used nor noted leave it, and are pulled fresh when they come back).
   The worker waits only for a lookup's missing rows and for a full queue
   (``stats["wait_s"]``); ``stop`` pushes what the window holds and drops the
-  cache. With ``prefetch`` (n batches), :meth:`Communicator.prefetch` starts
-  pulling a coming batch's missing rows without waiting (an ``AsyncExecutor``
-  thread worker reads n batches ahead and calls it for each batch it reads);
-  a lookup that misses rows waits only for the prefetches holding them (the
-  others stay on their way) and puts their rows in the cache, where a row the
-  cache already has, as fresh or fresher, is kept. A prefetched row is then
-  at most one window and n batches stale.
+  cache. With ``prefetch`` (n batches), an ``AsyncExecutor`` thread worker
+  reads n batches ahead and calls :meth:`Communicator.prefetch` for each
+  batch it reads: the batch's ids are noted (kept and refreshed by the cache
+  until the batch ran), and once ``n // 2`` batches are noted the rows of
+  theirs the cache lacks are pulled in one request per server, without
+  waiting, while the batches before them run. A lookup that misses rows
+  waits only for the prefetches holding them (asking at once for noted ids
+  not yet asked for; the other prefetches stay on their way) and puts their
+  rows in the cache, where a row the cache already has is kept. A prefetched
+  row is at most a window and n batches stale.
 
 :attr:`Communicator.stats` counts requests, bytes and the seconds the worker
 waited on the servers.
