@@ -226,15 +226,18 @@ class Communicator:
         coming = self._coming.pop(table, [])
         if not coming:
             return
-        missing = self._cache.missing(table, np.unique(np.concatenate(coming)))
+        missing = self._not_on_their_way(table, self._cache.missing(table, np.unique(np.concatenate(coming))))
         pending = self._prefetching.setdefault(table, [])
-        if pending:
-            missing = missing[~np.isin(missing, np.concatenate([ids for ids, _ in pending]))]
         servers = len(self.handles)
         for k in range(servers):
             part = missing[missing % servers == k]
             if part.size:
                 pending.append((part, self._submit(k, "pull_sparse", table, part, 0)))
+
+    def _not_on_their_way(self, table: str, ids: np.ndarray) -> np.ndarray:
+        """(Holding the lock.) Those of ``ids`` whose rows no prefetch of ``table`` is bringing."""
+        pending = self._prefetching.get(table)
+        return ids[~np.isin(ids, np.concatenate([i for i, _ in pending]))] if pending else ids
 
     def _noted_windows(self) -> int:
         """How many windows the cache keeps a noted batch's ids: it runs at most ``prefetch`` batches later."""
@@ -566,9 +569,7 @@ class Communicator:
         dense_parts, sparse_parts = self._parts(dense, sparse)
         with self._lock:
             used = self._cache.take_used()
-            for t, pending in self._prefetching.items():  # rows on their way: not asked for twice
-                if t in used and pending:
-                    used[t] = used[t][~np.isin(used[t], np.concatenate([ids for ids, _ in pending]))]
+            used = {t: self._not_on_their_way(t, ids) for t, ids in used.items()}  # not asked for twice
         blocks: list[list[str]] = [[] for _ in range(servers)]
         for b in self.split.blocks:
             blocks[b.server].append(b.name)

@@ -45,7 +45,7 @@ class _Handle:
         return future
 
     def close(self) -> None:
-        pass
+        """Nothing to release: the server is in this process."""
 
 
 _made: list[Communicator] = []
