@@ -12,7 +12,6 @@ import signal
 import subprocess
 import sys
 import zipfile
-from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
@@ -21,28 +20,7 @@ import pytest
 import blockir as bir
 from blockir.cli import main
 from blockir.ir import Program
-
-Case = Callable[[Path], list[str]]
-
-
-def _model(work: Path) -> None:
-    """A small saved inference model (``model/``), a batch for it and a data feed, in ``work``."""
-    main_p, startup = bir.Program(), bir.Program()
-    with bir.unique_name.guard(), bir.program_guard(main_p, startup):
-        x = bir.data("x", shape=[-1, 3], dtype="float32")
-        pred = bir.layers.fc(x, size=2, act="softmax")
-    exe, scope = bir.Executor("cpu"), bir.Scope()
-    exe.run(startup, scope=scope)
-    bir.io.save_inference_model(work / "model", ["x"], [pred], exe, main_program=main_p, scope=scope)
-    bir.io.save_persistables(exe, work / "bundle_dir", main_p, filename="params.npz", scope=scope)
-    main_p.save(str(work / "main.pb"))
-    startup.save(str(work / "startup.pb"))
-    np.save(work / "x.npy", np.ones((2, 3), "float32"))
-    (work / "data.prototxt").write_text(
-        'name: "MultiSlotDataFeed"\nbatch_size: 2\nmulti_slot_desc {\n'
-        '  slots { name: "x" type: "float" is_dense: true is_used: true shape: 3 }\n}\n'
-    )
-    (work / "part-0").write_text("3 1 2 3\n3 4 5 6\n")
+from tests.cli.adversarial import Case, check_bad_input
 
 
 def _huge_npy(path: Path) -> Path:
@@ -300,38 +278,12 @@ CASES: dict[str, tuple[Case, str]] = {
 }
 
 
-@pytest.fixture(scope="module")
-def model_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    work = tmp_path_factory.mktemp("model")
-    _model(work)
-    return work
-
-
-def _listing(root: Path) -> dict[str, bytes]:
-    return {str(p.relative_to(root)): p.read_bytes() for p in sorted(root.rglob("*")) if p.is_file()}
-
-
 @pytest.mark.parametrize("case", list(CASES))
 def test_bad_path_gives_one_line_and_status_2(
     case: str, model_dir: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    work = tmp_path / "work"
-    work.mkdir()
-    for name, data in _listing(model_dir).items():
-        (work / name).parent.mkdir(parents=True, exist_ok=True)
-        (work / name).write_bytes(data)
     make, message = CASES[case]
-    argv = make(work)
-    before = _listing(work)
-    status = main(argv)
-    out, err = capsys.readouterr()
-    assert status == 2, (case, out, err)
-    first, *details = err.splitlines()
-    assert first.startswith("blockir: error: ") and err.endswith("\n"), err
-    assert all(line.startswith("  ") for line in details), err  # only a verifier's list of problems follows
-    assert "Traceback" not in err
-    assert message in err, err
-    assert _listing(work) == before, "a failed command left files behind or changed them"
+    check_bad_input(make, message, model_dir, tmp_path, capsys)
 
 
 def _interrupt(argv: list[str], cwd: Path, after: str) -> subprocess.CompletedProcess[str]:
