@@ -110,7 +110,8 @@ def _train_epoch(
     if progress.enabled:
         print(file=sys.stderr)
     stats = async_exe.last_stats
-    assert stats is not None
+    if stats is None:  # train_from_dataset sets it on every return
+        raise RuntimeError("the asynchronous executor returned without its statistics")
     means = "".join(f"  {name}={value:.6g}" for name, value in zip(args.fetch, fetched))
     skipped = f", {stats.skipped_lines} bad lines skipped" if stats.skipped_lines else ""
     print(

@@ -32,7 +32,7 @@ import tempfile
 from collections.abc import Generator, Iterable, Iterator, Mapping
 from contextlib import contextmanager, suppress
 from dataclasses import dataclass
-from typing import IO, Any
+from typing import IO, Any, cast
 
 import numpy as np
 
@@ -66,7 +66,8 @@ class _Slot:
 
     @property
     def width(self) -> int:
-        assert self.shape is not None
+        if self.shape is None:
+            raise TypeError(f"{self.describe()} is sparse: it has no width")
         return math.prod(self.shape)
 
     def describe(self) -> str:
@@ -317,16 +318,16 @@ def _open(path: str, pipe_command: str, running: list[subprocess.Popen[bytes]]) 
             proc = subprocess.Popen(
                 pipe_command, shell=True, stdin=file, stdout=subprocess.PIPE, stderr=stderr, start_new_session=True
             )
-            assert proc.stdout is not None
+            out = cast(IO[bytes], proc.stdout)  # stdout=PIPE: never None
             running.append(proc)
             try:
-                yield proc.stdout
+                yield out
             except BaseException:
                 _kill(proc)
                 raise
             finally:
                 running.remove(proc)
-                proc.stdout.close()
+                out.close()
                 proc.wait()
             if proc.returncode != 0:
                 stderr.seek(0)

@@ -252,10 +252,21 @@ def _split() -> Split:
     return _split_of(_fleet())
 
 
-def _split_of(state: _Fleet) -> Split:
+def _split_of(state: _Fleet, caller: str = "") -> Split:
     if state.split is None:
-        raise BlockirError("call fleet.distributed_optimizer(...).minimize(loss) first")
+        raise BlockirError(
+            f"{caller + ': ' if caller else ''}call fleet.distributed_optimizer(...).minimize(loss) first"
+        )
     return state.split
+
+
+def _minimized(state: _Fleet, caller: str) -> tuple[Program, Program]:
+    """The programs ``minimize`` was given (the training program) and left (the startup program), or an error
+    saying that ``caller`` needs ``minimize`` first."""
+    _split_of(state, caller)
+    if state.program is None or state.startup is None:  # minimize sets all three together
+        raise BlockirError(f"{caller}: call fleet.distributed_optimizer(...).minimize(loss) first")
+    return state.program, state.startup
 
 
 def is_server() -> bool:
@@ -359,9 +370,9 @@ def init_server(dirname: str | os.PathLike[str] | None = None, var_names: list[s
     role = state.role
     if role.kind != "server":
         raise BlockirError(f"init_server: this role is worker {role.index}")
-    assert state.startup is not None
+    _, startup = _minimized(state, "init_server")
     made = ParameterServer(
-        role.index, _split(), state.startup, state.strategy.mode(), timeout=role.timeout, restart=role.restart
+        role.index, _split(), startup, state.strategy.mode(), timeout=role.timeout, restart=role.restart
     )
     if var_names is not None and dirname is None:
         raise BlockirError("init_server: var_names without dirname")
@@ -447,8 +458,7 @@ def save_persistables(
     if mode not in (0, 1):
         raise BlockirError(f"save_persistables: mode must be 0 (full) or 1 (delta), got {mode!r}")
     _ = executor  # the values are host arrays: the executor's place does not matter here
-    program = main_program or state.program
-    assert program is not None
+    program = main_program or _minimized(state, "save_persistables")[0]
     _save(state, global_scope(), dirname, program, mode)
 
 
@@ -504,12 +514,11 @@ def _save(state: _Fleet, scope: Any, dirname: str | os.PathLike[str], program: P
         mine.call(k, "commit_save")
 
 
-def _checkpoint(state: _Fleet, scope: Any, step: int) -> None:
-    """Worker 0's checkpoint at ``step`` (a full save into the launcher's ``--checkpoint-dir``); one a lost
-    server keeps from completing is skipped, and said so."""
-    assert state.role.checkpoint_dir is not None and state.program is not None
+def _checkpoint(state: _Fleet, scope: Any, directory: str, program: Program, step: int) -> None:
+    """Worker 0's checkpoint of ``program`` at ``step`` (a full save into the launcher's ``--checkpoint-dir``,
+    ``directory``); one a lost server keeps from completing is skipped, and said so."""
     try:
-        _save(state, scope, state.role.checkpoint_dir, state.program, 0)
+        _save(state, scope, directory, program, 0)
     except ServerLost as e:
         print(f"worker 0: the checkpoint of step {step} was not written: {e}", file=sys.stderr, flush=True)
 
@@ -531,8 +540,7 @@ def save_inference_model(
     state = _fleet()
     if state.role.kind != "worker":
         raise BlockirError(f"save_inference_model: this role is server {state.role.index}; a worker saves")
-    program = main_program or state.program
-    assert program is not None
+    program = main_program or _minimized(state, "save_inference_model")[0]
     split_, mine, local = _split(), communicator(), global_scope()
     scope = Scope()
     for var in program.global_block().vars.values():
@@ -676,18 +684,18 @@ def init_worker() -> None:
         if missing:
             raise BlockirError(f"init_worker: the scope has no value for {missing}: run fleet.startup_program first")
         communicator.init_dense({n: scope.get(n) for n in dense})
-        assert state.program is not None
-        _give_servers_state(split_, communicator, state.program, scope)
+        _give_servers_state(split_, communicator, _minimized(state, "init_worker")[0], scope)
     else:
         for name, value in communicator.pull_all().items():
             scope.set(name, np.array(value, copy=True))  # a value out of Ray's object store is read-only
     scope.set(PS_CLIENT, communicator)
     state.communicator = communicator
     if role.index == 0 and role.checkpoint_dir:
-        communicator.checkpoint = functools.partial(_checkpoint, state, scope)
+        program = _minimized(state, "init_worker")[0]
+        communicator.checkpoint = functools.partial(_checkpoint, state, scope, role.checkpoint_dir, program)
         communicator.checkpoint_every = role.checkpoint_every
         if role.restart == 0:  # a server restarted from now on has a checkpoint to come back from
-            _checkpoint(state, scope, 0)
+            _checkpoint(state, scope, role.checkpoint_dir, program, 0)
 
 
 def communicator() -> Communicator:

@@ -164,7 +164,8 @@ class LayerHelper:
         """``x + b`` with ``b`` of shape ``x.shape[dim_start:]``; ``x`` itself when ``bias_attr`` is False."""
         if bias_attr is False:
             return x
-        assert isinstance(bias_attr, ParamAttr)
+        if not isinstance(bias_attr, ParamAttr):
+            raise TypeError(f"bias_attr: expected a ParamAttr or False, got {bias_attr!r} (see ParamAttr.to_attr)")
         b = self.create_parameter(bias_attr, tensor_shape(x)[dim_start:], tensor_dtype(x), is_bias=True)
         out = self.create_tmp(x.dtype)
         self.append_op("elementwise_add", {"X": [x], "Y": [b]}, {"Out": [out]}, {"axis": dim_start})

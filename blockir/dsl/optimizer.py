@@ -92,7 +92,8 @@ class Optimizer:
         if not params_grads:
             return []
         block = params_grads[0][0].block
-        assert block is not None
+        if block is None:
+            raise BlockirError(f"{self.op_type}: parameter {params_grads[0][0].name!r} belongs to no program's block")
         startup = self._startup or framework.default_startup_program()
         with framework.program_guard(block.program, startup), framework.name_scope("optimizer"):
             helper = LayerHelper(self.op_type, name=self.op_type)

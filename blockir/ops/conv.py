@@ -398,17 +398,21 @@ class _Windows:
         """Positions per clipped window (Paddle's exclusive divisor; not clamped at 0, as in Paddle)."""
         return np.subtract(self.ends, self.starts)
 
+    def regular_taps(self) -> tuple[int, int, int]:
+        """``(k, stride, pad before)`` of regular windows (adaptive bins have none)."""
+        if self.taps is None:
+            raise TypeError("adaptive pooling bins have no taps")
+        return self.taps
+
     def nominal(self) -> np.ndarray:
         """Paddle's non-exclusive divisor: the window clipped only past ``size + pad before``."""
-        assert self.taps is not None
-        k, stride, before = self.taps
+        k, stride, before = self.regular_taps()
         starts = np.arange(self.out) * stride - before
         return np.minimum(starts + k, self.size + before) - starts
 
     def padding(self) -> tuple[int, int]:
         """Padding before and after that puts every tap inside the array."""
-        assert self.taps is not None
-        k, stride, before = self.taps
+        k, stride, before = self.regular_taps()
         return before, max(0, (self.out - 1) * stride + k - before - self.size)
 
     def reduce(self, xp: Any, a: Any, axis: int, op: str) -> Any:
@@ -417,8 +421,7 @@ class _Windows:
         identity = 0.0 if op == "sum" else -np.inf
         combine = xp.add if op == "sum" else xp.maximum
         if self.uses_taps():
-            assert self.taps is not None
-            k, stride, _ = self.taps
+            k, stride, _ = self.regular_taps()
             padded = _pad(xp, a, [self.padding()] + [(0, 0)] * (a.ndim - axis - 1), identity)
             out = padded[_along(axis, _tap(0, stride, self.out))].copy()
             for i in range(1, k):
@@ -437,8 +440,7 @@ class _Windows:
         """The adjoint of ``reduce(..., "sum")``: each window's value added to every position it reads."""
         shape = list(g.shape)
         if self.uses_taps():
-            assert self.taps is not None
-            k, stride, _ = self.taps
+            k, stride, _ = self.regular_taps()
             before, after = self.padding()
             shape[axis] = before + self.size + after
             padded = xp.zeros(shape, dtype=g.dtype)

@@ -94,7 +94,8 @@ class Activation(NamedTuple):
 
 def _kernel(schema: OpSchema) -> Kernel:
     """The kernel of an op the fused kernels compose (each has one)."""
-    assert schema.kernel is not None, schema.type
+    if schema.kernel is None:
+        raise TypeError(f"{schema.type} has no kernel to compose")
     return schema.kernel
 
 
@@ -374,8 +375,10 @@ _SWCE, _SWCE_GRAD, _MEAN = (_kernel(s) for s in (SOFTMAX_WITH_CROSS_ENTROPY, SOF
 
 
 def _infer_swce_mean(ctx: InferContext) -> None:
-    assert SOFTMAX_WITH_CROSS_ENTROPY.infer is not None
-    SOFTMAX_WITH_CROSS_ENTROPY.infer(ctx)  # Softmax, and the per-row Loss, replaced:
+    infer = SOFTMAX_WITH_CROSS_ENTROPY.infer
+    if infer is None:
+        raise TypeError("softmax_with_cross_entropy has no shape inference to compose")
+    infer(ctx)  # Softmax, and the per-row Loss, replaced:
     ctx.set_output("Loss", (1,), ctx.tensor("Logits").dtype)
 
 

@@ -117,7 +117,10 @@ class _Binding:
     def value(self, batch_value: Any) -> Any:
         if not self.ids_only:
             return batch_value
-        assert isinstance(batch_value, LoDTensor)
+        if not isinstance(batch_value, LoDTensor):
+            raise TypeError(
+                f"slot {self.name!r}: a sparse slot's batch is a LoDTensor, got {type(batch_value).__name__}"
+            )
         if len(batch_value.data) != len(batch_value.lod[0]) - 1:
             raise BlockirError(
                 f"slot {self.name!r} feeds a variable without LoD, so each instance needs "

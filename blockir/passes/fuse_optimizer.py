@@ -267,7 +267,8 @@ def _fuse_group(block: Block, updates: list[_Update], pass_name: str) -> list[Op
         names = [u.vars[slot] for u in updates]
         buffer = fused[slot] = _fresh(block, names[0])
         dtype = block.find_var_recursive(names[0]).dtype
-        assert dtype is not None  # _unfit refused the variables without one
+        if dtype is None:  # _unfit refused the variables without one
+            raise TypeError(f"{pass_name}: {names[0]!r} has no dtype")
         block.create_var(buffer, dtype=dtype)
         attrs = {"copy_data": True, "dtype": DTYPE_TO_PROTO[dtype]}
         slots = {"Output": names, "FusedOutput": [buffer]}

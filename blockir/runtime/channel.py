@@ -545,21 +545,26 @@ class blocked_on:  # noqa: N801  (a context manager used like a function, as con
             _detect()
         return self
 
+    def _entered(self, what: str) -> _ThreadState:
+        if self._state is None:
+            raise RuntimeError(f"blocked_on.{what} outside its with block")
+        return self._state
+
     def check(self) -> None:
         """Look for a deadlock now; raise the DeadlockError that involves this thread, if any."""
-        assert self._state is not None, "blocked_on.check() outside its with block"
+        state = self._entered("check()")
         with _registry_lock:
             _detect()
-            error, self._state.error = self._state.error, None
+            error, state.error = state.error, None
         if error is not None:
             raise error
 
     def __exit__(
         self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
     ) -> None:
-        assert self._state is not None
+        state = self._entered("__exit__")
         with _registry_lock:
-            self._state.outer.pop()
-            error, self._state.error = self._state.error, None
+            state.outer.pop()
+            error, state.error = state.error, None
         if error is not None and exc_type is None:
             raise error

@@ -48,7 +48,7 @@ import importlib
 import threading
 from collections import deque
 from collections.abc import Callable
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 
@@ -208,9 +208,7 @@ class CUDAStream(Stream):
 
     def _peer(self, gpu: int) -> CUDAStream:
         """The stream of this one's name on GPU ``gpu``."""
-        stream = get_device(format_device("cuda", gpu)).stream(self.name)
-        assert isinstance(stream, CUDAStream)
-        return stream
+        return cast(CUDAStream, get_device(format_device("cuda", gpu)).stream(self.name))  # a CUDA device's streams
 
     # -- collectives ---------------------------------------------------------------------------------
 
@@ -336,8 +334,7 @@ class CUDADevice(Device):
         self.cuda_device = cupy.cuda.Device(index)
 
     def put(self, value: Any) -> Any:
-        stream = self.stream("copy")
-        assert isinstance(stream, CUDAStream)
+        stream = cast(CUDAStream, self.stream("copy"))  # a CUDA device's streams are CUDAStreams
         copied = stream.copy(value)
         stream.synchronize()
         return copied

@@ -140,11 +140,10 @@ def layout(
         w = max(p[0] + p[2] for p in placed.values())
         h = max(p[1] + p[3] for p in placed.values())
         parent, owner = block["parent"], block["owner"]
-        if b == 0 or parent < 0 or boxes[parent] is None:
+        pbox = boxes[parent] if b != 0 and parent >= 0 else None
+        if pbox is None:
             x0, y0 = 0.0, 0.0
         else:
-            pbox = boxes[parent]
-            assert pbox is not None
             x0 = pbox[0] + pbox[2] + BLOCK_GAP
             y0 = nodes[owner][1] if owner in nodes else pbox[1]
             for other in boxes[:b]:  # below any sub-block already placed where this one would go

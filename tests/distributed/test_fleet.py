@@ -318,3 +318,20 @@ def test_fleet_shrink_drops_the_rows_unseen_since_the_last_saves(tmp_path: Path)
     assert [sum(d) for d in report["tables"][ps_models.TABLE]["deltas"]] == [0, 0]  # rows unchanged, then gone
     reshard(tmp_path / "save", tmp_path / "moved", 1)  # the chain applied: the removed rows stay removed
     assert inspect(tmp_path / "moved")["tables"][ps_models.TABLE]["rows"] == [0]
+
+
+def test_a_call_before_minimize_says_to_call_minimize_first() -> None:
+    import blockir as bir
+    from blockir.distributed import fleet
+
+    def script() -> None:
+        fleet.init()
+        if fleet.is_server():
+            fleet.init_server()
+        else:
+            fleet.save_persistables(bir.Executor("cpu"), "unused")
+
+    failures = launch(script, 1, 1, timeout=30).failures
+    for role, caller in (("server 0", "init_server"), ("worker 0", "save_persistables")):
+        assert f"{caller}: call fleet.distributed_optimizer(...).minimize(loss) first" in failures[role], failures
+        assert "AssertionError" not in failures[role]
