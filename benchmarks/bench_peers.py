@@ -6,8 +6,8 @@
 Two models, each at every batch size of ``--batches``, from the same data and initial weights in every framework:
 
 - ``MLP``: bench_executor.py's step (784-256-256-10, relu, relu, softmax, cross-entropy, mean loss, plain SGD
-  at lr 0.01); numpy is the hand-written step of ``../shared/bench/mlp_numpy.py`` (``--ref``), blockir and
-  PyTorch are bench_executor.py's ``blockir_step`` and ``torch_step``.
+  at lr 0.01); numpy is the hand-written step of ``benchmarks/reference/mlp_numpy.py`` (``--ref``; a copy of
+  ``../shared/bench/mlp_numpy.py``), blockir and PyTorch are bench_executor.py's ``blockir_step`` and ``torch_step``.
 - ``BOW``: a bag-of-words classifier: a sparse embedding 30,000 x 64, sum pooling over each document (5 to 40
   words, Zipf-like word ids), fc to 2 classes, softmax cross-entropy, mean loss, Adagrad (lr 0.05, epsilon 1e-6).
   numpy: ``numpy_bow`` below (the rows of repeated words merged before the sparse Adagrad update); blockir: the
@@ -363,7 +363,12 @@ def main() -> None:
     parser.add_argument("--threads", type=int, default=1, help="BLAS and OpenMP threads")
     parser.add_argument("--chart", default=str(REPO / "docs" / "img" / "peers.png"), help="the chart's file ('': none)")
     parser.add_argument("--only", default=",".join(FRAMEWORKS[1:]), help="frameworks besides numpy, comma-separated")
-    parser.add_argument("--ref", type=Path, default=DEFAULT_REF, help="the reference mlp_numpy.py")
+    parser.add_argument(
+        "--ref",
+        type=Path,
+        default=DEFAULT_REF,
+        help="the reference mlp_numpy.py (default: benchmarks/reference/mlp_numpy.py)",
+    )
     args = parser.parse_args()
     only = {"numpy", *(s.strip() for s in args.only.split(",") if s.strip())}
     if unknown := only - set(FRAMEWORKS):

@@ -1,5 +1,6 @@
 """Train a small CNN on scikit-learn's bundled digits (8x8 images, no download), export it in Paddle's format.
 
+    pip install ".[examples]"  # scikit-learn, whose bundled digits this trains on (the dev extras have it too)
     python examples/cnn_digits.py [--epochs 8] [--export cnn_model/model]
 
 conv2d + batch_norm + relu, max pooling, conv2d + batch_norm + relu, average pooling, dropout, fc:
@@ -21,7 +22,10 @@ import blockir as bir
 
 def load_digits(seed: int = 0) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
     """Train and test images as float32 [N, 1, 8, 8] in [0, 1], labels int64 [N, 1]."""
-    from sklearn.datasets import load_digits as sk_digits
+    try:
+        from sklearn.datasets import load_digits as sk_digits
+    except ModuleNotFoundError as e:  # scikit-learn comes with the examples extra, not with blockir
+        raise SystemExit(f'{e}: this example needs scikit-learn: pip install ".[examples]"') from None
 
     data = sk_digits()
     x = (data.images / 16.0).astype("float32")[:, None, :, :]

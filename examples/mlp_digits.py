@@ -1,5 +1,6 @@
 """Train an MLP on scikit-learn's bundled digits (8x8 images, no download) with blockir.
 
+    pip install ".[examples]"  # scikit-learn, whose bundled digits this trains on (the dev extras have it too)
     python examples/mlp_digits.py [--epochs 30] [--model-dir digits_model]
 
 Builds the network with the DSL, trains it with Adam on the CPU executor, reports
@@ -17,7 +18,10 @@ import blockir as bir
 
 
 def load_digits(seed: int = 0) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
-    from sklearn.datasets import load_digits as sk_digits
+    try:
+        from sklearn.datasets import load_digits as sk_digits
+    except ModuleNotFoundError as e:  # scikit-learn comes with the examples extra, not with blockir
+        raise SystemExit(f'{e}: this example needs scikit-learn: pip install ".[examples]"') from None
 
     data = sk_digits()
     x = (data.data / 16.0).astype("float32")

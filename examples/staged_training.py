@@ -1,5 +1,6 @@
 """Train the digits MLP from a producer program that feeds the trainer through named channels.
 
+    pip install ".[examples]"  # scikit-learn, whose bundled digits this trains on (the dev extras have it too)
     python examples/staged_training.py [--epochs 20] [--capacity 4] [--place cpu:0]
 
 The two-program pattern of Block/Executor designs: ``concurrent_program`` sends
@@ -25,7 +26,10 @@ from blockir.ir import Program
 
 
 def load_digits(seed: int = 0) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
-    from sklearn.datasets import load_digits as sk_digits
+    try:
+        from sklearn.datasets import load_digits as sk_digits
+    except ModuleNotFoundError as e:  # scikit-learn comes with the examples extra, not with blockir
+        raise SystemExit(f'{e}: this example needs scikit-learn: pip install ".[examples]"') from None
 
     data = sk_digits()
     x = (data.data / 16.0).astype("float32")

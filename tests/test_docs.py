@@ -96,3 +96,47 @@ def test_the_harness_finds_runnable_blocks() -> None:
     """The harness finds the blocks (a broken pattern would make every document pass vacuously)."""
     ran = [b for d in DOCUMENTS for b in blocks(d) if b.skip is None and b.lang in ("python", "bash")]
     assert {b.document.name for b in ran} >= {"README.md", "scheduler.md"}
+
+
+def runnable_commands(document: Path) -> list[str]:
+    """The command lines that :func:`test_document_runs_as_written` runs from ``document``, as written."""
+    return [
+        shlex.join(argv)
+        for block in blocks(document)
+        if block.skip is None and block.lang == "bash"
+        for argv in commands(block.code)
+    ]
+
+
+@pytest.mark.parametrize(
+    "command",
+    [
+        "blockir show model_dir/program.pb --verify",
+        "blockir run model_dir/program.pb --feed x=batch.npy --out out.npz",
+        "blockir run model_dir/program.pb --feed x=batch.npy --scheduler dataflow --threads 2 --trace serve.json",
+    ],
+)
+def test_the_readme_commands_a_user_copies_are_run_not_skipped(command: str) -> None:
+    """The README's shell commands that serve the model of its first example are in blocks the test runs (a
+    command in prose, or in a skipped block, is never checked: the scheduler command once failed that way)."""
+    assert command in runnable_commands(ROOT / "README.md")
+
+
+def test_ci_runs_the_readme_first_two_commands_as_written() -> None:
+    """`.ci/run` does what the README's first block says it does: its commands, in order, with the same
+    arguments (less flags that only quiet the output), e.g. `blockir demo` with no `--workdir`."""
+    first = next(b for b in blocks(ROOT / "README.md") if b.lang == "bash")
+    assert first.skip is not None and ".ci/run" in first.skip
+    readme = [part.strip() for line in first.code.splitlines() if not line.startswith("#") for part in line.split("&&")]
+    readme = [shlex.join(shlex.split(part)) for part in readme if part]
+    assert len(readme) == 4, readme  # pip install ., blockir demo, pip install -e .[dev], pytest
+    quiet = {"--quiet", "-q", "-p", "no:cacheprovider"}
+    ci = [
+        shlex.join(t for t in shlex.split(part) if t not in quiet)
+        for line in (ROOT / ".ci" / "run").read_text().splitlines()
+        if line and not line.startswith(("#", " "))
+        for part in line.split("&&")
+    ]
+    assert not [command for command in readme if command not in ci], f".ci/run does not run them as written: {ci}"
+    positions = [ci.index(command) for command in readme]
+    assert positions == sorted(positions), (readme, ci)

@@ -3,10 +3,12 @@ file also runs as a script."""
 
 from __future__ import annotations
 
+import ast
 import importlib.util
 import subprocess
 import sys
 import threading
+import tomllib
 from pathlib import Path
 from types import ModuleType
 
@@ -16,7 +18,9 @@ from threadpoolctl import threadpool_limits
 
 import blockir as bir
 
-EXAMPLES = Path(__file__).resolve().parent.parent / "examples"
+ROOT = Path(__file__).resolve().parent.parent
+EXAMPLES = ROOT / "examples"
+INSTALL = 'pip install ".[examples]"'
 
 
 def load(name: str) -> ModuleType:
@@ -139,3 +143,39 @@ def test_examples_run_as_scripts(script, args, tmp_path):
     )
     assert done.returncode == 0, done.stderr
     assert "test accuracy" in done.stdout
+
+
+def needs_scikit_learn(script: Path) -> bool:
+    return "sklearn" in script.read_text()
+
+
+def test_the_examples_extra_installs_what_the_examples_import() -> None:
+    """After ``pip install .`` the digits examples lack scikit-learn: the ``examples`` extra brings it, with the
+    dev extras' pin, and every example that needs it, and the README, say how to install it."""
+    extras = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["optional-dependencies"]
+    assert extras["examples"] == ["scikit-learn>=1.4,<2"]
+    assert [r for r in extras["dev"] if r.startswith("scikit-learn")] == extras["examples"]
+    needing = sorted(s.stem for s in EXAMPLES.glob("*.py") if needs_scikit_learn(s))
+    assert needing == ["cnn_digits", "mlp_digits", "staged_training"]
+    for name in needing:
+        docstring = ast.get_docstring(ast.parse((EXAMPLES / f"{name}.py").read_text())) or ""
+        assert INSTALL in docstring.split("\n\n")[1], f"{name}: say {INSTALL} at the top"
+    assert INSTALL in (ROOT / "README.md").read_text()
+
+
+@pytest.mark.parametrize("script", ["mlp_digits.py", "cnn_digits.py", "staged_training.py"])
+def test_an_example_without_scikit_learn_says_what_to_install(script: str, tmp_path: Path) -> None:
+    hide = (  # the script run as __main__ where `import sklearn` fails, as after a plain `pip install .`
+        "import runpy, sys; sys.modules['sklearn'] = None; sys.argv = sys.argv[1:]; "
+        "runpy.run_path(sys.argv[0], run_name='__main__')"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", hide, str(EXAMPLES / script), "--epochs", "1"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        cwd=tmp_path,
+    )
+    assert done.returncode == 1, done.stderr
+    assert done.stderr.strip().endswith(f"this example needs scikit-learn: {INSTALL}"), done.stderr
+    assert "Traceback" not in done.stderr

@@ -54,3 +54,13 @@ def test_public_names_are_the_subsystems_objects() -> None:
 def test_unknown_name_is_an_attribute_error() -> None:
     with pytest.raises(AttributeError, match="no_such_thing"):
         _ = bir.no_such_thing  # type: ignore[attr-defined]  # the point of the test
+
+
+def test_python_m_blockir_is_the_blockir_command(tmp_path) -> None:
+    """``python -m blockir`` runs the command (blockir/__main__.py), from any directory."""
+    done = subprocess.run(
+        [sys.executable, "-m", "blockir", "--version"], capture_output=True, text=True, timeout=60, cwd=tmp_path
+    )
+    assert (done.returncode, done.stdout, done.stderr) == (0, f"blockir {bir.__version__}\n", "")
+    usage = subprocess.run([sys.executable, "-m", "blockir"], capture_output=True, text=True, timeout=60)
+    assert usage.returncode == 2 and usage.stderr.startswith("blockir: error: "), usage.stderr

@@ -19,10 +19,27 @@ from blockir.errors import BlockirError
 
 Command = Callable[[argparse.Namespace], int]
 
+# ``blockir --help``'s examples: each runs as shown, in order, in an empty directory (tests/cli/test_cli.py runs them)
+EPILOG = """\
+examples:
+  blockir demo --workdir demo                                # train a model, save it in demo/, serve it
+  blockir show demo/model/program.pb --verify                # the saved program in the text form, checked
+  blockir run demo/model/program.pb --feed x=demo/batch.npy  # serve it: the predictions for a batch
+  blockir passes                                             # the passes and their options
+
+'blockir COMMAND --help' gives a command's options. Documentation: README.md and docs/ in blockir's
+source tree (docs/architecture.md is the map; docs/passes.md, docs/scheduler.md, docs/distributed.md, ...).
+"""
+
 
 def build_parser() -> argparse.ArgumentParser:
     """The argument parser of the ``blockir`` command, one subparser per command."""
-    parser = Parser(prog="blockir", description="blockir: a dataflow-graph IR, compiler and executor for ML programs.")
+    parser = Parser(
+        prog="blockir",
+        description="blockir: a dataflow-graph IR, compiler and executor for ML programs.",
+        epilog=EPILOG,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     parser.add_argument("--version", action="version", version=f"blockir {blockir.__version__}")
     commands = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
     show.add(commands)

@@ -1,13 +1,26 @@
-"""What the commands share: one-line usage errors, checks of output locations, option types."""
+"""What the commands share: one-line usage errors, the PROGRAM argument, checks of output locations, option types."""
 
 from __future__ import annotations
 
 import argparse
-import tempfile
+import sys
 from pathlib import Path
 from typing import NoReturn
 
-from blockir.errors import BlockirError
+from blockir.errors import BlockirError, ProgramFormatError
+from blockir.ir import Program, load_program
+from blockir.ir.proto_io import (
+    MAX_PROGRAM_BYTES,
+    check_output_file,
+    check_writable_dir,
+    program_from_bytes,
+    read_limited,
+)
+
+STDIN = "-"
+"""The PROGRAM argument of ``show``, ``run``, ``opt`` and ``viz`` that reads the program from standard input (the
+one stream blockir reads: every file it reads must be a regular file)."""
+STDIN_NAME = "<stdin>"
 
 
 class Parser(argparse.ArgumentParser):
@@ -19,14 +32,23 @@ class Parser(argparse.ArgumentParser):
         raise BlockirError(f"{where}{message} (see '{self.prog} --help')")
 
 
+def read_program(path: str) -> Program:
+    """The PROGRAM argument's program: standard input's bytes for ``-`` (at most ``MAX_PROGRAM_BYTES``), else the
+    regular file ``path``'s (``load_program``)."""
+    if path != STDIN:
+        return load_program(path)
+    data = read_limited(sys.stdin.buffer, MAX_PROGRAM_BYTES, STDIN_NAME, ProgramFormatError)
+    return program_from_bytes(data, STDIN_NAME)
+
+
+def program_name(path: str) -> str:
+    """How messages name the PROGRAM argument ``path``."""
+    return STDIN_NAME if path == STDIN else path
+
+
 def output_file(path: str, option: str) -> None:
     """Check, before any work, that a file can be written at ``path`` (its directory exists and takes files)."""
-    target = Path(path)
-    if target.is_dir():
-        raise BlockirError(f"{option} {path}: is a directory, not a file")
-    if not target.parent.is_dir():
-        raise BlockirError(f"{option} {path}: the directory {str(target.parent)!r} does not exist")
-    _probe(target.parent, option, path)
+    check_output_file(path, option)
 
 
 def output_dir(path: str, option: str) -> None:
@@ -37,15 +59,7 @@ def output_dir(path: str, option: str) -> None:
     existing = next(p for p in (target, *target.parents) if p.exists())
     if not existing.is_dir():
         raise BlockirError(f"{option} {path}: {str(existing)!r} is not a directory")
-    _probe(existing, option, path)
-
-
-def _probe(directory: Path, option: str, path: str) -> None:
-    """Create and remove an unnamed file in ``directory``: the one sure test that it can be written."""
-    try:
-        tempfile.TemporaryFile(dir=directory).close()
-    except OSError as e:
-        raise BlockirError(f"{option} {path}: cannot write in {str(directory)!r} ({e.strerror or e})") from None
+    check_writable_dir(existing, f"{option} {path}")
 
 
 def positive(text: str) -> int:

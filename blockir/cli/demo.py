@@ -9,6 +9,7 @@ match the Python session's.
 from __future__ import annotations
 
 import argparse
+import shlex
 import subprocess
 import sys
 import tempfile
@@ -49,18 +50,33 @@ def build(seed: int = 7) -> tuple[Program, Program, Program, Variable, Variable]
     return main, startup, test, pred, loss
 
 
-def run(workdir: str | Path, epochs: int = 40, out: Callable[[str], object] = print) -> int:
-    """Train, save, serve with ``blockir run``; return 0 when the served predictions match."""
+def describe(test: Program, main: Program) -> list[str]:
+    """The model in the text form: its inputs, its parameters and its ops; none of the gradients and optimizer
+    state that training adds (``main`` has them, and its ops are only counted)."""
+    block = test.global_block()
+    inputs = [v for v in block.vars.values() if v.need_check_feed]
+    params = test.all_parameters()
+    return [
+        f"the model ({len(inputs)} inputs, {len(params)} parameters, {len(block.ops)} ops; training adds "
+        f"backward and Adam ops, {sum(len(b.ops) for b in main.blocks)} ops in all):",
+        *(f"  {v!r}" for v in (*inputs, *params)),
+        *(f"  {op}" for op in block.ops),
+    ]
+
+
+def run(workdir: str | Path, epochs: int = 40, out: Callable[[str], object] = print, keep: bool = True) -> int:
+    """Train, save, serve with ``blockir run``; return 0 when the served predictions match.
+
+    ``keep``: whether ``workdir`` stays afterwards; only then is the ``blockir run`` command printed (a command
+    for files that are gone would fail).
+    """
     work = Path(workdir)
     work.mkdir(parents=True, exist_ok=True)
     x_train, y_train = make_data(3000, seed=0)
     x_test, y_test = make_data(600, seed=1)
     main, startup, test, pred, loss = build()
-    out(
-        f"the model ({len(test.global_block().ops)} ops; training adds backward and Adam ops, "
-        f"{sum(len(b.ops) for b in main.blocks)} in all):"
-    )
-    out(str(test))
+    for line in describe(test, main):
+        out(line)
     exe, scope = bir.Executor("cpu"), bir.Scope()
     exe.run(startup, scope=scope)
     rng = np.random.default_rng(0)
@@ -91,7 +107,10 @@ def run(workdir: str | Path, epochs: int = 40, out: Callable[[str], object] = pr
         "--out",
         str(work / "out.npz"),
     ]
-    out("$ blockir run " + " ".join(cmd[4:]))
+    if keep:
+        out("$ blockir run " + shlex.join(cmd[4:]))
+    else:
+        out("serving the saved model with `blockir run` in a subprocess")
     done = subprocess.run(cmd, capture_output=True, text=True)
     if done.returncode != 0:
         out(done.stderr.strip())
@@ -101,6 +120,11 @@ def run(workdir: str | Path, epochs: int = 40, out: Callable[[str], object] = pr
     out(f"served predictions {'match' if same else 'DIFFER FROM'} the Python session: {served.argmax(axis=1).tolist()}")
     if accuracy <= 0.9:
         out(f"the test accuracy {accuracy:.4f} is not above 0.9: train for more epochs (--epochs)")
+    if not keep:
+        out(
+            "(the model was saved in a temporary directory, removed now: --workdir DIR keeps it, and prints the "
+            "`blockir run` command that serves it)"
+        )
     return 0 if same and accuracy > 0.9 else 1
 
 
@@ -109,7 +133,7 @@ def command(args: argparse.Namespace) -> int:
         output_dir(args.workdir, "--workdir")
         return run(args.workdir, epochs=args.epochs)
     with tempfile.TemporaryDirectory(prefix="blockir-demo-") as workdir:
-        return run(workdir, epochs=args.epochs)
+        return run(workdir, epochs=args.epochs, keep=False)
 
 
 def add(commands: argparse._SubParsersAction) -> None:
@@ -124,7 +148,8 @@ def add(commands: argparse._SubParsersAction) -> None:
         "--workdir",
         metavar="DIR",
         default=None,
-        help="where the model and arrays go (default: a temporary directory, removed afterwards)",
+        help="where the model and arrays go, kept afterwards, with the `blockir run` command that serves them "
+        "printed (default: a temporary directory, removed afterwards)",
     )
     p.add_argument("--epochs", metavar="N", type=positive, default=40, help="training epochs (default 40)")
     p.set_defaults(func=command)

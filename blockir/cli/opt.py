@@ -6,9 +6,8 @@ import argparse
 from pathlib import Path
 
 import blockir
-from blockir.cli.common import output_dir, output_file
+from blockir.cli.common import output_dir, output_file, program_name, read_program
 from blockir.errors import VerifyError
-from blockir.ir import load_program
 
 
 def command(args: argparse.Namespace) -> int:
@@ -16,7 +15,7 @@ def command(args: argparse.Namespace) -> int:
         output_file(args.output, "-o")
     if args.dump_dir is not None:
         output_dir(args.dump_dir, "--dump-dir")
-    program = load_program(args.program)
+    program = read_program(args.program)
     try:
         result, report = blockir.passes.run(
             program,
@@ -28,7 +27,7 @@ def command(args: argparse.Namespace) -> int:
             verify=args.verify,
         )
     except VerifyError as e:  # the input is invalid (a pass's invalid output is a PassError)
-        raise VerifyError(f"{args.program}: {e}", e.problems) from None
+        raise VerifyError(f"{program_name(args.program)}: {e}", e.problems) from None
     side = {name: program for record in report.records for name, program in record.details.get("programs", {}).items()}
     if args.output is None:
         print(result)
@@ -57,7 +56,7 @@ def add(commands: argparse._SubParsersAction) -> None:
         "'inference-pipeline{feeds=x targets=y}' what save_inference_model applies. "
         "`blockir passes` lists the passes and their options.",
     )
-    p.add_argument("program", metavar="PROGRAM.pb", help="the program file")
+    p.add_argument("program", metavar="PROGRAM.pb", help="the program file ('-': read it from standard input)")
     p.add_argument("-p", "--pipeline", required=True, metavar="PIPELINE", help="the passes to run")
     p.add_argument(
         "-o",

@@ -10,9 +10,8 @@ from typing import Any
 import numpy as np
 
 import blockir
-from blockir.cli.common import add_check_nan_inf, name_value, output_file, positive
+from blockir.cli.common import STDIN, add_check_nan_inf, name_value, output_file, positive, program_name, read_program
 from blockir.errors import BlockirError
-from blockir.ir import load_program
 from blockir.ir.schema import Lowering, lowering_of
 from blockir.runtime.plan import SCHEDULERS
 
@@ -23,6 +22,8 @@ def _feeds(args: argparse.Namespace) -> dict[str, Any]:
         name, path = name_value(item, "--feed")
         if name in feeds:
             raise BlockirError(f"--feed {name} is given twice")
+        if path == STDIN:
+            raise BlockirError(f"--feed {name}=-: a feed is a .npy file; only the PROGRAM may be '-' (standard input)")
         feeds[name] = blockir.io.load_array(path, f"--feed {name}")
     levels: dict[str, list[list[int]]] = {}
     for item in args.lod:
@@ -53,6 +54,8 @@ def _paddle_model(args: argparse.Namespace) -> bool:
 def _params_dir(args: argparse.Namespace) -> Path | None:
     if args.params is not None:
         return Path(args.params)
+    if args.program == STDIN:
+        return None
     beside = Path(args.program).parent / blockir.io.PARAMS_DIR
     return beside if beside.is_dir() else None
 
@@ -67,8 +70,9 @@ def command(args: argparse.Namespace) -> int:
         output_file(args.out, "--out")
     if args.trace is not None:
         output_file(args.trace, "--trace")
-    program = load_program(args.program)
-    blockir.io.paddle.check_ops(program, args.program)
+    program = read_program(args.program)
+    shown = program_name(args.program)
+    blockir.io.paddle.check_ops(program, shown)
     exe = blockir.Executor(
         args.place, scheduler=args.scheduler, num_threads=args.threads, check_nan_inf=args.check_nan_inf
     )
@@ -81,11 +85,12 @@ def command(args: argparse.Namespace) -> int:
     elif stored:
         if params is None:
             raise BlockirError(
-                f"{args.program}: the program reads {len(stored)} persistable variables "
+                f"{shown}: the program reads {len(stored)} persistable variables "
                 f"({', '.join(v.name for v in stored[:3])}{', ...' if len(stored) > 3 else ''}) "
-                f"and there is no params/ directory beside it; give --params DIR"
+                f"and {'standard input has' if args.program == STDIN else 'there is'} no params/ directory beside "
+                f"it; give --params DIR"
             )
-        directory, filename = (params.parent, params.name) if params.is_file() else (params, None)
+        directory, filename = (params, None) if params.is_dir() else (params.parent, params.name)
         blockir.io.load_vars(
             exe, directory, program, predicate=blockir.io.is_persistable, filename=filename, scope=scope
         )
@@ -95,7 +100,7 @@ def command(args: argparse.Namespace) -> int:
         key=lambda op: op.attrs.get("col", 0),
     )
     if fetch is None and not fetch_ops:
-        raise BlockirError(f"{args.program}: the program has no fetch ops; name what to fetch with --fetch NAME")
+        raise BlockirError(f"{shown}: the program has no fetch ops; name what to fetch with --fetch NAME")
     with exe:
         values = exe.run(program, feed=_feeds(args), fetch_list=fetch, scope=scope, trace=args.trace)
     if args.trace is not None:
@@ -126,7 +131,11 @@ def add(commands: argparse._SubParsersAction) -> None:
         "beside it; for Fluid's __model__, the files beside it). Without --fetch, the program's fetch "
         "ops name what to fetch.",
     )
-    p.add_argument("program", metavar="PROGRAM.pb", help="the program file (.pb, Paddle's .pdmodel or __model__)")
+    p.add_argument(
+        "program",
+        metavar="PROGRAM.pb",
+        help="the program file (.pb, Paddle's .pdmodel or __model__; '-': read it from standard input)",
+    )
     p.add_argument(
         "--params",
         metavar="DIR",

@@ -7,23 +7,23 @@ import sys
 import webbrowser
 from pathlib import Path
 
-from blockir.cli.common import output_file
+from blockir.cli.common import STDIN, output_file, program_name, read_program
 from blockir.errors import VerifyError
-from blockir.ir import load_program
 from blockir.ir.proto_io import atomic_write
 from blockir.viz.page import DEFAULT_PIPELINE, page_data, render
 
 
 def command(args: argparse.Namespace) -> int:
-    out = args.output if args.output is not None else f"{Path(args.program).stem}.html"
+    stem = "stdin" if args.program == STDIN else Path(args.program).stem
+    out = args.output if args.output is not None else f"{stem}.html"
     output_file(out, "-o")
-    program = load_program(args.program)
-    title = args.title or Path(args.program).name
+    program = read_program(args.program)
+    title = args.title or Path(program_name(args.program)).name
     try:
         data, collected = page_data(program, args.pipeline, trace=args.trace, title=title)
     except VerifyError as e:  # the input is invalid (a pass's invalid output is a failing step of the page)
-        raise VerifyError(f"{args.program}: {e}", e.problems) from None
-    atomic_write(Path(out), render(data).encode())
+        raise VerifyError(f"{program_name(args.program)}: {e}", e.problems) from None
+    atomic_write(out, render(data).encode(), make_parents=False)
     if collected.error is not None:
         print(f"blockir: error: {collected.error}", file=sys.stderr)
         print(f"wrote {out}: the passes before it and the failing pass", file=sys.stderr)
@@ -44,7 +44,7 @@ def add(commands: argparse._SubParsersAction) -> None:
         "streams), the lineage of the ops passes created, and, with --trace, where a run's time went. A pass that "
         "raises ends the pipeline: the page shows it as the last step, and the command exits with status 1.",
     )
-    p.add_argument("program", metavar="PROGRAM.pb", help="the program file")
+    p.add_argument("program", metavar="PROGRAM.pb", help="the program file ('-': read it from standard input)")
     p.add_argument(
         "-p",
         "--pipeline",
@@ -52,7 +52,13 @@ def add(commands: argparse._SubParsersAction) -> None:
         metavar="PIPELINE",
         help=f"the passes to run, as for 'blockir opt' (default: {DEFAULT_PIPELINE}, what the executor applies)",
     )
-    p.add_argument("-o", "--output", metavar="OUT.html", default=None, help="the page (default: PROGRAM.html here)")
+    p.add_argument(
+        "-o",
+        "--output",
+        metavar="OUT.html",
+        default=None,
+        help="the page (default: PROGRAM.html here; stdin.html for '-')",
+    )
     p.add_argument(
         "--trace",
         metavar="RUN.json",

@@ -13,11 +13,11 @@ from __future__ import annotations
 
 import os
 from collections.abc import Iterable
-from pathlib import Path
 
 from google.protobuf import text_format
 
 from blockir.errors import DataFeedError
+from blockir.ir.proto_io import open_regular
 from blockir.proto import data_feed_pb2 as pb
 
 __all__ = ["DataFeedDesc", "SLOT_TYPES"]
@@ -134,7 +134,8 @@ def _read(path_or_text: str | os.PathLike[str]) -> tuple[str, str]:
         return path_or_text, "<text>"
     path = os.fspath(path_or_text)
     try:
-        return Path(path).read_text(encoding="utf-8"), path
+        with open_regular(path) as f:  # a regular file: a FIFO or a device is refused, not waited on
+            return f.read().decode("utf-8"), path
     except OSError as e:
         raise DataFeedError(f"cannot read data feed description {path}: {e.strerror or e}") from None
     except UnicodeDecodeError as e:

@@ -40,6 +40,7 @@ from blockir.datafeed.desc import DataFeedDesc
 from blockir.datafeed.staged import staged
 from blockir.errors import DataFeedError
 from blockir.ir.devices import HOST
+from blockir.ir.proto_io import open_regular
 from blockir.ops.values import LoDTensor
 
 __all__ = ["MultiSlotReader", "write_multislot"]
@@ -306,7 +307,7 @@ def _open(path: str, pipe_command: str, running: list[subprocess.Popen[bytes]]) 
     """The file's bytes, or the output of ``pipe_command`` run with the file on its stdin (in ``running``
     while it runs)."""
     try:
-        file = open(path, "rb")
+        file = open_regular(path)  # a FIFO or a device is refused, not waited on
     except OSError as e:
         raise DataFeedError(f"cannot read data file {path}: {e.strerror or e}") from None
     with file:

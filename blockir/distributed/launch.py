@@ -21,6 +21,15 @@ for good, the others are stopped (the servers refuse pushes and wake every
 waiter, so no worker waits for ever) and :func:`launch` returns a
 :class:`LaunchResult` naming the roles that failed and why; ``blockir launch``
 then exits 1.
+
+The script is compiled before any role starts: one that does not exist, is a
+directory, is binary or does not compile is a :class:`BlockirError`. A role's
+failure is one line (:func:`error_line`): a :class:`BlockirError` prints
+nothing more, another exception its traceback from the script's first frame
+on (``verbose``: every traceback, whole). A role that calls ``sys.exit(N)`` or
+``os._exit(N)``, N not 0, failed with ``exited with status N``: while roles run
+in a process, ``os._exit`` called by one of them ends that role, not the
+process.
 """
 
 from __future__ import annotations
@@ -29,14 +38,17 @@ import builtins
 import contextvars
 import dataclasses
 import io
+import os
 import sys
 import threading
 import traceback
 import uuid
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, TextIO
+from types import CodeType, TracebackType
+from typing import Any, NoReturn, TextIO
 
 from blockir.distributed import fleet
 from blockir.distributed.backend import InProcessBackend
@@ -47,7 +59,7 @@ from blockir.ir import Program
 from blockir.ir.defaults import switch_main_program, switch_startup_program
 from blockir.runtime.scope import Scope, set_context_scope
 
-__all__ = ["LaunchResult", "launch", "roles"]
+__all__ = ["LaunchResult", "check_script", "error_line", "launch", "roles"]
 
 
 @dataclass
@@ -103,8 +115,12 @@ def launch(
     max_restarts: int = 0,
     checkpoint_dir: str | Path | None = None,
     checkpoint_every: int = 0,
+    verbose: bool = False,
+    keep_logs: bool = False,
 ) -> LaunchResult:
-    """Run ``script`` (a file, or a callable for tests) once per role (module docstring)."""
+    """Run ``script`` (a file, or a callable for tests) once per role (module docstring). ``verbose``: a role's
+    every error with its whole traceback; ``keep_logs`` (Ray backend, a cluster it starts): keep the cluster's
+    session files, and say where."""
     if not isinstance(servers, int) or servers < 1:
         raise BlockirError(f"launch: --servers must be at least 1, got {servers}")
     if not isinstance(workers, int) or workers < 1:
@@ -115,29 +131,155 @@ def launch(
         raise BlockirError(f"launch: --checkpoint-every must be at least 0 steps, got {checkpoint_every}")
     if checkpoint_every and checkpoint_dir is None:
         raise BlockirError("launch: --checkpoint-every needs --checkpoint-dir (where the checkpoints go)")
+    if backend not in ("inprocess", "ray"):
+        raise BlockirError(f"launch: unknown backend {backend!r} (expected inprocess or ray)")
+    if keep_logs and (backend != "ray" or address is not None):
+        raise BlockirError(
+            "launch: --keep-logs keeps the files of the Ray cluster a launch starts: it needs --backend ray "
+            "and no --address"
+        )
     if not callable(script):
-        path = Path(script)
-        if not path.is_file():
-            raise BlockirError(f"launch: the script {str(path)!r} does not exist")
+        check_script(script)
     run = uuid.uuid4().hex[:12]
     where = None if checkpoint_dir is None else str(Path(checkpoint_dir).resolve())
     all_roles = roles(servers, workers, run, backend, timeout, where, checkpoint_every)
     if backend == "inprocess":
-        return _launch_inprocess(script, all_roles, list(args), max_restarts)
-    if backend == "ray":
+        return _launch_inprocess(script, all_roles, list(args), max_restarts, verbose)
+    try:
         from blockir.distributed.ray_backend import launch_ray
+    except ModuleNotFoundError as e:
+        if e.name != "ray":
+            raise
+        raise BlockirError("launch: --backend ray needs Ray, not installed here (pip install 'blockir[ray]')") from None
+    return launch_ray(script, all_roles, list(args), address, max_restarts, verbose, keep_logs)
 
-        return launch_ray(script, all_roles, list(args), address, max_restarts)
-    raise BlockirError(f"launch: unknown backend {backend!r} (expected inprocess or ray)")
+
+def check_script(script: str | Path) -> CodeType:
+    """The script compiled, or the one-line reason it cannot run: it does not exist, is not a file, is binary or
+    does not compile."""
+    path = Path(script)
+    name = repr(str(path))
+    if path.is_dir():
+        raise BlockirError(f"launch: the script {name} is a directory, not a file")
+    if not path.exists():
+        raise BlockirError(f"launch: the script {name} does not exist")
+    if not path.is_file():
+        raise BlockirError(f"launch: the script {name} is not a regular file")
+    try:
+        source = path.read_bytes()
+    except OSError as e:
+        raise BlockirError(f"launch: cannot read the script {name}: {e.strerror or e}") from None
+    if b"\0" in source:
+        raise BlockirError(f"launch: the script {name} is a binary file, not a Python script")
+    try:
+        return compile(source, str(path), "exec", dont_inherit=True)
+    except SyntaxError as e:
+        if (e.msg or "").startswith("(unicode error)"):
+            raise BlockirError(f"launch: the script {name} is not Python source: {e.msg}") from None
+        where = f", line {e.lineno}" if e.lineno else ""
+        raise BlockirError(f"launch: the script {name} does not compile: {e.msg} ({path.name}{where})") from None
+    except ValueError as e:  # null bytes, on Pythons that say so this way
+        raise BlockirError(f"launch: the script {name} is not Python source: {e}") from None
+
+
+def error_line(e: BaseException) -> str:
+    """A role's error in one line: a :class:`BlockirError`'s message, or another exception's type and the first
+    line of its message."""
+    if isinstance(e, BlockirError):
+        return str(e)
+    first = str(e).strip().splitlines()
+    return f"{type(e).__name__}: {first[0]}" if first else type(e).__name__
+
+
+def exit_text(code: object) -> str | None:
+    """How a role that exited with ``code`` (``sys.exit``'s or ``os._exit``'s) failed; None for a good end."""
+    if code is None or code == 0:
+        return None
+    if isinstance(code, int):
+        return f"exited with status {int(code)}"  # sys.exit(True): 1
+    return f"exited with status 1: {code}"  # sys.exit("message")
+
+
+_LAUNCHER_FILES = {__file__, str(Path(__file__).with_name("ray_backend.py"))}
+
+
+def role_traceback(e: BaseException, verbose: bool) -> str:
+    """``e``'s traceback; without ``verbose``, from the script's first frame on (not the launcher's own)."""
+    tb: TracebackType | None = e.__traceback__
+    if not verbose:
+        while tb is not None and tb.tb_frame.f_code.co_filename in _LAUNCHER_FILES:
+            tb = tb.tb_next
+        tb = tb or e.__traceback__
+    return "".join(traceback.format_exception(type(e), e, tb))
+
+
+def run_once(script: str | Path | Callable[[], Any], role: Role, args: list[str], verbose: bool) -> str | None:
+    """Run ``script`` as ``role`` once (in the current context); None when it ended well, else its failure's line
+    (:func:`error_line`; the traceback printed first on standard error where the module docstring says)."""
+    try:
+        with _exits_caught():
+            run_role(script, role, args)
+    except _RoleExit as e:
+        return exit_text(e.status)
+    except SystemExit as e:
+        return exit_text(e.code)
+    except BaseException as e:
+        if verbose or not isinstance(e, BlockirError):
+            print(role_traceback(e, verbose), file=sys.stderr, end="", flush=True)
+        return error_line(e)
+    return None
 
 
 def run_role(script: str | Path | Callable[[], Any], role: Role, args: list[str]) -> None:
     """Run ``script`` as ``role`` in the current context, which gets its own defaults (programs, names, scope)."""
     set_context_role(role)
+    token = _in_role.set(True)
     try:
         _run_script(script, args)
     finally:
+        _in_role.reset(token)
         fleet.release()
+
+
+class _RoleExit(BaseException):
+    """``os._exit(status)`` called by a role while roles run in this process: it ends the role, not the process."""
+
+    def __init__(self, status: int) -> None:
+        super().__init__(status)
+        self.status = status
+
+
+_in_role: contextvars.ContextVar[bool] = contextvars.ContextVar("blockir_launch_in_role", default=False)
+_exits_lock = threading.Lock()
+_exits_users = 0
+_real_exit = os._exit
+_exits_pid = 0
+
+
+def _role_exit(status: int) -> NoReturn:
+    """``os._exit`` while roles run in this process: a role's call ends the role (:class:`_RoleExit`); any other
+    (another thread's, or a child's after a fork) exits as ``os._exit`` does."""
+    if _in_role.get() and os.getpid() == _exits_pid:
+        raise _RoleExit(status)
+    _real_exit(status)
+
+
+@contextmanager
+def _exits_caught() -> Iterator[None]:
+    """While a role runs here: its ``os._exit`` is :func:`_role_exit` (installed while any role runs)."""
+    global _exits_users, _exits_pid
+    with _exits_lock:
+        if _exits_users == 0:
+            _exits_pid = os.getpid()
+            os._exit = _role_exit
+        _exits_users += 1
+    try:
+        yield
+    finally:
+        with _exits_lock:
+            _exits_users -= 1
+            if _exits_users == 0:
+                os._exit = _real_exit
 
 
 def _run_script(script: str | Path | Callable[[], Any], args: list[str]) -> None:
@@ -157,7 +299,7 @@ def _run_script(script: str | Path | Callable[[], Any], args: list[str]) -> None
     # As runpy.run_path would, but leaving sys.modules["__main__"] alone: the roles run at once in threads,
     # and a module swapped in there by one of them would outlive it (multiprocessing re-imports it).
     path = Path(script)
-    code = compile(path.read_text(encoding="utf-8"), str(path), "exec")
+    code = compile(path.read_bytes(), str(path), "exec", dont_inherit=True)  # its encoding as Python reads it
     exec(code, {"__name__": "__main__", "__file__": str(path), "__builtins__": builtins})
 
 
@@ -174,7 +316,7 @@ def restarting(result: LaunchResult, role: Role, error: str, max_restarts: int) 
 
 
 def _launch_inprocess(
-    script: str | Path | Callable[[], Any], all_roles: list[Role], args: list[str], max_restarts: int
+    script: str | Path | Callable[[], Any], all_roles: list[Role], args: list[str], max_restarts: int, verbose: bool
 ) -> LaunchResult:
     result = LaunchResult()
     lock = threading.Lock()
@@ -182,24 +324,12 @@ def _launch_inprocess(
 
     def body(role: Role) -> None:
         _current_role.set(role_name(role))
-        while (error := run_once(role)) is not None:
+        while (error := run_once(script, role, args, verbose)) is not None:
             if not restartable(role, max_restarts):
                 fail(role, error)
                 return
             with lock:
                 role = restarting(result, role, error, max_restarts)
-
-    def run_once(role: Role) -> str | None:
-        """Run the role's script once; its error's text, or None when it ended well."""
-        try:
-            run_role(script, role, args)
-        except SystemExit as e:
-            if e.code not in (None, 0):
-                return f"exited with {e.code}"
-        except BaseException as e:
-            print(traceback.format_exc(), file=sys.stderr, end="")
-            return "".join(traceback.format_exception_only(type(e), e)).strip()
-        return None
 
     def fail(role: Role, message: str) -> None:
         with lock:

@@ -10,8 +10,13 @@ script published in that actor's process (:class:`RayBackend`.serve publishes it
 there as the in-process backend does). The actor
 runs its methods on a thread pool, so a server answers while its script waits in
 ``run_server``. Arrays travel through Ray's object store; nothing is pickled
-from a user's file. A role's standard output and error reach the launcher
-through Ray, each line prefixed with the role.
+from a user's file. What a role prints (``sys.stdout`` and ``sys.stderr`` of its
+actor's process) is kept by the actor line by line; the launcher fetches the
+lines (the actor's ``output`` method) while the roles run and once more when
+each ends, and prints them with the role in front (``[worker 0] ...``), so every
+line reaches it before it exits, and only with its own prefix (output below
+Python, a C library's or a child process's, still reaches it through Ray's log
+forwarding, with Ray's prefix).
 
 A role whose ``run`` failed is run again when it may be restarted
 (:func:`blockir.distributed.launch.restartable`): its actor is made with Ray's
@@ -22,19 +27,31 @@ higher. A call to a server whose process died or that is not serving raises
 when Ray will not restart it). Once every worker ended, the servers are stopped
 (a restarted server does not know who finished before it came back).
 
+While Ray restarts an actor, calls to it fail (``ActorUnavailableError``): the
+launcher waits until the actor answers again before it runs the role in it
+once more (at most the role's ``timeout``), and a worker looking for a server
+being restarted keeps looking.
+
 When a role fails for good, :func:`launch_ray` stops the servers, waits for the other
 roles (they fail or end; those still running after :data:`STOP_GRACE_S`, a
 worker waiting for a server that never started, say, are counted as stopped),
-kills every actor it made, and shuts the cluster down if it started it.
+kills every actor it made, and shuts the cluster down if it started it. A
+cluster it started lives in a ``blockir-ray-*`` directory of the system's
+temporary directory (its session files and logs), removed however the launch
+ends (Ctrl-C, SIGTERM and SIGHUP included: :class:`_Signals`) unless
+``keep_logs``, when the launcher says where it is.
 """
 
 from __future__ import annotations
 
+import io
 import os
+import shutil
+import signal
 import sys
 import tempfile
+import threading
 import time
-import traceback
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any, cast
@@ -51,6 +68,8 @@ __all__ = ["NAMESPACE", "RayBackend", "RayHandle", "RoleActor", "launch_ray", "l
 
 NAMESPACE = "blockir"
 STOP_GRACE_S = 10.0  # after a role failed and the servers were stopped: how long the others get to end
+POLL_S = 0.25  # how often the launcher fetches the roles' output while it waits for them
+OUTPUT_WAIT_S = 10.0  # how long it waits for a role's last lines (the role ended, or the launch ends)
 
 
 def actor_name(role: Role) -> str:
@@ -127,41 +146,103 @@ class RayBackend:
 
 
 def _serving(name: str, run: str, index: int) -> Any:
-    """The actor of server ``index`` of ``run`` once its server is published; None before (or before the actor
-    exists)."""
+    """The actor of server ``index`` of ``run`` once its server is published; None before (before the actor
+    exists, or while Ray restarts it)."""
     try:
         actor = ray.get_actor(name, namespace=NAMESPACE)
     except ValueError:  # not made yet
         return None
-    return actor if ray.get(actor.serving.remote(run, index)) else None
+    try:
+        return actor if ray.get(actor.serving.remote(run, index)) else None
+    except ray.exceptions.ActorUnavailableError:  # being restarted: it may serve soon
+        return None
+
+
+_RAY_MARKERS = (":actor_name:", ":task_name:", ":job_id:")  # lines Ray's log monitor reads from a worker's output
+
+
+class _Lines(io.TextIOBase):
+    """One of an actor's streams (``stdout`` or ``stderr``): each whole line written is kept in ``lines``, with
+    the stream's name, for the launcher (:meth:`_RoleActor.output`); Ray's own marker lines go on to ``ray``."""
+
+    def __init__(self, stream: str, lines: list[tuple[str, str]], lock: threading.Lock, ray_stream: Any) -> None:
+        self.stream = stream
+        self.lines = lines
+        self.lock = lock
+        self.ray_stream = ray_stream
+        self.partial = ""
+
+    @property
+    def encoding(self) -> str:  # type: ignore[override]
+        return "utf-8"
+
+    def writable(self) -> bool:
+        return True
+
+    def write(self, text: str) -> int:
+        with self.lock:
+            *whole, self.partial = (self.partial + text).split("\n")
+            for line in whole:
+                if line.startswith(_RAY_MARKERS):
+                    self.ray_stream.write(line + "\n")
+                else:
+                    self.lines.append((self.stream, line))
+        return len(text)
+
+    def end_line(self) -> None:
+        """Keep the unfinished line too (the role's run ended)."""
+        with self.lock:
+            if self.partial:
+                self.lines.append((self.stream, self.partial))
+                self.partial = ""
 
 
 class _RoleActor:
-    """One role of a run: runs the script (:meth:`run`) and answers for its server (:meth:`call`)."""
+    """One role of a run: runs the script (:meth:`run`), keeps what it prints (:meth:`output`) and answers for its
+    server (:meth:`call`)."""
 
     def __init__(self, name: str) -> None:
         self.name = name
+        self._lines: list[tuple[str, str]] = []
+        lock = threading.Lock()
+        self._streams = [
+            _Lines("stdout", self._lines, lock, sys.stdout),
+            _Lines("stderr", self._lines, lock, sys.stderr),
+        ]
+        self._lock = lock
+        sys.stdout, sys.stderr = self._streams  # the process is the role's: all it prints is the role's
 
-    def __repr__(self) -> str:  # Ray prefixes the actor's output lines with it
+    def __repr__(self) -> str:  # Ray prefixes the output it forwards with it
         return self.name
 
-    def run(self, script: str, source: str, role: Role, args: list[str]) -> None:
-        from blockir.distributed.launch import run_role
+    def ping(self) -> bool:
+        """Answers once the actor is up (after Ray restarted it, say)."""
+        return True
+
+    def output(self) -> list[tuple[str, str]]:
+        """The lines printed since the last call: (``stdout`` or ``stderr``, the line)."""
+        with self._lock:
+            lines = list(self._lines)
+            self._lines.clear()
+        return lines
+
+    def run(self, script: str, source: bytes, role: Role, args: list[str], verbose: bool = False) -> str | None:
+        """Run the script as ``role``: None when it ended well, else its failure's line
+        (:func:`blockir.distributed.launch.run_once`)."""
+        from blockir.distributed.launch import run_once
 
         os.environ.update(role.env())
-        with tempfile.TemporaryDirectory() as where:
+        try:
             path = Path(script)
-            if not (path.is_file() and path.read_text(encoding="utf-8") == source):  # another machine: a copy
+            if path.is_file() and path.read_bytes() == source:
+                return run_once(path, role, args, verbose)
+            with tempfile.TemporaryDirectory() as where:  # another machine: the script's copy
                 path = Path(where) / path.name
-                path.write_text(source, encoding="utf-8")
-            try:
-                run_role(path, role, args)
-            except SystemExit as e:
-                if e.code not in (None, 0):
-                    raise BlockirError(f"{self.name} exited with {e.code}") from None
-            except BaseException:
-                print(traceback.format_exc(), file=sys.stderr, end="")
-                raise
+                path.write_bytes(source)
+                return run_once(path, role, args, verbose)
+        finally:
+            for stream in self._streams:
+                stream.end_line()
 
     def serving(self, run: str, index: int) -> bool:
         from blockir.distributed.backend import InProcessBackend
@@ -189,50 +270,171 @@ RoleActor: Any = cast(Any, ray.remote)(max_concurrency=64)(_RoleActor)
 
 
 def launch_ray(
-    script: str | Path | Callable[[], Any], roles: list[Role], args: list[str], address: str | None, max_restarts: int
+    script: str | Path | Callable[[], Any],
+    roles: list[Role],
+    args: list[str],
+    address: str | None,
+    max_restarts: int,
+    verbose: bool = False,
+    keep_logs: bool = False,
 ) -> Any:
     """Run every role as a :class:`RoleActor` (module docstring); how they ended, a ``LaunchResult``."""
-    from blockir.distributed.launch import LaunchResult, restartable, restarting, role_name
-
     if callable(script):
         raise BlockirError("launch: the ray backend runs script files, not callables")
-    source = Path(script).read_text(encoding="utf-8")
-    started = not ray.is_initialized()
-    if started:
-        if address is None:
+    source = Path(script).read_bytes()
+    if ray.is_initialized():  # a cluster this process joined already (the tests' driver)
+        return _run_roles(str(script), source, roles, args, max_restarts, verbose, lambda: None)
+    signals = _Signals()
+    signals.install()
+    try:
+        if address is not None:
+            ray.init(address=address, namespace=NAMESPACE, log_to_driver=True)
+            try:
+                signals.install()  # again: ray.init set its own SIGTERM handler
+                return _run_roles(str(script), source, roles, args, max_restarts, verbose, signals.check)
+            finally:
+                ray.shutdown()
+        where = tempfile.mkdtemp(prefix="blockir-ray-")
+        try:
             os.environ.update(loopback_env())
             ray.init(
                 num_cpus=max(2, os.cpu_count() or 2),
                 include_dashboard=False,
                 _node_ip_address="127.0.0.1",
-                _temp_dir=tempfile.mkdtemp(prefix="blockir-ray-"),
+                _temp_dir=where,
                 namespace=NAMESPACE,
                 log_to_driver=True,
             )
-        else:
-            ray.init(address=address, namespace=NAMESPACE, log_to_driver=True)
-    actors = {}
+            try:
+                signals.install()  # again: ray.init set its own SIGTERM handler
+                return _run_roles(str(script), source, roles, args, max_restarts, verbose, signals.check)
+            finally:
+                ray.shutdown()
+        finally:
+            if keep_logs:
+                print(f"blockir launch: the Ray cluster's session files (its logs) are in {where}", file=sys.stderr)
+            else:
+                _remove(where)
+    finally:
+        signals.restore()  # and, after a signal, delivered to the handler it had
+
+
+def _remove(where: str) -> None:
+    """Remove the cluster's directory; its processes may still be writing in it as they end."""
+    for _ in range(50):
+        shutil.rmtree(where, ignore_errors=True)
+        if not os.path.lexists(where):
+            return
+        time.sleep(0.1)
+    print(f"blockir launch: could not remove the Ray cluster's directory {where}", file=sys.stderr)
+
+
+class _Signalled(BaseException):
+    """SIGTERM, SIGHUP or SIGINT reached the launcher while it held a cluster (:class:`_Signals`)."""
+
+
+class _Signals:
+    """SIGTERM, SIGHUP and SIGINT while the launcher holds a cluster: noted by a handler (:meth:`install`) and
+    raised as :class:`_Signalled` where the launcher waits (:meth:`check`), never inside Ray's own calls, so that
+    its ``finally`` blocks stop the cluster and remove its directory; then :meth:`restore` puts the handlers back
+    and delivers the signal to them (SIGINT as ``KeyboardInterrupt``)."""
+
+    SIGNALS = (signal.SIGTERM, signal.SIGHUP, signal.SIGINT)
+
+    def __init__(self) -> None:
+        self.got: int | None = None
+        self.saved: dict[int, Any] = {}
+
+    def install(self) -> None:
+        if threading.current_thread() is not threading.main_thread():
+            return
+        for sig in self.SIGNALS:
+            self.saved.setdefault(sig, signal.getsignal(sig))
+            if self.saved[sig] != signal.SIG_IGN:  # a background job's SIGINT stays ignored
+                signal.signal(sig, self._note)
+
+    def _note(self, signum: int, _frame: Any) -> None:
+        if self.got is None:
+            self.got = signum
+
+    def check(self) -> None:
+        if self.got is not None:
+            raise _Signalled(self.got)
+
+    def restore(self) -> None:
+        for sig, previous in self.saved.items():
+            signal.signal(sig, previous)
+        if self.got is None:
+            return
+        if self.got != signal.SIGINT:
+            signal.raise_signal(self.got)  # its previous handler: by default, the process ends killed by it
+        raise KeyboardInterrupt(signal.Signals(self.got).name) from None
+
+
+def _run_roles(
+    script: str,
+    source: bytes,
+    roles: list[Role],
+    args: list[str],
+    max_restarts: int,
+    verbose: bool,
+    check: Callable[[], None],
+) -> Any:
+    """Run the roles on the cluster this process is connected to (module docstring); ``check`` raises when the
+    launcher is to stop (a signal)."""
+    from blockir.distributed.launch import LaunchResult, error_line, restartable, restarting, role_name
+
+    actors: dict[str, Any] = {}
+    outputs: dict[str, Any] = {}  # role -> its output call not yet answered
     result = LaunchResult()
+
+    def drain(name: str, final: bool = False) -> None:
+        """Print what role ``name`` printed, with the role in front: what an earlier call fetched, if it is back;
+        ``final`` (the role's run ended): all of it, waiting for it."""
+        while True:
+            ref, fresh = outputs.pop(name, None), False
+            if ref is None:
+                ref, fresh = actors[name].output.remote(), True
+            ready, _ = ray.wait([ref], timeout=OUTPUT_WAIT_S if final else 0)
+            if not ready:
+                if not final:
+                    outputs[name] = ref
+                return
+            try:
+                lines = ray.get(ref)
+            except ray.exceptions.RayError:  # its process died (or is being restarted): its lines went with it
+                return
+            for stream, line in lines:
+                print(f"[{name}] {line}", file=sys.stdout if stream == "stdout" else sys.stderr)
+            sys.stdout.flush()
+            sys.stderr.flush()
+            if fresh or not final:
+                return
+
+    def start(role: Role) -> Any:
+        if role.restart:  # Ray may still be restarting its actor's process: calls to it fail until it is up
+            _wait_up(actors[role_name(role)], role.timeout, check)
+        return actors[role_name(role)].run.remote(script, source, role, args, verbose)
+
+    def stop_servers(but: str | None = None) -> None:
+        for other in roles:
+            if other.kind == "server" and role_name(other) != but:
+                actors[role_name(other)].stop.remote(other.run, other.index)
+
     try:
         for role in roles:
             restarts = max_restarts if restartable(role, max_restarts) else 0  # Ray starts a dead process again
             actors[role_name(role)] = RoleActor.options(
                 name=actor_name(role), namespace=NAMESPACE, num_cpus=0, max_restarts=restarts
             ).remote(role_name(role))
-
-        def start(role: Role) -> Any:
-            return actors[role_name(role)].run.remote(str(script), source, role, args)
-
-        def stop_servers(but: str | None = None) -> None:
-            for other in roles:
-                if other.kind == "server" and role_name(other) != but:
-                    actors[role_name(other)].stop.remote(other.run, other.index)
-
         pending = {start(r): r for r in roles}
         stopped_at: float | None = None  # when the first failure stopped the servers
         while pending:
-            done, _ = ray.wait(list(pending), num_returns=1, timeout=1.0)
+            check()
+            done, _ = ray.wait(list(pending), num_returns=1, timeout=POLL_S)
             if not done:
+                for name in actors:
+                    drain(name)
                 if stopped_at is not None and time.monotonic() - stopped_at > STOP_GRACE_S:
                     first = next(iter(result.failures))
                     for role in pending.values():  # still waiting on something that will not come
@@ -240,16 +442,21 @@ def launch_ray(
                     break
                 continue
             role = pending.pop(done[0])
+            drain(role_name(role), final=True)
             try:
-                ray.get(done[0])
-            except ray.exceptions.RayError as e:
+                error = ray.get(done[0])
+            except ray.exceptions.RayError as e:  # its process died (killed, say), or Ray could not run it
                 cause = getattr(e, "cause", None) or e
                 text = str(cause).strip().splitlines()
                 error = f"{type(cause).__name__}: {text[0] if text else ''}"
-                if stopped_at is None and restartable(role, max_restarts):
-                    role = restarting(result, role, error, max_restarts)
+            if error is not None and stopped_at is None and restartable(role, max_restarts):
+                role = restarting(result, role, error, max_restarts)
+                try:
                     pending[start(role)] = role
                     continue
+                except (BlockirError, ray.exceptions.RayError) as e:
+                    error = f"could not be restarted: {error_line(e)}"
+            if error is not None:
                 result.failures[role_name(role)] = error
                 if stopped_at is None:
                     stopped_at = time.monotonic()
@@ -258,8 +465,23 @@ def launch_ray(
             if stopped_at is None and role.kind == "worker" and not any(r.kind == "worker" for r in pending.values()):
                 stop_servers()  # every worker ended well: the servers' work is done
     finally:
+        for name in actors:
+            drain(name, final=True)
         for actor in actors.values():
             ray.kill(actor)
-        if started:
-            ray.shutdown()
     return result
+
+
+def _wait_up(actor: Any, timeout: float, check: Callable[[], None]) -> None:
+    """Wait until ``actor`` answers (Ray restarted its process), at most ``timeout`` s; ActorDiedError when it
+    will not come back."""
+    deadline = time.monotonic() + timeout
+    while True:
+        check()
+        try:
+            ray.get(actor.ping.remote(), timeout=max(1.0, deadline - time.monotonic()))
+            return
+        except (ray.exceptions.ActorUnavailableError, ray.exceptions.GetTimeoutError):
+            if time.monotonic() > deadline:
+                raise BlockirError(f"its actor did not come back within {timeout:g} s") from None
+            time.sleep(0.1)

@@ -7,11 +7,21 @@ inspect DIR``); :func:`reshard` writes a copy whose tables are cut for another
 number of servers (``blockir ps reshard SRC DST --servers S``). Loading reshards
 by itself (a server keeps the rows its index holds by the rule), so resharding a
 save is for moving it, not for loading it.
+
+Both check a save as a server loading it does, with the same functions: the
+manifest's claims as it is read (types, ranges, the shards it names), each shard
+against them (:func:`~blockir.io.persistence.check_shard`: its arrays' headers
+and size), and, reading a shard, its checksum and ids
+(:func:`~blockir.io.persistence.read_shard`). :func:`inspect` reads no shard's
+data unless asked to verify the checksums; :func:`reshard` reads them all, and
+writes nothing where it is refused.
 """
 
 from __future__ import annotations
 
 import os
+import secrets
+import shutil
 from pathlib import Path
 from typing import Any
 
@@ -19,6 +29,8 @@ import numpy as np
 
 from blockir.errors import BlockirError
 from blockir.io.persistence import (
+    MANIFEST_FILE,
+    check_shard,
     incomplete_saves,
     read_shard,
     save_sharded,
@@ -27,21 +39,59 @@ from blockir.io.persistence import (
     saved_values,
     write_shard,
 )
+from blockir.ir.proto_io import make_dirs, os_errors, sync_dir
 from blockir.ops.values import describe_value
 
-__all__ = ["inspect", "reshard"]
+__all__ = ["checkpoint_info", "inspect", "reshard"]
 
 
-def inspect(dirname: str | os.PathLike[str]) -> dict[str, Any]:
+def _is_count(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and value >= 0
+
+
+def checkpoint_info(dirname: str | os.PathLike[str]) -> dict[str, Any]:
+    """What the writer of a save recorded (:func:`~blockir.io.persistence.saved_info`), the claims of a fleet
+    save's checked: ``step`` (worker 0's when it saved) a count, ``versions`` (the updates each server had
+    applied) a list of counts. Restoring a server from a checkpoint and inspecting a save read it here."""
+    info = saved_info(dirname)
+    where = Path(dirname) / MANIFEST_FILE
+    if "step" in info and not _is_count(info["step"]):
+        raise BlockirError(f"{where}: info: step {info['step']!r} is not a count of steps (0 or more)")
+    versions = info.get("versions", [])
+    if not isinstance(versions, list) or not all(_is_count(v) for v in versions):
+        raise BlockirError(f"{where}: info: versions {versions!r} is not a list of counts of updates (0 or more)")
+    return info
+
+
+def _chain(entry: dict[str, Any]) -> list[list[dict[str, Any]]]:
+    """A table's shards save by save: the base, then each delta."""
+    return [entry["shards"], *(delta["shards"] for delta in entry.get("deltas", ()))]
+
+
+def _checked_tables(base: Path) -> dict[str, tuple[dict[str, Any], int]]:
+    """A save's tables (their manifest entries) and the bytes of each one's shards, every claim checked that can
+    be without reading the shards' data (the manifest's as it is read, each shard's by its headers and size),
+    and what the writer recorded."""
+    checkpoint_info(base)
+    return {
+        name: (entry, sum(check_shard(base, name, entry, shard) for shards in _chain(entry) for shard in shards))
+        for name, entry in saved_tables(base).items()
+    }
+
+
+def inspect(dirname: str | os.PathLike[str], verify: bool = False) -> dict[str, Any]:
     """The tables of a save (rows per shard of the base save and of each delta after it, bytes, servers, rule,
     the optimizer state saved with the rows), its dense variables (each described) and what its writer
     recorded (``info``: worker 0's step and each server's version, for a fleet save); the saves that did not
-    finish (``incomplete``: their generation directories)."""
+    finish (``incomplete``: their generation directories).
+
+    Every claim of the manifest is checked first, each shard's without reading its data (its arrays' headers
+    and its size against the rows, dim and dtype claimed); ``verify`` also reads every shard, checking its
+    checksum and ids. The first claim the save belies is a :class:`BlockirError` naming it."""
     base = Path(dirname)
+    checked = _checked_tables(base)
     tables = {}
-    for name, entry in saved_tables(base).items():
-        chain = [entry["shards"], *(delta["shards"] for delta in entry.get("deltas", ()))]
-        files = [base / shard["file"] for shards in chain for shard in shards]
+    for name, (entry, size) in checked.items():
         tables[name] = {
             "shape": [entry["height"], entry["dim"]],
             "dtype": entry["dtype"],
@@ -50,10 +100,20 @@ def inspect(dirname: str | os.PathLike[str]) -> dict[str, Any]:
             "states": entry["states"],
             "rows": [shard["rows"] for shard in entry["shards"]],
             "deltas": [[shard["rows"] for shard in delta["shards"]] for delta in entry.get("deltas", ())],
-            "bytes": sum(f.stat().st_size for f in files),
+            "bytes": size,
         }
+    for name, (entry, _) in checked.items() if verify else ():
+        for shards in _chain(entry):
+            for shard in shards:
+                read_shard(base, name, entry, shard)
     dense = {name: describe_value(value) for name, value in saved_values(base).items()}
     return {"tables": tables, "dense": dense, "info": saved_info(base), "incomplete": incomplete_saves(base)}
+
+
+def _shown(name: str) -> str:
+    """A name as printed: as it is when every character prints, else quoted with escapes (a newline in a name
+    never makes a line of its own)."""
+    return name if name.isprintable() else repr(name)
 
 
 def format_inspection(report: dict[str, Any]) -> str:
@@ -61,14 +121,15 @@ def format_inspection(report: dict[str, Any]) -> str:
     lines = []
     for name, table in report["tables"].items():
         rows = table["rows"]
+        states = ", ".join(map(_shown, table["states"])) or "none"
         lines.append(
-            f"table {name}: {table['dtype']}{table['shape']}, {sum(rows)} rows on {table['servers']} servers "
+            f"table {_shown(name)}: {table['dtype']}{table['shape']}, {sum(rows)} rows on {table['servers']} servers "
             f"({', '.join(map(str, rows))}; rule {table['rule']}), "
             + "".join(f"delta {k + 1}: {sum(d)} rows, " for k, d in enumerate(table["deltas"]))
-            + f"{table['bytes']:,} bytes, row state: {', '.join(table['states']) or 'none'}"
+            + f"{table['bytes']:,} bytes, row state: {states}"
         )
     for name, described in report["dense"].items():
-        lines.append(f"dense {name}: {described}")
+        lines.append(f"dense {_shown(name)}: {described}")
     info = report["info"]
     if "step" in info:
         versions = ", ".join(map(str, info.get("versions", [])))
@@ -82,37 +143,50 @@ def _flatten(
     src: str | os.PathLike[str], name: str, entry: dict[str, Any]
 ) -> tuple[np.ndarray, dict[str, np.ndarray], np.ndarray, np.ndarray]:
     """A table's rows as its chain of saves leaves them (the base, each delta's rows replacing earlier ones and
-    its removed rows gone), and the sightings of the ids not admitted as of the last save."""
+    its removed rows gone), sorted by id, and the sightings of the ids not admitted as of the last save."""
     names = [name, *entry["states"]]
-    rows: dict[int, dict[str, np.ndarray]] = {}
+    ids = np.zeros(0, np.int64)
+    rows = {key: np.zeros((0, entry["dim"]), entry["dtype"]) for key in names}
     pending, counts = np.zeros(0, np.int64), np.zeros(0, np.int64)
-    for shards in [entry["shards"], *(d["shards"] for d in entry.get("deltas", ()))]:
-        extra = ("pending_ids", "pending_counts", "removed_ids")
-        parts = [read_shard(src, shard, names, extra) for shard in shards]
-        for part in parts:
-            for k, i in enumerate(part["ids"].tolist()):
-                rows[i] = {key: part[key][k] for key in names}
-            for i in part["removed_ids"].tolist():  # dropped by shrink before this save
-                rows.pop(i, None)
-        pending = np.concatenate([p["pending_ids"] for p in parts])
-        counts = np.concatenate([p["pending_counts"] for p in parts])
-    ids = np.array(sorted(rows), np.int64)
-    width = (0, entry["dim"])
-    arrays = {key: np.array([rows[i][key] for i in ids.tolist()]).reshape(-1, width[1]) for key in names}
-    keep = ~np.isin(pending, ids)
-    return ids, arrays, pending[keep], counts[keep]
+    for shards in _chain(entry):
+        parts = [read_shard(src, name, entry, shard) for shard in shards]
+        new = np.concatenate([p["ids"] for p in parts]).astype(np.int64)
+        removed = np.concatenate([p["removed_ids"] for p in parts]).astype(np.int64)
+        unique, seen = np.unique(new, return_counts=True)
+        if (seen > 1).any():
+            raise BlockirError(
+                f"{Path(src) / MANIFEST_FILE}: table {name!r}: two shards of one save hold the row of id "
+                f"{unique[seen > 1][0]}"
+            )
+        kept, added = ~np.isin(ids, np.concatenate([new, removed])), ~np.isin(new, removed)  # as a server loads
+        ids = np.concatenate([ids[kept], new[added]])
+        rows = {key: np.concatenate([rows[key][kept], np.concatenate([p[key] for p in parts])[added]]) for key in names}
+        pending = np.concatenate([p["pending_ids"] for p in parts]).astype(np.int64)
+        counts = np.concatenate([p["pending_counts"] for p in parts]).astype(np.int64)
+    order = np.argsort(ids, kind="stable")
+    waiting = ~np.isin(pending, ids)
+    return ids[order], {key: array[order] for key, array in rows.items()}, pending[waiting], counts[waiting]
 
 
 def reshard(src: str | os.PathLike[str], dst: str | os.PathLike[str], servers: int) -> None:
     """Write ``src``'s save to ``dst`` as one full save (its chain of deltas applied) with its tables cut for
-    ``servers`` servers (rule ``id % servers``)."""
+    ``servers`` servers (rule ``id % servers``).
+
+    ``src`` is checked as :func:`inspect` checks it, and every shard read (checksums, ids) before ``dst``
+    appears. ``dst`` must not exist, or be an empty directory: the copy is written into a temporary
+    directory beside it, renamed to ``dst`` once complete; a failure leaves nothing (directories made for
+    ``dst`` included)."""
     if isinstance(servers, bool) or not isinstance(servers, int) or servers < 1:
         raise BlockirError(f"reshard: --servers must be an int >= 1, got {servers!r}")
     if Path(src).resolve() == Path(dst).resolve():
         raise BlockirError("reshard: SRC and DST must differ (the save is read while the copy is written)")
-    tables = saved_tables(src)
+    target = Path(dst).absolute()
+    if target.is_symlink() or target.exists() and not (target.is_dir() and not any(target.iterdir())):
+        raise BlockirError(f"reshard: DST {dst} exists; the copy goes to a new (or empty) directory")
+    tables = {name: entry for name, (entry, _) in _checked_tables(Path(src)).items()}  # before anything is written
     values = saved_values(src)
-    base = Path(dst).resolve()
+    made = next((p for p in reversed(target.parents) if not p.exists()), None)  # the first directory made for dst
+    tmp = target.parent / f".{target.name}.{secrets.token_hex(6)}.tmp"
 
     def shards(directory: Path) -> dict[str, dict[str, Any]]:
         entries = {}
@@ -129,11 +203,22 @@ def reshard(src: str | os.PathLike[str], dst: str | os.PathLike[str], servers: i
                     "pending_counts": counts[waiting],
                     "removed_ids": np.zeros(0, np.int64),
                 }
-                cut.append({"file": path.relative_to(base).as_posix(), **write_shard(path, arrays)})
+                cut.append({"file": path.relative_to(tmp.resolve()).as_posix(), **write_shard(path, arrays)})
             entries[name] = {key: v for key, v in entry.items() if key != "deltas"} | {
                 "servers": servers,
                 "shards": cut,
             }
         return entries
 
-    save_sharded(dst, values, shards)
+    try:
+        with os_errors(target.parent, "write"):
+            make_dirs(target.parent)
+        save_sharded(tmp, values, shards)
+        with os_errors(target, "write"):
+            os.replace(tmp, target)  # replaces an empty directory; refused (ENOTEMPTY) if dst got files meanwhile
+            sync_dir(target.parent)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        if made is not None:
+            shutil.rmtree(made, ignore_errors=True)
+        raise

@@ -48,8 +48,9 @@ from typing import Any
 
 import numpy as np
 
+from blockir.distributed.saves import checkpoint_info
 from blockir.errors import BlockirError
-from blockir.io.persistence import read_shard, saved_info, saved_tables, saved_values, write_shard
+from blockir.io.persistence import read_shard, saved_tables, saved_values, write_shard
 from blockir.ir import Operator, Program
 from blockir.ir.schema import GRAD_SUFFIX, KernelContext, lookup
 from blockir.ops.values import add_rows
@@ -477,9 +478,9 @@ class ParameterServer:
         table's rows it holds, its dense blocks and their optimizer state, cut from the saved values, and its
         version as saved. Everything is read and checked before anything changes. Its incarnation, which
         workers compare with the one they knew to learn what was lost."""
-        info = saved_info(dirname)
+        info = checkpoint_info(dirname)
         versions = info.get("versions")
-        if not isinstance(versions, list) or len(versions) != self.servers or not isinstance(info.get("step"), int):
+        if versions is None or len(versions) != self.servers or "step" not in info:
             raise BlockirError(
                 f"{dirname}: not a checkpoint of {self.servers} parameter servers (its manifest info: {info!r})"
             )
@@ -551,8 +552,7 @@ class ParameterServer:
             chain = [entry["shards"], *(d["shards"] for d in entry.get("deltas", ()))]  # the base, then each delta
             saves = []
             for shards in chain:
-                extra = ("pending_ids", "pending_counts", "removed_ids")
-                parts = [read_shard(dirname, s, list(shard.arrays), extra) for s in shards]
+                parts = [read_shard(dirname, name, entry, s) for s in shards]  # checked against the manifest
                 ids = np.concatenate([p["ids"] for p in parts])
                 mine = ids % self.servers == self.index
                 rows = {k: np.concatenate([p[k] for p in parts])[mine] for k in shard.arrays}

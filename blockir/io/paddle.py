@@ -35,7 +35,7 @@ from google.protobuf.message import DecodeError
 from blockir.errors import BlockirError
 from blockir.ir import Program, Variable
 from blockir.ir.dtypes import DTYPE_TO_PROTO, PROTO_TO_DTYPE
-from blockir.ir.proto_io import atomic_file, load_program, os_errors
+from blockir.ir.proto_io import atomic_file, load_program, open_regular, os_errors
 from blockir.ir.schema import find
 from blockir.ops.values import LoDTensor
 from blockir.proto import framework_pb2 as pb
@@ -175,9 +175,9 @@ class _Reader:
 def read_combined(path: str | os.PathLike[str], variables: Iterable[Variable]) -> dict[str, Any]:
     """The values of ``variables`` from a ``.pdiparams`` file holding exactly them, in sorted-name order."""
     chosen = sorted(variables, key=lambda v: v.name)
-    if not Path(path).is_file():
+    if not Path(path).exists():  # anything else there (a directory, a FIFO) is named by open_regular
         raise BlockirError(f"{path}: no such parameter file (the program reads {len(chosen)} persistable variables)")
-    with os_errors(path, "read"), open(path, "rb") as f:
+    with os_errors(path, "read"), open_regular(path) as f:
         reader = _Reader(f, os.fstat(f.fileno()).st_size, str(path))
         values = {var.name: reader.tensor(var) for var in chosen}
         if reader.left:
@@ -190,7 +190,7 @@ def read_combined(path: str | os.PathLike[str], variables: Iterable[Variable]) -
 
 def read_tensor_file(path: str | os.PathLike[str], var: Variable) -> Any:
     """The value of ``var`` from a file holding it alone (Paddle's one-file-per-variable form)."""
-    with os_errors(path, "read"), open(path, "rb") as f:
+    with os_errors(path, "read"), open_regular(path) as f:
         reader = _Reader(f, os.fstat(f.fileno()).st_size, str(path))
         value = reader.tensor(var)
         if reader.left:

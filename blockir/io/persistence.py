@@ -43,10 +43,12 @@ still load: a variable the manifest does not name, or every variable where
 there is no manifest, is looked for there. A save removes those old files of
 the variables it writes. Directories named ``gen-`` and digits belong to saves.
 
-Untrusted files are read within declared limits: a ``.npy`` header is checked
-against the size of its file (or bundle member) before anything is allocated,
-a manifest or bundle index may have at most :data:`MAX_INDEX_BYTES`, and an
-array read from a pipe or device at most :data:`MAX_STREAM_BYTES`. Names and
+Untrusted files are read within declared limits: only regular files are read
+(a FIFO, a device or a socket is refused before anything is read), a ``.npy``
+header is checked against the size of its file (or bundle member) before
+anything is allocated, and a manifest or bundle index may have at most
+:data:`MAX_INDEX_BYTES`. A manifest's tables are checked for what they claim
+(types, ranges) as it is read, and each shard against those claims. Names and
 file names (also those a manifest gives) that would lead outside ``dirname``
 are refused. Every problem with a file, the operating system's too
 (permissions, a file where a directory should be), is a :class:`BlockirError`
@@ -63,7 +65,6 @@ import math
 import os
 import re
 import shutil
-import stat
 import struct
 import tokenize
 import zipfile
@@ -84,6 +85,7 @@ from blockir.ir.proto_io import (
     atomic_file,
     load_program,
     make_dirs,
+    open_regular,
     os_errors,
     read_limited,
     stale_temporaries,
@@ -101,7 +103,6 @@ from blockir.runtime.scope import Scope, global_scope
 __all__ = [
     "MANIFEST_FILE",
     "MAX_INDEX_BYTES",
-    "MAX_STREAM_BYTES",
     "PARAMS_DIR",
     "PROGRAM_FILE",
     "FLUID_MODEL_FILE",
@@ -116,6 +117,8 @@ __all__ = [
     "model_format",
     "read_paddle_params",
     "read_shard",
+    "check_shard",
+    "SHARD_EXTRAS",
     "save_inference_model",
     "save_sharded",
     "incomplete_saves",
@@ -135,8 +138,6 @@ MODEL_FORMATS = ("blockir", "paddle", "fluid")  # save_inference_model's formats
 MANIFEST_FILE = "manifest.json"  # names the files of the last save, one file per variable
 MAX_INDEX_BYTES = 64 << 20
 """The largest manifest or bundle ``index.json`` read (64 MiB)."""
-MAX_STREAM_BYTES = 1 << 30
-"""The largest array read from a file that is not a regular file (a pipe, a device): 1 GiB."""
 _INDEX = "index.json"
 _FORMAT, _VERSION = "blockir.vars", 1
 _MANIFEST_FORMAT, _MANIFEST_VERSION = "blockir.save", 1
@@ -243,12 +244,10 @@ def _selected_rows(rows: np.ndarray, values: np.ndarray, height: int) -> Selecte
 # -- .npy files ----------------------------------------------------------------------------------
 
 
-def _read_npy(f: io.BufferedIOBase, size: int, where: str) -> np.ndarray:
-    """The array of the ``.npy`` data ``f`` holds (``size`` bytes from its position), read without pickle.
-
-    The header is checked against ``size`` before anything is allocated: a
-    header cannot make this allocate more than the file holds.
-    """
+def _npy_header(f: io.BufferedIOBase, size: int, where: str) -> tuple[tuple[int, ...], bool, np.dtype, int]:
+    """(shape, Fortran order, dtype, bytes of data) of the ``.npy`` data at ``f``'s position, ``size`` bytes
+    from there; ``f`` is left at the start of the data. The header is checked against ``size``: the data it
+    declares must fit."""
     start = f.read(8)
     if len(start) < 8 or start[:6] != _NPY_MAGIC:
         raise BlockirError(f"{where}: not a .npy array file")
@@ -273,14 +272,23 @@ def _read_npy(f: io.BufferedIOBase, size: int, where: str) -> np.ndarray:
         raise BlockirError(f"{where}: holds {dtype}{list(shape)}, not a tensor of numbers")
     if math.prod(d or 1 for d in shape) * dtype.itemsize > np.iinfo(np.intp).max:  # numpy refuses even empty ones
         raise BlockirError(f"{where}: not a .npy array file (bad header: shape {list(shape)} is too large)")
-    count = math.prod(shape)
-    nbytes, available = count * dtype.itemsize, size - offset
+    nbytes, available = math.prod(shape) * dtype.itemsize, size - offset
     if nbytes > available:
         raise BlockirError(
             f"{where}: truncated .npy file (its header declares {dtype}{list(shape)}, {nbytes} bytes "
             f"of data, and {available} follow)"
         )
-    array = np.empty(count, dtype)
+    return shape, fortran_order, dtype, nbytes
+
+
+def _read_npy(f: io.BufferedIOBase, size: int, where: str) -> np.ndarray:
+    """The array of the ``.npy`` data ``f`` holds (``size`` bytes from its position), read without pickle.
+
+    The header is checked against ``size`` before anything is allocated: a
+    header cannot make this allocate more than the file holds.
+    """
+    shape, fortran_order, dtype, nbytes = _npy_header(f, size, where)
+    array = np.empty(math.prod(shape), dtype)
     view, filled = array.view(np.uint8).data, 0
     while filled < nbytes:
         n = f.readinto(view[filled:])
@@ -291,24 +299,18 @@ def _read_npy(f: io.BufferedIOBase, size: int, where: str) -> np.ndarray:
 
 
 def _load_npy(path: Path, where: str) -> np.ndarray:
-    """A ``.npy`` file's array; one that is not a regular file (a pipe) is read into memory first, within limits."""
-    with os_errors(where, "read"), open(path, "rb") as f:
-        info = os.fstat(f.fileno())
-        if stat.S_ISREG(info.st_mode):
-            return _read_npy(f, info.st_size, where)
-        magic = f.read(len(_NPY_MAGIC))  # refuse /dev/zero at once
-        data = magic + read_limited(f, MAX_STREAM_BYTES, where) if magic == _NPY_MAGIC else magic
-    return _read_npy(io.BytesIO(data), len(data), where)
+    """A ``.npy`` file's array (a regular file's: a FIFO or a device is refused)."""
+    with os_errors(where, "read"), open_regular(path) as f:
+        return _read_npy(cast(io.BufferedIOBase, f), os.fstat(f.fileno()).st_size, where)
 
 
 def load_array(path: str | os.PathLike[str], what: str) -> np.ndarray:
     """The array of the ``.npy`` file ``path``, read without pickle (``blockir run --feed NAME=FILE.npy``).
 
-    Every problem (no such file, not a ``.npy`` file, Python objects, a header
-    declaring more data than the file holds, truncated data) is a
-    :class:`BlockirError` starting ``"WHAT: PATH: "``. Nothing larger than the
-    file is allocated; from a pipe or device at most :data:`MAX_STREAM_BYTES`
-    are read.
+    Every problem (no such file, not a regular file, not a ``.npy`` file,
+    Python objects, a header declaring more data than the file holds,
+    truncated data) is a :class:`BlockirError` starting ``"WHAT: PATH: "``.
+    Nothing larger than the file is allocated.
     """
     return _load_npy(Path(path), f"{what}: {path}")
 
@@ -347,7 +349,7 @@ class _Bundle:
     def __init__(self, path: Path) -> None:
         self.where = str(path)
         with os_errors(path, "read"):
-            self.file = open(path, "rb")
+            self.file = open_regular(path)
         try:
             with os_errors(path, "read"), _zip_errors(self.where):
                 try:
@@ -444,7 +446,7 @@ def _read_manifest(base: Path) -> _Manifest | None:
     where = str(path)
     with os_errors(path, "read"):
         try:
-            f = open(path, "rb")
+            f = open_regular(path)
         except FileNotFoundError:
             return None
         with f:
@@ -476,26 +478,86 @@ def _read_manifest(base: Path) -> _Manifest | None:
 
 
 _TABLE_KEYS = {"height": int, "dim": int, "dtype": str, "servers": int, "rule": str, "states": list, "shards": list}
+SHARD_EXTRAS = ("pending_ids", "pending_counts", "removed_ids")
+"""What a table's shard holds besides its ``ids`` and rows (the table's and each state's): the ids seen and not
+admitted, their sightings, and the ids a delta removes; one-dimensional integer arrays."""
+_CRC32 = re.compile(r"[0-9a-f]{8}")
+
+
+def _is_count(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and value >= 0
+
+
+def _table_dtype(dtype: str) -> np.dtype | None:
+    """The numpy dtype a table's ``dtype`` names (its numpy name), None when it names no tensor element type."""
+    try:
+        found = np.dtype(dtype)
+    except (TypeError, ValueError, SyntaxError, OverflowError):  # numpy parses some strings as type expressions
+        return None
+    return found if found.name == dtype and found.kind in _ELEMENT_KINDS else None
 
 
 def _check_table_entry(base: Path, where: str, name: str, table: Any) -> None:
-    if not isinstance(table, dict) or any(not isinstance(table.get(k), t) for k, t in _TABLE_KEYS.items()):
+    """A manifest's entry of a sparse table: every claim it makes that can be checked without its shards (types,
+    ranges, the shards' names and counts), as every reader of the save relies on them."""
+    if not isinstance(table, dict):
         raise BlockirError(f"{where}: bad entry for table {name!r}")
-    if table["rule"] != "id % servers" or len(table["shards"]) != table["servers"]:
-        raise BlockirError(f"{where}: table {name!r}: {len(table['shards'])} shards of {table['servers']} servers")
+    for key, kind in _TABLE_KEYS.items():
+        value = table.get(key)
+        if not isinstance(value, kind) or isinstance(value, bool):
+            what = {int: "an integer", str: "a string", list: "a list"}[kind]
+            raise BlockirError(f"{where}: table {name!r}: {key} {value!r} is not {what}")
+    for key in ("height", "dim", "servers"):
+        if table[key] < 1:
+            raise BlockirError(f"{where}: table {name!r}: {key} {table[key]} is not 1 or more")
+    dtype = _table_dtype(table["dtype"])
+    if dtype is None:
+        raise BlockirError(f"{where}: table {name!r}: dtype {table['dtype']!r} is not a numpy tensor element type")
+    if table["height"] * table["dim"] * dtype.itemsize > np.iinfo(np.intp).max:
+        raise BlockirError(
+            f"{where}: table {name!r}: height {table['height']} and dim {table['dim']} of {dtype} make a table "
+            f"larger than any array (more than {np.iinfo(np.intp).max} bytes)"
+        )
+    if table["rule"] != "id % servers":
+        raise BlockirError(f"{where}: table {name!r}: rule {table['rule']!r} is not 'id % servers'")
+    states = table["states"]
+    if not all(isinstance(s, str) for s in states) or len(set(states)) != len(states):
+        raise BlockirError(f"{where}: table {name!r}: states {states!r} are not distinct variable names")
+    taken = [s for s in states if s in ("ids", name, *SHARD_EXTRAS)]
+    if taken:
+        raise BlockirError(f"{where}: table {name!r}: a state named {taken[0]!r}, the name of another array")
     deltas = table.get("deltas", [])
     if not isinstance(deltas, list) or not all(
         isinstance(d, dict) and isinstance(d.get("shards"), list) for d in deltas
     ):
         raise BlockirError(f"{where}: bad deltas of table {name!r}")
-    for shard in [*table["shards"], *(s for d in deltas for s in d["shards"])]:
-        if (
-            not isinstance(shard, dict)
-            or not isinstance(shard.get("file"), str)
-            or not isinstance(shard.get("crc32"), str)
-        ):
-            raise BlockirError(f"{where}: bad shard entry of table {name!r}: {shard!r}")
-        _inside(base, shard["file"], f"{where}: a shard of table {name!r},")
+    required = ["ids", name, *states, *SHARD_EXTRAS]
+    for k, shards in enumerate([table["shards"], *(d["shards"] for d in deltas)]):
+        save = "base save" if k == 0 else f"delta {k}"
+        if len(shards) != table["servers"]:
+            raise BlockirError(f"{where}: table {name!r}: {len(shards)} shards of {table['servers']} servers ({save})")
+        for shard in shards:
+            if not isinstance(shard, dict) or not isinstance(shard.get("file"), str):
+                raise BlockirError(f"{where}: bad shard entry of table {name!r}: {shard!r}")
+            _inside(base, shard["file"], f"{where}: a shard of table {name!r},")
+            what = f"{where}: table {name!r}: shard {shard['file']!r}"
+            crc, rows, arrays = shard.get("crc32"), shard.get("rows"), shard.get("arrays")
+            if not isinstance(crc, str) or not _CRC32.fullmatch(crc):
+                raise BlockirError(f"{what}: crc32 {crc!r} is not 8 hexadecimal digits")
+            if not _is_count(rows):
+                raise BlockirError(f"{what}: rows {rows!r} is not a count (0 or more)")
+            if not isinstance(arrays, list) or not all(isinstance(a, str) for a in arrays):
+                raise BlockirError(f"{what}: arrays {arrays!r} is not a list of names")
+            missing = [a for a in required if a not in arrays]
+            if missing or len(set(arrays)) != len(arrays):
+                problem = f"lacks {missing[0]!r}" if missing else "names an array twice"
+                raise BlockirError(f"{what}: arrays {arrays!r} {problem}")
+        total = sum(shard["rows"] for shard in shards)
+        if total > table["height"]:
+            raise BlockirError(
+                f"{where}: table {name!r}: {total} rows in the shards of its {save}, more than its height "
+                f"{table['height']}"
+            )
 
 
 def _write_manifest(base: Path, manifest: _Manifest) -> None:
@@ -602,8 +664,10 @@ def save_sharded(
     generation directory (each writer its shard files, synced), returning each table's manifest entry
     (``height``, ``dim``, ``dtype``, ``servers``, ``rule`` = ``"id % servers"``, ``states``: the optimizer
     state saved with each row, ``shards``: per server ``{"file": path relative to dirname, "arrays": [...],
-    "rows": n, "crc32": hex}``). ``info`` (JSON values) is recorded in the manifest (:func:`saved_info`). The
-    manifest, naming everything, is written last: until then the previous save is the one that loads."""
+    "rows": n, "crc32": hex}``, the arrays ``ids``, the table's and each state's rows and :data:`SHARD_EXTRAS`).
+    ``info`` (JSON values) is recorded in the manifest (:func:`saved_info`). The manifest, naming everything,
+    is written last: until then the previous save is the one that loads. Every reader checks the entries'
+    claims as it reads the manifest, and each shard against them (:func:`check_shard`, :func:`read_shard`)."""
     _save_files(dirname, values, shards, info)
 
 
@@ -686,32 +750,91 @@ def write_shard(path: Path, arrays: dict[str, np.ndarray]) -> dict[str, Any]:
     return {"arrays": list(arrays), "rows": int(len(arrays["ids"])), "crc32": hashing.checksum}
 
 
-def read_shard(
-    dirname: str | os.PathLike[str], shard: dict[str, Any], names: Sequence[str], extra: Sequence[str] = ()
-) -> dict[str, np.ndarray]:
-    """A table shard's arrays: ``ids`` and ``names`` (one row each) and ``extra`` (other lengths). The file is
-    read once, checksummed as it is read: a checksum that differs from the manifest's is an error, and
-    nothing read is returned."""
+def _check_arrays(
+    dirname: str | os.PathLike[str], name: str, table: dict[str, Any], shard: dict[str, Any], held: dict[str, Any]
+) -> None:
+    """The dtypes and shapes of a shard's arrays (``held``: name -> (dtype, shape), from their headers or as read)
+    against the claims of its manifest: ``rows`` ids, rows of the table's ``dim`` values of its ``dtype``."""
+    manifest, file = Path(dirname) / MANIFEST_FILE, shard["file"]
+    dtype = np.dtype(table["dtype"])
+    for array, (kind, shape) in held.items():
+        holds = f"its shard {file} holds {array!r} as {kind}{list(shape)}"
+        if array == "ids" or array in SHARD_EXTRAS:
+            if len(shape) != 1 or kind.kind not in "iu":
+                raise BlockirError(
+                    f"{_inside(dirname, file, 'a table shard')}: {array!r} is {kind}{list(shape)}, "
+                    f"not a list of integer ids"
+                )
+        elif array == name or array in table["states"]:
+            if kind != dtype:
+                raise BlockirError(f"{manifest}: table {name!r} has dtype {dtype}, but {holds}")
+            if len(shape) != 2 or shape[1] != table["dim"]:
+                raise BlockirError(f"{manifest}: table {name!r} has dim {table['dim']}, but {holds}")
+        if array == "ids" or array == name or array in table["states"]:
+            if shape[0] != shard["rows"]:
+                raise BlockirError(f"{manifest}: table {name!r}: shard {file} has {shard['rows']} rows, but {holds}")
+    pending, counts = held["pending_ids"][1], held["pending_counts"][1]
+    if pending != counts:
+        raise BlockirError(
+            f"{_inside(dirname, file, 'a table shard')}: {pending[0]} pending ids and {counts[0]} counts of their "
+            f"sightings"
+        )
+
+
+def check_shard(dirname: str | os.PathLike[str], name: str, table: dict[str, Any], shard: dict[str, Any]) -> int:
+    """Check a shard of the table ``name`` (its manifest entry ``table``, the shard's ``shard``) against what the
+    manifest claims, without reading its data: a regular file of exactly the arrays the manifest names, their
+    headers giving its ``rows``, ``dim`` and ``dtype``. Its size in bytes; a :class:`BlockirError` naming the
+    first claim it belies. (:func:`read_shard` also checks the checksum and the ids.)"""
     path = _inside(dirname, shard["file"], "a table shard")
     where = str(path)
-    order = shard.get("arrays")
-    if not isinstance(order, list) or not all(isinstance(n, str) for n in order):
-        raise BlockirError(f"{where}: the manifest does not say which arrays the shard holds")
-    missing = [n for n in ("ids", *names, *extra) if n not in order]
-    if missing:
-        raise BlockirError(f"{where}: holds no variable {missing[0]!r} (it holds {order})")
-    with os_errors(path, "read"), open(path, "rb") as f:
+    held = {}
+    with os_errors(path, "read"), open_regular(path) as f:
+        size = os.fstat(f.fileno()).st_size
+        for array in shard["arrays"]:
+            shape, _, dtype, nbytes = _npy_header(cast(io.BufferedIOBase, f), size - f.tell(), f"{where}: {array}")
+            held[array] = (dtype, shape)
+            f.seek(nbytes, os.SEEK_CUR)
+        left = size - f.tell()
+    if left:
+        raise BlockirError(f"{where}: {left} bytes after the arrays its manifest names ({', '.join(shard['arrays'])})")
+    _check_arrays(dirname, name, table, shard, held)
+    return size
+
+
+def read_shard(
+    dirname: str | os.PathLike[str], name: str, table: dict[str, Any], shard: dict[str, Any]
+) -> dict[str, np.ndarray]:
+    """A shard of the table ``name`` (its manifest entry ``table``, the shard's ``shard``): its arrays by name
+    (``ids``, the rows of the table and of each state in ``table["states"]``, :data:`SHARD_EXTRAS`). Checked
+    as :func:`check_shard` does, then read once, checksummed as it is read (a checksum that differs from the
+    manifest's is an error, and nothing read is returned), every id in ``0..height-1`` and none twice."""
+    check_shard(dirname, name, table, shard)
+    path = _inside(dirname, shard["file"], "a table shard")
+    where = str(path)
+    with os_errors(path, "read"), open_regular(path) as f:
         size = os.fstat(f.fileno()).st_size
         hashing = _Checksumming(f)
         arrays = {}
-        for name in order:
-            arrays[name] = _read_npy(cast(io.BufferedIOBase, hashing), size - f.tell(), f"{where}: {name}")
+        for array in shard["arrays"]:
+            arrays[array] = _read_npy(cast(io.BufferedIOBase, hashing), size - f.tell(), f"{where}: {array}")
         trailing = hashing.read()
     if trailing or hashing.checksum != shard["crc32"]:
         raise BlockirError(f"{where}: checksum mismatch (the shard changed or was cut short since it was saved)")
-    if any(len(arrays[n]) != shard["rows"] for n in ("ids", *names)):
-        raise BlockirError(f"{where}: the shard holds other than its {shard['rows']} rows")
-    return {n: arrays[n] for n in ("ids", *names, *extra)}
+    _check_arrays(dirname, name, table, shard, {a: (v.dtype, v.shape) for a, v in arrays.items()})  # as read
+    for array in ("ids", "pending_ids", "removed_ids"):
+        ids = arrays[array]
+        if ids.size and not 0 <= ids.min() <= ids.max() < table["height"]:
+            bad = ids.min() if ids.min() < 0 else ids.max()
+            raise BlockirError(
+                f"{Path(dirname) / MANIFEST_FILE}: table {name!r} has height {table['height']}, but its shard "
+                f"{shard['file']} holds id {bad} ({array!r})"
+            )
+    ids = np.sort(arrays["ids"])
+    twice = ids[1:][ids[1:] == ids[:-1]]
+    if twice.size:
+        raise BlockirError(f"{where}: holds the row of id {twice[0]} twice")
+    return arrays
 
 
 def _remove_stale(base: Path, manifest: _Manifest, files: list[Path]) -> None:
@@ -740,9 +863,9 @@ def _load_file(dirname: str | os.PathLike[str], manifest: _Manifest | None, name
         path = _inside(dirname, entry["file"], f"the file of variable {name!r}")
         return _load_npy(path, str(path)) if entry["kind"] == "dense" else _load_from_bundle(path, name)
     npy, npz = _files(dirname, name)
-    if npy.is_file():
+    if npy.exists():  # a FIFO there is refused by name, not passed over
         return _load_npy(npy, str(npy))
-    if npz.is_file():
+    if npz.exists():
         return _load_from_bundle(npz, name)
     raise BlockirError(
         f"no saved value for variable {name!r} in {str(dirname)!r} (looked for {npy.name}, {npz.name}"
@@ -1135,7 +1258,7 @@ def model_format(
     if model_filename is None:
         return "fluid" if not (p / PROGRAM_FILE).exists() and (p / FLUID_MODEL_FILE).exists() else "blockir"
     if params_filename is not None:  # blockir's bundle is a zip; Paddle's combined file a tensor stream
-        with os_errors(p / params_filename, "read"), open(_inside(p, params_filename, "params_filename"), "rb") as f:
+        with os_errors(p / params_filename, "read"), open_regular(_inside(p, params_filename, "params_filename")) as f:
             return "blockir" if f.read(4) == b"PK\x03\x04" else "fluid"
     return "blockir" if (p / PARAMS_DIR).is_dir() else "fluid"
 

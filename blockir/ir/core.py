@@ -38,6 +38,60 @@ def _is_name(value: object) -> TypeGuard[str]:
 
 TENSOR_KINDS = frozenset({VarKind.LOD_TENSOR, VarKind.SELECTED_ROWS, VarKind.LOD_TENSOR_ARRAY})
 
+MAX_BLOCK_DEPTH = 64
+"""How deep blocks may nest: a block has at most 64 ancestors (the global block has none). Paddle's programs
+nest a few levels (a ``while`` in a ``conditional_block``, ...); the loaders refuse a program nesting deeper
+and the verifier reports one."""
+
+TOO_DEEP = f"nested more than {MAX_BLOCK_DEPTH} blocks deep, the limit of block nesting"
+"""What the loaders and the verifier say of a block nested deeper than :data:`MAX_BLOCK_DEPTH`."""
+
+
+def block_chains(parents: Sequence[int]) -> tuple[list[int], list[int | None]]:
+    """The parent chains of the blocks whose ``parent_idx`` are ``parents``, in time linear in their number.
+
+    A block's chain is the block, its parent, the parent's parent, ..., ending before a parent index that is
+    not a block (-1) or before a block already in the chain (the parents form a cycle). Returns per block the
+    length of its chain and, where the chain ends at a cycle, the block the chain would have come back to
+    (None where it ends at -1 or an invalid index). An acyclic chain of length ``n`` is a block ``n - 1``
+    levels deep.
+    """
+    n = len(parents)
+    lengths = [0] * n
+    cycles: list[int | None] = [None] * n
+    state = bytearray(n)  # 0: not seen, 1: on the walk at hand, 2: done
+    for start in range(n):
+        if state[start]:
+            continue
+        path: list[int] = []
+        v = start
+        while 0 <= v < n and not state[v]:
+            state[v] = 1
+            path.append(v)
+            v = parents[v]
+        length: int = 0
+        cycle: int | None = None
+        if 0 <= v < n and state[v] == 1:  # the walk came back to block v: the blocks from v on are a cycle
+            at = path.index(v)
+            for b in path[at:]:
+                lengths[b], cycles[b], state[b] = len(path) - at, b, 2
+            del path[at:]
+            length, cycle = lengths[v], v  # the blocks before v continue into the cycle
+        elif 0 <= v < n:  # a block done before: the walk's chains continue into its chain
+            length, cycle = lengths[v], cycles[v]
+        for b in reversed(path):
+            length += 1
+            lengths[b], cycles[b], state[b] = length, cycle, 2
+    return lengths, cycles
+
+
+def too_deep(parents: Sequence[int]) -> int | None:
+    """The first block (by index) of the blocks whose ``parent_idx`` are ``parents`` that is nested deeper than
+    :data:`MAX_BLOCK_DEPTH` (its chain of parents reaching -1 or an invalid index); None when there is none.
+    Parents forming a cycle are left to the verifier."""
+    lengths, cycles = block_chains(parents)
+    return next((i for i, (n, c) in enumerate(zip(lengths, cycles)) if c is None and n - 1 > MAX_BLOCK_DEPTH), None)
+
 
 class Variable:
     """A named value of a block.

@@ -2,9 +2,10 @@
 
 Also the file primitives persistence builds on: :func:`atomic_file` (write
 through a temporary file and a rename, honouring the umask),
-:func:`read_limited` (read an untrusted file without ever holding more than a
-limit) and :func:`os_errors` (an ``OSError`` as one :class:`BlockirError`
-naming the file).
+:func:`open_regular` (open a file to read, refusing a FIFO, a device or a
+socket), :func:`read_limited` (read an untrusted file without ever holding
+more than a limit) and :func:`os_errors` (an ``OSError`` as one
+:class:`BlockirError` naming the file).
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ import glob
 import os
 import secrets
 import stat
+import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any, BinaryIO, cast
@@ -24,7 +26,7 @@ from google.protobuf.unknown_fields import UnknownFieldSet
 
 from blockir.errors import BlockirError, ProgramFormatError
 from blockir.ir.attrs import LIST_TYPES, AttrType
-from blockir.ir.core import Operator, Program, Variable
+from blockir.ir.core import TOO_DEEP, Operator, Program, Variable, too_deep
 from blockir.ir.dtypes import DTYPE_TO_PROTO, PROTO_TO_DTYPE, VarKind
 from blockir.proto import framework_pb2 as pb
 
@@ -250,6 +252,9 @@ def program_from_proto(d: pb.ProgramDesc, source: str = "<proto>") -> Program:
             )
     if not program.blocks:
         raise ProgramFormatError(f"{source}: program has no blocks")
+    deep = too_deep([b.parent_idx for b in program.blocks])
+    if deep is not None:
+        raise ProgramFormatError(f"{source}: block {deep}: {TOO_DEEP}")
     program.version = d.version.version
     program.op_versions = {p.op_name: p.op_version.version for p in d.op_version_map.pair}
     program.random_seed = d.random_seed
@@ -285,7 +290,11 @@ def program_from_bytes(data: bytes, source: str = "<bytes>") -> Program:
 MAX_PROGRAM_BYTES = 256 << 20
 """The largest program file :func:`load_program` reads (256 MiB; real programs are a few MiB)."""
 
-_CHUNK = 1 << 20  # how much a read of a pipe or device asks for at a time
+_CHUNK = 1 << 20  # how much a read of a stream (standard input) asks for at a time
+
+
+class NotRegularFileError(OSError):
+    """What :func:`open_regular` raises for a FIFO, a device or a socket; ``strerror`` says which."""
 
 
 @contextlib.contextmanager
@@ -304,15 +313,60 @@ def os_errors(path: str | os.PathLike[str], doing: str, error: type[BlockirError
         if doing == "read":
             reasons[errno.ENOENT] = "no such file"
         reason = reasons.get(e.errno or 0, f"cannot {doing} ({e.strerror or e})")
+        if isinstance(e, NotRegularFileError):
+            reason = str(e.strerror)
         raise error(f"{path}: {reason}") from None
+
+
+_SPECIAL = ((stat.S_ISFIFO, "a FIFO"), (stat.S_ISCHR, "a character device"), (stat.S_ISBLK, "a block device"))
+
+
+def _is_socket(path: str | os.PathLike[str]) -> bool:
+    try:
+        return stat.S_ISSOCK(os.stat(path).st_mode)
+    except OSError:
+        return False
+
+
+def open_regular(path: str | os.PathLike[str]) -> BinaryIO:
+    """``path`` opened to read (binary) when it is a regular file.
+
+    Anything else is refused before a byte is read, as an ``OSError`` that
+    the callers' handling of ``OSError`` reports like any other: a directory
+    is an ``IsADirectoryError``, a FIFO, a device or a socket a
+    :class:`NotRegularFileError` (``strerror``: ``"a FIFO, not a regular
+    file"``). Reading those could wait forever (a FIFO no one writes, which
+    is opened here without waiting for a writer) or never end
+    (``/dev/zero``). The loaders of programs, saves, feeds, data feed
+    descriptions and data files and traces open their files here; the one
+    stream blockir reads is standard input, the command line's PROGRAM ``-``.
+    """
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+    except OSError as e:
+        if e.errno == errno.ENXIO and _is_socket(path):  # what opening a socket says
+            raise NotRegularFileError(errno.EINVAL, "a socket, not a regular file", os.fspath(path)) from None
+        raise
+    try:
+        mode = os.fstat(fd).st_mode
+        if stat.S_ISDIR(mode):
+            raise IsADirectoryError(errno.EISDIR, os.strerror(errno.EISDIR), os.fspath(path))
+        if not stat.S_ISREG(mode):
+            kind = next((name for test, name in _SPECIAL if test(mode)), "a special file")
+            raise NotRegularFileError(errno.EINVAL, f"{kind}, not a regular file", os.fspath(path))
+        os.set_blocking(fd, True)
+        return os.fdopen(fd, "rb")
+    except BaseException:
+        os.close(fd)
+        raise
 
 
 def read_limited(f: BinaryIO, limit: int, where: str, error: type[BlockirError] = BlockirError) -> bytes:
     """All of ``f``'s bytes; an error naming ``where`` when there are more than ``limit``.
 
-    A regular file is refused by its size before anything is read; anything
-    else (a pipe, ``/dev/zero``) is read in chunks of 1 MiB until the limit is
-    passed, so no more than ``limit`` plus a chunk is ever held.
+    A regular file is refused by its size before anything is read; a stream
+    (standard input) is read in chunks of 1 MiB until the limit is passed, so
+    no more than ``limit`` plus a chunk is ever held.
     """
     info = os.fstat(f.fileno())
     if stat.S_ISREG(info.st_mode) and info.st_size > limit:
@@ -326,9 +380,9 @@ def read_limited(f: BinaryIO, limit: int, where: str, error: type[BlockirError] 
 
 
 def load_program(path: str | os.PathLike[str]) -> Program:
-    """Read a binary ProgramDesc from ``path`` (at most :data:`MAX_PROGRAM_BYTES`)."""
+    """Read a binary ProgramDesc from the regular file ``path`` (at most :data:`MAX_PROGRAM_BYTES`)."""
     p = Path(path)
-    with os_errors(p, "read", ProgramFormatError), open(p, "rb") as f:
+    with os_errors(p, "read", ProgramFormatError), open_regular(p) as f:
         data = read_limited(f, MAX_PROGRAM_BYTES, str(p), ProgramFormatError)
     return program_from_bytes(data, str(p))
 
@@ -351,20 +405,41 @@ def sync_dir(path: str | os.PathLike[str]) -> None:
         os.close(fd)
 
 
+def check_output_file(path: str | os.PathLike[str], option: str = "") -> None:
+    """Check, before any work, that a file can be written at ``path``: not a directory, in a directory that
+    exists and takes files; a :class:`BlockirError` naming ``path`` (after ``option``, a command line's) if not."""
+    target, where = Path(path), f"{option} {path}".lstrip()
+    if target.is_dir():
+        raise BlockirError(f"{where}: is a directory, not a file")
+    if not target.parent.is_dir():
+        state = "is not a directory" if target.parent.exists() else "does not exist"
+        raise BlockirError(f"{where}: the directory {str(target.parent)!r} {state}")
+    check_writable_dir(target.parent, where)
+
+
+def check_writable_dir(directory: Path, where: str) -> None:
+    """Create and remove an unnamed file in ``directory``: the one sure test that it can be written."""
+    try:
+        tempfile.TemporaryFile(dir=directory).close()
+    except OSError as e:
+        raise BlockirError(f"{where}: cannot write in {str(directory)!r} ({e.strerror or e})") from None
+
+
 @contextlib.contextmanager
-def atomic_file(path: str | os.PathLike[str]) -> Iterator[BinaryIO]:
+def atomic_file(path: str | os.PathLike[str], make_parents: bool = True) -> Iterator[BinaryIO]:
     """A binary file to write that replaces ``path`` only when the ``with`` block succeeds.
 
-    It is a temporary file in the same directory, created with the mode the
-    umask gives (``-rw-r--r--`` under umask 022, as ``open`` would), synced,
-    renamed over ``path`` and the rename synced. On any error it is removed and
-    ``path`` left as it was; an ``OSError`` (in the block too: a write that
-    fails) becomes a :class:`BlockirError` naming ``path``.
+    It is a temporary file in the same directory (made first, with its parents, when ``make_parents``), created
+    with the mode the umask gives (``-rw-r--r--`` under umask 022, as ``open`` would), synced, renamed over
+    ``path`` and the rename synced. On any error it is removed and ``path`` left as it was; an ``OSError`` (in
+    the block too: a write that fails; a missing directory without ``make_parents``) becomes a
+    :class:`BlockirError` naming ``path``.
     """
     p = Path(path)
     tmp = p.parent / f".{p.name}.{secrets.token_hex(6)}.tmp"  # the pattern stale_temporaries knows
     with os_errors(p, "write"):
-        make_dirs(p.parent)
+        if make_parents:
+            make_dirs(p.parent)
         fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666)
         try:
             with os.fdopen(fd, "wb") as f:
@@ -385,9 +460,9 @@ def stale_temporaries(path: str | os.PathLike[str]) -> list[Path]:
     return sorted(p.parent.glob(f".{glob.escape(p.name)}.*.tmp"))
 
 
-def atomic_write(path: str | os.PathLike[str], data: bytes) -> None:
-    """Write ``data`` to ``path`` through a temporary file in the same directory and a rename."""
-    with atomic_file(path) as f:
+def atomic_write(path: str | os.PathLike[str], data: bytes, make_parents: bool = True) -> None:
+    """Write ``data`` to ``path`` through a temporary file in the same directory and a rename (:func:`atomic_file`)."""
+    with atomic_file(path, make_parents) as f:
         f.write(data)
 
 

@@ -55,7 +55,7 @@ import numpy as np
 
 from blockir.errors import BlockirError, ParseError
 from blockir.ir.attrs import INT32_MAX, INT32_MIN, INT64_MAX, INT64_MIN, LIST_TYPES, AttrType, normalize
-from blockir.ir.core import Block, Operator, Program, Variable
+from blockir.ir.core import TOO_DEEP, Block, Operator, Program, Variable, too_deep
 from blockir.ir.dtypes import VarKind, to_dtype
 
 __all__ = ["format_attr_value", "format_block", "format_op", "format_program", "format_var", "parse", "parse_program"]
@@ -518,8 +518,14 @@ class _Parser:
         program.random_seed = opts.get("random_seed", 0)
         program.device = opts.get("device", "")
         program.op_versions = opts.get("op_versions", {})
+        headers: list[tuple[int, str]] = []  # per block: the row and text of its header
         while self.next_line("" if program.blocks else "block 0"):
+            headers.append((self.row, self.line))
             self.block(program)
+        deep = too_deep([b.parent_idx for b in program.blocks])
+        if deep is not None:
+            self.row, self.line = headers[deep]
+            raise self.fail(f"block {deep}: {TOO_DEEP}", self.line.find("parent="))
         return program
 
     def op_versions(self) -> dict[str, int]:

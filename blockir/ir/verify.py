@@ -11,7 +11,9 @@ of one op that a run would trip on (:func:`op_problems`) and
 Checks:
 
 * blocks are numbered in order, parent indices are valid and acyclic, block 0
-  is the root, ``forward_block_idx`` is -1 or an existing block;
+  is the root, blocks nest at most ``MAX_BLOCK_DEPTH`` (64) levels below it
+  (reported at the first level past it), ``forward_block_idx`` is -1 or an
+  existing block;
 * every variable an op reads or writes is declared in its block or an ancestor
   (``@EMPTY@``, the "no gradient" placeholder, excepted);
 * every variable an op reads is defined before: written by an earlier op of the
@@ -34,11 +36,13 @@ Checks:
 
 from __future__ import annotations
 
+import functools
+from collections.abc import Callable, Iterator
 from typing import Any
 
 from blockir.errors import BlockirError, VerifyError
 from blockir.ir.attrs import LIST_TYPES, AttrType, normalize
-from blockir.ir.core import Block, Operator, Program, Variable
+from blockir.ir.core import MAX_BLOCK_DEPTH, TOO_DEEP, Block, Operator, Program, Variable, block_chains
 from blockir.ir.devices import DEVICE_FORMS, is_valid_device
 from blockir.ir.schema import COMMON_ATTRS, EMPTY_VAR, GRAD_SUFFIX, REQUIRED, Lowering, OpSchema, find, lowering_of
 
@@ -51,7 +55,8 @@ class _Verifier:
         self.allow_unknown_ops = allow_unknown_ops
         self.problems: list[str] = []
         self.position = {id(b): i for i, b in enumerate(program.blocks)}
-        self.chains = [self._chain(b) for b in program.blocks]
+        # The chain of a block (block_chains): its length, and the block where it closes a cycle.
+        self.lengths, self.cycles = block_chains([b.parent_idx for b in program.blocks])
 
     # -- reporting ---------------------------------------------------------
     def block_problem(self, block: Block, message: str) -> None:
@@ -61,17 +66,12 @@ class _Verifier:
         self.problems.append(f"block {self.position[id(block)]}, op {index}: {message}\n    in: {op}")
 
     # -- blocks ------------------------------------------------------------
-    def _chain(self, block: Block) -> list[Block]:
-        """The block and its ancestors, stopping at an invalid parent or a cycle."""
-        chain = [block]
-        seen = {id(block)}
-        parent = block.parent_idx
-        while 0 <= parent < len(self.program.blocks) and id(self.program.blocks[parent]) not in seen:
-            b = self.program.blocks[parent]
-            chain.append(b)
-            seen.add(id(b))
-            parent = b.parent_idx
-        return chain
+    def chain(self, i: int) -> Iterator[Block]:
+        """Block ``i`` and its ancestors, stopping at an invalid parent or before a block already there."""
+        blocks = self.program.blocks
+        for _ in range(self.lengths[i]):
+            yield blocks[i]
+            i = blocks[i].parent_idx
 
     def check_blocks(self) -> None:
         n = len(self.program.blocks)
@@ -88,10 +88,10 @@ class _Verifier:
                 self.block_problem(block, f"the global block must have parent -1, not {block.parent_idx}")
             elif i > 0 and not 0 <= block.parent_idx < n:
                 self.block_problem(block, f"parent index {block.parent_idx} is not a block of the program")
-            elif i > 0:
-                last = self.chains[i][-1]
-                if 0 <= last.parent_idx < n:  # the chain stopped on a block already in it
-                    self.block_problem(block, f"its parents form a cycle through block {last.parent_idx}")
+            elif i > 0 and self.cycles[i] is not None:
+                self.block_problem(block, f"its parents form a cycle through block {self.cycles[i]}")
+            if self.cycles[i] is None and self.lengths[i] == MAX_BLOCK_DEPTH + 2:  # the first level too deep
+                self.block_problem(block, f"{TOO_DEEP} (and so are the blocks below it)")
             if not -1 <= block.forward_block_idx < n:
                 self.block_problem(block, f"forward_block_idx {block.forward_block_idx} is not a block of the program")
             if block.device and not is_valid_device(block.device):
@@ -106,34 +106,24 @@ class _Verifier:
 
     # -- variables ---------------------------------------------------------
     def lookup(self, block: Block, name: str) -> Variable | None:
-        for b in self.chains[self.position[id(block)]]:
+        for b in self.chain(self.position[id(block)]):
             if name in b.vars:
                 return b.vars[name]
         return None
 
     def check_ops(self) -> None:
+        """Every op's checks, with what is defined where it runs (:class:`_Defined`); the blocks in the order
+        of their chains' lengths (parents before children), the feed and fetch columns of each."""
         blocks = self.program.blocks
-        fed = [{n for op in b.ops if lowering_of(op.type) is Lowering.FEED for n in op.output_names()} for b in blocks]
-        entry: dict[int, set[str]] = {}  # sub-block -> what is defined where its owner op runs
-        done: dict[int, set[str]] = {}  # block -> what is defined after its last op
-        # Parents before children: a parent's chain is one shorter than its child's.
-        for i in sorted(range(len(blocks)), key=lambda i: (len(self.chains[i]), i)):
+        defined = _Defined(self.program, self.lengths, self.cycles)
+        for i in sorted(range(len(blocks)), key=lambda i: (self.lengths[i], i)):
             block = blocks[i]
-            defined = set(entry.get(i, done.get(block.parent_idx, set())))
-            if 0 <= block.forward_block_idx < len(blocks):
-                defined |= {n for op in blocks[block.forward_block_idx].ops for n in op.output_names()}
-            defined |= {n for b in self.chains[i] for n in fed[self.position[id(b)]]}
             for index, op in enumerate(block.ops):
-                self.check_op(block, index, op, defined)
-                for sub in op.sub_block_indices():
-                    if 0 <= sub < len(blocks) and blocks[sub].parent_idx == i:
-                        entry.setdefault(sub, set(defined))
-                defined.update(op.output_names())
-            done[i] = defined
+                self.check_op(block, index, op, functools.partial(defined, i=i, k=index))
             for index, problem in column_problems(block):
                 self.op_problem(block, index, block.ops[index], problem)
 
-    def check_op(self, block: Block, index: int, op: Operator, defined: set[str]) -> None:
+    def check_op(self, block: Block, index: int, op: Operator, defined: Callable[[str], bool]) -> None:
         for slot, names in op.inputs.items():
             for name in names:
                 if name == EMPTY_VAR:
@@ -143,7 +133,7 @@ class _Verifier:
                     self.op_problem(
                         block, index, op, f"input {name!r} (slot {slot}) is not declared in the block or its ancestors"
                     )
-                elif not (name in defined or var.persistable or var.need_check_feed):
+                elif not (var.persistable or var.need_check_feed or defined(name)):
                     self.op_problem(
                         block,
                         index,
@@ -171,6 +161,78 @@ class _Verifier:
         device = op.attrs.get("op_device")
         if isinstance(device, str) and device and not is_valid_device(device):
             self.op_problem(block, index, op, f"op_device {device!r} is not well formed (expected {DEVICE_FORMS})")
+
+
+class _Defined:
+    """Whether a variable is defined where op ``k`` of block ``i`` runs: written by an earlier op of the block;
+    written by any op of the block's forward block; fed in the block or an ancestor; or defined where its
+    owner op runs in its parent (the first op owning it), at the end of the parent when no op owns it.
+
+    The blocks are checked in the order of their chains' lengths, parents first; a block inherits from its
+    parent only when the parent comes first in that order (in a cycle of parents, some block's parent comes
+    after it: that block starts from its fed variables alone). Each question walks up the parents, a few
+    dict look-ups a level: nothing is copied per block or per owner op, so the cost is linear in the size of
+    the program (times the nesting depth).
+    """
+
+    def __init__(self, program: Program, lengths: list[int], cycles: list[int | None]) -> None:
+        blocks = program.blocks
+        n = len(blocks)
+        self.blocks, self.lengths, self.cycles = blocks, lengths, cycles
+        # block -> variable -> the index of the first op writing it
+        self.first_write: list[dict[str, int]] = []
+        self.fed: list[set[str]] = []
+        self.owner: dict[int, int] = {}  # sub-block -> the index of the first op of its parent owning it
+        for i, b in enumerate(blocks):
+            writes: dict[str, int] = {}
+            fed: set[str] = set()
+            for k, op in enumerate(b.ops):
+                names = op.output_names()
+                for name in names:
+                    writes.setdefault(name, k)
+                if lowering_of(op.type) is Lowering.FEED:
+                    fed.update(names)
+                for sub in op.sub_block_indices():
+                    if 0 <= sub < n and blocks[sub].parent_idx == i:
+                        self.owner.setdefault(sub, k)
+            self.first_write.append(writes)
+            self.fed.append(fed)
+        self.chain_fed: dict[int, set[str]] = {}  # block -> what its chain feeds (blocks that inherit nothing)
+
+    def inherits(self, i: int) -> bool:
+        """Whether block ``i`` starts from what is defined in its parent (checked before it)."""
+        p = self.blocks[i].parent_idx
+        return 0 <= p < len(self.blocks) and (self.lengths[p], p) < (self.lengths[i], i)
+
+    def fed_in_chain(self, i: int) -> set[str]:
+        """What the blocks of block ``i``'s chain feed, for a block that inherits nothing: a block without a
+        parent (a chain of one), or one of a cycle (whose chain is the cycle: computed once for all of it)."""
+        found = self.chain_fed.get(i)
+        if found is None:
+            members, b = [], i
+            for _ in range(self.lengths[i]):
+                members.append(b)
+                b = self.blocks[b].parent_idx
+            found = set().union(*(self.fed[b] for b in members))
+            for b in members if self.cycles[i] == i else [i]:  # every block of a cycle has the cycle as its chain
+                self.chain_fed[b] = found
+        return found
+
+    def __call__(self, name: str, i: int, k: int) -> bool:
+        blocks = self.blocks
+        while True:
+            written = self.first_write[i].get(name)
+            if written is not None and written < k:
+                return True
+            forward = blocks[i].forward_block_idx
+            if 0 <= forward < len(blocks) and name in self.first_write[forward]:
+                return True
+            if name in self.fed[i]:
+                return True
+            if not self.inherits(i):
+                return name in self.fed_in_chain(i)
+            parent = blocks[i].parent_idx
+            i, k = parent, self.owner.get(i, len(blocks[parent].ops))
 
 
 def _slot_problems(op: Operator, schema: OpSchema) -> list[str]:
@@ -259,8 +321,11 @@ def op_problems(op: Operator, schema: OpSchema) -> list[str]:
     attributes of the wrong type, required attributes absent, sub-block attributes naming no child block of
     the op's block. Attributes the schema does not know (Paddle's ``op_callstack``, say) are no problem
     here; :func:`verify` reports them."""
-    here = next(i for i, b in enumerate(op.block.program.blocks) if b is op.block)
-    return _slot_problems(op, schema) + _attr_problems(op, schema, unknown=False) + _block_ref_problems(op, here)
+    blocks = op.block.program.blocks
+    idx = op.block.idx
+    if not (0 <= idx < len(blocks) and blocks[idx] is op.block):  # a block out of place (verify reports it)
+        idx = next(i for i, b in enumerate(blocks) if b is op.block)
+    return _slot_problems(op, schema) + _attr_problems(op, schema, unknown=False) + _block_ref_problems(op, idx)
 
 
 def column_problems(block: Block) -> list[tuple[int, str]]:

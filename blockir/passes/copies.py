@@ -74,9 +74,17 @@ def copy_name(name: str, device: str) -> str:
 class _Walk:
     """One block's walk: where values are, which copies exist, and the ops inserted."""
 
-    def __init__(self, block: Block, placement: Placement, where: dict[str, str], pinned: set[str]) -> None:
+    def __init__(
+        self,
+        block: Block,
+        placement: Placement,
+        where: dict[str, str],
+        pinned: set[str],
+        unowned: dict[int, list[Block]],
+    ) -> None:
         self.block = block
         self.placement = placement
+        self.unowned = unowned  # parent index -> the sub-blocks of it that no op owns
         self.where = where  # variable -> device of its current value
         self.pinned = pinned  # variables whose value must stay on where[name]
         self.copies: dict[str, dict[str, str]] = {}  # variable -> device -> name of a current copy there
@@ -104,10 +112,8 @@ class _Walk:
             for sub in op.sub_blocks():
                 self.walk_sub_block(sub)
             index += 1 + self.record_writes(op, writes, index)
-        program = self.block.program
-        owned = {i for op in program.ops() for i in op.sub_block_indices()}
-        for sub in program.blocks:  # sub-blocks no op owns see the block as it ends
-            if sub.parent_idx == self.block.idx and sub.idx not in owned and sub is not self.block:
+        for sub in self.unowned.get(self.block.idx, ()):  # sub-blocks no op owns see the block as it ends
+            if sub is not self.block:
                 self.walk_sub_block(sub)
         return self.changed
 
@@ -186,7 +192,7 @@ class _Walk:
     def walk_sub_block(self, sub: Block) -> None:
         reads, writes = block_reads_writes(sub)
         outer = {name: self.location(name) for name in (reads | writes) - {EMPTY_VAR}}
-        walk = _Walk(sub, self.placement, outer, set(outer) | _persistables(sub))
+        walk = _Walk(sub, self.placement, outer, set(outer) | _persistables(sub), self.unowned)
         self.changed = walk.run() or self.changed
 
 
@@ -204,4 +210,9 @@ class InsertCopies(Pass):
 
     def run(self, program: Program) -> bool:
         block = program.global_block()
-        return _Walk(block, Placement(program), {}, _persistables(block)).run()
+        owned = {i for op in program.ops() for i in op.sub_block_indices()}  # the pass adds no owner ops
+        unowned: dict[int, list[Block]] = {}
+        for sub in program.blocks:
+            if sub.idx not in owned:
+                unowned.setdefault(sub.parent_idx, []).append(sub)
+        return _Walk(block, Placement(program), {}, _persistables(block), unowned).run()

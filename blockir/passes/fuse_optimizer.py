@@ -55,6 +55,8 @@ update that does not join is left as it is, and noted with the reason.
 
 from __future__ import annotations
 
+import bisect
+import itertools
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -162,19 +164,42 @@ def _unfit(block: Block, u: _Update, max_size: int) -> str | None:
     return None
 
 
-def _accesses(block: Block) -> list[tuple[set[str], set[str]]]:
-    """What each op of the block reads and writes (its sub-blocks' outer accesses included)."""
-    return [op_reads_writes(op) for op in block.ops]
+class _Accesses(NamedTuple):
+    """What each op of the block reads and writes (its sub-blocks' outer accesses included), and by variable the
+    indices of the ops using it and of those writing it, in order."""
+
+    uses: list[tuple[set[str], set[str]]]
+    users: dict[str, list[int]]
+    writers: dict[str, list[int]]
 
 
-def _conflict(
-    block: Block, u: _Update, group: set[int], first: int, uses: list[tuple[set[str], set[str]]]
-) -> str | None:
+def _accesses(block: Block) -> _Accesses:
+    uses = [op_reads_writes(op) for op in block.ops]
+    users: dict[str, list[int]] = {}
+    writers: dict[str, list[int]] = {}
+    for i, (read, written) in enumerate(uses):
+        for name in read | written:
+            users.setdefault(name, []).append(i)
+        for name in written:
+            writers.setdefault(name, []).append(i)
+    return _Accesses(uses, users, writers)
+
+
+def _conflict(block: Block, u: _Update, group: set[int], first: int, accesses: _Accesses) -> str | None:
     """Why ``u`` cannot be moved to the group's first update (index ``first``) and its parameter and state kept as
-    views from then on (module docstring), or None. ``group``: the ids of the group's ops."""
+    views from then on (module docstring), or None. ``group``: the ids of the group's ops.
+
+    Only the ops using a variable of ``u`` can say why: those using its parameter, gradient or state, and the
+    first one writing its learning rate between the fused update and its own (the group's updates all read
+    it), taken in block order; the cost is theirs, not the block's."""
     reads, kept, members, device = set(u.vars.values()), set(u.kept), set(u.members), _device(u.op)
     grad, made = u.vars["Grad"], False
-    for i, (read, written) in enumerate(uses):
+    touching = {i for name in members for i in accesses.users.get(name, ())}
+    lr_writers = accesses.writers.get(u.vars["LearningRate"], [])
+    between = lr_writers[bisect.bisect_right(lr_writers, first) : bisect.bisect_left(lr_writers, u.at)]
+    touching.update(itertools.islice((i for i in between if id(block.ops[i]) not in group), 1))
+    for i in sorted(touching):
+        read, written = accesses.uses[i]
         op = block.ops[i]
         if id(op) in group:
             continue
@@ -212,7 +237,7 @@ class _Group(NamedTuple):
     refused: list[tuple[_Update, str]]
 
 
-def _settle(block: Block, updates: list[_Update], uses: list[tuple[set[str], set[str]]], max_size: int) -> _Group:
+def _settle(block: Block, updates: list[_Update], uses: _Accesses, max_size: int) -> _Group:
     """The updates of one key that may be fused (module docstring), and those refused with the reason: updates
     are dropped until every one left may move to the first one left."""
     refused: list[tuple[_Update, str]] = []
@@ -282,8 +307,9 @@ def _fuse_group(block: Block, updates: list[_Update], pass_name: str) -> list[Op
     }
     attrs = {a.name: first.op.attr(a.name) for a in schema.attrs}
     created.append(insert_created(block, at, first.op.type, inputs, outputs, attrs, ops, pass_name))
-    for op in ops:
-        block.remove_op(op)
+    where = {id(op): i for i, op in enumerate(block.ops)}
+    for i in sorted((where[id(op)] for op in ops), reverse=True):  # by index: no search of the block per op
+        block.remove_op(i)
     return created
 
 

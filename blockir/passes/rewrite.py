@@ -59,7 +59,9 @@ from __future__ import annotations
 
 import bisect
 import functools
+import heapq
 import operator
+import sys
 from collections.abc import Callable, Collection, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, ClassVar, NamedTuple
@@ -235,50 +237,124 @@ class Rewrites(NamedTuple):
 class _Uses:
     """Who reads and writes each variable of a block (sub-blocks count as their owner's), in block order, kept
     up to date as rewrites replace ops: each op has a sort key (its index at first; a new op takes the key
-    of the op whose place it takes)."""
+    of the op whose place it takes). The same lists by op type too, where matching looks for candidates."""
 
     def __init__(self, block: Block) -> None:
         self.key: dict[int, int] = {}  # op id -> sort key
         self.accesses: dict[int, tuple[set[str], set[str]]] = {}  # op id -> (reads, writes)
         self.readers: dict[str, list[Operator]] = {}
         self.writers: dict[str, list[Operator]] = {}
+        self.typed_readers: dict[tuple[str, str], list[Operator]] = {}  # (variable, op type) -> its readers
+        self.typed_writers: dict[tuple[str, str], list[Operator]] = {}
         for i, op in enumerate(block.ops):
             self._add(op, i)
+
+    def _key(self, op: Operator) -> int:
+        return self.key[id(op)]
+
+    def _tables(self) -> tuple[tuple[dict[str, list[Operator]], dict[tuple[str, str], list[Operator]]], ...]:
+        return (self.readers, self.typed_readers), (self.writers, self.typed_writers)
 
     def _add(self, op: Operator, key: int) -> None:
         reads, writes = (names - {EMPTY_VAR} for names in op_reads_writes(op))
         self.key[id(op)], self.accesses[id(op)] = key, (reads, writes)
-        for names, table in ((reads, self.readers), (writes, self.writers)):
+        for names, (table, typed) in zip((reads, writes), self._tables()):
             for name in names:
-                bisect.insort(table.setdefault(name, []), op, key=lambda o: self.key[id(o)])
+                bisect.insort(table.setdefault(name, []), op, key=self._key)
+                bisect.insort(typed.setdefault((name, op.type), []), op, key=self._key)
+
+    def _drop(self, ops: list[Operator], op: Operator) -> None:
+        """Remove ``op`` from ``ops`` (sorted by key), found by its key."""
+        at = bisect.bisect_left(ops, self.key[id(op)], key=self._key)
+        if at < len(ops) and ops[at] is op:
+            del ops[at]
+        else:  # not where its key says: as list.remove would, by identity
+            ops.remove(op)
 
     def replace(self, removed: Iterable[Operator], added: Iterable[tuple[Operator, Operator]]) -> None:
         """Forget ``removed``; add each new op of ``added`` (new op, the removed op whose place it takes)."""
         keys = {id(old): self.key[id(old)] for _, old in added}
         for op in removed:
             reads, writes = self.accesses.pop(id(op))
-            for names, table in ((reads, self.readers), (writes, self.writers)):
+            for names, (table, typed) in zip((reads, writes), self._tables()):
                 for name in names:
-                    table[name].remove(op)
+                    self._drop(table[name], op)
+                    self._drop(typed[name, op.type], op)
             del self.key[id(op)]
         for op, old in added:
             self._add(op, keys[id(old)])
 
+    def typed(self, name: str, types: Iterable[str], writers: bool) -> list[Operator]:
+        """The readers (``writers``: writers) of ``name`` whose type is one of ``types``, in block order."""
+        typed = self.typed_writers if writers else self.typed_readers
+        lists = [ops for t in dict.fromkeys(types) if (ops := typed.get((name, t)))]
+        if len(lists) <= 1:
+            return lists[0] if lists else []
+        return list(heapq.merge(*lists, key=self._key))
+
+    def window(self, ops: list[Operator], low: int, high: int) -> list[Operator]:
+        """The ops of ``ops`` (sorted by key) with keys in [low, high]."""
+        return ops[bisect.bisect_left(ops, low, key=self._key) : bisect.bisect_right(ops, high, key=self._key)]
+
+    def value_of(self, name: str, matched: Iterable[Operator]) -> tuple[int, int] | None:
+        """The keys (low, high) of the ops that may read the value of ``name`` that an op of ``matched`` writes
+        (after it, up to the next writer, which may read it too); None when no op of ``matched`` writes it or
+        no other op does."""
+        writers = self.writers.get(name, [])
+        if len(writers) < 2:
+            return None
+        writer = next((op for op in matched if name in self.accesses[id(op)][1]), None)
+        if writer is None:
+            return None
+        key = self.key[id(writer)]
+        after = bisect.bisect_right(writers, key, key=self._key)
+        return key + 1, self.key[id(writers[after])] if after < len(writers) else sys.maxsize
+
     def touching(self, name: str, low: int, high: int, also: Iterable[Operator] = ()) -> list[Operator]:
         """The ops reading or writing ``name`` with sort keys in [low, high], and ``also``, in block order."""
-        ops = {id(op): op for op in (*self.readers.get(name, ()), *self.writers.get(name, ()))}
+        ops = {
+            id(op): op for table in (self.readers, self.writers) for op in self.window(table.get(name, []), low, high)
+        }
         ops.update((id(op), op) for op in also)
         return sorted((op for op in ops.values() if low <= self.key[id(op)] <= high), key=lambda o: self.key[id(o)])
 
 
-def _used_in(program: Program) -> dict[str, set[int]]:
-    """Variable name -> the indices of the blocks whose ops name it."""
-    used: dict[str, set[int]] = {}
-    for block in program.blocks:
-        for op in block.ops:
-            for name in (*op.input_names(), *op.output_names()):
-                used.setdefault(name, set()).add(block.idx)
-    return used
+class _UsedIn:
+    """Which blocks' ops name each variable (by block index), for the blocks other than the one being rewritten:
+    made once per :func:`rewrite` and brought up to date for a block once its rewriting is done (rewriting a
+    block changes only what its own ops name)."""
+
+    def __init__(self, program: Program) -> None:
+        self.blocks: dict[str, dict[int, int]] = {}  # name -> block index -> how many blocks of that index use it
+        self.names = [self._names(block) for block in program.blocks]
+        for block, names in zip(program.blocks, self.names):
+            self._count(names, block.idx, 1)
+        self._elsewhere: dict[tuple[str, int], int | None] = {}  # what elsewhere said since the last update
+
+    @staticmethod
+    def _names(block: Block) -> set[str]:
+        return {name for op in block.ops for name in (*op.input_names(), *op.output_names())}
+
+    def _count(self, names: Iterable[str], idx: int, step: int) -> None:
+        for name in names:
+            counts = self.blocks.setdefault(name, {})
+            counts[idx] = counts.get(idx, 0) + step
+            if not counts[idx]:
+                del counts[idx]
+
+    def elsewhere(self, name: str, idx: int) -> int | None:
+        """The least index of a block other than ``idx`` whose ops name ``name``; None when there is none."""
+        key = (name, idx)
+        if key not in self._elsewhere:
+            self._elsewhere[key] = min((i for i in self.blocks.get(name, {}) if i != idx), default=None)
+        return self._elsewhere[key]
+
+    def update(self, position: int, block: Block) -> None:
+        """Take what the ops of ``block`` (at ``position`` in the program) name now."""
+        self._elsewhere.clear()
+        self._count(self.names[position], block.idx, -1)
+        self.names[position] = self._names(block)
+        self._count(self.names[position], block.idx, 1)
 
 
 # -- matching --------------------------------------------------------------------------------------------
@@ -307,14 +383,41 @@ def _bind(p: OpPattern, op: Operator, values: dict[str, str | None]) -> dict[str
     return bound
 
 
-def _candidates(p: OpPattern, values: Mapping[str, str | None], uses: _Uses) -> list[Operator]:
-    """The ops that may bind ``p``: the readers (writers) of the variable of one of its input (output) symbols."""
-    for slots, table in ((p.inputs, uses.readers), (p.outputs, uses.writers)):
+def _candidates(
+    p: OpPattern,
+    values: Mapping[str, str | None],
+    uses: _Uses,
+    intermediates: Collection[str],
+    matched: Iterable[Operator],
+) -> list[Operator]:
+    """The ops that may bind ``p``: those of its types among the readers (writers) of the variable of one of
+    its input (output) symbols bound so far, the fewest such, in block order. An op binding ``p`` reads
+    (writes) the variable of every bound symbol of its inputs (outputs), so any of them lists every op that
+    binds, in the same order: the fewest only spare the tries of ops that cannot bind (every other op that
+    writes a variable many ops read, say).
+
+    One more cut: an input symbol that is an intermediate, bound to a variable that a matched op writes and
+    other ops write too, is read only by the ops reading that op's value (after it, up to the next writer).
+    Such a match never fires (an intermediate is written by its matched op alone), so the cut changes
+    nothing that fires; it keeps the matches refused to those of ops one value connects, rather than every
+    pair of a writer and a reader of a variable that N ops write (N * N matches, each refused)."""
+    best: list[Operator] | None = None
+    windows: list[tuple[int, int]] = []
+    for slots, writers in ((p.inputs, False), (p.outputs, True)):
         for symbol in p.symbols(slots):
             name = values.get(symbol)
-            if name is not None:
-                return table.get(name, [])
-    return []  # its symbols bound so far are optional ones left empty
+            if name is None:
+                continue
+            ops = uses.typed(name, p.types, writers)
+            window = None if writers or symbol not in intermediates else uses.value_of(name, matched)
+            if window is not None:
+                ops = uses.window(ops, *window)
+                windows.append(window)
+            if best is None or len(ops) < len(best):
+                best = ops
+    if best is None:
+        return []  # its symbols bound so far are optional ones left empty
+    return [op for op in best if all(low <= uses.key[id(op)] <= high for low, high in windows)] if windows else best
 
 
 def _aliased(pattern: Pattern, values: Mapping[str, str | None]) -> bool:
@@ -335,7 +438,7 @@ def _structural(pattern: Pattern, anchor: Operator, uses: _Uses) -> Iterator[Mat
             return
         p = pattern.ops[k]
         taken = {id(op) for op in ops.values()}
-        for op in [anchor] if k == 0 else _candidates(p, values, uses):
+        for op in [anchor] if k == 0 else _candidates(p, values, uses, pattern.intermediates, ops.values()):
             bound = None if id(op) in taken else _bind(p, op, values)
             if bound is not None:
                 yield from extend(k + 1, {**ops, p.name: op}, bound)
@@ -362,7 +465,7 @@ def _same_place(match: Match) -> str | None:
     return None
 
 
-def _vanishing(match: Match, uses: _Uses, keep: Collection[str], used_in: Mapping[str, set[int]]) -> str | None:
+def _vanishing(match: Match, uses: _Uses, keep: Collection[str], used_in: _UsedIn) -> str | None:
     """Why an intermediate of the match may not vanish, or None."""
     matched = {id(op) for op in match.ops.values()}
     block = match.block
@@ -376,14 +479,14 @@ def _vanishing(match: Match, uses: _Uses, keep: Collection[str], used_in: Mappin
             return f"{name!r} is declared in an enclosing block"
         if block.var(name).persistable:
             return f"{name!r} is persistable"
-        others = [op for op in uses.readers.get(name, []) if id(op) not in matched]
-        if others:
-            return f"{name!r} is also read by {others[0]}"
+        other = next((op for op in uses.readers.get(name, []) if id(op) not in matched), None)
+        if other is not None:
+            return f"{name!r} is also read by {other}"
         if len(uses.writers.get(name, [])) != 1:
             return f"{name!r} is written by other ops too"
-        elsewhere = used_in.get(name, set()) - {block.idx}
-        if elsewhere:
-            return f"{name!r} is used in block {min(elsewhere)}"
+        elsewhere = used_in.elsewhere(name, block.idx)
+        if elsewhere is not None:
+            return f"{name!r} is used in block {elsewhere}"
     return None
 
 
@@ -557,9 +660,7 @@ class _Context:
     refused: dict[tuple[str, tuple[int, ...]], Refused] = field(default_factory=dict)  # each match once
 
 
-def _fire_at(
-    anchor: Operator, patterns: Sequence[Pattern], uses: _Uses, used_in: Mapping[str, set[int]], context: _Context
-) -> bool:
+def _fire_at(anchor: Operator, patterns: Sequence[Pattern], uses: _Uses, used_in: _UsedIn, context: _Context) -> bool:
     """Fire the first legal match of the first pattern that has one at ``anchor``; whether one fired."""
     for pattern in patterns:
         if anchor.type not in pattern.ops[0].types:
@@ -579,9 +680,9 @@ def _fire_at(
     return False
 
 
-def _sweep(block: Block, patterns: Sequence[Pattern], context: _Context) -> bool:
+def _sweep(block: Block, patterns: Sequence[Pattern], context: _Context, used_in: _UsedIn) -> bool:
     """Try every op of the block as an anchor, in order; whether anything fired."""
-    used_in, uses, changed, index = _used_in(block.program), _Uses(block), False, 0
+    uses, changed, index = _Uses(block), False, 0
     while index < len(block.ops):
         if _fire_at(block.ops[index], patterns, uses, used_in, context):
             changed = True  # the op now at ``index`` is the next one, or a new one
@@ -596,9 +697,13 @@ def rewrite(program: Program, patterns: Sequence[Pattern], keep: Collection[str]
     ``keep``: variables whose values must stay (fetched or fed); ``pass_name`` is each new op's ``op_pass``.
     """
     context = _Context(keep, pass_name)
-    for block in program.blocks:
-        while _sweep(block, patterns, context):
-            pass
+    used_in = _UsedIn(program)
+    for position, block in enumerate(program.blocks):
+        changed = False
+        while _sweep(block, patterns, context, used_in):
+            changed = True
+        if changed:
+            used_in.update(position, block)
     return Rewrites(context.fired, list(context.refused.values()))
 
 

@@ -105,13 +105,16 @@ def stream_waits(
     waits: dict[int, tuple[int, ...]] = {}
     for j, stream in enumerate(streams):
         clock = dict(known.get(stream, {}))
-        pending = []
+        pending: dict[str, int] = {}  # other stream -> its latest op j depends on that j does not know done
         for i in graph.predecessors(j):
             if i >= j:
                 raise BlockirError(f"stream_waits: the dependency {i} -> {j} of {where} goes against program order")
             if streams[i] != stream and clock.get(streams[i], -1) < i:
-                pending.append(i)
-        needed = sorted(i for i in pending if not any(k != i and clocks[k].get(streams[i], -1) >= i for k in pending))
+                pending[streams[i]] = max(pending.get(streams[i], -1), i)
+        # An earlier op of a stream is done once its latest is (clocks grow along a stream): of the ops of one
+        # stream, only the latest may need a wait, and only the latest of another can make it needless.
+        tops = pending.values()
+        needed = sorted(i for i in tops if not any(k != i and clocks[k].get(streams[i], -1) >= i for k in tops))
         for i in needed:
             for s, latest in clocks[i].items():
                 clock[s] = max(clock.get(s, -1), latest)

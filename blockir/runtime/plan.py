@@ -685,7 +685,8 @@ def _liveness(block: Block, infos: list[_OpInfo], slots: _Slots, fetch_names: tu
         read = {slots[n] for n in info.reads}
         wants.append(tuple(any(i in live for i in o) for o in outs))
         frees.append(tuple(sorted((read | written) - live)))
-        live = (live - written) | read
+        live -= written  # in place: a copy of what is live, per op, costs the number of live values
+        live |= read
     frees.reverse()
     wants.reverse()
     return _Liveness(wants, frees, persistable_out)

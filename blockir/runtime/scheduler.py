@@ -260,16 +260,21 @@ def _frees(
         last_in_unit[unit[j]] = j
         if lane_of[j] == 0 and not streams[j].is_async:
             last_sync_on_lane0 = j
-    users: dict[int, list[int]] = {}
+    # Per slot, per unit, the position of the last step there using the slot (positions grow along a unit): a
+    # step's condition on all the users of a slot in a unit is one on that last one, whatever their number.
+    last_use: dict[int, dict[Any, int]] = {}
     for j in range(len(steps)):
         for s in reads[j] | writes[j]:
-            users.setdefault(s, []).append(j)
+            last_use.setdefault(s, {})[unit[j]] = position[j]
 
     def safe(j: int, s: int) -> bool:
-        others = [u for u in users.get(s, ()) if u != j]
+        """Whether every other step using slot ``s`` is done before step ``j`` ends: on ``j``'s own unit, an
+        earlier step (a synchronous ``j``; an asynchronous one frees on its stream, whose own steps alone
+        are ordered with it), on another, one that ``j``'s clock knows done."""
+        last = last_use.get(s, {})
         if streams[j].is_async:
-            return all(unit[u] == unit[j] for u in others)
-        return all(position[u] <= clocks[j].get(unit[u], -1) or (unit[u] == unit[j] and u < j) for u in others)
+            return all(u == unit[j] for u in last)
+        return all(p <= (position[j] if u == unit[j] else clocks[j].get(u, -1)) for u, p in last.items())
 
     free = tuple(tuple(s for s in step.free if safe(j, s)) for j, step in enumerate(steps))
     reuse = tuple(tuple((k, s) for k, s in step.reuse if s in free[j]) for j, step in enumerate(steps))

@@ -3,6 +3,10 @@
 ``static/page.html`` is the template; ``static/viz.css`` and ``static/viz.js``
 go in verbatim and the model goes in a ``<script type="application/json">``
 element (``<`` escaped, so no text in the model can end it early).
+
+:func:`write` refuses, before any pass runs, a page whose directory does not
+exist (it creates none, as ``blockir viz -o`` does not) and writes the page
+atomically.
 """
 
 from __future__ import annotations
@@ -12,11 +16,10 @@ import os
 import re
 from collections.abc import Sequence
 from importlib import resources
-from pathlib import Path
 from typing import Any
 
 from blockir.ir import Program
-from blockir.ir.proto_io import atomic_write
+from blockir.ir.proto_io import atomic_write, check_output_file
 from blockir.passes.base import Pass
 from blockir.passes.manager import PassReport
 from blockir.viz.model import Collected, build, collect
@@ -75,11 +78,14 @@ def write(
 ) -> PassReport:
     """Write the page of ``pipeline`` run on ``program`` to ``path`` (atomically); return the pass report.
 
-    When a pass raises, the page is still written (the failing pass is its last
-    step) and then its :class:`~blockir.errors.PassError` is raised.
+    ``path``'s directory must exist: a :class:`~blockir.errors.BlockirError`
+    naming it, before any pass runs, if it does not (or ``path`` is a
+    directory). When a pass raises, the page is still written (the failing pass
+    is its last step) and then its :class:`~blockir.errors.PassError` is raised.
     """
+    check_output_file(path)
     data, collected = page_data(program, pipeline, trace=trace, title=title)
-    atomic_write(Path(path), render(data).encode())
+    atomic_write(path, render(data).encode(), make_parents=False)
     if collected.error is not None:
         raise collected.error
     return PassReport(collected.pipeline, collected.records)

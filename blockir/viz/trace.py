@@ -14,11 +14,19 @@ run was of:
 - else, with digests, the trace is of another program and is refused;
 - a trace without digests links to the last state in which every op it names
   (id and type) exists, and is refused when there is none.
+
+The times of the complete events (``ts``, ``dur``: microseconds) must be
+numbers from 0 to :data:`MAX_TRACE_TIME` (2**53, about 285 years: the largest
+integer a double, and so the page's JavaScript, holds exactly). A trace with a
+time that is not a number (a string, ``true``), not finite (``NaN``,
+``Infinity``: Python's ``json`` reads those literals), negative or larger is
+refused, naming the event: the page could not show it.
 """
 
 from __future__ import annotations
 
 import json
+import math
 import os
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -27,10 +35,12 @@ from typing import Any
 
 from blockir.errors import BlockirError
 from blockir.ir import Program
+from blockir.ir.proto_io import open_regular
 
-__all__ = ["MAX_TRACE_BYTES", "Trace", "TraceError", "load_trace", "match_trace"]
+__all__ = ["MAX_TRACE_BYTES", "MAX_TRACE_TIME", "Trace", "TraceError", "load_trace", "match_trace"]
 
 MAX_TRACE_BYTES = 256 << 20
+MAX_TRACE_TIME = 1 << 53  # microseconds (about 285 years); the largest integer a double holds exactly
 
 
 class TraceError(BlockirError):
@@ -52,7 +62,7 @@ def load_trace(path: str | os.PathLike[str]) -> Trace:
     path = Path(path)
     where = f"trace {path}"
     try:
-        with path.open("rb") as f:
+        with open_regular(path) as f:
             data = f.read(MAX_TRACE_BYTES + 1)
     except OSError as e:
         raise TraceError(f"{where}: cannot read it ({e.strerror or e})") from None
@@ -60,8 +70,10 @@ def load_trace(path: str | os.PathLike[str]) -> Trace:
         raise TraceError(f"{where}: larger than {MAX_TRACE_BYTES >> 20} MiB")
     try:
         doc = json.loads(data)
-    except (UnicodeDecodeError, json.JSONDecodeError) as e:
+    except ValueError as e:  # bad UTF-8, bad JSON, and an integer of more digits than Python converts
         raise TraceError(f"{where}: not JSON ({e})") from None
+    except RecursionError:
+        raise TraceError(f"{where}: not a Chrome trace (its JSON is nested too deeply to read)") from None
     events = doc.get("traceEvents") if isinstance(doc, dict) else doc
     if not isinstance(events, list):
         raise TraceError(f"{where}: not a Chrome trace (a JSON object with a 'traceEvents' list, or a list of events)")
@@ -74,14 +86,14 @@ def load_trace(path: str | os.PathLike[str]) -> Trace:
     for n, event in enumerate(events):
         if not isinstance(event, dict) or not isinstance(event.get("ph"), str):
             raise TraceError(f"{where}: event {n} is not a trace event (an object with a 'ph' phase)")
-        thread = (event.get("pid"), event.get("tid"))
+        thread = (_key(event.get("pid")), _key(event.get("tid")))
+        args = event.get("args")
         if event["ph"] == "M" and event.get("name") == "thread_name":
-            names[thread] = str((event.get("args") or {}).get("name", ""))
+            names[thread] = str(args.get("name", "")) if isinstance(args, dict) else ""
         elif event["ph"] == "X":
-            args = event.get("args") or {}
-            ts, dur, op = event.get("ts"), event.get("dur", 0), args.get("id") if isinstance(args, dict) else None
-            if not isinstance(ts, int | float) or not isinstance(dur, int | float):
-                raise TraceError(f"{where}: event {n} ({event.get('name')!r}) has no numeric 'ts' and 'dur'")
+            op = args.get("id") if isinstance(args, dict) else None
+            what = f"{where}: event {n} ({_short(repr(event.get('name')))})"
+            ts, dur = _time(event, "ts", what), _time(event, "dur", what)
             if isinstance(op, int) and not isinstance(op, bool):
                 complete.append((thread, float(ts), float(dur), op, str(event.get("name", ""))))
     if not complete:
@@ -93,6 +105,44 @@ def load_trace(path: str | os.PathLike[str]) -> Trace:
     spans = [(lanes[t], round(ts - start, 3), round(dur, 3), op, name) for t, ts, dur, op, name in complete]
     labels = [names.get(t) or f"pid {t[0]} / tid {t[1]}" for t in lanes]
     return Trace(path.name, {k: str(v) for k, v in ran.items()}, labels, spans)
+
+
+def _time(event: dict[str, Any], key: str, what: str) -> float:
+    """The time ``event[key]`` (``dur`` is 0 when absent); a :class:`TraceError` naming the event if it is not one."""
+    if key not in event:
+        if key == "dur":
+            return 0.0
+        raise TraceError(f"{what} has no {key!r} (its start, in microseconds)")
+    value = event[key]
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise TraceError(f"{what} has {key!r} {_shown(value)}: not a number")
+    if not 0 <= value <= MAX_TRACE_TIME:  # False for NaN too; compared before float(), which a huge int overflows
+        raise TraceError(
+            f"{what} has {key!r} {_shown(value)}: a time must be a finite number of microseconds "
+            f"from 0 to 2**53 (about 285 years)"
+        )
+    return float(value)
+
+
+def _shown(value: Any) -> str:
+    """``value`` as the trace's JSON spells it (``NaN``, ``Infinity``), at most 40 characters."""
+    if isinstance(value, float) and not math.isfinite(value):
+        text = "NaN" if math.isnan(value) else "Infinity" if value > 0 else "-Infinity"
+    else:
+        try:
+            text = json.dumps(value, ensure_ascii=True)
+        except (TypeError, ValueError):  # not from JSON; nothing json.loads makes gets here
+            text = repr(value)
+    return _short(text)
+
+
+def _short(text: str) -> str:
+    return text if len(text) <= 40 else f"{text[:37]}..."
+
+
+def _key(value: Any) -> Any:
+    """A thread's ``pid`` or ``tid`` as a key: a list or object (which cannot be one) as its text."""
+    return value if isinstance(value, str | int | float | None) else _shown(value)
 
 
 def _types(program: Program) -> dict[int, str]:

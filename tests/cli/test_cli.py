@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import shlex
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -99,6 +101,74 @@ def test_help(capsys: pytest.CaptureFixture[str]) -> None:
     assert "show" in out and "--version" in out
     assert main(["show", "--help"]) == 0
     assert "--verify" in capsys.readouterr().out
+
+
+def help_examples(out: str) -> list[list[str]]:
+    """The example commands of ``blockir --help``'s epilog, comments dropped."""
+    assert "\nexamples:\n" in out
+    lines = out.split("\nexamples:\n", 1)[1].split("\n\n", 1)[0].splitlines()
+    return [shlex.split(line, comments=True) for line in lines]
+
+
+def test_help_shows_examples_and_where_the_documentation_is(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["--help"]) == 0
+    out = capsys.readouterr().out
+    examples = help_examples(out)
+    assert len(examples) >= 3 and all(argv[0] == "blockir" for argv in examples)
+    assert {argv[1] for argv in examples} >= {"demo", "run"}
+    assert "docs/" in out and "README.md" in out and "'blockir COMMAND --help'" in out
+    # the epilog keeps its lines (RawDescriptionHelpFormatter), and only the top-level help has it
+    assert "\n  blockir run demo/model/program.pb --feed x=demo/batch.npy" in out
+    assert main(["run", "--help"]) == 0
+    assert "examples:" not in capsys.readouterr().out
+
+
+def test_every_example_of_help_runs_as_shown(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Each command of ``blockir --help``'s examples, in order, in an empty directory, as a user would type them."""
+    assert main(["--help"]) == 0
+    examples = help_examples(capsys.readouterr().out)
+    monkeypatch.chdir(tmp_path)
+    for argv in examples:
+        status = main(argv[1:])
+        err = capsys.readouterr().err
+        assert status == 0, f"{shlex.join(argv)} exited {status}: {err}"
+
+
+def test_demo_lists_the_model_and_with_a_workdir_a_command_that_serves_it_again(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.chdir(tmp_path)
+    assert main(["demo", "--workdir", "work dir", "--epochs", "10"]) == 0
+    out = capsys.readouterr().out
+    # the model: its inputs, parameters and ops, none of the gradients and optimizer state training adds
+    listing = out.split("\n", 1)[1].split("\nepoch ", 1)[0].splitlines()
+    assert out.startswith("the model (2 inputs, 6 parameters, 11 ops; ")
+    assert len(listing) == 2 + 6 + 11 and all(line.startswith("  ") for line in listing), listing
+    variables = [line for line in listing if line.startswith("  var %")]
+    assert [v.split()[1] for v in variables[:2]] == ["%x", "%label"]
+    assert all(v.endswith("persistable parameter") for v in variables[2:])
+    assert "@GRAD" not in out and "moment" not in out and "learning_rate" not in out
+    # the command printed serves the model kept in the working directory, as shown
+    (command,) = [line for line in out.splitlines() if line.startswith("$ blockir run ")]
+    argv = shlex.split(command[2:])
+    assert argv[:2] == ["blockir", "run"] and "work dir/model/program.pb" in argv
+    (tmp_path / "work dir" / "out.npz").unlink()
+    assert main(argv[1:]) == 0
+    assert (tmp_path / "work dir" / "out.npz").exists()
+
+
+def test_demo_without_a_workdir_prints_no_command_for_the_directory_it_removes(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))  # the demo's temporary directory: here, to be seen gone
+    assert main(["demo", "--epochs", "10"]) == 0
+    out = capsys.readouterr().out
+    assert out.startswith("the model (")
+    assert "$ blockir run" not in out and "blockir-demo-" not in out
+    assert "served predictions match the Python session" in out and "--workdir DIR keeps it" in out
+    assert list(tmp_path.iterdir()) == []
 
 
 @pytest.mark.parametrize(

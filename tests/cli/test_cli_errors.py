@@ -185,17 +185,7 @@ CASES: dict[str, tuple[Case, str]] = {
         lambda w: ["ps", "reshard", str(w / "model"), str(w / "out"), "--servers", "0"],
         "--servers must be an int >= 1",
     ),
-    "launch: script missing": (lambda w: ["launch", str(w / "nope.py")], "nope.py"),
-    "launch --servers 0": (lambda w: ["launch", "--servers", "0", str(w / "x.npy")], "--servers must be at least 1"),
-    "launch --workers 0": (lambda w: ["launch", "--workers", "0", str(w / "x.npy")], "--workers must be at least 1"),
-    "launch --max-restarts -1": (
-        lambda w: ["launch", "--max-restarts", "-1", str(w / "x.npy")],
-        "--max-restarts must be at least 0, got -1",
-    ),
-    "launch --checkpoint-every without a dir": (
-        lambda w: ["launch", "--checkpoint-every", "5", str(w / "x.npy")],
-        "--checkpoint-every needs --checkpoint-dir",
-    ),
+    # launch: tests/cli/test_cli_errors_launch.py
     "train: no data feed file": (
         lambda w: ["train", str(w / "main.pb"), "--data-feed", str(w / "no.prototxt"), "--files", str(w / "part-0")],
         "no.prototxt",

@@ -1,11 +1,13 @@
 """The parameter-server scenarios of scenarios.py against the Ray backend, judged by the same checks as the
-in-process backend's (test_fleet.py). Ray runs inside a loopback-only network namespace with the loopback
+in-process backend's (test_fleet.py), and ``blockir launch --backend ray`` itself (its roles' output, their
+failures, its cluster's directory). Ray runs inside a loopback-only network namespace with the loopback
 recipe (ray_driver.py), and every socket it listens on must be on loopback."""
 
 from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -28,13 +30,12 @@ def _namespace_works() -> bool:
     return probe.returncode == 0
 
 
-@pytest.fixture(scope="module")
-def ray_results(tmp_path_factory: pytest.TempPathFactory) -> Path:
+def _in_namespace(out: Path, driver_args: str, timeout: float) -> None:
+    """Run ``python -m tests.distributed.ray_driver DRIVER_ARGS`` in a loopback-only network namespace."""
     pytest.importorskip("ray")
     if not _namespace_works():
         pytest.skip("no loopback-only network namespace here (unshare -n needs root)")
-    out = tmp_path_factory.mktemp("ray")
-    command = f"ip link set lo up; exec {sys.executable} -m tests.distributed.ray_driver {out}"
+    command = f"ip link set lo up; exec {sys.executable} -m tests.distributed.ray_driver {driver_args}"
     env = dict(os.environ, PYTHONPATH=str(ROOT))
     done = subprocess.run(
         ["unshare", "-n", "-p", "-f", "--mount-proc", "bash", "-c", command],
@@ -42,22 +43,83 @@ def ray_results(tmp_path_factory: pytest.TempPathFactory) -> Path:
         env=env,
         capture_output=True,
         text=True,
-        timeout=800,
+        timeout=timeout,
     )
     assert done.returncode == 0, done.stdout[-4000:] + done.stderr[-4000:]
+
+
+@pytest.fixture(scope="module")
+def ray_results(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    out = tmp_path_factory.mktemp("ray")
+    _in_namespace(out, str(out), 800)
     return out
+
+
+@pytest.fixture(scope="module")
+def ray_launches(tmp_path_factory: pytest.TempPathFactory) -> dict:
+    """The reports of ray_driver.LAUNCHES: ``blockir launch --backend ray`` run twice (a short script each)."""
+    out = tmp_path_factory.mktemp("launches")
+    _in_namespace(out, f"--launches {out}", 600)
+    return json.loads((out / "launches.json").read_text())
 
 
 def _report(out: Path) -> dict:
     return json.loads((out / "ray.json").read_text())
 
 
-def test_ray_listens_on_loopback_only(ray_results: Path) -> None:
-    listeners = _report(ray_results)["listeners"]
+def _check_on_loopback(listeners: list[str]) -> None:
     assert listeners, "no listener recorded while the cluster ran"
     for line in listeners:
         local = line.split()[3]
         assert local.startswith(("127.0.0.1:", "[::1]:", "[::ffff:127.0.0.1]:")), line
+
+
+def test_ray_listens_on_loopback_only(ray_results: Path) -> None:
+    _check_on_loopback(_report(ray_results)["listeners"])
+
+
+RAY_PREFIX = re.compile(r"\((server|worker) \d+ pid=\d+\)")  # what Ray puts before a line it forwards
+
+
+def test_ray_launch_prints_every_line_of_every_role_once_with_the_role_in_front(ray_launches: dict) -> None:
+    """A short script's every line reaches the launcher before it exits (Ray's log forwarding lost them), with
+    ``[worker 0]`` in front and not Ray's prefix too; the cluster it started listened on loopback only."""
+    run = ray_launches["ends-well"]
+    assert run["status"] == 0, run["stderr"]
+    out, err = run["stdout"].splitlines(), run["stderr"].splitlines()
+    for role in ("server 0", "worker 0", "worker 1"):
+        assert out.count(f"[{role}] out of {role}") == 1, run["stdout"]
+        assert out.count(f"[{role}] unfinished of {role}") == 1, run["stdout"]  # the line the script left open
+        assert err.count(f"[{role}] err of {role}") == 1, run["stderr"]
+    assert not [line for line in out + err if RAY_PREFIX.search(line)]
+    assert not [line for line in out if not line.startswith(("[server 0] ", "[worker 0] ", "[worker 1] "))]
+    _check_on_loopback([line.removeprefix("[worker 0] listener ") for line in out if " listener " in line])
+
+
+def test_ray_launch_removes_its_clusters_directory_however_it_ends(ray_launches: dict) -> None:
+    """Its ``blockir-ray-*`` directory (Ray's session files in it) goes when the launch ends, also when it is
+    terminated (SIGTERM: it then ends killed by that signal, as it would have)."""
+    assert ray_launches["ends-well"]["left"] == []
+    terminated = ray_launches["terminated"]
+    assert terminated["status"] == -15, terminated["stderr"]
+    assert terminated["left"] == []
+
+
+def test_ray_launch_tells_each_failure_in_one_line_and_keep_logs_keeps_the_session(ray_launches: dict) -> None:
+    """A role's blockir error is one line, a role's os._exit(7) ends the launch with status 1 naming it; with
+    --keep-logs the cluster's session files stay, where the launcher says."""
+    run = ray_launches["fails-keeping-logs"]
+    assert run["status"] == 1, run["stderr"]
+    err = run["stderr"].splitlines()
+    assert "blockir launch: server 0 failed: server 0 found no save" in err
+    assert "blockir launch: worker 0 exited with status 7" in err
+    assert "Traceback" not in run["stderr"]
+    assert "[worker 0] out of worker 0" in run["stdout"].splitlines()  # printed before its os._exit
+    kept = [
+        line for line in err if line.startswith("blockir launch: the Ray cluster's session files (its logs) are in")
+    ]
+    assert len(kept) == 1 and kept[0].split(" are in ")[1].startswith(run["tmpdir"] + "/blockir-ray-")
+    assert run["left_sessions"], run["left"]
 
 
 @pytest.mark.parametrize(("model", "optimizer"), scenarios.SYNC_CASES)

@@ -7,7 +7,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from blockir.distributed.saves import format_inspection, inspect
+from blockir.distributed.saves import format_inspection, inspect, reshard
 from blockir.errors import BlockirError
 from blockir.io.persistence import (
     MANIFEST_FILE,
@@ -20,21 +20,25 @@ from blockir.io.persistence import (
 from tests.distributed.test_server import TABLE, _servers
 
 
+def _shard_arrays(rows: int) -> dict[str, np.ndarray]:
+    """A shard of table ``t`` (float32, dim 2) with ids 0..rows-1, as a server writes one."""
+    none = np.zeros(0, np.int64)
+    return {
+        "ids": np.arange(rows, dtype=np.int64),
+        "t": np.ones((rows, 2), np.float32),
+        "pending_ids": none,
+        "pending_counts": none,
+        "removed_ids": none,
+    }
+
+
+T = {"height": 10, "dim": 2, "dtype": "float32", "servers": 1, "rule": "id % servers", "states": []}
+
+
 def _table_entry(directory: Path, base: Path, rows: int) -> dict:
     path = directory / "tables" / "t" / "shard-000-of-001.npys"
-    written = write_shard(path, {"ids": np.arange(rows, dtype=np.int64), "t": np.ones((rows, 2), np.float32)})
-    shard = {"file": path.relative_to(base).as_posix(), **written}
-    return {
-        "t": {
-            "height": 10,
-            "dim": 2,
-            "dtype": "float32",
-            "servers": 1,
-            "rule": "id % servers",
-            "states": [],
-            "shards": [shard],
-        }
-    }
+    shard = {"file": path.relative_to(base).as_posix(), **write_shard(path, _shard_arrays(rows))}
+    return {"t": {**T, "shards": [shard]}}
 
 
 def test_a_save_that_dies_before_its_manifest_leaves_the_previous_one(tmp_path: Path) -> None:
@@ -48,9 +52,103 @@ def test_a_save_that_dies_before_its_manifest_leaves_the_previous_one(tmp_path: 
     with pytest.raises(KeyboardInterrupt):
         save_sharded(tmp_path, {"w": np.ones(3)}, dies)
     assert (tmp_path / MANIFEST_FILE).read_bytes() == before
-    (shard,) = saved_tables(tmp_path)["t"]["shards"]
-    assert read_shard(tmp_path, shard, ["t"])["ids"].tolist() == [0, 1, 2, 3]
+    table = saved_tables(tmp_path)["t"]
+    assert read_shard(tmp_path, "t", table, table["shards"][0])["ids"].tolist() == [0, 1, 2, 3]
     assert len([p for p in tmp_path.iterdir() if p.name.startswith("gen-")]) == 1  # the dead save's files went
+
+
+def _chain_save(save: Path) -> None:
+    """A save of table ``t`` (float32, dim 2, one state ``m``) by 2 servers: a base of ids 0..5 and a delta that
+    changes id 2's row, adds id 7, removes id 4 and leaves id 9 seen once (not admitted)."""
+    base = save.resolve()
+    none = np.zeros(0, np.int64)
+
+    def shard(generation: Path, kind: str, k: int, ids: list[int], removed: list[int], pending: list[int]) -> dict:
+        ids_ = np.array(ids, np.int64)
+        arrays = {
+            "ids": ids_,
+            "t": np.stack([ids_ * 10.0 + (kind == "delta"), ids_ * 10.0 + 1]).T.astype(np.float32).reshape(-1, 2),
+            "m": np.full((len(ids), 2), 0.5 if kind == "delta" else 0.25, np.float32),
+            "pending_ids": np.array(pending, np.int64),
+            "pending_counts": np.ones(len(pending), np.int64),
+            "removed_ids": np.array(removed, np.int64) if removed else none,
+        }
+        path = generation / "tables" / "t" / f"{kind}-{k:03d}-of-002.npys"
+        return {"file": path.relative_to(base).as_posix(), **write_shard(path, arrays)}
+
+    entry = {**T, "servers": 2, "states": ["m"]}
+    save_sharded(
+        save,
+        {},
+        lambda g: {
+            "t": {
+                **entry,
+                "shards": [shard(g, "base", 0, [0, 2, 4], [], [])] + [shard(g, "base", 1, [1, 3, 5], [], [])],
+            }
+        },
+    )
+    before = saved_tables(save)["t"]
+    save_sharded(
+        save,
+        {},
+        lambda g: {
+            "t": {
+                **before,
+                "deltas": [{"shards": [shard(g, "delta", 0, [2], [4], []), shard(g, "delta", 1, [7], [], [9])]}],
+            }
+        },
+    )
+
+
+def _rows(save: Path) -> dict[int, tuple[list[float], ...]]:
+    """Every row of table ``t`` of a full save (no deltas): id -> (its row, each state's)."""
+    table = saved_tables(save)["t"]
+    assert "deltas" not in table
+    names = ["t", *table["states"]]
+    rows = {}
+    for shard in table["shards"]:
+        part = read_shard(save, "t", table, shard)
+        assert all(part[n].dtype == np.float32 and part[n].shape[1:] == (2,) for n in names)
+        for k, i in enumerate(part["ids"].tolist()):
+            rows[i] = tuple(part[n][k].tolist() for n in names)
+    return rows
+
+
+@pytest.mark.parametrize("servers", [1, 3])
+def test_reshard_applies_the_chain_and_keeps_every_row_its_state_and_the_ids_not_admitted(
+    tmp_path: Path, servers: int
+) -> None:
+    _chain_save(tmp_path / "save")
+    reshard(tmp_path / "save", tmp_path / "moved", servers)
+    rows = _rows(tmp_path / "moved")
+    assert sorted(rows) == [0, 1, 2, 3, 5, 7]  # 4 removed by the delta, 7 added
+    assert rows[2] == ([21.0, 21.0], [0.5, 0.5]) and rows[3] == ([30.0, 31.0], [0.25, 0.25])  # 2: the delta's
+    table = saved_tables(tmp_path / "moved")["t"]
+    assert table["servers"] == servers and table["states"] == ["m"]
+    pending = [read_shard(tmp_path / "moved", "t", table, s)["pending_ids"].tolist() for s in table["shards"]]
+    assert sum(pending, []) == [9] and pending[9 % servers] == [9]
+    assert inspect(tmp_path / "moved", verify=True)["tables"]["t"]["rows"] == [
+        sum(i % servers == k for i in rows) for k in range(servers)
+    ]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["moved", "save"]  # no temporary directory left
+
+
+def test_reshard_of_a_table_without_rows_keeps_its_dtype(tmp_path: Path) -> None:
+    save_sharded(tmp_path / "save", {}, lambda d: _table_entry(d, (tmp_path / "save").resolve(), 0))
+    reshard(tmp_path / "save", tmp_path / "moved", 2)
+    assert _rows(tmp_path / "moved") == {}  # read back: float32 rows of 2, as the manifest says
+
+
+def test_reshard_writes_only_into_a_new_or_empty_directory(tmp_path: Path) -> None:
+    save_sharded(tmp_path / "save", {}, lambda d: _table_entry(d, (tmp_path / "save").resolve(), 3))
+    (tmp_path / "empty").mkdir()
+    reshard(tmp_path / "save", tmp_path / "empty", 2)  # an empty directory becomes the save
+    assert sorted(_rows(tmp_path / "empty")) == [0, 1, 2]
+    with pytest.raises(BlockirError, match="reshard: DST .*empty exists; the copy goes to a new"):
+        reshard(tmp_path / "save", tmp_path / "empty", 3)
+    assert saved_tables(tmp_path / "empty")["t"]["servers"] == 2  # untouched
+    with pytest.raises(BlockirError, match="SRC and DST must differ"):
+        reshard(tmp_path / "save", tmp_path / "save", 3)
 
 
 def test_a_directory_that_is_not_a_save_is_named(tmp_path: Path) -> None:
@@ -196,8 +294,8 @@ save_sharded({str(save)!r}, {{"w": np.ones(3)}}, shards)
             child.wait(10)
     assert child.returncode == -signal.SIGKILL
     assert (save / MANIFEST_FILE).read_bytes() == before  # the killed save never became the save
-    (shard,) = saved_tables(save)["t"]["shards"]
-    assert read_shard(save, shard, ["t"])["ids"].tolist() == [0, 1, 2, 3]
+    table = saved_tables(save)["t"]
+    assert read_shard(save, "t", table, table["shards"][0])["ids"].tolist() == [0, 1, 2, 3]
     assert len([p for p in save.iterdir() if p.name.startswith("gen-")]) == 2  # the killed save's files remain ...
     assert incomplete_saves(save) == ["gen-000002"]  # ... reported as a save that did not finish ...
     assert "incomplete save gen-000002: it did not finish" in format_inspection(inspect(save))

@@ -8,6 +8,8 @@ import signal
 import subprocess
 import sys
 import threading
+from collections.abc import Callable
+from multiprocessing import resource_tracker
 from pathlib import Path
 from typing import Any
 
@@ -77,6 +79,25 @@ def bow(seed: int = 1, lr: float = 0.1) -> tuple[bir.Program, bir.Program, bir.P
 @pytest.fixture
 def desc() -> bir.DataFeedDesc:
     return bir.DataFeedDesc(PROTOTXT)
+
+
+@pytest.fixture
+def shm_here(monkeypatch: pytest.MonkeyPatch) -> Callable[[], set[str]]:
+    """The files of /dev/shm this process made during the test (shared memory blocks, named semaphores: what it
+    registers with multiprocessing's resource tracker) that are still there. Only these: another process on the
+    machine may make and remove its own there at any time."""
+    made: set[str] = set()
+    register = resource_tracker.register
+
+    def noting(name: str, rtype: str) -> None:
+        if rtype == "shared_memory":
+            made.add(name.lstrip("/"))
+        elif rtype == "semaphore":
+            made.add("sem." + name.lstrip("/"))
+        register(name, rtype)
+
+    monkeypatch.setattr(resource_tracker, "register", noting)
+    return lambda: {name for name in made if os.path.exists(f"/dev/shm/{name}")}
 
 
 def started(startup: bir.Program) -> bir.Scope:
@@ -264,20 +285,21 @@ def test_a_failing_batch_names_the_files_it_came_from(tmp_path: Path, desc: bir.
         bir.AsyncExecutor().run_from_files(main, desc, [good, bad], 1, [loss], scope=started(startup))
 
 
-def test_a_failing_process_stops_the_others_and_leaves_nothing_behind(tmp_path: Path, desc: bir.DataFeedDesc) -> None:
+def test_a_failing_process_stops_the_others_and_leaves_nothing_behind(
+    tmp_path: Path, desc: bir.DataFeedDesc, shm_here: Callable[[], set[str]]
+) -> None:
     bad, good = tmp_path / "bad", tmp_path / "good"
     write_multislot(bad, [{"words": [1, VOCAB + 5], "label": 1, "weight": 1.0}], desc)
     write_multislot(good, corpus(4000, seed=0), desc)
     main, startup, _, _, loss, _ = bow()
     scope = started(startup)
     before = params(main, scope)
-    blocks = set(os.listdir("/dev/shm"))
     with pytest.raises(
         BlockirError, match=f"(?s)async worker \\d failed on file {bad}(, {good})?: .*out of range.*lookup_table"
     ):
         bir.AsyncExecutor().run_from_files(main, desc, [bad, good], 2, [loss], mode="process", scope=scope)
     assert multiprocessing.active_children() == []
-    assert set(os.listdir("/dev/shm")) <= blocks  # the shared memory is freed
+    assert shm_here() == set()  # the shared memory is freed
     after = params(main, scope)  # the scope holds its own arrays again, with what the good worker learnt
     assert all(isinstance(scope.get(n), np.ndarray) and scope.get(n).base is None for n in after)
     assert after.keys() == before.keys()
@@ -309,16 +331,16 @@ def test_a_run_whose_worker_dies_or_that_is_interrupted_ends_its_workers(
     progress: Any,
     raised: type[BaseException],
     match: str | None,
+    shm_here: Callable[[], set[str]],
 ) -> None:
     files = write_parts(tmp_path, desc, parts=8, docs=3000)  # work left for worker 0 when it is killed
     main, startup, _, _, loss, _ = bow()
     scope = started(startup)
-    blocks = set(os.listdir("/dev/shm"))
     with bir.AsyncExecutor(keep_workers=keep_workers) as async_exe:
         with pytest.raises(raised, match=match):
             async_exe.run_from_files(main, desc, files, 2, [loss], mode="process", scope=scope, progress=progress)
         assert multiprocessing.active_children() == []  # the other worker stopped, and ended too
-        assert set(os.listdir("/dev/shm")) <= blocks
+        assert shm_here() == set()
         assert all(scope.get(n).base is None for n in params(main, scope))  # the scope's own arrays again
         async_exe.run_from_files(main, desc, files[:1], 2, [loss], mode="process", scope=scope)  # new workers
         assert async_exe.last_stats.instances == 3000
@@ -620,16 +642,19 @@ def test_cli_train_errors_are_one_line(
 
 
 @pytest.mark.timeout(120)
-def test_stress_many_runs_with_failures_leave_nothing_behind(tmp_path: Path, desc: bir.DataFeedDesc) -> None:
+def test_stress_many_runs_with_failures_leave_nothing_behind(
+    tmp_path: Path, desc: bir.DataFeedDesc, shm_here: Callable[[], set[str]]
+) -> None:
     """Runs of random modes, worker counts and file sets, some with a bad file: each trains every instance
-    or fails naming the bad file, and no thread, process or shared memory block outlives it."""
+    or fails naming the bad file, and no thread, process or shared memory block outlives it (of those this
+    process made: other processes come and go in /dev/shm)."""
     rng = np.random.default_rng(7)
     good = write_parts(tmp_path, desc, parts=8, docs=60)
     bad = tmp_path / "bad"
     bad.write_text("2 5 x 1 1 1 0.5\n")
     main, startup, _, _, loss, _ = bow()
     scope = started(startup)
-    threads, blocks = threading.active_count(), set(os.listdir("/dev/shm"))
+    threads = threading.active_count()
     executors = [bir.AsyncExecutor(), bir.AsyncExecutor(keep_workers=True)]
     for _ in range(40):
         files = list(rng.choice(good, size=int(rng.integers(1, 9)), replace=False))
@@ -646,12 +671,12 @@ def test_stress_many_runs_with_failures_leave_nothing_behind(tmp_path: Path, des
         kept = executors[1]._kept
         assert threading.active_count() == threads
         assert len(multiprocessing.active_children()) == sum(len(pool.workers) for pool in kept) <= 4
-        left = set(os.listdir("/dev/shm")) - blocks
+        left = shm_here()
         assert len(left) == len(kept) and all(name.startswith("sem.mp-") for name in left)  # kept workers' lock
         if broken and async_exe is executors[1] and mode == "process":
             assert not kept  # a failed run ends the kept workers
     executors[1].close()
-    assert multiprocessing.active_children() == [] and set(os.listdir("/dev/shm")) <= blocks
+    assert multiprocessing.active_children() == [] and shm_here() == set()
 
 
 def _mean_program() -> bir.Program:

@@ -11,6 +11,7 @@ import pytest
 import blockir as bir
 from blockir.errors import PassError
 from blockir.ir import parse_program
+from blockir.ir.proto_io import atomic_write
 from blockir.viz import page_data, write
 from blockir.viz.page import render
 from tests.registries import passes_registered
@@ -79,3 +80,52 @@ def test_the_readme_example_writes_a_page(tmp_path: Path) -> None:
     bir.viz.write(tmp_path / "passes.html", main, "place,insert-copies,streams")
     data = embedded((tmp_path / "passes.html").read_text())
     assert data["states"][2]["stats"]["copies"] > 0
+
+
+def _nan_trace(path: Path) -> Path:
+    event = {"ph": "X", "name": "relu", "pid": 1, "tid": 1, "ts": float("nan"), "dur": 1, "args": {"id": 1}}
+    path.write_text(json.dumps([event]))  # json writes the NaN literal, as a broken tracer might
+    return path
+
+
+def _listing(root: Path) -> list[str]:
+    return sorted(str(p.relative_to(root)) for p in root.rglob("*"))
+
+
+@pytest.mark.parametrize(
+    ("where", "trace", "message"),
+    [
+        ("no/such/dir/p.html", None, "no/such/dir/p.html: the directory '.*no/such/dir' does not exist"),
+        ("file/p.html", None, "file/p.html: the directory '.*file' is not a directory"),
+        ("dir", None, "dir: is a directory, not a file"),
+        ("p.html", "nan.json", "nan.json: event 0 \\('relu'\\) has 'ts' NaN: a time must be a finite number"),
+    ],
+)
+def test_write_refuses_a_missing_directory_or_a_bad_trace_and_writes_nothing(
+    tmp_path: Path, where: str, trace: str | None, message: str
+) -> None:
+    (tmp_path / "file").write_text("a file in the way")
+    (tmp_path / "dir").mkdir()
+    if trace is not None:
+        _nan_trace(tmp_path / trace)
+    before = _listing(tmp_path)
+    with passes_registered(Explode), pytest.raises(bir.BlockirError, match=message) as caught:
+        # explode: the refusal comes before any pass runs (else its PassError would be raised, after a page)
+        write(
+            tmp_path / where,
+            parse_program(TWO_DEVICES),
+            "place,explode",
+            trace=None if trace is None else tmp_path / trace,
+        )
+    assert not isinstance(caught.value, PassError)
+    assert _listing(tmp_path) == before  # no page, no directory, no temporary file
+
+
+def test_the_page_write_creates_no_directory_and_leaves_no_temporary(tmp_path: Path) -> None:
+    """How write and ``blockir viz`` write the page: ``atomic_write(..., make_parents=False)``."""
+    with pytest.raises(bir.BlockirError, match="gone/p.html: cannot write"):
+        atomic_write(tmp_path / "gone" / "p.html", b"<html></html>", make_parents=False)  # removed after the check
+    assert _listing(tmp_path) == []
+    atomic_write(tmp_path / "p.html", b"<html>1</html>", make_parents=False)
+    atomic_write(tmp_path / "p.html", b"<html>2</html>", make_parents=False)
+    assert _listing(tmp_path) == ["p.html"] and (tmp_path / "p.html").read_text() == "<html>2</html>"

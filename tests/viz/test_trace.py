@@ -98,7 +98,9 @@ def test_a_trace_without_digests_is_matched_by_the_ops_it_names(tmp_path: Path) 
         (b"\xff\xfe", "not JSON"),
         (b'{"traceEvents": 3}', "not a Chrome trace \\(a JSON object"),
         (b"[1, 2]", "event 0 is not a trace event"),
-        (b'[{"ph": "X", "name": "relu", "args": {"id": 1}}]', "event 0 \\('relu'\\) has no numeric 'ts' and 'dur'"),
+        (b'[{"ph": "X", "name": "relu", "args": {"id": 1}}]', "event 0 \\('relu'\\) has no 'ts' \\(its start"),
+        (b"[1" + b"0" * 5000 + b"]", "not JSON \\(Exceeds the limit"),
+        (b"[" * 100_000, "not a Chrome trace \\(its JSON is nested too deeply"),
         (b'[{"ph": "M", "name": "thread_name"}]', "has no op events"),
         (b'{"traceEvents": [], "otherData": {"blockir": {"program": 3}}}', "otherData.blockir is not an object"),
     ],
@@ -108,6 +110,50 @@ def test_files_that_are_not_chrome_traces_of_ops_are_refused(tmp_path: Path, con
     path.write_bytes(content)
     with pytest.raises(TraceError, match=f"trace {path}: {message}"):
         load_trace(path)
+
+
+def _event(**times: object) -> bytes:
+    return json.dumps([{"ph": "X", "name": "relu", "pid": 1, "tid": 1, "args": {"id": 1}, **times}]).encode()
+
+
+TIMES = "a time must be a finite number of microseconds from 0 to 2\\*\\*53 \\(about 285 years\\)"
+
+
+@pytest.mark.parametrize(
+    ("content", "message"),
+    [
+        (_event(ts=float("nan"), dur=1), f"event 0 \\('relu'\\) has 'ts' NaN: {TIMES}"),
+        (b'[{"ph": "X", "name": "relu", "ts": NaN, "args": {"id": 1}}]', f"has 'ts' NaN: {TIMES}"),
+        (_event(ts=0, dur=float("inf")), f"has 'dur' Infinity: {TIMES}"),
+        (_event(ts=float("-inf")), f"has 'ts' -Infinity: {TIMES}"),
+        (_event(ts=5, dur=-1), f"has 'dur' -1: {TIMES}"),
+        (_event(ts=-0.5, dur=1), f"has 'ts' -0.5: {TIMES}"),
+        (_event(ts=1e300, dur=1), f"has 'ts' 1e\\+300: {TIMES}"),
+        (_event(ts=(1 << 53) + 1, dur=1), f"has 'ts' 9007199254740993: {TIMES}"),
+        (_event(ts=10**400, dur=1), f"has 'ts' 1000000000000000000000000000000000000...: {TIMES}"),
+        (_event(ts="12", dur=1), "has 'ts' \"12\": not a number"),
+        (_event(ts=1, dur=True), "has 'dur' true: not a number"),
+        (_event(ts=[1], dur=1), "has 'ts' \\[1\\]: not a number"),
+        (_event(ts=None, dur=1), "has 'ts' null: not a number"),
+    ],
+)
+def test_times_that_are_not_finite_microseconds_are_refused(tmp_path: Path, content: bytes, message: str) -> None:
+    path = tmp_path / "bad.json"
+    path.write_bytes(content)
+    with pytest.raises(TraceError, match=f"trace {path}: .*{message}"):
+        load_trace(path)
+
+
+def test_the_bounds_of_a_time_are_accepted(tmp_path: Path) -> None:
+    events = [
+        {"ph": "X", "name": "relu", "pid": 1, "tid": 1, "ts": 0, "dur": 0, "args": {"id": 1}},
+        {"ph": "X", "name": "relu", "pid": 1, "tid": 1, "ts": 1 << 53, "dur": 1 << 53, "args": {"id": 1}},
+        {"ph": "X", "name": "relu", "pid": [1], "tid": {"a": 1}, "ts": 3, "args": {"id": 1}},  # no dur: 0
+        {"ph": "M", "name": "thread_name", "pid": 2, "tid": 2, "args": [1]},  # a name that is no object: none
+    ]
+    trace = load_trace(_write(tmp_path / "t.json", events))
+    assert [s[1:3] for s in trace.spans] == [(0.0, 0.0), (float(1 << 53), float(1 << 53)), (3.0, 0.0)]
+    assert trace.lanes == ["pid 2 / tid 2", "pid 1 / tid 1", 'pid [1] / tid {"a": 1}']
 
 
 def test_a_missing_trace_is_refused_before_any_pass_runs(tmp_path: Path) -> None:

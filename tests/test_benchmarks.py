@@ -1,0 +1,84 @@
+"""The benchmarks' reference step is the project's, byte for byte, and the one they use by default.
+
+``benchmarks/reference/mlp_numpy.py`` is a copy of ``../shared/bench/mlp_numpy.py`` (the hand-written numpy step
+the executor is measured against), kept in the repository so that the benchmarks run from it alone. It is not
+the benchmark's to tune: wherever the shared file exists (beside the repository, as on the developers' machines
+and in CI) the copy must have its SHA-256; everywhere, the copy must have the SHA-256 recorded here when it was
+taken, and be what ``bench_executor.py`` and ``bench_peers.py`` load by default.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import importlib.util
+import sys
+from pathlib import Path
+from types import ModuleType
+
+import numpy as np
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+BENCHMARKS = REPO / "benchmarks"
+COPY = BENCHMARKS / "reference" / "mlp_numpy.py"
+SHARED = REPO / ".." / "shared" / "bench" / "mlp_numpy.py"
+# The SHA-256 of ../shared/bench/mlp_numpy.py when it was copied. Should the shared file change, copy it again
+# (cp ../shared/bench/mlp_numpy.py benchmarks/reference/) and record its new SHA-256 here.
+RECORDED_SHA256 = "4573eef4cd3fd5a70b0d74b283587da776ab682426339d2524b00fb8a703a018"
+
+
+def sha256(path: Path) -> str:
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+def load_benchmark(name: str) -> ModuleType:
+    """A benchmark module, imported as the benchmarks import each other (benchmarks/ on sys.path)."""
+    sys.path.insert(0, str(BENCHMARKS))
+    try:
+        spec = importlib.util.spec_from_file_location(f"benchmarks_{name}", BENCHMARKS / f"{name}.py")
+        assert spec is not None and spec.loader is not None
+        module = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(module)
+        return module
+    finally:
+        sys.path.remove(str(BENCHMARKS))
+        sys.modules.pop("bench_executor", None)  # bench_peers imports it by that name
+
+
+def test_the_copy_is_the_shared_reference_byte_for_byte() -> None:
+    if SHARED.is_file():
+        assert sha256(COPY) == sha256(SHARED), (
+            f"{COPY.relative_to(REPO)} differs from {SHARED.resolve()}: the reference is not the benchmark's to "
+            "change; copy the shared file again (and record its SHA-256 in this test)"
+        )
+    assert sha256(COPY) == RECORDED_SHA256, f"{COPY.relative_to(REPO)} is not the reference step as it was copied"
+
+
+def test_the_benchmarks_load_the_copy_by_default() -> None:
+    executor = load_benchmark("bench_executor")
+    assert executor.DEFAULT_REF.resolve() == COPY.resolve()
+    peers = load_benchmark("bench_peers")  # imports bench_executor's DEFAULT_REF
+    assert peers.DEFAULT_REF.resolve() == COPY.resolve()
+
+
+def test_the_blockir_step_starts_where_the_reference_step_does() -> None:
+    """What bench_executor checks before timing, on the default reference: the first losses agree."""
+    executor = load_benchmark("bench_executor")
+    ref = executor.load_reference(executor.DEFAULT_REF)
+    bir_step, ref_step = executor.blockir_step(ref, batch=8)
+    first_bir, first_ref = float(np.asarray(bir_step()).reshape(-1)[0]), float(ref_step())
+    assert np.isclose(first_bir, first_ref, rtol=1e-4), (first_bir, first_ref)
+
+
+def test_the_blockir_step_on_a_cuda_place_starts_where_the_reference_step_does(monkeypatch: pytest.MonkeyPatch) -> None:
+    """``bench_executor --place cuda:0`` (scripts/gpu_check.sh runs it), here on the CuPy stand-in: the step runs on
+    the GPU's values and its loss comes back to the host."""
+    from tests.runtime import fake_cupy
+
+    fake = fake_cupy.install(monkeypatch, gpus=1)
+    executor = load_benchmark("bench_executor")
+    ref = executor.load_reference(executor.DEFAULT_REF)
+    bir_step, ref_step = executor.blockir_step(ref, batch=8, place="cuda:0")
+    first_bir, first_ref = float(np.asarray(bir_step()).reshape(-1)[0]), float(ref_step())
+    assert np.isclose(first_bir, first_ref, rtol=1e-4), (first_bir, first_ref)
+    assert any(call[0] == "launch" for call in fake.calls)  # the kernels ran on the stand-in's streams
