@@ -23,7 +23,10 @@ The symbols the matched ops write and no new op writes are the match's
 
 Matching starts at an op of the first pattern op's types (the anchor) and
 finds each further op among the readers or writers of a variable already
-bound (each pattern op shares a symbol with an earlier one). A slot the
+bound (each pattern op shares a symbol with an earlier one); a reader of an
+intermediate that a matched op writes, when other ops write that variable
+too, among the readers of that op's value (such a match is refused anyway:
+the cut keeps the refusals to the ops a value connects). A slot the
 pattern does not name must be empty, an op a pattern names must not be a
 prune target (``is_target``), and an intermediate's variable is bound to no
 other symbol. A structural match fires only when it is legal:
