@@ -33,6 +33,7 @@ from blockir.ir.attrs import AttrType
 from blockir.ir.devices import DEVICE_FORMS, device_kind, is_valid_device
 from blockir.ir.dtypes import VarKind
 from blockir.ir.schema import AttrDef, InferContext, KernelContext, Lowering, OpSchema, Slot
+from blockir.ops.common import to_host
 from blockir.ops.transfer import copy_value
 from blockir.ops.values import LoDTensor, SelectedRows
 
@@ -122,7 +123,7 @@ def _infer_allreduce(ctx: InferContext) -> None:
 def _allreduce(ctx: KernelContext, xs: list[Any], shares: list[Any] | None = None) -> Any:
     weights = [float(s.reshape(-1)[0]) for s in shares] if shares else [1.0] * len(xs)
     if all(isinstance(x, SelectedRows) for x in xs):
-        rows = ctx.xp.concatenate([ctx.xp.asarray(x.rows) for x in xs])
+        rows = np.concatenate([to_host(x.rows) for x in xs])  # rows stay on the host, as every kernel keeps them
         values = ctx.xp.concatenate([x.values * x.values.dtype.type(w) for x, w in zip(xs, weights)])
         return SelectedRows(rows, values, xs[0].height).merged(ctx.xp)
     if any(isinstance(x, SelectedRows) for x in xs):

@@ -21,6 +21,7 @@ from hypothesis import strategies as st
 
 import blockir as bir
 from blockir.errors import BlockirError, ExecutionError
+from blockir.ops.common import to_host
 from blockir.ops.values import LoDTensor
 from blockir.passes import run
 from tests.gpu import real_cupy
@@ -91,7 +92,7 @@ def train(
             build.collective = collective
             program = bir.CompiledProgram(main).with_data_parallel(loss, build_strategy=build, places=places)
         losses = [exe.run(program, feed=feed, fetch_list=[loss], scope=scope)[0] for _ in range(steps)]
-    params = {p.name: np.asarray(scope.find_var(p.name).value) for p in main.all_parameters()}
+    params = {p.name: to_host(scope.find_var(p.name).value) for p in main.all_parameters()}
     return losses, params, scope
 
 
