@@ -48,7 +48,7 @@ from __future__ import annotations
 import json
 import math
 import re
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 
 import numpy as np
@@ -58,7 +58,17 @@ from blockir.ir.attrs import INT32_MAX, INT32_MIN, INT64_MAX, INT64_MIN, LIST_TY
 from blockir.ir.core import TOO_DEEP, Block, Operator, Program, Variable, too_deep
 from blockir.ir.dtypes import VarKind, to_dtype
 
-__all__ = ["format_attr_value", "format_block", "format_op", "format_program", "format_var", "parse", "parse_program"]
+__all__ = [
+    "block_lines",
+    "format_attr_value",
+    "format_block",
+    "format_op",
+    "format_program",
+    "format_var",
+    "parse",
+    "parse_program",
+    "program_lines",
+]
 
 _PLAIN = re.compile(r"[A-Za-z0-9_.@/:-]+")
 _NUMBER = re.compile(r"-?(?:inf|nan|[0-9]+(\.[0-9]*)?([eE][+-]?[0-9]+)?)([Ld]?)")
@@ -214,22 +224,28 @@ def format_var(var: Variable) -> str:
     return text
 
 
-def format_block(block: Block) -> str:
-    """The block's header, its variables, its ops (indented) and a closing brace."""
+def block_lines(block: Block) -> Iterator[tuple[str, Operator | None]]:
+    """The lines of :func:`format_block`, each with the op it prints (None for the others)."""
     header = f"block {block.idx} parent={block.parent_idx}"
     if block.forward_block_idx != -1:
         header += f" forward_block_idx={block.forward_block_idx}"
     if block.device:
         header += f" device={_name(block.device)}"
-    lines = [header + " {"]
-    lines.extend("  " + format_var(v) for v in block.vars.values())
-    lines.extend("  " + format_op(op) for op in block.ops)
-    lines.append("}")
-    return "\n".join(lines)
+    yield header + " {", None
+    for v in block.vars.values():
+        yield "  " + format_var(v), None
+    for op in block.ops:
+        yield "  " + format_op(op), op
+    yield "}", None
 
 
-def format_program(program: Program) -> str:
-    """The whole program (no trailing newline); :func:`parse_program` reads it back."""
+def format_block(block: Block) -> str:
+    """The block's header, its variables, its ops (indented) and a closing brace."""
+    return "\n".join(line for line, _ in block_lines(block))
+
+
+def program_lines(program: Program) -> Iterator[tuple[str, Operator | None]]:
+    """The lines of :func:`format_program`, each with the op it prints (None for the others)."""
     header = f"program version={program.version}"
     if program.random_seed:
         header += f" random_seed={program.random_seed}"
@@ -237,7 +253,14 @@ def format_program(program: Program) -> str:
         header += f" device={_name(program.device)}"
     if program.op_versions:
         header += " op_versions={" + ", ".join(f"{_name(t)}={v}" for t, v in program.op_versions.items()) + "}"
-    return "\n".join([header, *(format_block(b) for b in program.blocks)])
+    yield header, None
+    for block in program.blocks:
+        yield from block_lines(block)
+
+
+def format_program(program: Program) -> str:
+    """The whole program (no trailing newline); :func:`parse_program` reads it back."""
+    return "\n".join(line for line, _ in program_lines(program))
 
 
 # -- parser ----------------------------------------------------------------------

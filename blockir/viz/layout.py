@@ -11,7 +11,13 @@ state. Each block is laid out on its own, top to bottom:
 2. order and x: rank by rank, each op wants to sit centred under the mean x
    of the ops it reads from; ops are packed left to right in that order, each
    at its wanted x or the first free x right of its neighbour;
-3. y: ranks stacked, each as tall as its tallest op.
+3. y: ranks stacked, each as tall as its tallest op;
+4. columns: a block taller than WRAP_HEIGHT and than wide (a chain of
+   layers and its backward pass) is cut between ranks into columns placed side by side,
+   about as many as bring it near ASPECT (width / height, the page's graph
+   pane), so that it uses the page's width; each column starts at the top
+   and keeps its ranks' order, and the edges from one column to the next
+   climb back up.
 
 No dummy nodes are inserted for long edges (a layered layout with them, as
 Sugiyama's, dagre's or ELK's, grows with the edges' lengths: a backward pass
@@ -25,6 +31,7 @@ and follow the labels (a monospace font of 11 px).
 from __future__ import annotations
 
 import heapq
+import math
 from collections.abc import Sequence
 from typing import Any
 
@@ -36,6 +43,8 @@ PAD = 8
 MIN_W, MAX_W = 64, 300
 GAP_X, GAP_Y = 16, 28
 BLOCK_PAD, BLOCK_TITLE, BLOCK_GAP = 16, 22, 60
+ASPECT, COLUMN_GAP = 1.6, 48  # the width / height a tall block is wrapped towards (the page's graph pane)
+WRAP_HEIGHT = 480  # a block this tall or less fits the graph pane of a 1366x768 window: it stays one column
 
 
 def _size(labels: Sequence[Sequence[str]]) -> tuple[float, float]:
@@ -82,9 +91,11 @@ def _place_block(
         rows.setdefault(rank[i], []).append(i)
     centre: dict[int, float] = {}
     placed: dict[int, list[float]] = {}
+    tops: list[tuple[float, list[int]]] = []  # per rank: its y and its ops
     y = 0.0
     for r in sorted(rows):
         row = rows[r]
+        tops.append((y, row))
         wanted: dict[int, float] = {}
         previous = 0.0
         for i in row:  # an op reading no placed op wants the place of the op before it
@@ -101,7 +112,29 @@ def _place_block(
     left = min((p[0] for p in placed.values()), default=0.0)
     for p in placed.values():
         p[0] -= left
+    _wrap(placed, tops, y - GAP_Y)
     return placed
+
+
+def _wrap(placed: dict[int, list[float]], tops: list[tuple[float, list[int]]], height: float) -> None:
+    """Cut a tall block's ranks into columns side by side (step 4 of the module docstring), in place."""
+    width = max((p[0] + p[2] for p in placed.values()), default=0.0)
+    count = round(math.sqrt(ASPECT * height / max(width, MIN_W)))
+    if count < 2 or height <= WRAP_HEIGHT:
+        return
+    columns: list[list[tuple[float, list[int]]]] = [[]]
+    for y, row in tops:  # a new column where the column so far has its share of the height
+        if columns[-1] and y - columns[-1][0][0] >= height / count:
+            columns.append([])
+        columns[-1].append((y, row))
+    x0 = 0.0
+    for column in columns:
+        ids = [i for _, row in column for i in row]
+        y0, left = column[0][0], min(placed[i][0] for i in ids)
+        for i in ids:
+            placed[i][0] += x0 - left
+            placed[i][1] -= y0
+        x0 = max(placed[i][0] + placed[i][2] for i in ids) + COLUMN_GAP
 
 
 def layout(

@@ -7,18 +7,24 @@ model. Nothing here re-derives what a pass did: ops are matched across passes
 by their ids (which clones keep), lineage is the ``op_pass``/``op_origin`` the
 passes recorded, devices and streams are the ops' ``op_device``/``op_stream``.
 
-The model (``format`` ``"blockir-viz"``, ``version`` 1)::
+The model (``format`` ``"blockir-viz"``, ``version`` 2)::
 
     title, pipeline              the page's title; the pipeline as the report names it
     devices, streams             every op device ("" = not placed) and op stream seen, sorted
     states[k]                    k = 0: the input; k >= 1: after pass k (its PassRecord's fields,
-                                 ``stats``: ops per device, copies, bytes copied across devices)
+                                 ``stats``: ops per device, copies, bytes copied across devices;
+                                 ``structural`` and ``annotated``: ops changed in structure, and in
+                                 annotations alone; ``text``: its text form as ``blockir show``
+                                 prints it, line by line: v >= 0 the op version ops[v], else lines[-1 - v])
     ops[v]                       one entry per op *version* (op id + its text form); ``present``
-                                 has one character per state, "1" where the op is this version
+                                 has one character per state, "1" where the op is this version;
+                                 ``sv`` numbers its structure: two versions of an op with the same
+                                 ``sv`` differ only in annotations (ANNOTATIONS); ``inputs``, ``outputs``
     nodes                        op id -> [x, y, w, h, block]: one position per op for all states
     blocks[b]                    parent, owner op id (the op running it), box [x, y, w, h]
     edges[e]                     [writer op id, reader op id, variable, presence per state]
     vars[b]                      name -> [shape, dtype, persistable] of block b
+    lines                        the text forms' lines other than ops (block headers, variables), each once
     failure                      None, or the pass that raised: label, message, the state it received
     trace                        None, or the run's spans (:mod:`blockir.viz.trace`)
 """
@@ -34,18 +40,23 @@ import numpy as np
 from blockir.errors import PassError
 from blockir.ir import Operator, Program, Variable
 from blockir.ir.schema import Lowering, lowering_of
-from blockir.ir.text import format_attr_value, format_op
+from blockir.ir.text import format_attr_value, program_lines
 from blockir.passes.base import Pass, origin_key
 from blockir.passes.manager import KeepPrograms, PassRecord, PassReport, expand, format_pass, parse_pipeline
 from blockir.passes.manager import run as run_pipeline
 from blockir.passes.place import find_var
+from blockir.passes.streams import STREAM_ATTR
 from blockir.viz.layout import layout
 from blockir.viz.trace import Trace, match_trace
 
-__all__ = ["FORMAT", "VERSION", "Collected", "build", "collect"]
+__all__ = ["ANNOTATIONS", "FORMAT", "VERSION", "Collected", "build", "collect"]
 
 FORMAT = "blockir-viz"
-VERSION = 1
+VERSION = 2
+
+#: Attributes that say where an op runs and what made it, not what it computes: a change of these alone is an
+#: annotation, shown and counted apart from structural changes (inputs, outputs, type, other attributes, device).
+ANNOTATIONS = frozenset({STREAM_ATTR, "op_pass", "op_origin", "op_namescope", "op_callstack"})
 
 _KINDS = {Lowering.FEED: "feed", Lowering.FETCH: "fetch", Lowering.COPY: "copy", Lowering.CONTROL: "control"}
 
@@ -84,26 +95,43 @@ def build(collected: Collected, title: str, trace: Trace | None = None) -> dict[
     programs = collected.programs
     count = len(programs)
     versions: dict[tuple[int, str], dict[str, Any]] = {}
+    structures: dict[tuple[int, str], int] = {}  # (op id, structure) -> the model's "sv"
     edges: dict[tuple[int, int, str], list[str]] = {}
     first_seen: dict[int, tuple[int, int, int]] = {}  # op id -> (block, state, position) where it first appears
     keys_by_state: list[dict[str, int]] = []
+    lines: dict[str, int] = {}  # the text form's lines other than ops, each once
+    texts: list[list[Any]] = []  # per state: its text form, a version (dict) or -1 - a line's index per line
+    ops_by_state: list[dict[int, dict[str, Any]]] = []
     for k, program in enumerate(programs):
         keys_by_state.append({origin_key(op): op.id for op in program.ops()})
-        for block in program.blocks:
-            writer: dict[str, int] = {}
-            for pos, op in enumerate(block.ops):
-                first_seen.setdefault(op.id, (block.idx, k, pos))
-                text = format_op(op)
-                version = versions.get((op.id, text))
-                if version is None:
-                    version = versions[(op.id, text)] = _version(op, text, k, keys_by_state)
-                    version["present"] = ["0"] * count
-                version["present"][k] = "1"
-                for name in op.input_names():
-                    if name in writer and writer[name] != op.id:
-                        edges.setdefault((writer[name], op.id, name), ["0"] * count)[k] = "1"
-                for name in op.output_names():
-                    writer[name] = op.id
+        writers: dict[int, dict[str, int]] = {}  # block -> variable -> the op id writing it last
+        positions: dict[int, int] = {}
+        text_k: list[Any] = []
+        here: dict[int, dict[str, Any]] = {}
+        for line, op in program_lines(program):
+            if op is None:
+                text_k.append(-1 - lines.setdefault(line, len(lines)))
+                continue
+            block_idx = op.block.idx
+            writer = writers.setdefault(block_idx, {})
+            positions[block_idx] = pos = positions.get(block_idx, -1) + 1
+            first_seen.setdefault(op.id, (block_idx, k, pos))
+            text = line[2:]  # the op's line without the block's indent: format_op(op)
+            version = versions.get((op.id, text))
+            if version is None:
+                version = versions[(op.id, text)] = _version(op, text, k, keys_by_state)
+                version["sv"] = structures.setdefault((op.id, _structure(op)), len(structures))
+                version["present"] = ["0"] * count
+            version["present"][k] = "1"
+            text_k.append(version)
+            here[op.id] = version
+            for name in op.input_names():
+                if name in writer and writer[name] != op.id:
+                    edges.setdefault((writer[name], op.id, name), ["0"] * count)[k] = "1"
+            for name in op.output_names():
+                writer[name] = op.id
+        texts.append(text_k)
+        ops_by_state.append(here)
     ops = list(versions.values())
     for v, entry in enumerate(ops):
         entry["v"] = v
@@ -121,6 +149,9 @@ def build(collected: Collected, title: str, trace: Trace | None = None) -> dict[
     for b, box in zip(blocks, boxes):
         b["box"] = box
     states = [_state(k, program, collected) for k, program in enumerate(programs)]
+    for k, state in enumerate(states):
+        state["text"] = [entry if isinstance(entry, int) else entry["v"] for entry in texts[k]]
+        state["structural"], state["annotated"] = _changes(ops_by_state[k - 1], ops_by_state[k]) if k else (None, None)
     devices = sorted({op["device"] for op in ops}, key=_device_order)
     streams = sorted({op["stream"] for op in ops if op["stream"]})
     linked = None if trace is None else match_trace(trace, programs, [s["digest"] for s in states])
@@ -137,9 +168,31 @@ def build(collected: Collected, title: str, trace: Trace | None = None) -> dict[
         "blocks": blocks,
         "edges": edge_list,
         "vars": [_vars(block) for block in max(programs, key=lambda p: len(p.blocks)).blocks],
+        "lines": list(lines),
         "failure": _failure(collected),
         "trace": linked,
     }
+
+
+def _structure(op: Operator) -> str:
+    """What a structural change of ``op`` changes: all of it but its annotations (ANNOTATIONS), attributes in
+    name order (a pass that only moves an attribute changes nothing)."""
+    attrs = sorted((k, format_attr_value(v, op.attr_types[k])) for k, v in op.attrs.items() if k not in ANNOTATIONS)
+    return repr((op.type, op.inputs, op.outputs, attrs, op.is_target))
+
+
+def _changes(before: dict[int, dict[str, Any]], after: dict[int, dict[str, Any]]) -> tuple[int, int]:
+    """(ops changed structurally, ops whose annotations alone changed) among the ops of both states."""
+    structural = annotated = 0
+    for op_id, version in after.items():
+        was = before.get(op_id)
+        if was is None or was is version:
+            continue
+        if was["sv"] != version["sv"]:
+            structural += 1
+        else:
+            annotated += 1
+    return structural, annotated
 
 
 def _device_order(device: str) -> tuple[int, str, int]:
@@ -195,6 +248,8 @@ def _version(op: Operator, text: str, state: int, keys_by_state: list[dict[str, 
         "pass": made_by,
         "origin": origin,
         "origin_ids": origin_ids,
+        "inputs": op.input_names(),
+        "outputs": outputs,
         "lineage": _lineage(op, kind, made_by, origin) if made_by else None,
         "bytes": _copy_bytes(op) if kind == "copy" else None,
         "sub_blocks": op.sub_block_indices(),

@@ -7,12 +7,15 @@ where either binary or selenium is missing, so that callers can skip.
 
 from __future__ import annotations
 
+import os
 import shutil
 import time
 from pathlib import Path
 from typing import Any
 
-__all__ = ["chromium", "missing", "open_page"]
+__all__ = ["chromium", "click", "js", "missing", "open_page", "select_state", "shot"]
+
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def missing() -> str | None:
@@ -51,3 +54,28 @@ def open_page(driver: Any, path: Path, timeout: float = 60.0) -> float:
             raise TimeoutError(f"{path}: not interactive after {timeout:.0f} s")
         time.sleep(0.02)
     return time.perf_counter() - start
+
+
+def shot(driver: Any, name: str, tmp_path: Path) -> Path:
+    """A screenshot ``viz-NAME.png`` in ``tmp_path``, or in ``docs/img/`` with ``BLOCKIR_SCREENSHOTS=1``."""
+    directory = ROOT / "docs" / "img" if os.environ.get("BLOCKIR_SCREENSHOTS") == "1" else tmp_path
+    path = directory / f"viz-{name}.png"
+    driver.save_screenshot(str(path))
+    if path.stat().st_size <= 10_000:
+        raise AssertionError(f"{path}: a blank screenshot ({path.stat().st_size} bytes)")
+    return path
+
+
+def js(driver: Any, script: str, *args: Any) -> Any:
+    return driver.execute_script(script, *args)
+
+
+def click(driver: Any, selector: str) -> None:
+    """A click on the first element ``selector`` finds (dispatched: it need not be on screen)."""
+    js(driver, "document.querySelector(arguments[0]).dispatchEvent(new MouseEvent('click', {bubbles: true}))", selector)
+
+
+def select_state(driver: Any, k: int) -> None:
+    """Show the program after pass ``k`` (unfolding the folded passes)."""
+    js(driver, "document.querySelectorAll('#passes li.fold').forEach(f => f.click())")
+    click(driver, f'#passes li.state[data-state="{k}"]')

@@ -8,75 +8,15 @@ the test's directory, or to ``docs/img/`` with ``BLOCKIR_SCREENSHOTS=1`` (the RE
 from __future__ import annotations
 
 import json
-import os
-import tempfile
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-import numpy as np
 import pytest
 
-import blockir as bir
-from blockir.errors import PassError
-from blockir.ir import parse_program
-from tests.registries import passes_registered
-from tests.runtime.test_fusion import unfused
-from tests.viz.browser import chromium, missing, open_page
-from tests.viz.golden_cases import GOLDEN, Explode
+from tests.viz.browser import click, js, missing, open_page, select_state, shot
 from tests.viz.test_page import embedded
 
 pytestmark = [pytest.mark.browser, pytest.mark.skipif(missing() is not None, reason=str(missing()))]
-ROOT = Path(__file__).resolve().parents[2]
-PIPELINE = "place,insert-copies,deps,streams"
-
-
-@pytest.fixture(scope="module")
-def driver() -> Iterator[Any]:
-    d = chromium()
-    yield d
-    d.quit()
-
-
-@pytest.fixture(scope="module")
-def pages(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
-    """Pages of an MLP with a layer on cpu:1 (with a run's trace), of a failing pass and of a go block."""
-    work = tmp_path_factory.mktemp("pages")
-    main, startup = bir.Program(), bir.Program()
-    with bir.program_guard(main, startup), bir.unique_name.guard():
-        x = bir.layers.data("x", [-1, 4])
-        with bir.device_guard("cpu:1"):
-            h = bir.layers.fc(x, 8, act="relu")
-        bir.optimizer.SGD(0.1).minimize(bir.layers.mean(bir.layers.fc(h, 1)))
-    scope = bir.Scope()
-    with bir.Executor(build_strategy=unfused()) as exe:  # the run compiles what PIPELINE makes: no fusion
-        exe.run(startup, scope=scope)
-        exe.run(main, feed={"x": np.ones((3, 4), "float32")}, scope=scope, trace=str(work / "run.json"))
-    bir.viz.write(work / "mlp.html", main, PIPELINE, trace=work / "run.json", title="mlp")
-    with passes_registered(Explode), pytest.raises(PassError), pytest.MonkeyPatch.context() as patch:
-        patch.setattr(tempfile, "tempdir", str(work))  # the reproducer goes with the pages
-        bir.viz.write(work / "fail.html", main, "place,insert-copies,explode,streams", title="fail")
-    go = parse_program((GOLDEN / "go_block.before.txt").read_text())
-    bir.viz.write(work / "go.html", go, "place,insert-copies", title="go")
-    prune = parse_program((GOLDEN / "prune.before.txt").read_text())
-    bir.viz.write(work / "prune.html", prune, "prune{targets=y}", title="prune")
-    return {name: work / f"{name}.html" for name in ("mlp", "fail", "go", "prune")}
-
-
-def shot(driver: Any, name: str, tmp_path: Path) -> Path:
-    directory = ROOT / "docs" / "img" if os.environ.get("BLOCKIR_SCREENSHOTS") == "1" else tmp_path
-    path = directory / f"viz-{name}.png"
-    driver.save_screenshot(str(path))
-    assert path.stat().st_size > 10_000
-    return path
-
-
-def js(driver: Any, script: str, *args: Any) -> Any:
-    return driver.execute_script(script, *args)
-
-
-def click(driver: Any, selector: str) -> None:
-    js(driver, "document.querySelector(arguments[0]).dispatchEvent(new MouseEvent('click', {bubbles: true}))", selector)
 
 
 def visible_per_device(driver: Any) -> dict[str, int]:
@@ -87,11 +27,6 @@ def visible_per_device(driver: Any) -> dict[str, int]:
             n[g.dataset.device] = (n[g.dataset.device] || 0) + 1;
         return n;""",
     )
-
-
-def select_state(driver: Any, k: int) -> None:
-    js(driver, "document.querySelectorAll('#passes li.fold').forEach(f => f.click())")
-    click(driver, f'#passes li.state[data-state="{k}"]')
 
 
 def test_the_pass_list_folds_unchanged_passes_and_the_keys_step_through(driver: Any, pages: dict[str, Path]) -> None:
@@ -131,7 +66,8 @@ def test_nodes_per_device_and_the_diff_match_the_model_in_every_state(driver: An
             )
             assert counts == [state["added"], state["removed"]], state["label"]
             summary = js(driver, "return document.getElementById('diff-summary').textContent")
-            assert summary.startswith(f"+{state['added']} −{state['removed']} ~{state['modified']}")
+            assert summary.startswith(f"+{state['added']} −{state['removed']} ~{state['structural']}")
+            assert summary.endswith(f"· {state['annotated']} annotated")
     select_state(driver, 2)
     assert js(driver, "return document.querySelectorAll('g.node.added.copy').length") == data["states"][2]["added"] == 4
 
@@ -162,10 +98,19 @@ def test_clicking_a_copy_shows_its_lineage_and_its_origin_is_a_link(
 
 def test_a_modified_op_shows_what_the_pass_changed(driver: Any, pages: dict[str, Path]) -> None:
     open_page(driver, pages["mlp"])
-    select_state(driver, 4)  # streams gives every op its op_stream
-    click(driver, "g.node.modified:not(.copy)")
+    select_state(driver, 4)  # streams gives every op its op_stream: an annotation, not a change of structure
+    assert js(driver, "return document.querySelectorAll('g.node.modified, g.node.moved').length") == 0
+    click(driver, "g.node.annotated:not(.copy)")
     changes = js(driver, "return [...document.querySelectorAll('#details table.changes tr')].map(r => r.textContent)")
     assert len(changes) == 1 and changes[0].startswith('op_stream(none) → "cpu')
+    assert js(driver, "return document.querySelector('#details h2.changed').textContent") == (
+        "Annotations changed since pass 3"
+    )
+    select_state(driver, 1)  # place sets op_device: structural
+    click(driver, "g.node.modified:not(.copy)")
+    changes = js(driver, "return [...document.querySelectorAll('#details table.changes tr')].map(r => r.textContent)")
+    assert changes[0].startswith("op_device(none) → ")
+    assert js(driver, "return document.querySelector('#details h2.changed').textContent") == "Changed since pass 0"
 
 
 def test_search_counts_matches_and_enter_jumps_to_one(driver: Any, pages: dict[str, Path]) -> None:

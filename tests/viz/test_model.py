@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Any
 
 import pytest
 from hypothesis import given, settings
@@ -13,7 +14,7 @@ from blockir.errors import PassError, PipelineError, VerifyError
 from blockir.ir import parse_program
 from blockir.ir.text import format_op
 from blockir.viz import collect, page_data
-from blockir.viz.layout import GAP_Y
+from blockir.viz.layout import COLUMN_GAP, GAP_Y, WRAP_HEIGHT
 from blockir.viz.model import build
 from tests.passes.programs import CHAIN, RandomProgram, runnable_programs
 from tests.registries import passes_registered
@@ -58,6 +59,23 @@ def test_each_state_is_its_kept_program_and_the_diffs_match_the_pass_records(rp:
         assert len(after.keys() - kept) == record.added == data["states"][k]["added"]
         assert len(before.keys() - kept) == record.removed == data["states"][k]["removed"]
         assert sum(before[i]["v"] != after[i]["v"] for i in kept) == record.modified
+        structural = sum(before[i]["sv"] != after[i]["sv"] for i in kept)
+        assert (data["states"][k]["structural"], data["states"][k]["annotated"]) == (
+            structural,
+            record.modified - structural,
+        )
+        if k == 4:  # streams: op_stream is an annotation
+            assert structural == 0
+
+
+@settings(max_examples=40)
+@given(runnable_programs(devices=DEVICES))
+def test_each_state_has_its_program_as_text(rp: RandomProgram) -> None:
+    collected = collect(rp.program, "place,insert-copies,streams")
+    data = build(collected, "random")
+    for k, program in enumerate(collected.programs):
+        lines = [data["lines"][-1 - v] if v < 0 else "  " + data["ops"][v]["text"] for v in data["states"][k]["text"]]
+        assert "\n".join(lines) == str(program)
 
 
 @settings(max_examples=40)
@@ -66,14 +84,42 @@ def test_every_op_has_one_place_and_edges_point_down(rp: RandomProgram) -> None:
     data, _ = page_data(rp.program, "place,insert-copies,streams")
     nodes = {int(i): n for i, n in data["nodes"].items()}
     assert nodes.keys() == {op["id"] for op in data["ops"]}
-    for src, dst, _, _ in data["edges"]:
-        assert nodes[src][1] + nodes[src][3] + GAP_Y <= nodes[dst][1] + 1e-6  # the writer sits above its reader
-    by_row: dict[float, list[list[float]]] = {}
-    for n in nodes.values():
-        by_row.setdefault(n[1], []).append(n)
-    for row in by_row.values():  # no two ops of a row overlap
-        row.sort()
-        assert all(a[0] + a[2] <= b[0] for a, b in zip(row, row[1:]))
+    _assert_layered(nodes, data["edges"])
+
+
+def _assert_layered(nodes: dict[int, list[float]], edges: list[list[Any]]) -> None:
+    """A writer sits above its reader in the same column, or in a column left of it; no two ops overlap."""
+    for src, dst, _, _ in edges:
+        above = nodes[src][1] + nodes[src][3] + GAP_Y <= nodes[dst][1] + 1e-6
+        left = nodes[src][0] + nodes[src][2] + COLUMN_GAP <= nodes[dst][0] + 1e-6
+        assert above or left, (nodes[src], nodes[dst])
+    boxes = sorted(nodes.values())
+    for i, a in enumerate(boxes):
+        for b in boxes[i + 1 :]:
+            if b[0] >= a[0] + a[2]:
+                break
+            assert b[1] >= a[1] + a[3] or a[1] >= b[1] + b[3], (a, b)
+
+
+def test_a_tall_block_wraps_into_columns_and_a_short_one_does_not() -> None:
+    main, startup = bir.Program(), bir.Program()
+    with bir.program_guard(main, startup), bir.unique_name.guard():
+        h = bir.layers.data("x", [-1, 4])
+        for _ in range(40):
+            h = bir.layers.relu(h)
+    data, _ = page_data(main, "place")
+    nodes = {int(i): n for i, n in data["nodes"].items()}
+    _assert_layered(nodes, data["edges"])
+    width, height = max(n[0] + n[2] for n in nodes.values()), max(n[1] + n[3] for n in nodes.values())
+    columns = sorted({n[0] for n in nodes.values()})
+    assert len(columns) >= 3 and 0.8 <= width / height <= 3.2, (columns, width, height)  # one column: 0.05
+    order = sorted(nodes, key=lambda i: (nodes[i][0], nodes[i][1]))  # down each column, then the next
+    assert order == sorted(nodes)
+    assert height >= WRAP_HEIGHT
+    short, _ = page_data(parse_program((GOLDEN / "two_devices.before.txt").read_text()), "place")
+    at = short["nodes"]
+    for src, dst, _, _ in short["edges"]:  # one column: every writer above its readers
+        assert at[str(src)][1] + at[str(src)][3] + GAP_Y <= at[str(dst)][1]
 
 
 def test_edges_follow_the_value_from_its_latest_writer() -> None:

@@ -3,10 +3,14 @@
 The data model is the JSON in #viz-data (blockir/viz/model.py documents it). Positions come from the
 model (one layout for every state); this script never lays out. DOM contract (the browser tests use it):
   #passes li.state[data-state=K] (.selected, .failure), li.fold          the pass list
-  svg#graph g.node[data-id][data-device] (.added .ghost .modified .moved .match .dim .selected
-    .absent .feed .fetch .copy .control), path.edge, g.cluster[data-block]
-  #diff-summary, #compare, #stats, #details (.text, .lineage, a.origin[data-id]), #search,
-  #search-count, #filter, #timeline rect.span[data-id], #heat, #error
+  svg#graph g.node[data-id][data-device] (.added .ghost .modified .moved .annotated .match .dim .selected
+    .writer .reader .absent .feed .fetch .copy .control; text.t1-.t3 its label lines, title its whole label),
+  path.edge[data-e] (title: variable, dtype, shape; .hl), g.cluster[data-block], #labels span (op labels
+  drawn over the graph below zoom 1), #minimap, #fit, #zoom-in, #zoom-out
+  #diff-summary, #compare, #stats, #details (.text, .lineage, a.origin[data-id], a.var[data-var], .varinfo),
+  #tabs button[data-tab=op|text], #program (#text-search, #text-count, .line.op[data-id] .add .mod .ann .del
+  .sel .hit), #search, #search-count, #filter, #timeline rect.span[data-id], #heat, #error
+window.vizView() = {x, y, k} (screen = graph * k + (x, y), in the graph's pixels).
 window.vizTiming = {parsed, drawn, interactive} (performance.now()); window.vizReady once painted. */
 (() => {
   "use strict";
@@ -14,7 +18,9 @@ window.vizTiming = {parsed, drawn, interactive} (performance.now()); window.vizR
   const D = JSON.parse(document.getElementById("viz-data").textContent);
   const timing = (window.vizTiming = { parsed: performance.now() - T0 });
   const NS = "http://www.w3.org/2000/svg";
-  const PALETTE = ["#4e79a7", "#f28e2b", "#59a14f", "#e15759", "#76b7b2", "#edc948", "#b07aa1", "#ff9da7", "#9c755f"];
+  // device colours: blues, teals, browns, pinks, greys; never the diff marks' green, red, amber or purple
+  const PALETTE = ["#4e79a7", "#76b7b2", "#9c755f", "#d37295", "#79706e", "#a0cbe8", "#499894", "#d4a6c8"];
+  const GLYPH = { added: "+", ghost: "−", modified: "~", moved: "→", annotated: "a" };
   const NSTATES = D.states.length;
   const FAIL = D.failure ? D.failure.index : -1; // the failure step's index in the pass list
   const $ = (sel, root = document) => root.querySelector(sel);
@@ -39,13 +45,14 @@ window.vizTiming = {parsed, drawn, interactive} (performance.now()); window.vizR
   if (D.trace) D.trace.spans.forEach((s, j) => { if (s[3] >= 0) (spansOf.get(s[3]) || spansOf.set(s[3], []).get(s[3])).push(j); });
 
   // -- the page ------------------------------------------------------------------------------------------
+  const EMPTY = "Click an op to see its text form, attributes and lineage; click an edge or a variable to see who writes and reads it.";
   document.body.insertAdjacentHTML("afterbegin", `
 <div id="app">
  <header>
   <h1>${esc(D.title)}</h1><span class="pipeline">${esc(D.pipeline || "(empty pipeline)")}</span>
   <input id="search" type="search" placeholder="search: type, variable, device:cpu:1, #id" aria-label="search">
   <span id="search-count"></span><label><input id="filter" type="checkbox"> filter</label>
-  <span class="keys">j/k or ↑/↓ passes · / search · Enter or n next match · f fit · Esc clear</span>
+  <span class="keys">j/k or ↑/↓ passes · / search · Enter or n next match · f fit · h home · Esc clear</span>
  </header>
  <aside id="side">
   <h2>Passes</h2><ul id="passes"></ul>
@@ -55,10 +62,17 @@ window.vizTiming = {parsed, drawn, interactive} (performance.now()); window.vizR
  </aside>
  <div id="graph-wrap">
   <svg id="graph" xmlns="${NS}"><g id="viewport"><g id="clusters"></g><g id="edges"></g><g id="nodes"></g></g></svg>
-  <div id="toolbar"><button id="fit" title="fit (f)">fit</button><button id="zoom-in">+</button><button id="zoom-out">−</button></div>
+  <div id="labels"></div>
+  <div id="toolbar"><button id="fit" title="the whole graph (f)">fit</button><button id="zoom-in" title="zoom in">+</button><button id="zoom-out" title="zoom out">−</button></div>
+  <canvas id="minimap" width="200" height="130" title="the whole graph: click or drag to move"></canvas>
   <div id="error"></div>
  </div>
- <section id="details"><div class="empty">Click an op to see its text form, attributes and lineage.</div></section>
+ <section id="right">
+  <div id="tabs"><button data-tab="op" class="on">op</button><button data-tab="text">program text</button></div>
+  <div id="details"><div class="empty">${EMPTY}</div></div>
+  <div id="program" hidden><div class="bar"><input id="text-search" type="search" placeholder="search the text" aria-label="search the text">` +
+  `<span id="text-count"></span></div><div id="text-lines"></div></div>
+ </section>
  <section id="timeline"></section>
 </div>`);
   const svg = $("#graph"), viewport = $("#viewport");
@@ -66,14 +80,23 @@ window.vizTiming = {parsed, drawn, interactive} (performance.now()); window.vizR
   // -- drawing the graph (once) -----------------------------------------------------------------------------
   function nodeMarkup(i) {
     const id = ids[i], [x, y, w, h] = D.nodes[id], v = D.ops[lastVersion[i]];
-    return `<g class="node" data-id="${id}" transform="translate(${x},${y})"><rect class="box" width="${w}" height="${h}"></rect>` +
+    return `<g class="node" data-id="${id}" transform="translate(${x},${y})">` +
+      `<rect class="halo" x="-4" y="-4" width="${w + 8}" height="${h + 8}"></rect><rect class="box" width="${w}" height="${h}"></rect>` +
       `<text class="t1" x="7" y="13"></text><text class="t2" x="7" y="27"></text><text class="t3" x="7" y="41"></text>` +
-      `<text class="moved-tag" x="${w - 4}" y="-3" text-anchor="end"></text>` +
-      `<g class="badge" transform="translate(${w - 4},3)"></g></g>`;
+      `<text class="moved-tag" x="${w - 4}" y="-6" text-anchor="end"></text>` +
+      `<g class="badge" transform="translate(${w - 3},3)"></g>` +
+      `<g class="glyph" transform="translate(-4,-4)"><circle r="7.5"></circle><text y="4" text-anchor="middle"></text></g><title></title></g>`;
   }
-  function clip(text, w) {
+  function clip(text, w) { // the text in w px of the 11px monospace font (6.6 px a character), "…" where cut
     const n = Math.max(4, Math.floor((w - 12) / 6.6));
     return text.length > n ? text.slice(0, n - 1) + "…" : text;
+  }
+  function varText(name, block) { // "x@GRAD: float32[-1, 8]", looked up in the block and its parents
+    for (let b = block; b >= 0 && D.vars[b]; b = D.blocks[b].parent) {
+      const v = D.vars[b][name];
+      if (v) return `${name}: ${v[1] || "?"}${v[0] ? `[${v[0].join(", ")}]` : ""}${v[2] ? " persistable" : ""}`;
+    }
+    return name;
   }
   const nodeEls = [];
   const edgeEls = [];
@@ -87,7 +110,8 @@ window.vizTiming = {parsed, drawn, interactive} (performance.now()); window.vizR
       if (!a || !b) return "";
       const x1 = a[0] + a[2] / 2, y1 = a[1] + a[3], x2 = b[0] + b[2] / 2, y2 = b[1];
       const c = Math.max(18, (y2 - y1) / 2);
-      return `<path class="edge absent" data-e="${e}" d="M${x1},${y1}C${x1},${y1 + c} ${x2},${y2 - c} ${x2},${y2}"></path>`;
+      return `<path class="edge absent" data-e="${e}" d="M${x1},${y1}C${x1},${y1 + c} ${x2},${y2 - c} ${x2},${y2}">` +
+        `<title>${esc(varText(D.edges[e][2], a[4]))}</title></path>`;
     });
     $("#edges").innerHTML = edgesHtml.join("");
     $("#edges").querySelectorAll("path").forEach((p) => (edgeEls[+p.dataset.e] = p));
@@ -101,22 +125,20 @@ window.vizTiming = {parsed, drawn, interactive} (performance.now()); window.vizR
   }
   function fillNode(i, v) { // the text of a node for version v
     const g = nodeEls[i], op = D.ops[v], w = D.nodes[ids[i]][2];
-    const t = g.children;
-    t[1].textContent = clip(op.label[0], w - (op.stream ? 62 : 0));
-    t[2].textContent = clip(op.label[1] || "", w);
-    t[3].textContent = clip(op.label[2] || "", w);
+    const t = g.children, stream = op.stream ? op.stream.split("/").pop() : "", badgeW = stream ? 6.6 * stream.length + 8 : 0;
+    t[2].textContent = clip(op.label[0], w - (stream ? badgeW + 4 : 0));
+    t[3].textContent = clip(op.label[1] || "", w);
+    t[4].textContent = clip(op.label[2] || "", w);
+    t[8].textContent = op.label.filter((line) => line).join("\n") + `\n${op.device || "unplaced"}${op.stream ? " · " + op.stream : ""}`;
     g.dataset.device = op.device;
     g.dataset.v = v;
-    const box = t[0];
+    const box = t[1];
     const color = heatOn ? heatColor(op.id) : devColor(op.device);
     box.style.stroke = heatOn ? "#bc4c00" : color;
     box.style.fill = heatOn ? color : tint(color);
-    const badge = t[5];
-    if (op.stream) {
-      const s = op.stream.split("/").pop();
-      badge.innerHTML = `<rect x="${-6.2 * s.length - 8}" y="0" width="${6.2 * s.length + 8}" height="13" rx="6"></rect>` +
-        `<text x="${-6.2 * s.length - 4}" y="10">${esc(s)}</text>`;
-    } else badge.innerHTML = "";
+    const badge = t[6];
+    badge.innerHTML = stream ? `<rect x="${-badgeW}" y="0" width="${badgeW}" height="15" rx="7"></rect>` +
+      `<text x="${-badgeW + 4}" y="11">${esc(stream)}</text>` : "";
     g.setAttribute("class", "node " + op.kind);
   }
   const tints = new Map();
@@ -129,7 +151,7 @@ window.vizTiming = {parsed, drawn, interactive} (performance.now()); window.vizR
   }
 
   // -- states and the diff -----------------------------------------------------------------------------------
-  let cur = -1, cmp = -1, cmpChoice = "prev", selected = null, heatOn = false;
+  let cur = -1, cmp = -1, cmpChoice = "prev", selected = null, selectedVar = null, heatOn = false;
   const shownState = (k) => (k === FAIL ? D.failure.received : k);
   function selectState(k) {
     if (k < 0 || k > (FAIL >= 0 ? FAIL : NSTATES - 1)) return;
@@ -138,13 +160,14 @@ window.vizTiming = {parsed, drawn, interactive} (performance.now()); window.vizR
     cmp = cmpChoice === "prev" ? Math.max(0, s - (k === FAIL ? 0 : 1)) : +cmpChoice;
     if (k === 0 && cmpChoice === "prev") cmp = 0;
     const A = byState[s], B = byState[cmp];
-    let added = 0, removed = 0, modified = 0, moved = 0;
+    let added = 0, removed = 0, modified = 0, moved = 0, annotated = 0;
     for (let i = 0; i < ids.length; i++) {
       const a = A[i], b = B[i], g = nodeEls[i];
       let status;
       if (a >= 0 && b < 0) { status = "added"; added++; }
       else if (a < 0 && b >= 0) { status = "ghost"; removed++; }
       else if (a < 0) status = "absent";
+      else if (a !== b && D.ops[a].sv === D.ops[b].sv) { status = "annotated"; annotated++; } // stream, lineage
       else if (a !== b) {
         status = "modified"; modified++;
         if (D.ops[b].device && D.ops[a].device !== D.ops[b].device) { status = "moved"; moved++; } // "" -> d: placed
@@ -153,7 +176,8 @@ window.vizTiming = {parsed, drawn, interactive} (performance.now()); window.vizR
       if (+g.dataset.v !== v || g.dataset.status !== status) {
         fillNode(i, v);
         if (status) g.classList.add(status);
-        if (status === "moved") g.children[4].textContent = `${D.ops[b].device || "unplaced"} → ${D.ops[a].device}`;
+        if (status === "moved") g.children[5].textContent = `${D.ops[b].device || "unplaced"} → ${D.ops[a].device}`;
+        g.children[7].lastChild.textContent = GLYPH[status] || "";
         g.dataset.status = status;
       }
       if (selected === ids[i]) g.classList.add("selected");
@@ -169,18 +193,22 @@ window.vizTiming = {parsed, drawn, interactive} (performance.now()); window.vizR
     const row = $(`#passes li.state[data-state="${k}"]`);
     if (row && row.classList.contains("hidden")) unfold(row.dataset.fold);
     $("#diff-summary").textContent = k === 0 && cmp === 0 ? "(input)" :
-      `+${added} −${removed} ~${modified}` + (moved ? ` (moved ${moved})` : "");
+      `+${added} −${removed} ~${modified}` + (moved ? ` (moved ${moved})` : "") + ` · ${annotated} annotated`;
     drawStats(s);
     showError(k === FAIL);
     runSearch(false);
-    if (selected != null) showDetails(selected);
+    if (selectedVar != null) selectVar(selectedVar);
+    else if (selected != null) showDetails(selected);
+    drawMinimap();
+    if (!$("#program").hidden) drawText();
   }
 
   // -- the pass list ---------------------------------------------------------------------------------------------
   function passRow(st) {
     const counts = st.index === 0 ? `${fmt(st.ops)} ops` :
       `<span class="${st.changed ? "chg" : "unchg"}">${st.changed ? "changed" : "unchanged"}</span> · ` +
-      `<span class="add">+${st.added}</span> <span class="rem">−${st.removed}</span> <span class="mod">~${st.modified}</span> · ${fmt(st.ops)} ops`;
+      `<span class="add">+${st.added}</span> <span class="rem">−${st.removed}</span> <span class="mod">~${st.structural}</span>` +
+      ` <span class="ann">· ${st.annotated} annotated</span> · ${fmt(st.ops)} ops`;
     const ms = st.seconds == null ? "" : `${(st.seconds * 1e3).toFixed(2)} ms`;
     return `<div class="row1"><span class="idx">${st.index}</span><span class="label">${esc(st.label)}</span><span class="ms">${ms}</span></div>` +
       `<div class="row2">${counts}</div>`;
@@ -231,11 +259,11 @@ window.vizTiming = {parsed, drawn, interactive} (performance.now()); window.vizR
   }
   function drawLegend() {
     const devs = D.devices.map((d) => `<span><span class="sw" style="background:${devColor(d)}"></span>${esc(d || "unplaced")}</span>`);
-    const marks = [
-      ["#fff;border:2px solid #1a7f37", "added"], ["#fff;border:2px dashed #cf222e", "removed (ghost)"],
-      ["#fff;border:2px solid #bf8700", "modified"], ["#fff;border:2px solid #8250df", "moved device"],
-      ["#fff;border:2px dashed #57606a", "copy (memcpy)"], ["#fff;border:2px solid #57606a;border-radius:6px", "feed / fetch"],
-    ].map(([style, text]) => `<span><span class="sw" style="background:${style}"></span>${text}</span>`);
+    const marks = [["added", "added"], ["ghost", "removed (ghost)"], ["modified", "changed in structure"],
+      ["moved", "moved device"], ["annotated", "annotations only (stream, lineage)"]]
+      .map(([c, text]) => `<span><span class="mark ${c}">${GLYPH[c]}</span>${text}</span>`);
+    marks.push(...[["#fff;border:2px dashed #57606a", "copy (memcpy)"], ["#fff;border:2px solid #57606a;border-radius:6px", "feed / fetch"]]
+      .map(([style, text]) => `<span><span class="sw" style="background:${style}"></span>${text}</span>`));
     $("#legend").innerHTML = [...devs, ...marks, `<span><i style="color:#8250df">param / state</i>: persistable inputs</span>`].join("");
   }
   function showError(on) {
@@ -267,7 +295,8 @@ window.vizTiming = {parsed, drawn, interactive} (performance.now()); window.vizR
       for (const [k, val] of was) if (!now.has(k)) changes.push([k, val, "(none)"]);
       if (!changes.length) changes.push(["text", D.ops[before].text, op.text]); // inputs or outputs renamed
     }
-    const changed = changes.length ? `<h2>Changed since pass ${cmp}</h2><table class="changes">` +
+    const what = before >= 0 && D.ops[before].sv === op.sv ? "Annotations changed" : "Changed";
+    const changed = changes.length ? `<h2 class="changed">${what} since pass ${cmp}</h2><table class="changes">` +
       changes.map(([k, a, b]) => `<tr><td>${esc(k)}</td><td><code>${esc(a)}</code> → <code>${esc(b)}</code></td></tr>`).join("") + `</table>` : "";
     let spans = "";
     if (D.trace) {
@@ -276,16 +305,25 @@ window.vizTiming = {parsed, drawn, interactive} (performance.now()); window.vizR
       spans = `<h2>In the run</h2><div class="spans">${js.length} span${js.length === 1 ? "" : "s"}, ${total.toFixed(1)} µs in all` +
         js.slice(0, 8).map((j) => `<div>${esc(D.trace.lanes[D.trace.spans[j][0]])}: at ${D.trace.spans[j][1].toFixed(1)} µs, ${D.trace.spans[j][2].toFixed(1)} µs</div>`).join("") + `</div>`;
     }
+    const vars = (names, word) => names.map((n) => `<tr><td>${word}</td><td><a class="var" data-var="${esc(n)}">${esc(varText(n, op.block))}</a></td></tr>`).join("");
     $("#details").innerHTML = `<h2>Op #${op.id} · ${esc(op.type)}${present}</h2><pre class="text">${esc(op.text)}</pre>` + lineage +
       `<div class="facts">device <b>${esc(op.device || "unplaced")}</b> · stream <b>${esc(op.stream || "—")}</b> · block <b>${op.block}</b> · ${op.kind}</div>` +
-      changed + `<h2>Attributes</h2><table>${attrs || "<tr><td>(none)</td></tr>"}</table>` + spans;
+      changed + `<h2>Variables</h2><table class="vars">${vars(op.inputs, "in") + vars(op.outputs, "out") || "<tr><td>(none)</td></tr>"}</table>` +
+      `<h2>Attributes</h2><table>${attrs || "<tr><td>(none)</td></tr>"}</table>` + spans;
   }
-  function select(id, center) {
+  function clearHighlights() {
     if (selected != null && slot.has(selected)) nodeEls[slot.get(selected)].classList.remove("selected");
     document.querySelectorAll("#timeline rect.span.hl").forEach((r) => r.classList.remove("hl"));
     document.querySelectorAll("path.edge.hl").forEach((p) => p.classList.remove("hl"));
+    document.querySelectorAll("g.node.writer, g.node.reader").forEach((g) => g.classList.remove("writer", "reader"));
+    selected = null;
+    selectedVar = null;
+    markTextLine();
+  }
+  function select(id, center) {
+    clearHighlights();
     selected = id;
-    if (id == null) { $("#details").innerHTML = `<div class="empty">Click an op to see its text form, attributes and lineage.</div>`; return; }
+    if (id == null) { $("#details").innerHTML = `<div class="empty">${EMPTY}</div>`; return; }
     const s = shownState(cur);
     if (versionIn(id, s) < 0 && versionIn(id, cmp) < 0) { // not on screen: go to a state that has it
       let k = -1;
@@ -298,7 +336,26 @@ window.vizTiming = {parsed, drawn, interactive} (performance.now()); window.vizR
     D.edges.forEach(([a, b], e) => { if ((a === id || b === id) && edgeEls[e]) edgeEls[e].classList.add("hl"); });
     (spansOf.get(id) || []).forEach((j) => { const r = spanEls[j]; if (r) r.classList.add("hl"); });
     showDetails(id);
+    markTextLine(true);
     if (center) centerOn(id);
+  }
+  function selectVar(name) { // its writers and readers in the shown state, and its edges
+    clearHighlights();
+    selectedVar = name;
+    const s = shownState(cur), writers = [], readers = [];
+    let block = 0;
+    for (let i = 0; i < ids.length; i++) {
+      const v = byState[s][i];
+      if (v < 0) continue;
+      const op = D.ops[v];
+      if (op.outputs.includes(name)) { writers.push(op); nodeEls[i].classList.add("writer"); block = op.block; }
+      if (op.inputs.includes(name)) { readers.push(op); nodeEls[i].classList.add("reader"); block = writers.length ? block : op.block; }
+    }
+    D.edges.forEach(([, , n, pres], e) => { if (n === name && pres[s] === "1" && edgeEls[e]) edgeEls[e].classList.add("hl"); });
+    const links = (ops) => ops.map((op) => `<a class="origin" data-id="${op.id}">#${op.id} ${esc(op.type)}</a>`).join(", ") || "none";
+    $("#details").innerHTML = `<h2>Variable</h2><div class="varinfo"><code>${esc(varText(name, block))}</code>` +
+      `<div>written by ${links(writers)}</div><div>read by ${links(readers)}</div></div>`;
+    showTab("op");
   }
 
   // -- search and filter ------------------------------------------------------------------------------------------------
@@ -325,10 +382,34 @@ window.vizTiming = {parsed, drawn, interactive} (performance.now()); window.vizR
   }
 
   // -- pan and zoom -----------------------------------------------------------------------------------------------------
+  // At zoom 1 the labels' 11px font is 11 px on screen: the page opens at zoom 1 or more. Below it the SVG's own
+  // labels are hidden and #labels draws the op type, at 11 px, on each node on screen wide enough for it.
   const view = { x: 0, y: 0, k: 1 };
+  window.vizView = () => ({ ...view });
+  let viewQueued = false;
   function applyView() {
     viewport.setAttribute("transform", `translate(${view.x},${view.y}) scale(${view.k})`);
-    svg.classList.toggle("far", view.k < 0.42);
+    svg.classList.toggle("small", view.k < 0.999);
+    if (!viewQueued) {
+      viewQueued = true;
+      requestAnimationFrame(() => { viewQueued = false; drawLabels(); drawMinimapView(); });
+    }
+  }
+  function shownNode(i) { // drawn in the shown state (present, or a ghost of the compared one) and not folded away
+    return (byState[shownState(cur)][i] >= 0 || byState[cmp][i] >= 0) && !nodeEls[i].classList.contains("collapsed");
+  }
+  function drawLabels() {
+    const box = $("#labels");
+    if (view.k >= 0.999) { box.innerHTML = ""; return; }
+    const r = svg.getBoundingClientRect(), html = [];
+    for (let i = 0; i < ids.length; i++) {
+      const [x, y, w, h] = D.nodes[ids[i]], sx = view.x + x * view.k, sy = view.y + y * view.k, sw = w * view.k, sh = h * view.k;
+      if (sx > r.width || sy > r.height || sx + sw < 0 || sy + sh < 0 || sh < 15 || !shownNode(i)) continue;
+      const text = nodeEls[i].children[2].textContent.replace(/…$/, "");
+      if (sw < text.length * 6.6 + 8) continue; // no room for the op type at 11 px
+      html.push(`<span data-id="${ids[i]}" style="left:${(sx + 4).toFixed(1)}px;top:${(sy + (sh - 14) / 2).toFixed(1)}px">${esc(text)}</span>`);
+    }
+    box.innerHTML = html.join("");
   }
   function bounds() {
     let w = 0, h = 0;
@@ -336,13 +417,33 @@ window.vizTiming = {parsed, drawn, interactive} (performance.now()); window.vizR
     for (const b of D.blocks) if (b.box) { w = Math.max(w, b.box[0] + b.box[2]); h = Math.max(h, b.box[1] + b.box[3]); }
     return [w, h];
   }
-  function fit() {
+  function fitZoom() {
     const [w, h] = bounds(), r = svg.getBoundingClientRect();
-    view.k = Math.min(2, (r.width - 40) / Math.max(w, 1), (r.height - 60) / Math.max(h, 1));
-    if (view.k < 0.05) view.k = Math.min(1, (r.width - 40) / Math.max(w, 1)); // very tall: fit the width, show the top
+    return Math.min(2, (r.width - 40) / Math.max(w, 1), (r.height - 60) / Math.max(h, 1));
+  }
+  function fit() { // the whole graph, centred
+    const [w, h] = bounds(), r = svg.getBoundingClientRect();
+    view.k = Math.max(0.01, fitZoom());
     view.x = (r.width - w * view.k) / 2;
-    view.y = 44;
+    view.y = 44 + Math.max(0, (r.height - 60 - h * view.k) / 2);
     applyView();
+  }
+  function home() { // the larger of the fit zoom and zoom 1, at the start of the graph (its feeds)
+    const [w, h] = bounds(), r = svg.getBoundingClientRect();
+    if (fitZoom() >= 1) { fit(); return; }
+    view.k = 1;
+    const s = shownState(cur), feeds = [];
+    for (let i = 0; i < ids.length; i++) if (byState[s][i] >= 0 && D.ops[byState[s][i]].kind === "feed") feeds.push(D.nodes[ids[i]]);
+    const left = feeds.length ? Math.min(...feeds.map((n) => n[0])) : 0, top = feeds.length ? Math.min(...feeds.map((n) => n[1])) : 0;
+    view.x = w <= r.width - 40 ? (r.width - w) / 2 : 20 - left;
+    view.y = h <= r.height - 60 ? 44 : 44 - top;
+    applyView();
+  }
+  function visibleCentre() { // the screen centre of the part of the graph on screen (the pane's centre if none is)
+    const [w, h] = bounds(), r = svg.getBoundingClientRect();
+    const x0 = Math.max(0, view.x), x1 = Math.min(r.width, view.x + w * view.k);
+    const y0 = Math.max(0, view.y), y1 = Math.min(r.height, view.y + h * view.k);
+    return x1 > x0 && y1 > y0 ? [(x0 + x1) / 2, (y0 + y1) / 2] : [r.width / 2, r.height / 2];
   }
   function zoomAt(px, py, factor) {
     const k = Math.min(4, Math.max(0.01, view.k * factor));
@@ -353,7 +454,7 @@ window.vizTiming = {parsed, drawn, interactive} (performance.now()); window.vizR
   }
   function centerOn(id) {
     const [x, y, w, h] = D.nodes[id], r = svg.getBoundingClientRect();
-    if (view.k < 0.6) view.k = 1;
+    if (view.k < 1) view.k = 1; // labels readable
     view.x = r.width / 2 - (x + w / 2) * view.k;
     view.y = r.height / 2 - (y + h / 2) * view.k;
     applyView();
@@ -377,6 +478,8 @@ window.vizTiming = {parsed, drawn, interactive} (performance.now()); window.vizR
     if (drag && drag.moved) return;
     const title = e.target.closest("g.cluster text");
     if (title) { toggleCluster(+title.parentNode.dataset.block); return; }
+    const edge = e.target.closest("path.edge");
+    if (edge) { selectVar(D.edges[+edge.dataset.e][2]); return; }
     const g = e.target.closest("g.node");
     select(g ? +g.dataset.id : null, false);
   });
@@ -391,6 +494,7 @@ window.vizTiming = {parsed, drawn, interactive} (performance.now()); window.vizR
     const t = c.querySelector("text");
     t.textContent = (collapsed.has(b) ? "▸" : "▾") + t.textContent.slice(1);
     applyCollapsed();
+    applyView();
   }
   function inCollapsed(id) {
     let b = D.nodes[id][4];
@@ -429,7 +533,7 @@ window.vizTiming = {parsed, drawn, interactive} (performance.now()); window.vizR
       `<rect class="span${name === "memcpy" ? " copy" : ""}${op < 0 ? " unlinked" : ""}" data-j="${j}" data-id="${op}" y="${lane * ROW + 4}" height="${ROW - 6}"><title>${esc(name)} #${op} · ${dur.toFixed(1)} µs</title></rect>`);
     lanes.innerHTML = T.lanes.map((l, i) => `<text class="lane-label" x="4" y="${i * ROW + 16}">${esc(l)}</text>`).join("") +
       `<g id="spans" transform="translate(${LABEL},0)">${rects.join("")}</g>`;
-    lanes.style.minHeight = `${T.lanes.length * ROW + 8}px`;
+    lanes.style.height = `${T.lanes.length * ROW + 8}px`; // as tall as its lanes: the graph keeps the rest
     lanes.querySelectorAll("rect.span").forEach((r) => (spanEls[+r.dataset.j] = r));
     const place = () => T.spans.forEach(([, ts, dur], j) => {
       spanEls[j].setAttribute("x", (ts - offset) * scale);
@@ -457,6 +561,93 @@ window.vizTiming = {parsed, drawn, interactive} (performance.now()); window.vizR
     });
   }
 
+  // -- the minimap -------------------------------------------------------------------------------------------------------------
+  function minimapScale() {
+    const [w, h] = bounds(), k = Math.min((minimap.width - 8) / Math.max(w, 1), (minimap.height - 8) / Math.max(h, 1));
+    return { k, ox: (minimap.width - w * k) / 2, oy: (minimap.height - h * k) / 2 };
+  }
+  let minimapImage = null;
+  function drawMinimap() { // the nodes of the shown state, in their device's colour (redrawn with the state)
+    const c = minimap.getContext("2d"), m = minimapScale();
+    c.clearRect(0, 0, minimap.width, minimap.height);
+    for (let i = 0; i < ids.length; i++) {
+      if (!shownNode(i)) continue;
+      const [x, y, w, h] = D.nodes[ids[i]], v = byState[shownState(cur)][i];
+      c.fillStyle = v >= 0 ? devColor(D.ops[v].device) : "#cf222e";
+      c.fillRect(m.ox + x * m.k, m.oy + y * m.k, Math.max(1, w * m.k), Math.max(1, h * m.k));
+    }
+    minimapImage = c.getImageData(0, 0, minimap.width, minimap.height);
+    drawMinimapView();
+  }
+  function drawMinimapView() { // the part on screen, as a rectangle; the minimap shows only when the graph does not fit
+    if (!minimapImage) return;
+    const [w, h] = bounds(), g = svg.getBoundingClientRect();
+    const all = view.x >= -1 && view.y >= -1 && view.x + w * view.k <= g.width + 1 && view.y + h * view.k <= g.height + 1;
+    minimap.classList.toggle("shown", !all);
+    const c = minimap.getContext("2d"), m = minimapScale();
+    c.putImageData(minimapImage, 0, 0);
+    c.strokeStyle = "#0969da";
+    c.lineWidth = 1.5;
+    c.strokeRect(m.ox + (-view.x / view.k) * m.k, m.oy + (-view.y / view.k) * m.k, (g.width / view.k) * m.k, (g.height / view.k) * m.k);
+  }
+
+  // -- the program as text -------------------------------------------------------------------------------------------------------
+  function showTab(tab) {
+    document.querySelectorAll("#tabs button").forEach((b) => b.classList.toggle("on", b.dataset.tab === tab));
+    $("#details").hidden = tab !== "op";
+    const program = $("#program"), opening = program.hidden && tab === "text";
+    program.hidden = tab !== "text";
+    if (opening) drawText();
+  }
+  function drawText() { // the shown state's text form; ops marked by the diff against the compared state, removed ops in place
+    const s = shownState(cur), lines = [];
+    const opLine = (v, cls) => {
+      const op = D.ops[v];
+      return `<div class="line op ${cls}" data-id="${op.id}">  ${esc(op.text)}</div>`;
+    };
+    const removed = new Map(); // op id present before (in cmp) -> removed ops that followed it there
+    if (cmp !== s) {
+      let after = -1;
+      for (const entry of D.states[cmp].text) {
+        if (entry < 0) continue;
+        const id = D.ops[entry].id;
+        if (versionIn(id, s) >= 0) after = id;
+        else (removed.get(after) || removed.set(after, []).get(after)).push(entry);
+      }
+    }
+    const ghosts = (id) => (removed.get(id) || []).map((v) => opLine(v, "del")).join("");
+    lines.push(ghosts(-1));
+    for (const entry of D.states[s].text) {
+      if (entry < 0) { lines.push(`<div class="line">${esc(D.lines[-1 - entry])}</div>`); continue; }
+      const op = D.ops[entry], before = versionIn(op.id, cmp);
+      const cls = cmp === s ? "" : before < 0 ? "add" : before === entry ? "" : D.ops[before].sv === op.sv ? "ann" : "mod";
+      lines.push(opLine(entry, cls) + ghosts(op.id));
+    }
+    $("#text-lines").innerHTML = lines.join("");
+    searchText(false);
+    markTextLine(true);
+  }
+  function markTextLine(scroll) { // the selected op's line
+    if ($("#program").hidden) return;
+    document.querySelectorAll("#text-lines .line.sel").forEach((l) => l.classList.remove("sel"));
+    if (selected == null) return;
+    const line = $(`#text-lines .line.op[data-id="${selected}"]:not(.del)`) || $(`#text-lines .line.op[data-id="${selected}"]`);
+    if (!line) return;
+    line.classList.add("sel");
+    if (scroll) line.scrollIntoView({ block: "nearest" });
+  }
+  let textAt = -1;
+  function searchText(jump) {
+    const q = $("#text-search").value.trim().toLowerCase(), hits = [];
+    document.querySelectorAll("#text-lines .line").forEach((l) => {
+      const hit = !!q && l.textContent.toLowerCase().includes(q);
+      l.classList.toggle("hit", hit);
+      if (hit) hits.push(l);
+    });
+    if (jump && hits.length) { textAt = (textAt + 1) % hits.length; hits[textAt].scrollIntoView({ block: "center" }); }
+    $("#text-count").textContent = !q ? "" : hits.length ? `${textAt >= 0 ? textAt + 1 : 0} of ${hits.length}` : "no match";
+  }
+
   // -- keys and controls ------------------------------------------------------------------------------------------------------
   document.addEventListener("keydown", (e) => {
     const inSearch = e.target === $("#search");
@@ -470,6 +661,7 @@ window.vizTiming = {parsed, drawn, interactive} (performance.now()); window.vizR
     if (e.key === "ArrowDown" || e.key === "j") { e.preventDefault(); selectState(Math.min(last, cur + 1)); }
     else if (e.key === "ArrowUp" || e.key === "k") { e.preventDefault(); selectState(Math.max(0, cur - 1)); }
     else if (e.key === "f") fit();
+    else if (e.key === "h") home();
     else if (e.key === "n") runSearch(true);
     else if (e.key === "/") { e.preventDefault(); $("#search").focus(); }
     else if (e.key === "Escape") select(null, false);
@@ -488,8 +680,24 @@ window.vizTiming = {parsed, drawn, interactive} (performance.now()); window.vizR
   $("#search").addEventListener("input", () => { matchAt = -1; runSearch(false); });
   $("#filter").addEventListener("change", () => runSearch(false));
   $("#fit").addEventListener("click", fit);
-  $("#zoom-in").addEventListener("click", () => { const r = svg.getBoundingClientRect(); zoomAt(r.width / 2, r.height / 2, 1.4); });
-  $("#zoom-out").addEventListener("click", () => { const r = svg.getBoundingClientRect(); zoomAt(r.width / 2, r.height / 2, 1 / 1.4); });
+  $("#zoom-in").addEventListener("click", () => zoomAt(...visibleCentre(), 1.4));
+  $("#zoom-out").addEventListener("click", () => zoomAt(...visibleCentre(), 1 / 1.4));
+  $("#tabs").addEventListener("click", (e) => { const b = e.target.closest("button"); if (b) showTab(b.dataset.tab); });
+  $("#details").addEventListener("click", (e) => { const a = e.target.closest("a.var"); if (a) selectVar(a.dataset.var); });
+  $("#text-lines").addEventListener("click", (e) => { const line = e.target.closest(".line.op"); if (line) { select(+line.dataset.id, true); showTab("text"); } });
+  $("#text-search").addEventListener("input", () => { textAt = -1; searchText(false); });
+  $("#text-search").addEventListener("keydown", (e) => { if (e.key === "Enter") { e.preventDefault(); searchText(true); } });
+  const minimap = $("#minimap");
+  const fromMinimap = (e) => { // centre the view on the graph point under the pointer
+    const m = minimapScale(), r = minimap.getBoundingClientRect(), g = svg.getBoundingClientRect();
+    view.x = g.width / 2 - ((e.clientX - r.left - m.ox) / m.k) * view.k;
+    view.y = g.height / 2 - ((e.clientY - r.top - m.oy) / m.k) * view.k;
+    applyView();
+  };
+  let miniDrag = false;
+  minimap.addEventListener("pointerdown", (e) => { miniDrag = true; minimap.setPointerCapture(e.pointerId); fromMinimap(e); e.stopPropagation(); });
+  minimap.addEventListener("pointermove", (e) => { if (miniDrag) fromMinimap(e); });
+  minimap.addEventListener("pointerup", () => { miniDrag = false; });
 
   // -- start -----------------------------------------------------------------------------------------------------------------------
   drawPasses();
@@ -498,7 +706,7 @@ window.vizTiming = {parsed, drawn, interactive} (performance.now()); window.vizR
   drawTimeline();
   const first = D.states.findIndex((s, k) => k > 0 && s.changed);
   selectState(first > 0 ? first : NSTATES > 1 ? 1 : 0);
-  fit();
+  home();
   timing.drawn = performance.now();
   requestAnimationFrame(() => requestAnimationFrame(() => {
     timing.interactive = performance.now();
