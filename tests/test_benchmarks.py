@@ -43,6 +43,7 @@ def load_benchmark(name: str) -> ModuleType:
     finally:
         sys.path.remove(str(BENCHMARKS))
         sys.modules.pop("bench_executor", None)  # bench_peers imports it by that name
+        sys.modules.pop("bench_peers", None)  # bench_cnn imports it by that name
 
 
 def test_the_copy_is_the_shared_reference_byte_for_byte() -> None:
@@ -68,6 +69,15 @@ def test_the_blockir_step_starts_where_the_reference_step_does() -> None:
     bir_step, ref_step = executor.blockir_step(ref, batch=8)
     first_bir, first_ref = float(np.asarray(bir_step()).reshape(-1)[0]), float(ref_step())
     assert np.isclose(first_bir, first_ref, rtol=1e-4), (first_bir, first_ref)
+
+
+def test_the_cnn_step_is_the_same_in_both_layouts() -> None:
+    """bench_cnn's blockir step (issue 34's CNN) in NCHW and in NHWC from the same data and weights: the same
+    first two losses (before and after one Momentum update)."""
+    cnn = load_benchmark("bench_cnn")
+    d = cnn.cnn_data(batch=2)
+    nchw, nhwc = cnn.blockir_cnn(d, "NCHW"), cnn.blockir_cnn(d, "NHWC")
+    np.testing.assert_allclose([nchw(), nchw()], [nhwc(), nhwc()], rtol=1e-4)
 
 
 def test_the_blockir_step_on_a_cuda_place_starts_where_the_reference_step_does(monkeypatch: pytest.MonkeyPatch) -> None:

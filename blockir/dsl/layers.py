@@ -12,12 +12,25 @@ import math
 from collections.abc import Sequence
 from typing import Any
 
-from blockir.dsl import framework
+from blockir.dsl import framework, math_layers
 from blockir.dsl.entry import CountFilterEntry, ProbabilityEntry
 from blockir.dsl.initializer import Constant, Normal
 from blockir.dsl.layer_helper import LayerHelper
 from blockir.dsl.param_attr import ParamAttr
 from blockir.dsl.variable import Variable, tensor_dtype, tensor_shape
+from blockir.dsl.vision import (
+    affine_channel,
+    image_resize,
+    pad,
+    pad3d,
+    pixel_shuffle,
+    pixel_unshuffle,
+    resize_bicubic,
+    resize_bilinear,
+    resize_linear,
+    resize_nearest,
+    resize_trilinear,
+)
 from blockir.errors import BlockirError
 from blockir.ir import core
 from blockir.ir.dtypes import DTYPE_TO_PROTO, to_dtype
@@ -25,6 +38,7 @@ from blockir.ir.dtypes import DTYPE_TO_PROTO, to_dtype
 __all__ = [
     "accuracy",
     "adaptive_pool2d",
+    "affine_channel",
     "assign",
     "auc",
     "batch_norm",
@@ -42,14 +56,24 @@ __all__ = [
     "fc",
     "fill_constant",
     "flatten",
+    "image_resize",
     "layer_norm",
     "matmul",
     "mean",
+    "pad",
+    "pad3d",
+    "pixel_shuffle",
+    "pixel_unshuffle",
     "pool2d",
     "reduce_mean",
     "reduce_sum",
     "relu",
     "reshape",
+    "resize_bicubic",
+    "resize_bilinear",
+    "resize_linear",
+    "resize_nearest",
+    "resize_trilinear",
     "scale",
     "sequence_pool",
     "sigmoid",
@@ -63,9 +87,18 @@ __all__ = [
     "transpose",
     "unsqueeze",
 ]
+__all__ += math_layers.__all__  # activations, math, comparisons, indexing: served by __getattr__ below
 
 _POOL_TYPES = ("SUM", "AVERAGE", "SQRT", "MAX", "LAST", "FIRST")
 _LABEL_DTYPES = ("int64",)
+
+
+def __getattr__(name: str) -> Any:
+    """The layers of :mod:`blockir.dsl.math_layers` (``layers.relu6``, ``layers.gather``, ...), looked up there so
+    that those named like builtins (``range``, ``abs``, ``round``, ``pow``) do not shadow them in this module."""
+    if name in math_layers.__all__:
+        return getattr(math_layers, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 def data(name: str, shape: Sequence[int | None], dtype: Any = "float32", lod_level: int = 0) -> Variable:

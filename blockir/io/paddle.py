@@ -37,12 +37,14 @@ from blockir.ir import Program, Variable
 from blockir.ir.dtypes import DTYPE_TO_PROTO, PROTO_TO_DTYPE
 from blockir.ir.proto_io import atomic_file, load_program, open_regular, os_errors
 from blockir.ir.schema import find
+from blockir.ops.fused_conv import NOT_IN_PADDLE
 from blockir.ops.values import LoDTensor
 from blockir.proto import framework_pb2 as pb
 
 __all__ = [
     "PDIPARAMS",
     "PDMODEL",
+    "check_exportable",
     "check_ops",
     "read_combined",
     "read_program",
@@ -73,6 +75,19 @@ def check_ops(program: Program, where: str) -> None:
     if missing:
         listed = ", ".join(f"{t} ({n})" for t, n in sorted(missing.items()))
         raise BlockirError(f"{where}: the program has ops blockir lacks: {listed}")
+
+
+def check_exportable(program: Program, where: str) -> None:
+    """An error naming the ops of ``program`` that are blockir's own, with no Paddle op to stand for them
+    (``batch_norm_act``, what the ``fuse-bn-act`` pass makes: the executor fuses its own copy of a program, so
+    export the program as built, unfused)."""
+    found = sorted({op.type for op in program.ops() if op.type in NOT_IN_PADDLE})
+    if found:
+        raise BlockirError(
+            f"{where}: {', '.join(found)} are blockir's own fused ops, which Paddle lacks; export the program "
+            "unfused (as built: the executor fuses only its own copy), or run `blockir opt` without the fuse "
+            "pipeline (BuildStrategy.fuse_bn_act_ops, fuse_conv_bn)"
+        )
 
 
 # -- writing -------------------------------------------------------------------------------------

@@ -1156,6 +1156,7 @@ def save_inference_model(
         save_vars(executor, params_dir, program, predicate=is_persistable, filename=params_file, scope=scope)
         program.save(str(program_path))
         return targets
+    paddle.check_exportable(program, f"save_inference_model(format={format!r})")
     stored = _scope_values(_select(program, None, is_persistable), scope)
     values = {name: map_arrays(value, functools.partial(_host, name=name)) for name, value in stored.items()}
     if format == "paddle":

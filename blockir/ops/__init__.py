@@ -6,23 +6,51 @@ Importing this package registers every schema listed below in the IR's registry
 
 from blockir.ir.schema import find, register
 from blockir.ops import (
+    activation,
     channel,
     conv,
     distributed,
     fused,
+    fused_conv,
+    index,
+    logic,
     math,
     nn,
     norm,
     optimizer,
     parallel,
     random,
+    reduce,
     sequence,
     shape,
+    tensor,
     transfer,
+    vision,
 )
 from blockir.ops.values import LoDTensor, SelectedRows
 
-MODULES = (math, nn, conv, norm, shape, fused, sequence, random, transfer, optimizer, channel, parallel, distributed)
+MODULES = (
+    math,
+    activation,
+    reduce,
+    logic,
+    tensor,
+    index,
+    nn,
+    conv,
+    vision,
+    norm,
+    shape,
+    fused,
+    fused_conv,
+    sequence,
+    random,
+    transfer,
+    optimizer,
+    channel,
+    parallel,
+    distributed,
+)
 
 for _module in MODULES:
     for _schema in _module.SCHEMAS:

@@ -138,6 +138,14 @@ def check_dtype(ctx: InferContext, slot: str, allowed: frozenset[str]) -> Tensor
     return var
 
 
+def one_value(ctx: InferContext, slot: str, dtypes: frozenset[str] = NUMBERS) -> Tensor:
+    """The variable of input ``slot``, which must hold one value of ``dtypes`` (a scalar given as a tensor)."""
+    var = check_dtype(ctx, slot, dtypes)
+    if numel(var.shape) not in (-1, 1):
+        ctx.fail(f"{slot} {fmt(var)} must hold one value")
+    return var
+
+
 def same_dtype(ctx: InferContext, first: Any, second: Any) -> None:
     """Fail unless two variables have the same dtype (no op converts implicitly)."""
     if first.dtype != second.dtype:
@@ -414,13 +422,14 @@ class Broadcast:
 def binary_family(
     op_type: str,
     kernel: Kernel,
-    grad_kernel: Kernel,
+    grad_kernel: Kernel | None,
     grad_inputs: tuple[str, ...],
     dtypes: frozenset[str] = NUMBERS,
     attrs: tuple[AttrDef, ...] = _AXIS,
     doc: str = "",
-) -> tuple[OpSchema, OpSchema]:
-    """``Out = kernel(ctx, X, Y)`` with Paddle's ``axis`` broadcasting, and its gradient op.
+) -> tuple[OpSchema, ...]:
+    """``Out = kernel(ctx, X, Y)`` with Paddle's ``axis`` broadcasting, and its gradient op (none without
+    ``grad_kernel``).
 
     ``attrs`` (the op's and its gradient op's) hold ``axis``. The gradient op reads ``grad_inputs``
     (forward slots, e.g. ``("X", "Y", "Out@GRAD")``) and writes ``X@GRAD`` and ``Y@GRAD``; its kernel
@@ -432,6 +441,21 @@ def binary_family(
         same_dtype(ctx, x, y)
         ctx.set_output("Out", broadcast_shapes(ctx, x, y, ctx.attr("axis")), x.dtype, lod_level=x.lod_level)
 
+    def forward(grad: Callable[[GradContext], list[OpSpec]] | None) -> OpSchema:
+        return OpSchema(
+            op_type,
+            inputs=(Slot("X"), Slot("Y")),
+            outputs=(Slot("Out"),),
+            attrs=attrs,
+            infer=infer,
+            grad=grad,
+            kernel=kernel,
+            share_lod=(("X", "Out"),),
+            doc=doc,
+        )
+
+    if grad_kernel is None:
+        return (forward(None),)
     backward = OpSchema(
         f"{op_type}_grad",
         inputs=tuple(Slot(s) for s in grad_inputs),
@@ -442,24 +466,16 @@ def binary_family(
         share_lod=(("X", "X@GRAD"),),
         doc=f"Gradient of {op_type}.",
     )
-    forward = OpSchema(
-        op_type,
-        inputs=(Slot("X"), Slot("Y")),
-        outputs=(Slot("Out"),),
-        attrs=attrs,
-        infer=infer,
-        grad=lambda g: grad_op(g, backward, grad_inputs, ("X", "Y")),
-        kernel=kernel,
-        share_lod=(("X", "Out"),),
-        doc=doc,
-    )
-    return forward, backward
+    return forward(lambda g: grad_op(g, backward, grad_inputs, ("X", "Y"))), backward
 
 
 REDUCE_ATTRS = (
     AttrDef("dim", AttrType.INTS, [0]),
     AttrDef("keep_dim", AttrType.BOOLEAN, False),
     AttrDef("reduce_all", AttrType.BOOLEAN, False),
+    AttrDef("in_dtype", AttrType.INT, -1),  # X's dtype code, or -1
+    AttrDef("out_dtype", AttrType.INT, -1),  # -1: X's dtype; else X is converted to it first
+    AttrDef("use_mkldnn", AttrType.BOOLEAN, False),
 )
 
 
@@ -478,13 +494,26 @@ def reduced_shape(shape: Sequence[int], axes: Sequence[int], keep_dim: bool) -> 
 
 
 def reduce_family(
-    op_type: str, kernel: Kernel, grad_kernel: Kernel, dtypes: frozenset[str], doc: str = ""
-) -> tuple[OpSchema, OpSchema]:
-    """``Out = kernel(ctx, X, axes)`` over the attributes ``dim``, ``keep_dim``, ``reduce_all``; its
-    gradient kernel is ``grad_kernel(ctx, X, dOut, axes)``."""
+    op_type: str,
+    kernel: Kernel,
+    grad_kernel: Kernel | None,
+    dtypes: frozenset[str],
+    doc: str = "",
+    grad_inputs: tuple[str, ...] = ("X", "Out@GRAD"),
+    out_dtype: str | None = None,
+) -> tuple[OpSchema, ...]:
+    """``Out = kernel(ctx, X, axes)`` over the attributes ``dim``, ``keep_dim``, ``reduce_all``, X first converted
+    to ``out_dtype`` (the attribute, a dtype code; -1: X's dtype). Out's dtype is X's, or ``out_dtype`` (the
+    argument) when given (``reduce_all``'s bool). With ``grad_kernel`` a gradient op reading the forward slots
+    ``grad_inputs`` (e.g. ``("X", "Out", "Out@GRAD")``): ``grad_kernel(ctx, *their values, axes)``, its dX
+    converted to X's dtype."""
 
     def axes_of(ctx: KernelContext, x: Any) -> tuple[int, ...]:
         return reduce_axes(ctx.attrs["dim"], x.ndim, ctx.attrs["reduce_all"])
+
+    def converted(ctx: KernelContext, x: Any) -> Any:
+        code = ctx.attrs["out_dtype"]
+        return x if code == -1 else x.astype(np_dtype(code), copy=False)
 
     def infer(ctx: InferContext) -> None:
         x = check_dtype(ctx, "X", dtypes)
@@ -493,29 +522,43 @@ def reduce_family(
             ctx.fail("dim is empty; list the dims to reduce or set reduce_all")
         for d in dims:
             normalize_axis(ctx, d, max(len(x.shape), 1), "dim")
+        if ctx.attr("in_dtype") != -1 and dtype_attr(ctx, "in_dtype") != x.dtype:
+            ctx.fail(f"in_dtype={ctx.attr('in_dtype')} is not the dtype of X {fmt(x)} (nor -1)")
+        dtype = x.dtype if ctx.attr("out_dtype") == -1 else dtype_attr(ctx, "out_dtype")
+        if dtype not in dtypes:
+            ctx.fail(f"out_dtype={ctx.attr('out_dtype')} ({dtype}) is not one of {', '.join(sorted(dtypes))}")
         axes = reduce_axes(dims, len(x.shape), ctx.attr("reduce_all"))
-        ctx.set_output("Out", reduced_shape(x.shape, axes, ctx.attr("keep_dim")), x.dtype)
+        ctx.set_output("Out", reduced_shape(x.shape, axes, ctx.attr("keep_dim")), out_dtype or dtype)
 
-    backward = OpSchema(
+    def forward(grad: Callable[[GradContext], list[OpSpec]] | None) -> OpSchema:
+        return OpSchema(
+            op_type,
+            inputs=(Slot("X"),),
+            outputs=(Slot("Out"),),
+            attrs=REDUCE_ATTRS,
+            infer=infer,
+            grad=grad,
+            kernel=lambda ctx, x: kernel(ctx, converted(ctx, x), axes_of(ctx, x)),
+            doc=doc,
+        )
+
+    if grad_kernel is None:
+        return (forward(None),)
+    differentiate: Kernel = grad_kernel
+
+    def backward(ctx: KernelContext, x: Any, *rest: Any) -> Any:
+        return differentiate(ctx, converted(ctx, x), *rest, axes_of(ctx, x)).astype(x.dtype, copy=False)
+
+    schema = OpSchema(
         f"{op_type}_grad",
-        inputs=(Slot("X"), Slot("Out@GRAD")),
+        inputs=tuple(Slot(s) for s in grad_inputs),
         outputs=(Slot("X@GRAD"),),
         attrs=REDUCE_ATTRS,
         infer=infer_grads("X"),
-        kernel=lambda ctx, x, dout: grad_kernel(ctx, x, dout, axes_of(ctx, x)),
+        kernel=backward,
         doc=f"Gradient of {op_type}: dOut broadcast back over the reduced dims.",
     )
-    forward = OpSchema(
-        op_type,
-        inputs=(Slot("X"),),
-        outputs=(Slot("Out"),),
-        attrs=REDUCE_ATTRS,
-        infer=infer,
-        grad=lambda g: grad_op(g, backward, ("X", "Out@GRAD"), ("X",)),
-        kernel=lambda ctx, x: kernel(ctx, x, axes_of(ctx, x)),
-        doc=doc,
-    )
-    return forward, backward
+    return forward(lambda g: grad_op(g, schema, grad_inputs, ("X",))), schema
 
 
 def expand_reduced(xp: Any, dout: Any, shape: Sequence[int], axes: Sequence[int], scale: float = 1.0) -> Any:

@@ -21,7 +21,9 @@ Kernels are written once against the array module ``ctx.xp``. Geometry follows P
   Paddle's rule (pool2d_grad: the first equal to Out; max_pool2d_with_index: Mask's position).
 
 Loops run over filter taps, window taps or (adaptive) output bins, whichever is the smaller attribute-sized
-range, never over batch items or pixels.
+range, never over batch items or pixels. A convolution is one gemm per group over the whole batch on
+:func:`im2col`'s columns, in the op's layout; :func:`col2im`, its adjoint, gives Input@GRAD (and is
+conv2d_transpose's forward). ``docs/ops.md`` describes the kernels and ``benchmarks/bench_cnn.py`` times them.
 """
 
 from __future__ import annotations
@@ -170,9 +172,9 @@ _ONEDNN_FUSIONS = {"fuse_relu": False, "fuse_brelu": False, "fuse_activation": "
 
 
 @dataclass(frozen=True)
-class _ConvGeometry:
-    """Where a convolution's taps read the padded input: paddings (the far ones grown to cover every tap),
-    dilations, strides, filter and output sizes, per spatial axis."""
+class ConvGeometry:
+    """Where a convolution's taps read its padded input: paddings (the far ones grown to cover every tap),
+    dilations, strides, filter and output sizes, per spatial axis (H, W)."""
 
     pads: tuple[tuple[int, int], tuple[int, int]]
     dilations: tuple[int, int]
@@ -180,14 +182,10 @@ class _ConvGeometry:
     ksize: tuple[int, int]
     out: tuple[int, int]
 
-    def taps(self) -> list[tuple[int, int, tuple[Any, ...]]]:
-        """``(i, j, index)`` per filter tap: the padded input's positions it reads for every output pixel."""
-        (kh, kw), (dh, dw), (sh, sw), (oh, ow) = self.ksize, self.dilations, self.strides, self.out
-        return [
-            (i, j, (slice(None), slice(None), _tap(i * dh, sh, oh), _tap(j * dw, sw, ow)))
-            for i in range(kh)
-            for j in range(kw)
-        ]
+    def pointwise(self) -> bool:
+        """Whether output pixel ``p`` reads input pixel ``p`` alone (a 1x1 filter, strides 1, no padding): the
+        input is its own im2col."""
+        return self.ksize == (1, 1) and self.strides == (1, 1) and self.pads == ((0, 0), (0, 0))
 
 
 def _conv_axis(attrs: Mapping[str, Any], axis: int, size: int, k: int) -> tuple[int, int, int, int]:
@@ -198,7 +196,7 @@ def _conv_axis(attrs: Mapping[str, Any], axis: int, size: int, k: int) -> tuple[
     return before, after, dilation, out
 
 
-def _conv_geometry(ctx: KernelContext, x_shape: Sequence[int], w_shape: Sequence[int]) -> _ConvGeometry:
+def _conv_geometry(ctx: KernelContext, x_shape: Sequence[int], w_shape: Sequence[int]) -> ConvGeometry:
     """The geometry of a convolution of NCHW ``x_shape`` by ``w_shape``; a kernel error when the shapes
     do not fit (inference may have seen -1 dims)."""
     attrs, groups = ctx.attrs, ctx.attrs["groups"]
@@ -220,67 +218,149 @@ def _conv_geometry(ctx: KernelContext, x_shape: Sequence[int], w_shape: Sequence
         (b0, max(a0, (o0 - 1) * s0 + d0 * (k0 - 1) + 1 - h - b0)),
         (b1, max(a1, (o1 - 1) * s1 + d1 * (k1 - 1) + 1 - w - b1)),
     )
-    return _ConvGeometry(pads, (d0, d1), (s0, s1), (k0, k1), (o0, o1))
+    return ConvGeometry(pads, (d0, d1), (s0, s1), (k0, k1), (o0, o1))
 
 
-def _im2col(xp: Any, x: Any, geo: _ConvGeometry, groups: int) -> Any:
-    """The input pixels every output pixel reads, ``[N, groups, C / groups * kh * kw, OH * OW]``."""
-    n, c = x.shape[:2]
-    padded = _pad(xp, x, geo.pads)
-    cols = xp.empty((n, c, *geo.ksize, *geo.out), dtype=x.dtype)
-    for i, j, index in geo.taps():
-        cols[:, :, i, j] = padded[index]
-    return cols.reshape(n, groups, -1, geo.out[0] * geo.out[1])
+# The axes of _taps' view, (N, groups, C / groups, kh, kw, OH, OW), in the order of a layout's im2col columns:
+# NCHW [groups, (C / groups, kh, kw), (N, OH, OW)] (the filter's order), NHWC [(N, OH, OW), groups, (kh, kw,
+# C / groups)] (the input's). Both give the gemm over the whole batch, and NHWC's output is its layout as it is.
+_COLUMNS = {False: (1, 2, 3, 4, 0, 5, 6), True: (0, 5, 6, 1, 3, 4, 2)}
+_COLUMNS_INVERSE = {k: tuple(int(a) for a in np.argsort(v)) for k, v in _COLUMNS.items()}
 
 
-def _col2im(xp: Any, cols: Any, x_shape: Sequence[int], geo: _ConvGeometry) -> Any:
-    """The adjoint of :func:`_im2col`: every tap's values added back where it read them."""
-    n, c, h, w = x_shape
+def _padded_image(xp: Any, x: Any, geo: ConvGeometry, channel_last: bool) -> Any:
+    """``x`` (NCHW or NHWC) padded with zeros by ``geo.pads``."""
+    return _pad(xp, x, [*geo.pads, (0, 0)] if channel_last else list(geo.pads))
+
+
+def _taps(xp: Any, padded: Any, geo: ConvGeometry, groups: int, channel_last: bool) -> Any:
+    """Every filter tap of every output pixel of ``padded`` (an image padded by ``geo.pads``, NCHW or NHWC) as
+    one strided view, axes ``(N, groups, C / groups, kh, kw, OH, OW)``. For one tap ``(i, j)`` the view holds
+    each position at most once, so that adding into it adds once."""
+    if channel_last:
+        n, _, _, c = padded.shape
+        s_n, s_h, s_w, s_c = padded.strides
+    else:
+        n, c = padded.shape[:2]
+        s_n, s_c, s_h, s_w = padded.strides
+    (dh, dw), (sh, sw), per_group = geo.dilations, geo.strides, c // groups
+    shape = (n, groups, per_group, *geo.ksize, *geo.out)
+    strides = (s_n, s_c * per_group, s_c, s_h * dh, s_w * dw, s_h * sh, s_w * sw)
+    return xp.lib.stride_tricks.as_strided(padded, shape, strides)
+
+
+def im2col(xp: Any, x: Any, geo: ConvGeometry, groups: int, channel_last: bool) -> Any:
+    """The input pixels each output pixel of a convolution of ``x`` reads, as the matrices of its gemms, one
+    copy through a strided view: NCHW ``[groups, C / groups * kh * kw, N * OH * OW]`` (rows in the filter's
+    (channel, tap) order), NHWC ``[N * OH * OW, groups, kh * kw * C / groups]`` ((tap, channel) order)."""
+    view = _taps(xp, _padded_image(xp, x, geo, channel_last), geo, groups, channel_last)
+    cols = xp.ascontiguousarray(view.transpose(_COLUMNS[channel_last]))
+    pixels = x.shape[0] * geo.out[0] * geo.out[1]
+    return cols.reshape(pixels, groups, -1) if channel_last else cols.reshape(groups, -1, pixels)
+
+
+def col2im(xp: Any, cols: Any, shape: Sequence[int], geo: ConvGeometry, groups: int, channel_last: bool) -> Any:
+    """The adjoint of :func:`im2col`: the image of ``shape`` (NCHW or NHWC) that receives each value of ``cols``
+    (im2col's matrices of that image, or any array of their values in their order) added at the position it
+    was read from; positions that several taps read receive the sum.
+
+    conv2d_grad's Input@GRAD is the col2im of Filter^T times Output@GRAD, and conv2d_transpose's forward (whose
+    output is such an image, its input the Output@GRAD) is the same computation: both call this. One strided add
+    per filter tap over the whole batch; the result is a view into the padded sum."""
+    n, c, h, w = (shape[0], shape[3], shape[1], shape[2]) if channel_last else shape
     (top, bottom), (left, right) = geo.pads
-    padded = xp.zeros((n, c, h + top + bottom, w + left + right), dtype=cols.dtype)
-    taps = cols.reshape(n, c, *geo.ksize, *geo.out)
-    for i, j, index in geo.taps():
-        padded[index] += taps[:, :, i, j]
-    return padded[:, :, top : top + h, left : left + w]
+    rows, width = h + top + bottom, w + left + right
+    padded = xp.zeros((n, rows, width, c) if channel_last else (n, c, rows, width), dtype=cols.dtype)
+    windows = _taps(xp, padded, geo, groups, channel_last)
+    order = _COLUMNS[channel_last]
+    taps = cols.reshape([windows.shape[a] for a in order]).transpose(_COLUMNS_INVERSE[channel_last])
+    for i in range(geo.ksize[0]):
+        for j in range(geo.ksize[1]):
+            window = windows[:, :, :, i, j]
+            xp.add(window, taps[:, :, :, i, j], out=window)
+    inside = (slice(top, top + h), slice(left, left + w))
+    return padded[(slice(None), *inside)] if channel_last else padded[(slice(None), slice(None), *inside)]
 
 
-def _conv_input(ctx: KernelContext, x: Any) -> tuple[Any, bool]:
-    """Input as NCHW, after relu with ``fuse_relu_before_depthwise_conv``; whether the layout is NHWC."""
+def _conv_setup(ctx: KernelContext, x: Any, w: Any) -> tuple[Any, bool, ConvGeometry]:
+    """(Input, after relu with ``fuse_relu_before_depthwise_conv``; whether the layout is NHWC; the geometry)."""
     channel_last = _channel_last(ctx.attrs)
-    x = _nchw(x, channel_last)
-    return (ctx.xp.maximum(x, 0) if ctx.attrs["fuse_relu_before_depthwise_conv"] else x), channel_last
+    geo = _conv_geometry(ctx, _nchw(x, channel_last).shape, w.shape)
+    return (ctx.xp.maximum(x, 0) if ctx.attrs["fuse_relu_before_depthwise_conv"] else x), channel_last, geo
+
+
+def _columns(xp: Any, x: Any, geo: ConvGeometry, groups: int, channel_last: bool) -> Any:
+    """Input as the columns of the gemms: NHWC ``[N * OH * OW, groups, K / groups]``; NCHW ``[B, groups,
+    K / groups, Q]``, im2col's matrices (B = 1, Q = N * OH * OW) or, pointwise, Input itself per image (B = N,
+    Q = H * W). Pointwise, Input is its own im2col: no copy."""
+    if not geo.pointwise():
+        cols = im2col(xp, x, geo, groups, channel_last)
+        return cols if channel_last else cols[None]
+    if channel_last:
+        return x.reshape(-1, groups, x.shape[3] // groups)
+    return x.reshape(x.shape[0], groups, x.shape[1] // groups, -1)
+
+
+def _filters(w: Any, groups: int, channel_last: bool) -> Any:
+    """Filter as the other operand of the gemms: NCHW ``[groups, M / groups, K / groups]`` (rows in
+    (channel, tap) order), NHWC ``[groups, K / groups, M / groups]`` ((tap, channel) order, as its columns)."""
+    m = w.shape[0]
+    if channel_last:
+        return w.transpose(0, 2, 3, 1).reshape(groups, m // groups, -1).transpose(0, 2, 1)
+    return w.reshape(groups, m // groups, -1)
 
 
 def _conv(ctx: KernelContext, x: Any, w: Any, bias: Any, residual: Any) -> Any:
-    """Output = Filter (*) Input, per group one batched matrix product over the im2col columns.
+    """Output = Filter (*) Input: per group one gemm over the whole batch's im2col columns (NCHW: one gemm per
+    image where a pointwise Input is its own columns).
 
     ``bias`` and ``residual`` (oneDNN's slots) are None: inference refuses them."""
     xp, groups = ctx.xp, ctx.attrs["groups"]
-    x, channel_last = _conv_input(ctx, x)
-    geo = _conv_geometry(ctx, x.shape, w.shape)
-    m = w.shape[0]
-    out = xp.matmul(w.reshape(groups, m // groups, -1), _im2col(xp, x, geo, groups))  # [N, g, M / g, OH * OW]
-    return _layout(out.reshape(x.shape[0], m, *geo.out), channel_last)
+    x, channel_last, geo = _conv_setup(ctx, x, w)
+    cols, filters = _columns(xp, x, geo, groups, channel_last), _filters(w, groups, channel_last)
+    n, m, (oh, ow) = x.shape[0], w.shape[0], geo.out
+    if channel_last:  # [groups, N * OH * OW, M / groups]: NHWC once the groups are inside
+        return xp.matmul(cols.transpose(1, 0, 2), filters).transpose(1, 0, 2).reshape(n, oh, ow, m)
+    out = xp.matmul(filters, cols)  # [B, groups, M / groups, Q]
+    if geo.pointwise():
+        return out.reshape(n, m, oh, ow)
+    return xp.ascontiguousarray(out.reshape(m, n, oh, ow).transpose(1, 0, 2, 3))
 
 
 def _conv_grad(ctx: KernelContext, x: Any, w: Any, dout: Any) -> tuple[Any, Any]:
-    """Input@GRAD: Filter^T times Output@GRAD folded back (col2im); Filter@GRAD: Output@GRAD times the
-    im2col columns, summed over the batch."""
+    """Filter@GRAD: Output@GRAD times the columns; Input@GRAD: the col2im of Filter^T times Output@GRAD (or, pointwise,
+    that product itself). One gemm each per group over the whole batch (NCHW pointwise: per image)."""
     xp, groups = ctx.xp, ctx.attrs["groups"]
     x_in = x
-    x, channel_last = _conv_input(ctx, x)
-    geo = _conv_geometry(ctx, x.shape, w.shape)
-    m = w.shape[0]
-    d = _nchw(dout, channel_last).reshape(x.shape[0], groups, m // groups, -1)  # [N, g, M / g, OH * OW]
-    dx = dw = None
+    x, channel_last, geo = _conv_setup(ctx, x, w)
+    n, m, pointwise = x.shape[0], w.shape[0], geo.pointwise()
+    if channel_last:  # [groups, N * OH * OW, M / groups]
+        d = dout.reshape(-1, groups, m // groups).transpose(1, 0, 2)
+    elif pointwise:  # [N, groups, M / groups, OH * OW]
+        d = dout.reshape(n, groups, m // groups, -1)
+    else:  # [1, groups, M / groups, N * OH * OW]
+        d = xp.ascontiguousarray(dout.reshape(n, groups, m // groups, -1).transpose(1, 2, 0, 3))
+        d = d.reshape(1, groups, m // groups, -1)
+    dx = dw = cols = None
     if ctx.wants[1]:
-        dw = xp.matmul(d, _im2col(xp, x, geo, groups).swapaxes(-1, -2)).sum(axis=0).reshape(w.shape)
+        cols = _columns(xp, x, geo, groups, channel_last)
+        if channel_last:  # [groups, M / groups, (kh, kw, C / groups)]
+            dw = xp.matmul(d.transpose(0, 2, 1), cols.transpose(1, 0, 2))
+            dw = xp.ascontiguousarray(dw.reshape(m, *w.shape[2:], w.shape[1]).transpose(0, 3, 1, 2))
+        else:
+            dw = xp.matmul(d, cols.swapaxes(-1, -2)).sum(axis=0).reshape(w.shape)
     if ctx.wants[0]:
-        cols = xp.matmul(w.reshape(groups, m // groups, -1).swapaxes(-1, -2), d)  # [N, g, K, OH * OW]
-        dx = _col2im(xp, cols, x.shape, geo)
+        filters = _filters(w, groups, channel_last)
+        # im2col's buffer, read by now, takes the product (its shape and order; a pointwise Input is not ours)
+        spare = None if cols is None or pointwise or (channel_last and groups > 1) else cols
+        if channel_last:  # [N * OH * OW, groups, K / groups]
+            spare = None if spare is None else spare.transpose(1, 0, 2)
+            dcols = xp.matmul(d, filters.transpose(0, 2, 1), out=spare).transpose(1, 0, 2)
+        else:
+            dcols = xp.matmul(filters.swapaxes(-1, -2), d, out=spare)  # [B, groups, K / groups, Q]
+        dx = dcols.reshape(x.shape) if pointwise else col2im(xp, dcols, x.shape, geo, groups, channel_last)
         if ctx.attrs["fuse_relu_before_depthwise_conv"]:
-            dx = dx * (_nchw(x_in, channel_last) > 0)
-        dx = _layout(dx, channel_last)
+            dx = dx * (x_in > 0)
     return dx, dw
 
 
@@ -501,6 +581,30 @@ def _window_argmax(xp: Any, x: Any, wh: _Windows, ww: _Windows) -> tuple[Any, An
     return best, index
 
 
+def _first_max_grad(xp: Any, x: Any, out: Any, dout: Any, wh: _Windows, ww: _Windows) -> Any:
+    """The gradient of max pooling over regular windows of NCHW ``x``: ``dout`` to the first tap (row-major) of
+    each window whose value equals ``out`` (none where ``out`` did not beat ``-FLT_MAX``), one strided add per
+    window tap over the whole batch (a strided write where windows do not overlap)."""
+    (kh, sh, _), (kw, sw, _) = wh.regular_taps(), ww.regular_taps()
+    (top, bottom), (left, right) = wh.padding(), ww.padding()
+    padded = _pad(xp, x, [(top, bottom), (left, right)], -np.inf)
+    dx = xp.zeros(padded.shape, dtype=dout.dtype)
+    taken = out <= _lowest(x.dtype)
+    disjoint = sh >= kh and sw >= kw
+    for i in range(kh):
+        for j in range(kw):
+            index = (slice(None), slice(None), _tap(i, sh, wh.out), _tap(j, sw, ww.out))
+            hit = padded[index] == out
+            hit &= ~taken
+            taken |= hit
+            window = dx[index]
+            if disjoint:
+                xp.multiply(hit, dout, out=window)
+            else:
+                window += hit * dout
+    return dx[:, :, top : top + x.shape[2], left : left + x.shape[3]]
+
+
 def _scatter_index(xp: Any, index: Any, dout: Any, shape: Sequence[int]) -> Any:
     """An NCHW array of ``shape`` receiving ``dout`` at plane positions ``index`` (-1: nowhere), summed."""
     n, c, h, w = shape
@@ -588,7 +692,9 @@ def _pool2d_grad(ctx: KernelContext, x: Any, out: Any, dout: Any) -> Any:
     xp, channel_last = ctx.xp, _channel_last(ctx.attrs)
     x, dout = _nchw(x, channel_last), _nchw(dout, channel_last)
     wh, ww = _pool_windows(ctx, x)
-    if ctx.attrs["pooling_type"] == "max":
+    if ctx.attrs["pooling_type"] == "max" and wh.uses_taps() and ww.uses_taps():
+        dx = _first_max_grad(xp, x, _nchw(out, channel_last), dout, wh, ww)
+    elif ctx.attrs["pooling_type"] == "max":
         _, index = _window_argmax(xp, x, wh, ww)
         dx = _scatter_index(xp, index, dout, x.shape)
     else:

@@ -10,10 +10,10 @@ intermediate value alive (the product, the sum before the activation):
   ``elementwise_add_grad`` and ``mul_grad``, from ``Out`` (the sum before the
   activation is never needed); the activation's gradient goes into dOut's
   buffer and dInput into Out's when the executor offers them.
-- ``fused_elemwise_activation`` with ``functor_list=[ACT, "elementwise_add"]``:
-  ``ACT(X + Y)`` in one buffer (X's when offered; Fluid's op, with only this
-  order of its functors), ``fused_elemwise_activation_grad`` for the two
-  gradient ops.
+- ``fused_elemwise_activation`` with ``functor_list=[ACT, "elementwise_add"]``
+  or ``[ACT, "elementwise_mul"]``: ``ACT(X + Y)`` or ``ACT(X * Y)`` in one
+  buffer (X's when offered; Fluid's op, with only this order of its functors),
+  ``fused_elemwise_activation_grad`` for the two gradient ops.
 
 - ``fc_grad_sgd``: ``fc_grad`` then ``sgd`` on W and Bias, for an ``fc_grad``
   whose dW and dBias only those updates read (``fuse-fc-sgd``): dInput from W
@@ -71,6 +71,8 @@ from blockir.ops.common import (
 from blockir.ops.math import (
     ELEMENTWISE_ADD,
     ELEMENTWISE_ADD_GRAD,
+    ELEMENTWISE_MUL,
+    ELEMENTWISE_MUL_GRAD,
     MEAN,
     RELU,
     RELU_GRAD,
@@ -104,6 +106,11 @@ ACTIVATIONS: dict[str, Activation] = {
     for op, grad in ((RELU, RELU_GRAD), (SIGMOID, SIGMOID_GRAD), (TANH, TANH_GRAD))
 }
 _ADD, _ADD_GRAD = _kernel(ELEMENTWISE_ADD), _kernel(ELEMENTWISE_ADD_GRAD)
+# The binary functors of fused_elemwise_activation (Paddle's two): functor_list[1] -> its kernel and its gradient's.
+BINARIES: dict[str, tuple[Kernel, Kernel]] = {
+    "elementwise_add": (_ADD, _ADD_GRAD),
+    "elementwise_mul": (_kernel(ELEMENTWISE_MUL), _kernel(ELEMENTWISE_MUL_GRAD)),
+}
 
 
 def _activate(ctx: KernelContext, name: str, x: Any) -> Any:
@@ -313,10 +320,13 @@ _FUSED_ATTRS = (AttrDef("functor_list", AttrType.STRINGS, REQUIRED), AttrDef("ax
 
 
 def _check_functors(ctx: InferContext) -> None:
-    """Check ``functor_list`` is ``[ACT, "elementwise_add"]``: ACT(X + Y), the one form supported."""
+    """Check ``functor_list`` is ``[ACT, BINARY]``: ACT(X + Y) or ACT(X * Y), the forms supported."""
     functors = list(ctx.attr("functor_list"))
-    if len(functors) != 2 or functors[1] != "elementwise_add":
-        ctx.fail(f"functor_list {functors} is not supported; supported: [ACT, 'elementwise_add'], ACT(X + Y)")
+    if len(functors) != 2 or functors[1] not in BINARIES:
+        ctx.fail(
+            f"functor_list {functors} is not supported; supported: [ACT, 'elementwise_add'] (ACT(X + Y)) and "
+            "[ACT, 'elementwise_mul'] (ACT(X * Y))"
+        )
     _check_activation(ctx, functors[0], tuple(ACTIVATIONS))
 
 
@@ -328,17 +338,20 @@ def _infer_fused_elemwise_activation(ctx: InferContext) -> None:
 
 
 def _fused_elemwise_activation(ctx: KernelContext, x: Any, y: Any, *, reuse: Sequence[bool] = ()) -> Any:
-    """ACT(X + Y): the sum in a new buffer (or in X, when the executor offers it), the activation in place."""
-    total = _ADD(ctx, x, y, reuse=reuse)
-    return _activate(ctx, ctx.attrs["functor_list"][0], total)
+    """ACT(X + Y) or ACT(X * Y): the sum or product in a new buffer (or in X, when the executor offers it), the
+    activation in place."""
+    act, binary = ctx.attrs["functor_list"]
+    return _activate(ctx, act, BINARIES[binary][0](ctx, x, y, reuse=reuse))
 
 
 def _fused_elemwise_activation_grad(
     ctx: KernelContext, x: Any, y: Any, out: Any, dout: Any, *, reuse: Sequence[bool] = ()
 ) -> tuple[Any, Any]:
-    """Through ACT from Out, then elementwise_add's gradient (each reduced back to its input's shape)."""
-    d = _activation_grad(ctx, ctx.attrs["functor_list"][0], out, dout, _offered(reuse, 3))
-    return _ADD_GRAD(ctx, x, y, d)
+    """Through ACT from Out, then elementwise_add's or elementwise_mul's gradient (each reduced back to its
+    input's shape)."""
+    act, binary = ctx.attrs["functor_list"]
+    d = _activation_grad(ctx, act, out, dout, _offered(reuse, 3))
+    return BINARIES[binary][1](ctx, x, y, d)
 
 
 def _infer_fused_elemwise_activation_grad(ctx: InferContext) -> None:
@@ -366,7 +379,8 @@ FUSED_ELEMWISE_ACTIVATION = OpSchema(
     grad=lambda g: grad_op(g, FUSED_ELEMWISE_ACTIVATION_GRAD, ("X", "Y", "Out", "Out@GRAD"), ("X", "Y")),
     kernel=_fused_elemwise_activation,
     share_lod=(("X", "Out"),),
-    doc="Fluid's fused op with functor_list=[ACT, 'elementwise_add']: ACT(X + Y), Y broadcast as by elementwise_add.",
+    doc="Fluid's fused op with functor_list=[ACT, 'elementwise_add' or 'elementwise_mul']: ACT(X + Y) or "
+    "ACT(X * Y), Y broadcast as by elementwise_add.",
 )
 
 # -- softmax_with_cross_entropy_mean ---------------------------------------------------------------------

@@ -461,13 +461,39 @@ def _min_grad(ctx: KernelContext, x: Any, y: Any, dout: Any) -> tuple[Any, Any]:
     return _extremum_grad(ctx, x, y, dout, ctx.xp.less)
 
 
+def _floor_divide(ctx: KernelContext, x: Any, y: Any) -> Any:
+    """floor(X / Y); integers refuse division by zero."""
+    b = Broadcast(ctx, x, y)
+    xv, yv = b.x(x), b.y(y)
+    if xv.dtype.kind != "f" and bool((yv == 0).any()):
+        raise kernel_error(ctx, f"elementwise_floordiv: integer division by zero (Y of shape {list(y.shape)})")
+    return ctx.xp.floor_divide(xv, yv)
+
+
+def _mod(ctx: KernelContext, x: Any, y: Any) -> Any:
+    """X - floor(X / Y) * Y: the remainder takes Y's sign (Python's %, Paddle's remainder); integers refuse 0."""
+    b = Broadcast(ctx, x, y)
+    xv, yv = b.x(x), b.y(y)
+    if xv.dtype.kind != "f" and bool((yv == 0).any()):
+        raise kernel_error(ctx, f"elementwise_mod: integer division by zero (Y of shape {list(y.shape)})")
+    return ctx.xp.mod(xv, yv)
+
+
+def _mod_grad(ctx: KernelContext, x: Any, y: Any, dout: Any) -> tuple[Any, Any]:
+    """dX = dOut, dY = -dOut * floor(X / Y)."""
+    b = Broadcast(ctx, x, y)
+    dx = b.dx(dout) if ctx.wants[0] else None
+    dy = b.dy(-dout * ctx.xp.floor_divide(b.x(x), b.y(y))) if ctx.wants[1] else None
+    return dx, dy
+
+
 def _elementwise(
     op_type: str,
     kernel: Kernel,
-    grad_kernel: Kernel,
+    grad_kernel: Kernel | None,
     formula: str,
     grad_inputs: tuple[str, ...] = ("X", "Y", "Out@GRAD"),
-) -> tuple[OpSchema, OpSchema]:
+) -> tuple[OpSchema, ...]:
     doc = f"Out = {formula}; the lower-rank operand's dims placed from dim `axis` of the other's (-1: numpy's)"
     return binary_family(op_type, kernel, grad_kernel, grad_inputs, attrs=_ELEMENTWISE_ATTRS, doc=doc)
 
@@ -483,6 +509,8 @@ ELEMENTWISE_POW, ELEMENTWISE_POW_GRAD = _elementwise(
 )
 ELEMENTWISE_MAX, ELEMENTWISE_MAX_GRAD = _elementwise("elementwise_max", _max, _max_grad, "max(X, Y)")
 ELEMENTWISE_MIN, ELEMENTWISE_MIN_GRAD = _elementwise("elementwise_min", _min, _min_grad, "min(X, Y)")
+ELEMENTWISE_MOD, ELEMENTWISE_MOD_GRAD = _elementwise("elementwise_mod", _mod, _mod_grad, "X mod Y, with Y's sign")
+(ELEMENTWISE_FLOORDIV,) = _elementwise("elementwise_floordiv", _floor_divide, None, "floor(X / Y) (no gradient)")
 
 # -- activations -------------------------------------------------------------------------------------
 
@@ -621,7 +649,7 @@ def _rational(t: Any, coefficients: tuple[tuple[float, ...], tuple[float, ...]])
     return top
 
 
-def _erfc(xp: Any, z: Any) -> Any:
+def erfc(xp: Any, z: Any) -> Any:
     """erfc(z) = 1 - erf(z) elementwise, in z's float dtype (relative error below 1e-15 in float64); erfc(-y) is
     2 - erfc(y), and exp(-y^2) is exp(-h^2) exp(-(y - h)(y + h)) with h = y rounded down to 1/16 (exact h^2).
     Each range is evaluated everywhere (clipped into it) and the right one picked: no data-dependent shapes;
@@ -665,7 +693,7 @@ def _widened(x: Any) -> Any:
 
 def _normal_cdf(xp: Any, x: Any) -> Any:
     """Phi(x), the standard normal CDF: erfc(-x / sqrt(2)) / 2, accurate in both tails."""
-    return 0.5 * _erfc(xp, x * -math.sqrt(0.5))
+    return 0.5 * erfc(xp, x * -math.sqrt(0.5))
 
 
 def _gelu(ctx: KernelContext, x: Any) -> Any:
@@ -1180,6 +1208,9 @@ SCHEMAS: tuple[OpSchema, ...] = (
     ELEMENTWISE_MAX_GRAD,
     ELEMENTWISE_MIN,
     ELEMENTWISE_MIN_GRAD,
+    ELEMENTWISE_MOD,
+    ELEMENTWISE_MOD_GRAD,
+    ELEMENTWISE_FLOORDIV,
     RELU,
     RELU_GRAD,
     SIGMOID,

@@ -29,6 +29,7 @@ in that dtype and give ``Y`` X's dtype.
 from __future__ import annotations
 
 import math
+import string
 from collections.abc import Mapping
 from typing import Any
 
@@ -138,31 +139,55 @@ def _channels(attrs: dict[str, Any], x: Any) -> tuple[tuple[int, ...], tuple[int
     return axes, view, math.prod(x.shape[i] for i in axes)
 
 
+def _channel_sums(xp: Any, axes: tuple[int, ...], a: Any, b: Any) -> tuple[Any, Any]:
+    """(sum of ``a``, sum of ``a * b``) per channel, over ``axes``, in float64: each one read of the data with no
+    temporary of its size, and enough digits for a variance taken as E[x^2] - E[x]^2 (or a covariance likewise)
+    unless the mean is some 10^4 standard deviations away from 0."""
+    letters = string.ascii_lowercase[: a.ndim]
+    channel = "".join(c for i, c in enumerate(letters) if i not in axes)
+    return a.sum(axis=axes, dtype=np.float64), xp.einsum(f"{letters},{letters}->{channel}", a, b, dtype=np.float64)
+
+
+def _affine(xp: Any, x: Any, a: Any, b: Any, view: tuple[int, ...]) -> Any:
+    """``x * a + b`` per channel (``a``, ``b`` vectors broadcast in ``view``): a new array, one pass writing it
+    and one adding in place."""
+    y = xp.multiply(x, a.reshape(view))
+    return xp.add(y, b.reshape(view), out=y)
+
+
 def _batch_norm(
     ctx: KernelContext, x: Any, scale: Any, bias: Any, mean: Any, variance: Any, momentum: Any
 ) -> tuple[Any, ...]:
-    """(Y, MeanOut, VarianceOut, SavedMean, SavedVariance, ReserveSpace): see the module docstring."""
+    """(Y, MeanOut, VarianceOut, SavedMean, SavedVariance, ReserveSpace): see the module docstring.
+
+    Two passes over X: the statistics (its sums and sums of squares, in training), then ``Y = X * a + b``."""
     xp, attrs = ctx.xp, ctx.attrs
     axes, view, count = _channels(attrs, x)
     reserve = xp.empty((0,), dtype=np.uint8)
     xf = x.astype(scale.dtype, copy=False)
     if _global_stats(attrs):
         inv_std = _inv_std(xp, variance, attrs["epsilon"])
-        y = xf - mean.reshape(view)
-        y *= (scale * inv_std).reshape(view)
-        y += bias.reshape(view)
-        return y.astype(x.dtype, copy=False), mean, variance, mean, inv_std, reserve
+        a = scale * inv_std
+        return (
+            _affine(xp, xf, a, bias - mean * a, view).astype(x.dtype, copy=False),
+            mean,
+            variance,
+            mean,
+            inv_std,
+            reserve,
+        )
     if count == 0:
         raise kernel_error(ctx, f"batch_norm: X of shape {list(x.shape)} is empty; a training batch needs values")
     if count == 1:  # Paddle's kernel: nothing to normalize over, Y = X and the running statistics stay
         zeros = xp.zeros_like(mean)
         return x, mean, variance, zeros, zeros, reserve
-    batch_mean = xf.mean(axis=axes)
-    y = xf - batch_mean.reshape(view)
-    batch_var = xp.square(y).mean(axis=axes)
+    total, squares = _channel_sums(xp, axes, xf, xf)
+    batch_mean = total / count
+    batch_var = xp.maximum(squares / count - batch_mean * batch_mean, 0).astype(scale.dtype)
+    batch_mean = batch_mean.astype(scale.dtype)
     inv_std = _inv_std(xp, batch_var, attrs["epsilon"])
-    y *= (scale * inv_std).reshape(view)
-    y += bias.reshape(view)
+    a = scale * inv_std
+    y = _affine(xp, xf, a, bias - batch_mean * a, view)
     m = attrs["momentum"] if momentum is None else momentum.reshape(()).astype(mean.dtype)
     mean_out = mean * m + batch_mean * (1 - m)
     var_out = variance * m + batch_var * (1 - m)
@@ -181,7 +206,11 @@ def _batch_norm_grad(
     reserve: Any,
     dy: Any,
 ) -> tuple[Any, Any, Any]:
-    """(X@GRAD, Scale@GRAD, Bias@GRAD) of batch_norm, each only when ``ctx.wants`` it."""
+    """(X@GRAD, Scale@GRAD, Bias@GRAD) of batch_norm, each only when ``ctx.wants`` it.
+
+    Two passes over the data: the sums of Y@GRAD and of Y@GRAD * X per channel, which give Bias@GRAD and
+    Scale@GRAD; then X@GRAD = a * Y@GRAD + b * X + c per channel (training: the batch statistics depend on X,
+    hence ``b`` and ``c``; with global statistics X@GRAD is Y@GRAD * scale / std alone)."""
     xp, attrs = ctx.xp, ctx.attrs
     axes, view, count = _channels(attrs, x)
     global_stats = _global_stats(attrs)
@@ -192,20 +221,20 @@ def _batch_norm_grad(
         mu, inv_std = mean, _inv_std(xp, variance, attrs["epsilon"])
     else:
         mu, inv_std = saved_mean, saved_inv_std
-    dyf = dy.astype(scale.dtype, copy=False)
+    dyf, xf = dy.astype(scale.dtype, copy=False), x.astype(scale.dtype, copy=False)
+    a = scale * inv_std
     dx = d_scale = d_bias = None
-    if global_stats and ctx.wants[0]:
-        dx = dyf * (scale * inv_std).reshape(view)
     if ctx.wants[1] or ctx.wants[2] or (ctx.wants[0] and not global_stats):
-        x_hat = x.astype(scale.dtype, copy=False) - mu.reshape(view)
-        x_hat *= inv_std.reshape(view)
-        d_bias, d_scale = dyf.sum(axis=axes), (dyf * x_hat).sum(axis=axes)
-        if ctx.wants[0] and not global_stats:  # the batch statistics depend on X too
-            dx = dyf * count
-            dx -= d_bias.reshape(view)
-            x_hat *= d_scale.reshape(view)
-            dx -= x_hat
-            dx *= (scale * inv_std / count).reshape(view)
+        total, products = _channel_sums(xp, axes, dyf, xf)
+        d_bias = total.astype(scale.dtype)
+        d_scale = ((products - mu * total) * inv_std).astype(scale.dtype)  # the sum of Y@GRAD * (X - mean) / std
+    if ctx.wants[0]:
+        if global_stats:
+            dx = xp.multiply(dyf, a.reshape(view))
+        else:  # a * (Y@GRAD - Bias@GRAD / count - (X - mean) / std * Scale@GRAD / count)
+            b = -a * inv_std * d_scale / count
+            dx = _affine(xp, xf, b, -a * d_bias / count - b * mu, view)
+            dx += xp.multiply(dyf, a.reshape(view))
     return (
         None if dx is None else dx.astype(x.dtype, copy=False),
         d_scale if ctx.wants[1] else None,

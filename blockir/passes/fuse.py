@@ -10,9 +10,10 @@ inference form (the forward ops alone):
     or ``tanh``, into Fluid's ``fc``; the activation's gradient op,
     ``elementwise_add_grad`` and ``mul_grad`` into ``fc_grad``.
 ``fuse-elementwise-act``
-    ``elementwise_add`` then ``relu``, ``sigmoid`` or ``tanh`` into
-    ``fused_elemwise_activation`` (``functor_list=[ACT, "elementwise_add"]``),
-    and their gradient ops into ``fused_elemwise_activation_grad``.
+    ``elementwise_add`` or ``elementwise_mul`` then ``relu``, ``sigmoid`` or
+    ``tanh`` into ``fused_elemwise_activation`` (``functor_list=[ACT,
+    "elementwise_add"]`` or ``[ACT, "elementwise_mul"]``: a gate ``sigmoid(X * Y)``
+    too), and their gradient ops into ``fused_elemwise_activation_grad``.
 ``fuse-softmax-ce``
     ``softmax`` on the last axis then ``cross_entropy`` into
     ``softmax_with_cross_entropy`` (which also writes the softmax, so its
@@ -30,9 +31,10 @@ inference form (the forward ops alone):
     dInput); the engine refuses it when an op in between reads or writes the
     parameter or writes the learning rate.
 
-Floating-point inputs only. The named pipeline ``fuse{keep=... fc=
-elementwise_act= softmax_ce= optimizer=}`` runs ``fuse-fc``, ``fuse-elementwise-act``
-(after ``fuse-fc``, which would otherwise find its ``elementwise_add`` taken),
+Floating-point inputs only. The named pipeline ``fuse{keep=... conv_bn= conv_add_act= bn_act= fc=
+elementwise_act= softmax_ce= optimizer=}`` runs the passes of convolutional networks first
+(:mod:`blockir.passes.fuse_conv`: ``fold-conv-bn``, ``fuse-conv-add-act``, ``fuse-bn-act``), then
+``fuse-fc``, ``fuse-elementwise-act`` (after ``fuse-fc``, which would otherwise find its ``elementwise_add`` taken),
 ``fuse-softmax-ce``, and with ``optimizer`` ``fuse-fc-sgd`` and ``fuse-optimizer``
 (:mod:`blockir.passes.fuse_optimizer`: the sgd, momentum or adam updates left in
 one op over coalesced buffers); the executor applies it as its ``BuildStrategy``
@@ -46,8 +48,9 @@ from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
 from blockir.ir.dtypes import FLOAT_DTYPES
-from blockir.ops.fused import ACTIVATIONS
+from blockir.ops.fused import ACTIVATIONS, BINARIES
 from blockir.passes.base import Pass, Pipeline, register_pass
+from blockir.passes.fuse_conv import FoldConvBN, FuseBNAct, FuseConvAddAct
 from blockir.passes.fuse_optimizer import FuseOptimizer
 from blockir.passes.rewrite import Create, Match, OpPattern, Pattern, RewritePass
 
@@ -161,21 +164,28 @@ class FuseFC(RewritePass):
 # -- fuse-elementwise-act --------------------------------------------------------------------------------
 
 
+_BINARIES = tuple(BINARIES)
+
+
 def _elementwise_act_where(match: Match) -> bool:
     return (
         _float(match, "x")
         and _act_pair(match)
-        and ("add_grad" not in match.ops or _same(match, "add", "add_grad", "axis"))
+        and (
+            "add_grad" not in match.ops
+            or (match.op("add_grad").type == f"{match.op('add').type}_grad" and _same(match, "add", "add_grad", "axis"))
+        )
     )
 
 
 def _elementwise_act_attrs(match: Match) -> dict[str, Any]:
-    return {"functor_list": [_act(match), "elementwise_add"], "axis": match.op("add").attr("axis")}
+    add = match.op("add")
+    return {"functor_list": [_act(match), add.type], "axis": add.attr("axis")}
 
 
 def _elementwise_act_pattern(name: str, grad: bool) -> Pattern:
     ops = [
-        OpPattern("add", ("elementwise_add",), {"X": "x", "Y": "y"}, {"Out": "s"}),
+        OpPattern("add", _BINARIES, {"X": "x", "Y": "y"}, {"Out": "s"}),
         OpPattern("act", _ACTS, {"X": "s"}, {"Out": "out"}),
     ]
     creates = [
@@ -188,7 +198,7 @@ def _elementwise_act_pattern(name: str, grad: bool) -> Pattern:
             OpPattern("act_grad", _ACT_GRADS, {"Out": "out", "Out@GRAD": "dout"}, {"X@GRAD": "ds"}),
             OpPattern(
                 "add_grad",
-                ("elementwise_add_grad",),
+                tuple(f"{b}_grad" for b in _BINARIES),
                 {"X": "x", "Y": "y", "Out@GRAD": "ds"},
                 {"X@GRAD": "dx?", "Y@GRAD": "dy?"},
             ),
@@ -212,7 +222,8 @@ class FuseElementwiseAct(RewritePass):
 
     name: ClassVar[str] = "fuse-elementwise-act"
     summary: ClassVar[str] = (
-        "elementwise_add + relu/sigmoid/tanh into fused_elemwise_activation, their gradient ops into its grad"
+        "elementwise_add or elementwise_mul + relu/sigmoid/tanh into fused_elemwise_activation, their gradient ops "
+        "into its grad"
     )
     patterns: ClassVar[tuple[Pattern, ...]] = (
         _elementwise_act_pattern("elementwise-act-train", grad=True),
@@ -401,18 +412,23 @@ class FuseFCSGD(RewritePass):
 @register_pass
 @dataclass(frozen=True)
 class Fuse(Pipeline):
-    """fuse-fc, fuse-elementwise-act, fuse-softmax-ce, fuse-fc-sgd and fuse-optimizer, each unless turned off
-    (module docstring)."""
+    """fold-conv-bn, fuse-conv-add-act, fuse-bn-act, fuse-fc, fuse-elementwise-act, fuse-softmax-ce, fuse-fc-sgd
+    and fuse-optimizer, each unless turned off (module docstring)."""
 
     name: ClassVar[str] = "fuse"
     summary: ClassVar[str] = (
-        "the fusion passes the executor applies: fuse-fc, fuse-elementwise-act, fuse-softmax-ce, fuse-fc-sgd, "
-        "fuse-optimizer"
+        "the fusion passes the executor applies: fold-conv-bn, fuse-conv-add-act, fuse-bn-act, fuse-fc, "
+        "fuse-elementwise-act, fuse-softmax-ce, fuse-fc-sgd, fuse-optimizer"
     )
 
     keep: tuple[str, ...] = field(
         default=(), metadata={"help": "variables whose values must stay (fetched or fed): never fused away"}
     )
+    conv_bn: bool = field(default=True, metadata={"help": "run fold-conv-bn (BuildStrategy.fuse_conv_bn)"})
+    conv_add_act: bool = field(
+        default=True, metadata={"help": "run fuse-conv-add-act (BuildStrategy.fuse_conv_add_act)"}
+    )
+    bn_act: bool = field(default=True, metadata={"help": "run fuse-bn-act (BuildStrategy.fuse_bn_act_ops)"})
     fc: bool = field(default=True, metadata={"help": "run fuse-fc (BuildStrategy.fuse_gemm_epilogue)"})
     elementwise_act: bool = field(
         default=True, metadata={"help": "run fuse-elementwise-act (BuildStrategy.fuse_elewise_add_act_ops)"}
@@ -426,6 +442,9 @@ class Fuse(Pipeline):
 
     def passes(self) -> list[Pass]:
         chosen = (
+            (self.conv_bn, FoldConvBN),
+            (self.conv_add_act, FuseConvAddAct),
+            (self.bn_act, FuseBNAct),
             (self.fc, FuseFC),
             (self.elementwise_act, FuseElementwiseAct),
             (self.softmax_ce, FuseSoftmaxCE),

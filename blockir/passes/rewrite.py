@@ -44,9 +44,16 @@ other symbol. A structural match fires only when it is legal:
   new op standing for it), read what the matched ops read, and leave every
   variable with the same final writer: the program computes what it computed.
 
+An :class:`OpPattern` may name outputs that hand an input back unchanged (``passes``: ``batch_norm``'s
+``MeanOut`` with global statistics); they are not writes, so the variable keeps its writer when the op goes.
+A pattern may make new variables: its *fresh* symbols (:class:`Fresh`, named after a matched variable), each
+written by a *helper*, a :class:`Create` replacing no op, placed where the match's first op was, and read
+by the other new ops (``fold-conv-bn``'s ``conv_bn_fold`` computes the folded filter its convolution reads).
+
 The driver (:func:`rewrite`) sweeps every block, trying the patterns in
 their order at each anchor, and fires the first legal match; it sweeps again
-until nothing fires (a fixed point: each rewrite removes ops). Each new op
+until nothing fires (a fixed point: each rewrite removes ops of the types
+matched, and makes none but helpers, whose types no pattern matches). Each new op
 carries its lineage (``op_pass``, ``op_origin`` listing every op of its
 group, :func:`~blockir.passes.base.mark_created`) and the common attributes of
 its group: its ``op_device`` and ``op_stream``, the union of the ``op_role``
@@ -80,6 +87,7 @@ from blockir.passes.manager import note, record_detail
 __all__ = [
     "Create",
     "Fired",
+    "Fresh",
     "Match",
     "OpPattern",
     "Pattern",
@@ -104,7 +112,9 @@ class OpPattern:
     """One op of a pattern: its name in the pattern, the types it accepts, a symbol per slot, attribute constraints.
 
     An attribute constraint is a value the attribute must equal (defaults filled in from the schema) or a
-    predicate on it.
+    predicate on it. ``passes`` names output slots that hand an input's variable back unchanged (bound to the
+    symbol of that input, which the match checks): batch_norm's ``MeanOut`` with global statistics. They are
+    not writes: the variable keeps its value and its writer when the op goes.
     """
 
     name: str
@@ -112,10 +122,24 @@ class OpPattern:
     inputs: Mapping[str, str] = field(default_factory=dict)
     outputs: Mapping[str, str] = field(default_factory=dict)
     attrs: Mapping[str, Any] = field(default_factory=dict)
+    passes: tuple[str, ...] = ()
+
+    def __post_init__(self) -> None:
+        inputs = set(self.symbols(self.inputs))
+        for slot in self.passes:
+            if slot not in self.outputs or _symbol(self.outputs[slot])[0] not in inputs:
+                raise BlockirError(
+                    f"op pattern {self.name!r}: output {slot!r} passes an input through, so its symbol must be "
+                    "one of the op's input symbols"
+                )
 
     def symbols(self, slots: Mapping[str, str], required_only: bool = False) -> list[str]:
         """The symbols of ``slots`` (its ``inputs`` or ``outputs``); with ``required_only``, not the optional ones."""
         return [s for s, optional in map(_symbol, slots.values()) if not (required_only and optional)]
+
+    def written(self) -> list[str]:
+        """The symbols of its outputs but those that pass an input through (``passes``)."""
+        return [_symbol(entry)[0] for slot, entry in self.outputs.items() if slot not in self.passes]
 
 
 @dataclass(frozen=True)
@@ -126,6 +150,10 @@ class Create:
     the op's own attributes from the match; ``at`` says where the new op goes: at the place of the group's
     ``"last"`` op (the default: it reads what its group read, every input made by then) or of its ``"first"``
     (its outputs are read before the group's last op, e.g. a gradient op that an update joins).
+
+    An empty ``replaces`` makes a *helper*: an op that computes fresh values (:class:`Fresh`) for the other new
+    ops from what the matched ops read (a convolution's filter with a batch_norm folded in), at the place of
+    the match's first op (whatever ``at`` says); it stands for no op, and its lineage names every matched op.
     """
 
     type: str
@@ -141,19 +169,33 @@ class Create:
 
 
 @dataclass(frozen=True)
+class Fresh:
+    """A variable new ops make that no matched op has (a *fresh* symbol of the pattern): named after the
+    variable of symbol ``like`` with ``suffix`` (made unique in the program), of the shape and dtype ``spec``
+    computes from the match."""
+
+    like: str
+    suffix: str
+    spec: Callable[[Match], tuple[tuple[int, ...], str]]
+
+
+@dataclass(frozen=True)
 class Pattern:
     """Ops to find (the first is the anchor) and the ops that replace them; see the module docstring.
 
     Checked when made: distinct op names, each op after the first sharing a required symbol with the ops
-    before it, the creates replacing every op once by fewer ops, reading only what the matched ops read
-    and writing only what they write. ``intermediates``: the symbols the matched ops write and no new op
-    writes.
+    before it, the creates replacing every op once by fewer ops (helpers aside), reading only what the
+    matched ops read and writing only what they write, but for the ``fresh`` symbols: each written by one
+    helper and read by the other new ops. ``intermediates``: the symbols the matched ops write (outputs that
+    pass an input through aside) and no new op writes. A helper's type must be one no pattern of its pass
+    matches, so that a fixed point is reached (each rewrite removes ops of the types matched).
     """
 
     name: str
     ops: tuple[OpPattern, ...]
     creates: tuple[Create, ...]
     where: Callable[[Match], bool] | None = None
+    fresh: Mapping[str, Fresh] = field(default_factory=dict)
     intermediates: frozenset[str] = field(init=False)
 
     def __post_init__(self) -> None:
@@ -167,12 +209,24 @@ class Pattern:
                 raise BlockirError(f"pattern {self.name!r}: op {p.name!r} shares no variable with the ops before it")
             required.update(mine)
         replaced = [n for c in self.creates for n in c.replaces]
-        if sorted(replaced) != sorted(names) or len(self.creates) >= len(self.ops):
+        replacing = [c for c in self.creates if c.replaces]
+        if sorted(replaced) != sorted(names) or len(replacing) >= len(self.ops):
             raise BlockirError(
                 f"pattern {self.name!r}: its creates must replace each op once ({names}) by fewer ops, got {replaced}"
             )
+        fresh = set(self.fresh)
         read = {s for p in self.ops for s in p.symbols(p.inputs)}
-        written = {s for p in self.ops for s in p.symbols(p.outputs)}
+        written = {s for p in self.ops for s in p.written()}
+        if fresh & (read | written | {s for p in self.ops for s in p.symbols(p.outputs)}):
+            raise BlockirError(f"pattern {self.name!r}: fresh symbols {sorted(fresh)} must be bound by no op")
+        helper_writes = {_symbol(e)[0] for c in self.creates if not c.replaces for e in c.outputs.values()}
+        if helper_writes != fresh:
+            raise BlockirError(
+                f"pattern {self.name!r}: helpers (creates replacing nothing) must write exactly the fresh symbols "
+                f"{sorted(fresh)}, got {sorted(helper_writes)}"
+            )
+        read |= fresh
+        written |= fresh
         created_reads = {_symbol(e)[0] for c in self.creates for e in c.inputs.values()}
         created_writes = {_symbol(e)[0] for c in self.creates for e in c.outputs.values()}
         if not created_reads <= read or not created_writes <= written:
@@ -515,11 +569,19 @@ def _slots(slots: Mapping[str, str], values: Mapping[str, str | None]) -> dict[s
     return {slot: [name] for slot, entry in slots.items() if (name := values[_symbol(entry)[0]]) is not None}
 
 
+def _group(match: Match, create: Create) -> list[Operator]:
+    """The matched ops a new op stands for: its group, or every matched op for a helper (its lineage)."""
+    return [match.ops[n] for n in create.replaces] if create.replaces else list(match.ops.values())
+
+
 def _new_ops(match: Match, uses: _Uses) -> list[_New]:
+    def key(op: Operator) -> int:
+        return uses.key[id(op)]
+
     return [
         _New(
             c,
-            (max if c.at == "last" else min)((match.ops[n] for n in c.replaces), key=lambda op: uses.key[id(op)]),
+            (max if c.at == "last" and c.replaces else min)(_group(match, c), key=key),
             _slots(c.inputs, match.values),
             _slots(c.outputs, match.values),
         )
@@ -542,6 +604,14 @@ def _dataflow(match: Match, new: list[_New], uses: _Uses) -> str | None:
     """
     group = {id(match.ops[n]): -1 - k for k, item in enumerate(new) for n in item.create.replaces}
     placed = {id(item.place): k for k, item in enumerate(new)}
+    if len(placed) < len(new):
+        return "two new ops would take the place of one op"
+    fresh = {match.values[s] for s in match.pattern.fresh}
+    passing = {  # (op id, variable) of the outputs that pass an input through: no writes
+        (id(match.ops[p.name]), match.values[_symbol(p.outputs[slot])[0]])
+        for p in match.pattern.ops
+        for slot in p.passes
+    }
 
     def standing(writer: int | None) -> int | None:
         """What an op of the block as it is stands for in the rewritten block."""
@@ -552,7 +622,7 @@ def _dataflow(match: Match, new: list[_New], uses: _Uses) -> str | None:
     variables = {n for op_id in group for names in uses.accesses[op_id] for n in names}
     variables |= {n for item in new for n in item.reads | item.writes}
     vanishing = {match.values[s] for s in match.pattern.intermediates}
-    for name in sorted(variables):
+    for name in sorted(variables - fresh):
         inside = {id(op) for op in match.ops.values() if name in uses.accesses[id(op)][1]}  # matched writers
         matched_saw: set[int | None] = set()  # what the matched ops reading the variable saw
         new_saw: list[tuple[int, int | None]] = []  # (new op, what it sees)
@@ -563,6 +633,7 @@ def _dataflow(match: Match, new: list[_New], uses: _Uses) -> str | None:
         for op in uses.touching(name, low, high, places):
             op_id = id(op)
             reads, writes = (name in names for names in uses.accesses[op_id])
+            writes = writes and (op_id, name) not in passing
             if op_id in group:
                 if reads:
                     if matched_wrote and old_last not in inside:
@@ -574,7 +645,7 @@ def _dataflow(match: Match, new: list[_New], uses: _Uses) -> str | None:
                     if name in item.reads:
                         new_saw.append((placed[op_id], new_last))
                     if name in item.writes:
-                        new_last = group[op_id]
+                        new_last = -1 - placed[op_id]
             else:
                 if reads and standing(old_last) != new_last:
                     return f"{op} would read another value of {name!r}"
@@ -634,12 +705,29 @@ def insert_created(
     return op
 
 
+def _with_fresh(match: Match) -> Match:
+    """``match`` with each fresh symbol bound to a new name: its ``like`` variable's, the suffix, and a number
+    when the program has that name already."""
+    program, values = match.block.program, dict(match.values)
+    for symbol, fresh in match.pattern.fresh.items():
+        base = f"{values[fresh.like]}@{fresh.suffix}"
+        name, n = base, 0
+        while any(b.has_var(name) for b in program.blocks) or name in values.values():
+            n += 1
+            name = f"{base}.{n}"
+        values[symbol] = name
+    return Match(match.pattern, match.block, match.ops, values)
+
+
 def _apply(match: Match, new: list[_New], pass_name: str) -> list[Operator]:
     """Replace the matched ops by the new ops and drop the intermediates (nothing uses them any more)."""
     block = match.block
+    for symbol, fresh in match.pattern.fresh.items():
+        shape, dtype = fresh.spec(match)
+        block.create_var(str(match.values[symbol]), shape=shape, dtype=dtype)
     created = []
     for item in new:
-        group = [match.ops[n] for n in item.create.replaces]
+        group = _group(match, item.create)
         attrs = dict(item.create.attrs(match)) if item.create.attrs is not None else {}
         index = block.ops.index(item.place) + 1
         op = insert_created(block, index, item.create.type, item.inputs, item.outputs, attrs, group, pass_name)
@@ -669,6 +757,8 @@ def _fire_at(anchor: Operator, patterns: Sequence[Pattern], uses: _Uses, used_in
         if anchor.type not in pattern.ops[0].types:
             continue
         for match in _structural(pattern, anchor, uses):
+            if pattern.fresh:
+                match = _with_fresh(match)
             new = _new_ops(match, uses)
             reason = _same_place(match) or _vanishing(match, uses, context.keep, used_in) or _dataflow(match, new, uses)
             if reason is not None:

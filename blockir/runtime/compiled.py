@@ -35,7 +35,8 @@ from blockir.runtime.memory import keep_freed_memory
 
 __all__ = ["BuildStrategy", "CompiledProgram", "ExecutionStrategy", "Fusions", "cpu_places", "cuda_places"]
 
-Fusions = tuple[bool, bool, bool, bool]  # BuildStrategy.fusions(): the fuse pipeline's fc, elementwise_act, ...
+# BuildStrategy.fusions(): the fuse pipeline's conv_bn, conv_add_act, bn_act, fc, elementwise_act, softmax_ce, optimizer
+Fusions = tuple[bool, bool, bool, bool, bool, bool, bool]
 
 
 def cpu_places(count: int | None = None) -> list[str]:
@@ -59,11 +60,31 @@ class BuildStrategy:
 
     Fusion (:mod:`blockir.passes.fuse`), each on by default (Paddle's are off): the fused ops compute what the
     ops they replace compute, to float32 rounding, in fewer steps and keeping fewer intermediate values.
+    They apply to the executor's compiled copy of a program only: the program a user holds, and what
+    ``save_inference_model`` or the Paddle export write, stay unfused.
+
+    Convolutional networks (:mod:`blockir.passes.fuse_conv`), first:
+
+    - ``fuse_conv_bn`` (Paddle Inference's ``conv_bn_fuse_pass``, blockir's flag): ``fold-conv-bn``, conv2d
+      (+ elementwise_add bias) + batch_norm with global statistics (inference: ``is_test``, what
+      ``clone(for_test=True)``, ``load_inference_model`` and ``blockir run`` give) folded into the convolution's
+      filter and bias by a ``conv_bn_fold`` op and a ``fused_conv2d_add_act``. The folded values are the plan's:
+      the scope's parameters are never written. They are computed at the first run and again whenever a
+      parameter's array is replaced (``Scope.set``, a load, a startup run); a change written into a parameter's
+      array in place is not seen (Paddle Inference folds once, at load);
+    - ``fuse_conv_add_act`` (blockir's flag; Paddle's ``conv_elementwise_add_act_fuse_pass``):
+      ``fuse-conv-add-act``, conv2d + bias, then a residual add and relu, sigmoid or tanh, into Paddle's
+      ``fused_conv2d_add_act`` (inference programs: it has no gradient);
+    - ``fuse_bn_act_ops`` (Paddle's name): ``fuse-bn-act``, batch_norm + relu, sigmoid or tanh into blockir's
+      ``batch_norm_act`` and their gradient ops into ``batch_norm_act_grad``, in training and inference (not a
+      Paddle op: the Paddle export refuses it, and exports are unfused anyway).
+
+    The others:
 
     - ``fuse_gemm_epilogue`` (Paddle's name for fusing a matrix product, its bias and activation):
       ``fuse-fc``, mul + elementwise_add (+ relu, sigmoid, tanh) and their gradient ops into fc and fc_grad;
-    - ``fuse_elewise_add_act_ops`` (Paddle's): ``fuse-elementwise-act``, elementwise_add + activation and their
-      gradient ops into fused_elemwise_activation and its gradient;
+    - ``fuse_elewise_add_act_ops`` (Paddle's): ``fuse-elementwise-act``, elementwise_add or elementwise_mul +
+      activation and their gradient ops into fused_elemwise_activation and its gradient;
     - ``fuse_softmax_with_cross_entropy`` (blockir's own; Paddle has no such flag): ``fuse-softmax-ce``,
       softmax + cross_entropy and their gradient ops into softmax_with_cross_entropy and its gradient, and
       those with a mean of the loss into softmax_with_cross_entropy_mean and its gradient;
@@ -91,15 +112,22 @@ class BuildStrategy:
         # All-reduce dense gradients over devices with one collective each (the pass's collective=true): NCCL
         # on GPUs. None: on for cuda:N places, off for cpu:N (there one reduction per device, in parallel).
         self.collective: bool | None = None
+        self.fuse_conv_bn = True
+        self.fuse_conv_add_act = True
+        self.fuse_bn_act_ops = True
         self.fuse_gemm_epilogue = True
         self.fuse_elewise_add_act_ops = True
         self.fuse_softmax_with_cross_entropy = True
         self.fuse_all_optimizer_ops = True
 
     def fusions(self) -> Fusions:
-        """The fusion flags, in the order of the ``fuse`` pipeline's options (``fc``, ``elementwise_act``,
-        ``softmax_ce``, ``optimizer``): what an executor caches its plans by."""
+        """The fusion flags, in the order of the ``fuse`` pipeline's options (``conv_bn``, ``conv_add_act``,
+        ``bn_act``, ``fc``, ``elementwise_act``, ``softmax_ce``, ``optimizer``): what an executor caches its plans
+        by."""
         return (
+            bool(self.fuse_conv_bn),
+            bool(self.fuse_conv_add_act),
+            bool(self.fuse_bn_act_ops),
             bool(self.fuse_gemm_epilogue),
             bool(self.fuse_elewise_add_act_ops),
             bool(self.fuse_softmax_with_cross_entropy),
@@ -121,9 +149,12 @@ def fuse_pipeline(fusions: Fusions, keep: Iterable[str]) -> Fuse | None:
     (fetched and fed); None when every fusion is off."""
     if not any(fusions):
         return None
-    fc, elementwise_act, softmax_ce, optimizer = fusions
+    conv_bn, conv_add_act, bn_act, fc, elementwise_act, softmax_ce, optimizer = fusions
     return Fuse(
         keep=tuple(sorted(set(keep))),
+        conv_bn=conv_bn,
+        conv_add_act=conv_add_act,
+        bn_act=bn_act,
         fc=fc,
         elementwise_act=elementwise_act,
         softmax_ce=softmax_ce,

@@ -127,6 +127,49 @@ CONV2D = [
     conv_case("nhwc_groups_float32", rand(1, 4, 4, 4), rand(4, 2, 2, 2), "float32", data_format="NHWC", groups=2),
     conv_case("any_layout_is_nchw", rand(1, 2, 4, 4), rand(2, 2, 2, 2), data_format="AnyLayout"),
     conv_case("pointwise", rand(2, 3, 3, 4), rand(5, 3, 1, 1)),
+    # the kernels' paths: im2col and one gemm per group over the batch (NCHW, NHWC), pointwise gemms with no
+    # im2col (1x1, strides 1, no padding; NCHW per image), and col2im for Input@GRAD
+    conv_case("pointwise_groups_float32", rand(2, 4, 3, 3), rand(6, 2, 1, 1), "float32", groups=2),
+    conv_case("pointwise_nhwc", rand(2, 3, 4, 3), rand(4, 3, 1, 1), data_format="NHWC"),
+    conv_case("pointwise_nhwc_groups_batch1", rand(1, 3, 3, 6), rand(4, 3, 1, 1), data_format="NHWC", groups=2),
+    conv_case("1x1_strided_is_not_pointwise", rand(2, 3, 5, 4), rand(2, 3, 1, 1), strides=[2, 1]),
+    conv_case(
+        "1x1_padded_is_not_pointwise_nhwc", rand(1, 3, 3, 2), rand(2, 2, 1, 1), data_format="NHWC", paddings=[1, 0]
+    ),
+    conv_case(
+        "nhwc_strides_dilations_4_paddings",
+        rand(2, 7, 8, 2),
+        rand(3, 2, 2, 3),
+        data_format="NHWC",
+        strides=[2, 1],
+        paddings=[1, 0, 2, 1],
+        dilations=[1, 2],
+    ),
+    conv_case(
+        "nhwc_same", rand(1, 7, 6, 2), rand(2, 2, 3, 2), data_format="NHWC", padding_algorithm="SAME", strides=[2, 2]
+    ),
+    conv_case("nhwc_valid", rand(2, 5, 6, 2), rand(3, 2, 2, 3), data_format="NHWC", padding_algorithm="VALID"),
+    conv_case(
+        "groups_3_dilated_strided_batch1",
+        rand(1, 6, 7, 7),
+        rand(3, 2, 3, 3),
+        groups=3,
+        strides=[2, 2],
+        dilations=[2, 1],
+        paddings=[2, 1],
+    ),
+    conv_case(
+        "nhwc_groups_3_strided", rand(2, 5, 6, 6), rand(6, 2, 3, 2), data_format="NHWC", groups=3, strides=[1, 2]
+    ),
+    conv_case(
+        "nhwc_relu_before_conv",
+        away_from_zero(1, 4, 4, 2),
+        rand(2, 1, 2, 2),
+        data_format="NHWC",
+        groups=2,
+        paddings=[1, 1],
+        fuse_relu_before_depthwise_conv=True,
+    ),
     # (2 + 0 - 3) / 2 truncates to 0: one output row reading a zero past the input, as Paddle does
     conv_case("c_division_reads_past_the_end", rand(1, 1, 2, 5), rand(1, 1, 3, 3), strides=[2, 1]),
     conv_case(
@@ -156,6 +199,17 @@ DEPTHWISE_CONV2D = [
     conv_case("channel_multiplier_2", rand(2, 3, 5, 5), rand(6, 1, 3, 3), groups=3, paddings=[1, 1], strides=[2, 2]),
     conv_case("float32_nhwc", rand(1, 4, 5, 4), rand(4, 1, 3, 3), "float32", groups=4, data_format="NHWC"),
     conv_case("same", rand(1, 2, 6, 5), rand(2, 1, 3, 3), groups=2, padding_algorithm="SAME", strides=[2, 1]),
+    conv_case("dilated_valid_batch1", rand(1, 3, 7, 6), rand(3, 1, 3, 2), groups=3, dilations=[2, 2]),
+    conv_case(
+        "nhwc_multiplier_2_strided_padded",
+        rand(2, 6, 5, 3),
+        rand(6, 1, 3, 3),
+        data_format="NHWC",
+        groups=3,
+        strides=[2, 2],
+        paddings=[1, 0, 0, 1],
+    ),
+    conv_case("nhwc_pointwise", rand(1, 3, 3, 4), rand(4, 1, 1, 1), data_format="NHWC", groups=4),
 ]
 
 # -- pool2d -----------------------------------------------------------------------------------------------

@@ -120,7 +120,21 @@ def _lod_case() -> Case:
     )
 
 
+def _fused_mul_case(act: str, name: str, xs: tuple[int, ...], ys: tuple[int, ...], axis: int) -> Case:
+    """ACT(X * Y), float64 (relu: X away from 0 and Y positive, so the product keeps clear of the kink)."""
+    x, y = away_from_zero(*xs), rand(*ys, low=0.5, high=2.0)
+    return Case(
+        {"X": x, "Y": y},
+        {"functor_list": [act, "elementwise_mul"], "axis": axis},
+        {"Out": _act(act, x * paddle_y(x, y, axis))},
+        grad=("X", "Y"),
+        name=f"{act}_mul_{name}",
+    )
+
+
 FUSED_ELEMWISE_ACTIVATION = [
+    _fused_mul_case("sigmoid", "same_shape", (3, 4), (3, 4), -1),
+    _fused_mul_case("relu", "y_at_axis", (2, 3, 4), (3,), 1),
     *(
         _fused_case(act, name, xs, ys, axis, dtype)
         for act in ACTIVATIONS

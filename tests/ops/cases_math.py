@@ -836,7 +836,36 @@ EXTRA_ATTRIBUTES = {
     ),
 }
 
+# -- elementwise_mod, elementwise_floordiv (no gradient) ---------------------------------------------------------
+
+
+def _remainder_case(op_type: str, x: np.ndarray, y: np.ndarray, axis: int, name: str) -> Case:
+    """Python's % and // (the remainder takes the divisor's sign, the quotient rounds down), per element."""
+    fn = (lambda a, b: a % b) if op_type == "elementwise_mod" else (lambda a, b: a // b)
+    yv = paddle_y(x, y, axis)
+    full = np.broadcast_arrays(x, yv)
+    expected = np.array([fn(a.item(), b.item()) for a, b in zip(full[0].ravel(), full[1].ravel())])
+    grad = ("X", "Y") if op_type == "elementwise_mod" and x.dtype == np.float64 else ()
+    out = expected.reshape(full[0].shape).astype(x.dtype)
+    return Case({"X": x, "Y": y}, {"axis": axis}, {"Out": out}, grad=grad, name=name)
+
+
+REMAINDERS = {
+    op_type: [
+        _remainder_case(
+            op_type, np.array([[7, -7, 7, -7], [5, 0, -1, 9]], dtype), np.array([3, 3, -3, -3], dtype), -1, dtype
+        )
+        for dtype in ("int32", "int64")
+    ]
+    + [
+        _remainder_case(op_type, rand(3, 4), away_from_zero(4), -1, "float64"),
+        _remainder_case(op_type, rand(2, 3, 2, dtype="float32"), away_from_zero(3, dtype="float32"), 1, "axis_1"),
+    ]
+    for op_type in ("elementwise_mod", "elementwise_floordiv")
+}
+
 CASES: dict[str, list[Case]] = {
+    **REMAINDERS,
     "mul": MUL,
     "matmul": MATMUL,
     **{op_type: _elementwise_cases(op_type) + _placed_cases(op_type) for op_type in ELEMENTWISE_REFS},
@@ -966,6 +995,16 @@ INFER_ERRORS: list[tuple[str, Case, str]] = [
 
 # (op type, case, pattern the BlockirError raised by the kernel must match)
 KERNEL_ERRORS: list[tuple[str, Case, str]] = [
+    (
+        "elementwise_mod",
+        Case({"X": np.ones(3, np.int32), "Y": np.array([1, 0, 2], np.int32)}),
+        r"elementwise_mod: integer division by zero",
+    ),
+    (
+        "elementwise_floordiv",
+        Case({"X": np.ones(3, np.int64), "Y": np.array([0, 1, 2], np.int64)}),
+        r"elementwise_floordiv: integer division by zero",
+    ),
     (
         "elementwise_div",
         Case({"X": np.ones(3, np.int64), "Y": np.array([1, 0, 2], np.int64)}),

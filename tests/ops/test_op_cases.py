@@ -16,12 +16,40 @@ import pytest
 from blockir import ops
 from blockir.errors import BlockirError, ShapeError
 from blockir.ir.schema import registered
-from tests.ops import cases_conv, cases_fused, cases_math, cases_nn, cases_norm, cases_shape
+from tests.ops import (
+    cases_activation,
+    cases_conv,
+    cases_fused,
+    cases_fused_conv,
+    cases_index,
+    cases_logic,
+    cases_math,
+    cases_nn,
+    cases_norm,
+    cases_reduce,
+    cases_shape,
+    cases_tensor,
+    cases_vision,
+)
 from tests.ops.harness import Case, build_op, check_forward, check_grad, check_infer, grad_specs, run_op
 
 ROOT = Path(__file__).resolve().parents[2]
 
-TABLES = (cases_math, cases_nn, cases_conv, cases_norm, cases_shape, cases_fused)
+TABLES = (
+    cases_math,
+    cases_activation,
+    cases_reduce,
+    cases_logic,
+    cases_tensor,
+    cases_index,
+    cases_nn,
+    cases_conv,
+    cases_norm,
+    cases_shape,
+    cases_fused,
+    cases_fused_conv,
+    cases_vision,
+)
 assert sum(len(t.CASES) for t in TABLES) == len({op for t in TABLES for op in t.CASES}), "an op has cases in two tables"
 CASES: dict[str, list[Case]] = {op: cases for table in TABLES for op, cases in table.CASES.items()}
 BEHAVIOUR_TESTED: dict[str, str] = cases_nn.BEHAVIOUR_TESTED

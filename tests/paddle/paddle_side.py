@@ -3,6 +3,8 @@
     python paddle_side.py save OUT          # build the models below, save each as OUT/NAME.pdmodel/.pdiparams,
                                             # and its inputs and Paddle's outputs as OUT/NAME.npz
     python paddle_side.py run PREFIX INPUTS.npz OUT.npz   # load a model (blockir's export), run it on the inputs
+    python paddle_side.py ops OUT.txt       # every op type of Paddle's op protos, and whether it has a gradient
+    python paddle_side.py zoo OUT [NAME ...]   # the zoo's models (zoo.py), saved as save does
 
 Only numpy and paddle are imported here: blockir is not installed in that interpreter.
 """
@@ -14,19 +16,11 @@ os.environ["FLAGS_enable_pir_api"] = "0"  # legacy ProgramDesc programs (.pdmode
 
 import numpy as np
 import paddle
+from zoo import op
 
 paddle.enable_static()
 RNG = np.random.default_rng(7)
 F = paddle.nn.functional
-
-
-def op(op_type, inputs, attrs=None, outputs=("Out",), dtype=None):
-    """Append a legacy op (some of Paddle 3's Python functions build only PIR programs): its first output."""
-    helper = paddle.base.layer_helper.LayerHelper(op_type)
-    first = next(iter(inputs.values()))
-    made = {slot: helper.create_variable_for_type_inference(dtype or first.dtype) for slot in outputs}
-    helper.append_op(type=op_type, inputs=inputs, outputs=made, attrs=attrs or {})
-    return made[outputs[0]]
 
 
 def mlp():
@@ -72,21 +66,42 @@ def text():
 MODELS = {"mlp": mlp, "cnn": cnn, "text": text}
 
 
+def save_model(prefix, build):
+    """Build a model (``build()`` -> feeds, outputs) in new programs, save it as PREFIX.pdmodel/.pdiparams, and
+    its inputs and the outputs Paddle computes from the saved files as PREFIX.npz."""
+    main, startup = paddle.static.Program(), paddle.static.Program()
+    with paddle.static.program_guard(main, startup):
+        feeds, targets = build()
+    exe = paddle.static.Executor(paddle.CPUPlace())
+    exe.run(startup)
+    feed_vars = [main.global_block().var(n) for n in feeds]
+    paddle.static.save_inference_model(prefix, feed_vars, targets, exe, program=main)
+    program, feed_names, fetches = paddle.static.load_inference_model(prefix, exe)
+    outputs = exe.run(program, feed=feeds, fetch_list=fetches)
+    arrays = {**{f"in:{k}": v for k, v in feeds.items()}, **{f"out:{i}": v for i, v in enumerate(outputs)}}
+    np.savez(prefix + ".npz", **arrays)
+
+
 def save(out):
     os.makedirs(out, exist_ok=True)
     for name, build in MODELS.items():
-        main, startup = paddle.static.Program(), paddle.static.Program()
-        with paddle.static.program_guard(main, startup):
-            feeds, targets = build()
-        exe = paddle.static.Executor(paddle.CPUPlace())
-        exe.run(startup)
-        feed_vars = [main.global_block().var(n) for n in feeds]
-        prefix = os.path.join(out, name)
-        paddle.static.save_inference_model(prefix, feed_vars, targets, exe, program=main)
-        program, feed_names, fetches = paddle.static.load_inference_model(prefix, exe)
-        outputs = exe.run(program, feed=feeds, fetch_list=fetches)
-        arrays = {**{f"in:{k}": v for k, v in feeds.items()}, **{f"out:{i}": v for i, v in enumerate(outputs)}}
-        np.savez(prefix + ".npz", **arrays)
+        save_model(os.path.join(out, name), build)
+
+
+def save_zoo(out, names):
+    """The zoo's models (``zoo.py``; all, or ``names``) into OUT; one Paddle cannot build or save writes
+    NAME.error with why, and the others go on."""
+    import traceback
+
+    from zoo import ZOO
+
+    os.makedirs(out, exist_ok=True)
+    for name in names or ZOO:
+        try:
+            save_model(os.path.join(out, name), ZOO[name])
+        except Exception:  # noqa: BLE001  (reported in the file the test reads)
+            with open(os.path.join(out, name + ".error"), "w", encoding="utf-8") as f:
+                f.write(traceback.format_exc())
 
 
 def run(prefix, inputs, out):
@@ -97,8 +112,25 @@ def run(prefix, inputs, out):
     np.savez(out, **{f"out:{i}": v for i, v in enumerate(outputs)})
 
 
+def ops(out):
+    """One line per op type of Paddle's op protos: the type, then ``grad`` where Paddle registers a gradient op
+    maker that makes ops (``core.has_non_empty_grad_op_maker``), else ``-``."""
+    from paddle.base import core, framework
+
+    types = sorted({proto.type for proto in framework.get_all_op_protos()})
+    lines = [f"# PaddlePaddle {paddle.__version__}: {len(types)} op types from its op protos, each with 'grad' where"]
+    lines.append("# it registers a gradient op maker. Written by: python tests/paddle/paddle_side.py ops THIS_FILE")
+    lines += [f"{t} {'grad' if core.has_non_empty_grad_op_maker(t) else '-'}" for t in types]
+    with open(out, "w", encoding="utf-8") as f:
+        f.write("\n".join(lines) + "\n")
+
+
 if __name__ == "__main__":
     if sys.argv[1] == "save":
         save(sys.argv[2])
+    elif sys.argv[1] == "ops":
+        ops(sys.argv[2])
+    elif sys.argv[1] == "zoo":
+        save_zoo(sys.argv[2], sys.argv[3:])
     else:
         run(*sys.argv[2:5])

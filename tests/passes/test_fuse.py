@@ -250,16 +250,18 @@ def test_each_pass_fuses_its_own_family() -> None:
 
 def test_the_fuse_pipeline_runs_the_passes_asked_for() -> None:
     assert [p.name for p in expand(parse_pipeline("fuse"))] == [
+        "fold-conv-bn",
+        "fuse-conv-add-act",
+        "fuse-bn-act",
         "fuse-fc",
         "fuse-elementwise-act",
         "fuse-softmax-ce",
         "fuse-fc-sgd",
         "fuse-optimizer",
     ]
-    assert [p.name for p in expand(parse_pipeline("fuse{fc=false softmax_ce=false optimizer=false keep=a,b}"))] == [
-        "fuse-elementwise-act"
-    ]
-    assert expand(parse_pipeline("fuse{keep=a,b}"))[2].keep == ("a", "b")
+    off = "conv_bn=false conv_add_act=false bn_act=false fc=false softmax_ce=false optimizer=false"
+    assert [p.name for p in expand(parse_pipeline(f"fuse{{{off} keep=a,b}}"))] == ["fuse-elementwise-act"]
+    assert expand(parse_pipeline("fuse{keep=a,b}"))[5].keep == ("a", "b")
     assert "fuse-fc: mul + elementwise_add" in describe_passes()
 
 

@@ -1,14 +1,14 @@
-"""Property: fusing random programs of the fusable op families changes what they compute by float32 rounding
-at most (values, gradients, updated parameters), and the verifier accepts the program after every rewrite.
+"""Property: fusing random programs of the fusable op families changes what they compute by float32 rounding at
+most (values, gradients, updated parameters), and the verifier accepts the program after every rewrite.
 
 The first programs (hypothesis) are small networks: layers drawn among ``fc`` with or without an activation, a
-residual ``elementwise_add`` of two layers then maybe an activation, and an ``elementwise_add`` of a fed
-value then maybe an activation; a head drawn among softmax + cross-entropy, a squared error and a plain
-mean; sometimes an intermediate value also read by another op (added to the loss) or fetched; with or
-without the backward pass and SGD. Both programs run two steps from the same parameters. The second are
-tests/passes/programs.py's (elementwise ops, products, in-place SGD updates) and chains of elementwise_add
-and activations, over overwritten temporaries and ops on several devices, where every fusion the legality
-checks let through must compute exactly what the ops it replaces computed.
+residual ``elementwise_add`` (or ``elementwise_mul``) of two layers then maybe an activation, and an
+``elementwise_add`` (or ``elementwise_mul``) of a fed value then maybe an activation; a head drawn among softmax
++ cross-entropy, a squared error and a plain mean; sometimes an intermediate value also read by another op
+(added to the loss) or fetched; with or without the backward pass and SGD. Both programs run two steps from the
+same parameters. The second are tests/passes/programs.py's (elementwise ops, products, in-place SGD updates) and
+chains of elementwise_add and activations, over overwritten temporaries and ops on several devices, where every
+fusion the legality checks let through must compute exactly what the ops it replaces computed.
 """
 
 from __future__ import annotations
@@ -53,7 +53,8 @@ def networks(draw: st.DrawFn) -> Network:
                 h = bir.layers.fc(layers[-1], size=width, act=act)
             else:
                 other = draw(st.sampled_from(layers)) if kind == "residual" else v
-                h = bir.layers.elementwise_add(layers[-1], other)
+                binary = draw(st.sampled_from((bir.layers.elementwise_add, bir.layers.elementwise_mul)))
+                h = binary(layers[-1], other)
                 h = h if act is None else getattr(bir.layers, act)(h)
             layers.append(h)
         head = draw(st.sampled_from(("softmax-ce", "square", "mean")))

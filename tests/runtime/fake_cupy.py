@@ -10,7 +10,8 @@ and the kernels use:
   reductions give 0-d arrays; ``get`` / ``set`` / ``data.copy_from_device_async``
   copy to the host, from the host and between GPUs;
 - ``asarray``, ``array``, ``empty``, ``zeros``, ``ones``, ``full``, their ``*_like``
-  forms, ``arange`` and ``ascontiguousarray`` make arrays on the current GPU; every other name is
+  forms, ``arange`` and ``ascontiguousarray`` make arrays on the current GPU, and
+  ``lib.stride_tricks.as_strided`` views one as CuPy's does; every other name is
   numpy's (numpy's ufuncs and functions dispatch to the arrays' overrides);
 - ``fake.cuda``: ``is_available``, ``runtime.getDeviceCount``, ``Device``
   (context manager), ``Stream`` (context manager; ``record``, ``wait_event``,
@@ -403,6 +404,7 @@ class FakeCupy:
             get_current_stream=self.get_current_stream,
             nccl=FakeNccl(nccl),
         )
+        self.lib = SimpleNamespace(stride_tricks=SimpleNamespace(as_strided=self.as_strided))
 
     def __getattr__(self, name: str) -> Any:
         return getattr(np, name)
@@ -500,3 +502,8 @@ class FakeCupy:
 
     def arange(self, *args: Any, **kwargs: Any) -> FakeArray:
         return self._made(np.arange(*args, **kwargs))
+
+    def as_strided(self, x: FakeArray, shape: Any = None, strides: Any = None) -> FakeArray:
+        """``cupy.lib.stride_tricks.as_strided``: a view of the device array ``x`` (CuPy's has no ``subok``)."""
+        self.check_operands("as_strided", x)
+        return np.lib.stride_tricks.as_strided(x, shape, strides, subok=True)

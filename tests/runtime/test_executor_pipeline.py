@@ -21,7 +21,16 @@ def test_the_executor_reports_the_default_pipeline_it_ran() -> None:
     with bir.Executor("cpu:1", compute_streams=2) as exe:
         report = exe.pass_report(program)
         assert report.pipeline == "fuse,default-device-pipeline{default=cpu:1 compute=2}"
-        fusions = ["fuse-fc", "fuse-elementwise-act", "fuse-softmax-ce", "fuse-fc-sgd", "fuse-optimizer"]
+        fusions = [
+            "fold-conv-bn",
+            "fuse-conv-add-act",
+            "fuse-bn-act",
+            "fuse-fc",
+            "fuse-elementwise-act",
+            "fuse-softmax-ce",
+            "fuse-fc-sgd",
+            "fuse-optimizer",
+        ]
         assert [r.name for r in report] == [*fusions, "place", "insert-copies", "streams"]
         assert report.record("insert-copies").changed and report.record("streams").notes
         assert all(r.digest is None for r in report)  # the cheap mode: no snapshots

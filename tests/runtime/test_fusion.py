@@ -39,18 +39,20 @@ FEED = {
 
 
 def strategy(
-    fc: bool = True, elementwise_act: bool = True, softmax_ce: bool = True, optimizer: bool = True
+    fc: bool = True, elementwise_act: bool = True, softmax_ce: bool = True, optimizer: bool = True, conv: bool = True
 ) -> bir.BuildStrategy:
-    """A BuildStrategy with these fusions (the tests of other modules use it too)."""
+    """A BuildStrategy with these fusions, ``conv`` the three of convolutional networks (the tests of other modules
+    use it too)."""
     s = bir.BuildStrategy()
     s.fuse_gemm_epilogue, s.fuse_elewise_add_act_ops = fc, elementwise_act
     s.fuse_softmax_with_cross_entropy, s.fuse_all_optimizer_ops = softmax_ce, optimizer
+    s.fuse_conv_bn = s.fuse_conv_add_act = s.fuse_bn_act_ops = conv
     return s
 
 
 def unfused() -> bir.BuildStrategy:
     """A BuildStrategy fusing nothing: the executor runs programs as they are (or as the device pipeline makes them)."""
-    return strategy(False, False, False, False)
+    return strategy(False, False, False, False, conv=False)
 
 
 def train(program: Any, startup: Program, loss: Any, exe: bir.Executor, steps: int = 3) -> tuple[list, dict]:

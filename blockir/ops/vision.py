@@ -1,0 +1,814 @@
+"""Vision ops with Paddle 3.3.1's semantics: the ``*_interp_v2`` resizes, ``pixel_shuffle`` and
+``pixel_unshuffle``, ``pad3d`` and ``pad``, ``affine_channel``, and their gradient ops.
+
+Resizing and padding are separable: along each spatial axis, output position ``o`` reads a few source
+positions ``index[o, t]`` with weights ``weight[o, t]`` (an :class:`_AxisMap`, computed on the host from the
+sizes, O(output size)). A kernel gathers along each axis in turn (``xp.take`` of the neighbours, weighted and
+summed over the taps) and the gradient scatters back in reverse order (rows added with
+:func:`~blockir.ops.values.add_rows`), the exact adjoint; no loop runs over pixels.
+
+The resizes follow ``phi/kernels/cpu/interpolate_kernel.cc``, per spatial axis of input size ``L`` and output
+size ``O``:
+
+- sizes: SizeTensor's values win; otherwise a scale (Scale's values, one for every axis or one per axis, else
+  the ``scale`` attribute) gives ``O = int(L * scale)`` and OutSize's values, when given, win over that; with
+  none of them, the ``out_d``/``out_h``/``out_w`` attributes. When every ``O`` equals its ``L``, Out is X.
+- the ratio (float32): ``(L - 1) / (O - 1)`` with ``align_corners`` (0 when ``O`` is 1), else ``1 / scale``
+  when a scale was given (even if OutSize then decided ``O``), else ``L / O``; a 2-D resize takes 0 for an
+  axis of output size 1.
+- linear (``linear``, ``bilinear``, ``trilinear``): with ``align_mode`` 0 and not ``align_corners`` the source
+  is ``ratio * (o + 0.5) - 0.5`` clamped at 0, else ``ratio * o``; it reads the truncated position and the next
+  (the last one at the edge), weighted by the fraction.
+- ``nearest``: ``ratio * o`` rounded half away from zero with ``align_corners``, truncated without.
+- ``bicubic``: the source as linear's with ``align_mode`` 0 (not clamped) or ``ratio * o`` with
+  ``align_corners``; the four positions from ``floor(source) - 1``, clamped into the axis, weighted by Keys'
+  cubic convolution with A = -0.75.
+
+The ``interp_method`` attribute, not the op type, picks the method (Paddle's kernels dispatch on it; its
+default is "bilinear" for every op type). A source position past the input, which only a scale whose sizes
+OutSize then overrides can give, reads the last position here (Paddle's kernels read out of bounds there).
+Gradients are the adjoints of these forwards.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any, NoReturn
+
+import numpy as np
+
+from blockir.ir.attrs import AttrType
+from blockir.ir.schema import AttrDef, InferContext, KernelContext, OpSchema, Slot
+from blockir.ops.common import (
+    FLOATS,
+    NUMBERS,
+    check_dtype,
+    compatible,
+    fmt,
+    grad_op,
+    infer_grads,
+    kernel_error,
+    same_dtype,
+    to_host,
+)
+from blockir.ops.values import add_rows
+
+Fail = Callable[[str], NoReturn]
+
+_INDEX_DTYPES = frozenset({"int32", "int64"})
+
+
+def _kernel_fail(ctx: KernelContext) -> Fail:
+    """A :data:`Fail` raising the kernel's error (the op's text names its type)."""
+
+    def fail(message: str) -> NoReturn:
+        raise kernel_error(ctx, message)
+
+    return fail
+
+
+def _ints(value: Any) -> list[int]:
+    return [int(v) for v in to_host(value).reshape(-1).tolist()]
+
+
+# -- separable gathers -----------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class _AxisMap:
+    """Along one axis: output position ``o`` is the sum over taps ``t`` of ``weight[o, t]`` times source position
+    ``index[o, t]`` (``weight`` None: one tap of weight 1)."""
+
+    index: np.ndarray  # int64 [out, taps]
+    weight: np.ndarray | None  # [out, taps]
+
+    @staticmethod
+    def of(index: np.ndarray) -> _AxisMap:
+        return _AxisMap(index.reshape(-1, 1).astype(np.int64), None)
+
+
+def _gather(xp: Any, x: Any, axis: int, amap: _AxisMap) -> Any:
+    """``x`` mapped along ``axis`` by ``amap``: one take along the axis per tap, weighted and summed."""
+    out, taps = amap.index.shape
+    result = None
+    for t in range(taps):
+        term = xp.take(x, xp.asarray(amap.index[:, t]), axis=axis)
+        if amap.weight is not None:
+            term *= xp.asarray(amap.weight[:, t].astype(x.dtype).reshape(out, *(1,) * (x.ndim - axis - 1)))
+        result = term if result is None else xp.add(result, term, out=result)
+    return result
+
+
+def _scatter(xp: Any, g: Any, axis: int, amap: _AxisMap, size: int) -> Any:
+    """The adjoint of :func:`_gather`: ``g`` (mapped along ``axis``) added back to the ``size`` source positions,
+    row by row over the axis moved to the front (:func:`~blockir.ops.values.add_rows`)."""
+    out, taps = amap.index.shape
+    front = xp.moveaxis(g, axis, 0)
+    rest = front.shape[1:]
+    rows = front.reshape(out, 1, -1)
+    if amap.weight is not None:
+        rows = rows * xp.asarray(amap.weight.astype(g.dtype).reshape(out, taps, 1))
+    width = rows.shape[2]
+    dx = xp.zeros((size, width), dtype=g.dtype)
+    add_rows(dx, amap.index.reshape(-1), xp.ascontiguousarray(rows).reshape(out * taps, width), xp)
+    return xp.moveaxis(dx.reshape(size, *rest), 0, axis)
+
+
+def _gather_axes(xp: Any, x: Any, maps: Sequence[tuple[int, _AxisMap]]) -> Any:
+    for axis, amap in maps:
+        x = _gather(xp, x, axis, amap)
+    return x
+
+
+def _scatter_axes(xp: Any, g: Any, maps: Sequence[tuple[int, _AxisMap]], shape: Sequence[int]) -> Any:
+    for axis, amap in reversed(maps):
+        g = _scatter(xp, g, axis, amap, shape[axis])
+    return g
+
+
+# -- interpolation: sizes ---------------------------------------------------------------------------------
+
+_INTERP_METHODS = {3: ("linear",), 4: ("bilinear", "nearest", "bicubic"), 5: ("trilinear", "nearest")}
+_LAYOUTS = ("NCHW", "NHWC")
+_OUT_ATTRS = ("out_d", "out_h", "out_w")
+
+_INTERP_ATTRS = (
+    AttrDef("data_layout", AttrType.STRING, "NCHW"),
+    AttrDef("out_d", AttrType.INT, 0),
+    AttrDef("out_h", AttrType.INT, 0),
+    AttrDef("out_w", AttrType.INT, 0),
+    AttrDef("scale", AttrType.FLOATS, []),
+    AttrDef("interp_method", AttrType.STRING, "bilinear"),
+    AttrDef("align_corners", AttrType.BOOLEAN, True),
+    AttrDef("align_mode", AttrType.INT, 1),
+)
+
+
+def _spatial_axes(rank: int, channel_last: bool) -> list[int]:
+    """The spatial axes of an input of ``rank`` (N, C and the others)."""
+    return list(range(1, rank - 1)) if channel_last else list(range(2, rank))
+
+
+def _interp_sizes(
+    ctx: KernelContext, x: Any, out_size: Any, size_tensor: list[Any], scale_tensor: Any, fail: Fail
+) -> tuple[list[int], list[float]]:
+    """The output size of each spatial axis and the scale that sets its ratio (-1: none), in Paddle's order of
+    precedence (module docstring)."""
+    attrs = ctx.attrs
+    axes = _spatial_axes(x.ndim, attrs["data_layout"] == "NHWC")
+    n, ins = len(axes), [x.shape[a] for a in axes]
+    sizes = [attrs[name] for name in _OUT_ATTRS[-n:]]
+    scales = [-1.0] * n
+    if size_tensor:
+        sizes = [v for t in size_tensor for v in _ints(t)]
+        if len(sizes) != n:
+            fail(f"SizeTensor holds {len(sizes)} sizes; a {x.ndim}-D X needs {n}")
+    else:
+        if scale_tensor is not None:
+            values = [float(v) for v in to_host(scale_tensor).reshape(-1).astype(np.float32).tolist()]
+            if not values:
+                fail("Scale is empty")
+            scales = values[:n] if len(values) > 1 else values * n
+            if len(scales) != n:
+                fail(f"Scale holds {len(values)} values; a {x.ndim}-D X needs 1 or {n}")
+        elif attrs["scale"]:
+            scales = [float(s) for s in attrs["scale"]]
+            if len(scales) != n:
+                fail(f"scale={scales} must hold {n} values for a {x.ndim}-D X")
+        if any(s <= 0 for s in scales) and (scale_tensor is not None or attrs["scale"]):
+            fail(f"scale {scales} must be greater than 0")
+        if all(s > 0 for s in scales):
+            sizes = [int(size * s) for size, s in zip(ins, scales)]
+        if out_size is not None:
+            given = _ints(out_size)
+            if len(given) != n:
+                fail(f"OutSize holds {len(given)} sizes; a {x.ndim}-D X needs {n}")
+            sizes = given
+    if any(s <= 0 for s in sizes):
+        fail(f"the output sizes {sizes} must be greater than 0 (input sizes {ins})")
+    return sizes, scales
+
+
+def _ratio(size: int, out: int, align_corners: bool, scale: float) -> np.float32:
+    """Paddle's ``AreaPixelComputeScale`` in float32: source positions per output position."""
+    if align_corners:
+        return np.float32(size - 1) / np.float32(out - 1) if out > 1 else np.float32(0)
+    if scale > 0:
+        return np.float32(1.0 / scale)
+    return np.float32(size) / np.float32(out)
+
+
+# -- interpolation: the taps of one axis -------------------------------------------------------------------
+
+
+def _linear_map(size: int, out: int, ratio: np.float32, align_flag: bool) -> _AxisMap:
+    o = np.arange(out)
+    o32 = o.astype(np.float32)
+    if align_flag:
+        lower = np.trunc(float(ratio) * (o + 0.5) - 0.5).astype(np.int64)
+    else:
+        lower = np.trunc(ratio * o32).astype(np.int64)
+    lower = np.clip(lower, 0, size - 1)
+    upper = np.minimum(lower + 1, size - 1)
+    if align_flag:
+        source = np.maximum(ratio * (o32 + np.float32(0.5)) - np.float32(0.5), np.float32(0))
+        frac = source - lower.astype(np.float32)
+    else:
+        frac = ratio * o32 - lower.astype(np.float32)
+    return _AxisMap(np.stack([lower, upper], axis=1), np.stack([np.float32(1) - frac, frac], axis=1))
+
+
+def _nearest_map(size: int, out: int, ratio: np.float32, align_corners: bool) -> _AxisMap:
+    source = ratio * np.arange(out, dtype=np.float32)
+    index = np.floor(source.astype(np.float64) + 0.5) if align_corners else np.trunc(source)
+    return _AxisMap.of(np.clip(index.astype(np.int64), 0, size - 1))
+
+
+_CUBIC_A = -0.75
+
+
+def _cubic_weights(t: np.ndarray) -> np.ndarray:
+    """Keys' cubic convolution weights (A = -0.75) of the 4 neighbours of a point at fraction ``t``."""
+
+    def near(v: np.ndarray) -> np.ndarray:  # |v| <= 1
+        return ((_CUBIC_A + 2) * v - (_CUBIC_A + 3)) * v * v + 1
+
+    def far(v: np.ndarray) -> np.ndarray:  # 1 < |v| < 2
+        return ((_CUBIC_A * v - 5 * _CUBIC_A) * v + 8 * _CUBIC_A) * v - 4 * _CUBIC_A
+
+    one = t.dtype.type(1)
+    return np.stack([far(t + one), near(t), near(one - t), far(one - t + one)], axis=1)
+
+
+def _cubic_map(size: int, out: int, ratio: np.float32, align_corners: bool, dtype: Any) -> _AxisMap:
+    o = np.arange(out)
+    if align_corners:
+        source = (ratio * o.astype(np.float32)).astype(dtype)
+    else:
+        source = (float(ratio) * (o + 0.5) - 0.5).astype(dtype)
+    lower = np.floor(source.astype(np.float32)).astype(np.int64)
+    frac = source - lower.astype(dtype)
+    index = np.clip(lower[:, None] + np.arange(-1, 3), 0, size - 1)
+    return _AxisMap(index, _cubic_weights(frac))
+
+
+def _interp_maps(
+    ctx: KernelContext, shape: Sequence[int], sizes: Sequence[int], scales: Sequence[float], dtype: Any
+) -> list[tuple[int, _AxisMap]]:
+    """The (axis, map) of each spatial axis that changes X into Out; [] when Out is X (every size kept)."""
+    attrs = ctx.attrs
+    axes = _spatial_axes(len(shape), attrs["data_layout"] == "NHWC")
+    ins = [shape[a] for a in axes]
+    if list(sizes) == ins:
+        return []
+    method, align_corners = attrs["interp_method"], attrs["align_corners"]
+    align_flag = attrs["align_mode"] == 0 and not align_corners
+    work = np.float64 if np.dtype(dtype) == np.float64 else np.float32
+    maps = []
+    for axis, size, out, scale in zip(axes, ins, sizes, scales):
+        ratio = _ratio(size, out, align_corners, scale)
+        if len(shape) == 4 and out <= 1:
+            ratio = np.float32(0)
+        if method == "nearest":
+            amap = _nearest_map(size, out, ratio, align_corners)
+        elif method == "bicubic":
+            amap = _cubic_map(size, out, ratio, align_corners, work)
+        else:
+            amap = _linear_map(size, out, ratio, align_flag)
+        maps.append((axis, amap))
+    return maps
+
+
+def _check_interp(rank: int, method: str, layout: str, x_text: str, fail: Fail) -> None:
+    """X's rank fits ``interp_method`` and ``data_layout`` is one of the two (inference, and kernels again: a
+    program may run unverified)."""
+    methods = _INTERP_METHODS.get(rank)
+    if methods is None:
+        fail(f"X {x_text} must be 3-D, 4-D or 5-D")
+    if method not in methods:
+        fail(f"interp_method={method!r} does not resize a {rank}-D X ({', '.join(methods)})")
+    if layout not in _LAYOUTS:
+        fail(f"data_layout={layout!r} is not one of {', '.join(_LAYOUTS)}")
+
+
+def _interp_setup(
+    ctx: KernelContext, x: Any, out_size: Any, size_tensor: list[Any], scale_tensor: Any
+) -> tuple[list[int], list[float], Fail]:
+    fail = _kernel_fail(ctx)
+    _check_interp(x.ndim, ctx.attrs["interp_method"], ctx.attrs["data_layout"], f"of shape {list(x.shape)}", fail)
+    return (*_interp_sizes(ctx, x, out_size, size_tensor, scale_tensor, fail), fail)
+
+
+def _interp(ctx: KernelContext, x: Any, out_size: Any, size_tensor: list[Any], scale_tensor: Any) -> Any:
+    sizes, scales, _ = _interp_setup(ctx, x, out_size, size_tensor, scale_tensor)
+    maps = _interp_maps(ctx, x.shape, sizes, scales, x.dtype)
+    return _gather_axes(ctx.xp, x, maps) if maps else x.copy()
+
+
+def _interp_grad(
+    ctx: KernelContext, x: Any, out_size: Any, size_tensor: list[Any], scale_tensor: Any, dout: Any
+) -> Any:
+    sizes, scales, fail = _interp_setup(ctx, x, out_size, size_tensor, scale_tensor)
+    axes = _spatial_axes(x.ndim, ctx.attrs["data_layout"] == "NHWC")
+    if [dout.shape[a] for a in axes] != sizes or dout.ndim != x.ndim:
+        fail(f"Out@GRAD of shape {list(dout.shape)} does not match the output sizes {sizes}")
+    maps = _interp_maps(ctx, x.shape, sizes, scales, x.dtype)
+    return _scatter_axes(ctx.xp, dout, maps, x.shape) if maps else dout.copy()
+
+
+# -- interpolation: inference ---------------------------------------------------------------------------
+
+
+def _infer_interp(ctx: InferContext) -> None:
+    x = check_dtype(ctx, "X", FLOATS)
+    layout = ctx.attr("data_layout")
+    _check_interp(len(x.shape), ctx.attr("interp_method"), layout, fmt(x), ctx.fail)
+    if ctx.attr("align_mode") not in (0, 1):
+        ctx.fail(f"align_mode={ctx.attr('align_mode')} must be 0 or 1")
+    axes = _spatial_axes(len(x.shape), layout == "NHWC")
+    n = len(axes)
+    ins = [x.shape[a] for a in axes]
+    sizes = _infer_interp_sizes(ctx, ins, n)
+    shape = list(x.shape)
+    for axis, size in zip(axes, sizes):
+        shape[axis] = size
+    ctx.set_output("Out", shape, x.dtype)
+
+
+def _infer_interp_sizes(ctx: InferContext, ins: list[int], n: int) -> list[int]:
+    """The output sizes inference can tell (-1: decided by a tensor's values, or by an unknown input size)."""
+    attr_sizes = [ctx.attr(name) for name in _OUT_ATTRS[-n:]]
+    for slot in ("OutSize", "Scale"):
+        if ctx.has_input(slot):
+            var = check_dtype(ctx, slot, _INDEX_DTYPES if slot == "OutSize" else FLOATS)
+            if len(var.shape) != 1 or not (compatible(var.shape[0], n) or (slot == "Scale" and var.shape[0] == 1)):
+                ctx.fail(
+                    f"{slot} {fmt(var)} must be a 1-D tensor of {n} values" + (" (or 1)" if slot == "Scale" else "")
+                )
+    if ctx.has_input("SizeTensor"):
+        tensors = ctx.tensors("SizeTensor")
+        if len(tensors) != n:
+            ctx.fail(f"SizeTensor binds {len(tensors)} tensors; a {n + 2}-D X needs {n}")
+        for var in tensors:
+            if var.dtype not in _INDEX_DTYPES or len(var.shape) > 1 or any(d not in (1, -1) for d in var.shape):
+                ctx.fail(f"SizeTensor {fmt(var)} must be an int32 or int64 tensor of shape [1]")
+        return [s if s > 0 else -1 for s in attr_sizes]
+    scale = list(ctx.attr("scale"))
+    if scale and len(scale) != n:
+        ctx.fail(f"scale={scale} must hold {n} values for a {n + 2}-D X")
+    if any(s <= 0 for s in scale):
+        ctx.fail(f"scale={scale} must be greater than 0")
+    if ctx.has_input("OutSize") or ctx.has_input("Scale"):
+        return [-1] * n
+    if scale:
+        sizes = [int(size * s) if size > 0 else -1 for size, s in zip(ins, scale)]
+        if any(size == 0 for size in sizes):
+            ctx.fail(f"scale={scale} makes an output size 0 of the input sizes {ins}")
+        return sizes
+    if any(s <= 0 for s in attr_sizes):
+        names = ", ".join(_OUT_ATTRS[-n:])
+        ctx.fail(f"{names} = {attr_sizes}: give sizes > 0, a scale, OutSize, SizeTensor or Scale")
+    return attr_sizes
+
+
+def _interp_schemas(op_type: str, doc: str) -> tuple[OpSchema, OpSchema]:
+    inputs = (
+        Slot("X"),
+        Slot("OutSize", optional=True, no_grad=True),
+        Slot("SizeTensor", duplicable=True, optional=True, no_grad=True),
+        Slot("Scale", optional=True, no_grad=True),
+    )
+    backward = OpSchema(
+        f"{op_type}_grad",
+        inputs=(*inputs, Slot("Out@GRAD")),
+        outputs=(Slot("X@GRAD"),),
+        attrs=_INTERP_ATTRS,
+        infer=infer_grads("X"),
+        kernel=_interp_grad,
+        doc=f"Gradient of {op_type}: Out@GRAD scattered back to the positions each output read, weighted.",
+    )
+    forward = OpSchema(
+        op_type,
+        inputs=inputs,
+        outputs=(Slot("Out"),),
+        attrs=_INTERP_ATTRS,
+        infer=_infer_interp,
+        grad=lambda g: grad_op(g, backward, ("X", "OutSize", "SizeTensor", "Scale", "Out@GRAD"), ("X",)),
+        kernel=_interp,
+        doc=doc,
+    )
+    return forward, backward
+
+
+LINEAR_INTERP_V2, LINEAR_INTERP_V2_GRAD = _interp_schemas(
+    "linear_interp_v2", "A 3-D X (NCW as NCHW, NWC as NHWC) resized along its one spatial axis."
+)
+BILINEAR_INTERP_V2, BILINEAR_INTERP_V2_GRAD = _interp_schemas(
+    "bilinear_interp_v2", "A 4-D X resized along H and W, by `interp_method` (bilinear, nearest or bicubic)."
+)
+TRILINEAR_INTERP_V2, TRILINEAR_INTERP_V2_GRAD = _interp_schemas(
+    "trilinear_interp_v2", "A 5-D X resized along D, H and W, by `interp_method` (trilinear or nearest)."
+)
+NEAREST_INTERP_V2, NEAREST_INTERP_V2_GRAD = _interp_schemas(
+    "nearest_interp_v2", "A 4-D or 5-D X resized by `interp_method` (nearest: each output takes one input)."
+)
+BICUBIC_INTERP_V2, BICUBIC_INTERP_V2_GRAD = _interp_schemas(
+    "bicubic_interp_v2", "A 4-D X resized along H and W by `interp_method` (bicubic: Keys' kernel, A = -0.75)."
+)
+
+# -- pixel_shuffle, pixel_unshuffle --------------------------------------------------------------------------
+
+_SHUFFLE_FORMATS = ("NCHW", "NHWC")
+
+
+def _times(d: int, k: int) -> int:
+    return d * k if d >= 0 else -1
+
+
+def _over(d: int, k: int) -> int:
+    return d // k if d >= 0 else -1
+
+
+def _shuffle_shape(shape: Sequence[int], r: int, channel_last: bool, upscale: bool) -> list[int]:
+    """The shape pixel_shuffle (``upscale``: channels / r^2, height and width * r) or pixel_unshuffle (the
+    other way) makes of ``shape`` (-1: unknown)."""
+    n, c, h, w = (shape[0], shape[3], shape[1], shape[2]) if channel_last else shape
+    if upscale:
+        out = (_over(c, r * r), _times(h, r), _times(w, r))
+    else:
+        out = (_times(c, r * r), _over(h, r), _over(w, r))
+    return [n, out[1], out[2], out[0]] if channel_last else [n, *out]
+
+
+def _shuffle(xp: Any, x: Any, r: int, channel_last: bool) -> Any:
+    """[N, C r^2, H, W] -> [N, C, H r, W r]: output (c, h r + i, w r + j) is input (c r^2 + i r + j, h, w)."""
+    if channel_last:
+        n, h, w, c = x.shape
+        y = x.reshape(n, h, w, c // (r * r), r, r).transpose(0, 1, 4, 2, 5, 3)
+        return xp.ascontiguousarray(y).reshape(n, h * r, w * r, c // (r * r))
+    n, c, h, w = x.shape
+    y = x.reshape(n, c // (r * r), r, r, h, w).transpose(0, 1, 4, 2, 5, 3)
+    return xp.ascontiguousarray(y).reshape(n, c // (r * r), h * r, w * r)
+
+
+def _unshuffle(xp: Any, x: Any, r: int, channel_last: bool) -> Any:
+    """The inverse of :func:`_shuffle`: [N, C, H r, W r] -> [N, C r^2, H, W]."""
+    if channel_last:
+        n, h, w, c = x.shape
+        y = x.reshape(n, h // r, r, w // r, r, c).transpose(0, 1, 3, 5, 2, 4)
+        return xp.ascontiguousarray(y).reshape(n, h // r, w // r, c * r * r)
+    n, c, h, w = x.shape
+    y = x.reshape(n, c, h // r, r, w // r, r).transpose(0, 1, 3, 5, 2, 4)
+    return xp.ascontiguousarray(y).reshape(n, c * r * r, h // r, w // r)
+
+
+def _check_shuffle_run(ctx: KernelContext, x: Any, factor: str, upscale: bool) -> tuple[int, bool]:
+    """The factor and whether channels are last; an error naming the op when X does not divide."""
+    fail = _kernel_fail(ctx)
+    r, layout = ctx.attrs[factor], ctx.attrs["data_format"]
+    if layout not in _SHUFFLE_FORMATS or r < 1 or x.ndim != 4:
+        fail(f"X of shape {list(x.shape)}, {factor}={r}, data_format={layout!r}: needs a 4-D X, a factor >= 1")
+    channel_last = layout == "NHWC"
+    c, h, w = (x.shape[3], x.shape[1], x.shape[2]) if channel_last else x.shape[1:]
+    if (c % (r * r) if upscale else h % r or w % r) != 0:
+        what = f"the channels {c} by {r * r}" if upscale else f"the height {h} and width {w} by {r}"
+        fail(f"{factor}={r} does not divide {what}")
+    return r, channel_last
+
+
+def _shuffle_schemas(op_type: str, factor: str, upscale: bool, doc: str) -> tuple[OpSchema, OpSchema]:
+    attrs = (AttrDef(factor, AttrType.INT, 1), AttrDef("data_format", AttrType.STRING, "NCHW"))
+    move, undo = (_shuffle, _unshuffle) if upscale else (_unshuffle, _shuffle)
+
+    def infer(ctx: InferContext) -> None:
+        x = check_dtype(ctx, "X", NUMBERS)
+        r, layout = ctx.attr(factor), ctx.attr("data_format")
+        if layout not in _SHUFFLE_FORMATS:
+            ctx.fail(f"data_format={layout!r} is not one of {', '.join(_SHUFFLE_FORMATS)}")
+        if r < 1:
+            ctx.fail(f"{factor}={r} must be >= 1")
+        if len(x.shape) != 4:
+            ctx.fail(f"X {fmt(x)} must be 4-D ({layout})")
+        channel_last = layout == "NHWC"
+        c, h, w = (x.shape[3], x.shape[1], x.shape[2]) if channel_last else x.shape[1:]
+        if upscale and c > 0 and c % (r * r):
+            ctx.fail(f"X {fmt(x)}: its {c} channels are not divisible by {factor}^2 = {r * r}")
+        if not upscale and any(d > 0 and d % r for d in (h, w)):
+            ctx.fail(f"X {fmt(x)}: {factor}={r} does not divide its height {h} and width {w}")
+        ctx.set_output("Out", _shuffle_shape(x.shape, r, channel_last, upscale), x.dtype)
+
+    def infer_grad(ctx: InferContext) -> None:
+        dout = ctx.tensor("Out@GRAD")
+        shape = _shuffle_shape(dout.shape, ctx.attr(factor), ctx.attr("data_format") == "NHWC", not upscale)
+        ctx.set_output("X@GRAD", shape, dout.dtype)
+
+    def forward(ctx: KernelContext, x: Any) -> Any:
+        return move(ctx.xp, x, *_check_shuffle_run(ctx, x, factor, upscale))
+
+    def gradient(ctx: KernelContext, dout: Any) -> Any:
+        return undo(ctx.xp, dout, *_check_shuffle_run(ctx, dout, factor, not upscale))
+
+    backward = OpSchema(
+        f"{op_type}_grad",
+        inputs=(Slot("Out@GRAD"),),
+        outputs=(Slot("X@GRAD"),),
+        attrs=attrs,
+        infer=infer_grad,
+        kernel=gradient,
+        doc=f"Gradient of {op_type}: Out@GRAD moved back (the inverse rearrangement).",
+    )
+    schema = OpSchema(
+        op_type,
+        inputs=(Slot("X"),),
+        outputs=(Slot("Out"),),
+        attrs=attrs,
+        infer=infer,
+        grad=lambda g: grad_op(g, backward, ("Out@GRAD",), ("X",)),
+        kernel=forward,
+        doc=doc,
+    )
+    return schema, backward
+
+
+PIXEL_SHUFFLE, PIXEL_SHUFFLE_GRAD = _shuffle_schemas(
+    "pixel_shuffle", "upscale_factor", True, "[N, C r^2, H, W] rearranged to [N, C, H r, W r] (NCHW or NHWC)."
+)
+PIXEL_UNSHUFFLE, PIXEL_UNSHUFFLE_GRAD = _shuffle_schemas(
+    "pixel_unshuffle",
+    "downscale_factor",
+    False,
+    "[N, C, H r, W r] rearranged to [N, C r^2, H, W]: pixel_shuffle undone.",
+)
+
+# -- pad3d, pad ----------------------------------------------------------------------------------------------
+
+_PAD_MODES = ("constant", "reflect", "replicate", "circular")
+_PAD3D_FORMATS = ("NCDHW", "NDHWC")
+_PAD3D_ATTRS = (
+    AttrDef("paddings", AttrType.INTS, [0, 0, 0, 0, 0, 0]),
+    AttrDef("mode", AttrType.STRING, "constant"),
+    AttrDef("value", AttrType.FLOAT, 0.0),
+    AttrDef("data_format", AttrType.STRING, "NCDHW"),
+)
+
+
+def _pad3d_widths(paddings: Sequence[int], channel_last: bool) -> list[tuple[int, int]]:
+    """Per dim of the 5-D X, the padding before and after: ``paddings`` is [left, right, top, bottom, front,
+    back], W's pair first."""
+    d, h, w = (paddings[4], paddings[5]), (paddings[2], paddings[3]), (paddings[0], paddings[1])
+    return [(0, 0), d, h, w, (0, 0)] if channel_last else [(0, 0), (0, 0), d, h, w]
+
+
+def _edge_map(size: int, before: int, after: int, mode: str) -> _AxisMap:
+    """The source position of each position of an axis of ``size`` padded by ``mode`` (not constant)."""
+    p = np.arange(-before, size + after)
+    if mode == "reflect":
+        p = np.abs(p)
+        p = np.where(p >= size, 2 * (size - 1) - p, p)
+    elif mode == "replicate":
+        p = np.clip(p, 0, size - 1)
+    else:  # circular
+        p = p % size
+    return _AxisMap.of(p)
+
+
+def _pad3d_setup(ctx: KernelContext, x: Any, paddings: Any) -> tuple[list[tuple[int, int]], str]:
+    """The widths per dim and the mode; an error naming the op for what X's sizes do not allow."""
+    fail, attrs = _kernel_fail(ctx), ctx.attrs
+    pads = _ints(paddings) if paddings is not None else list(attrs["paddings"])
+    mode, layout = attrs["mode"], attrs["data_format"]
+    if x.ndim != 5 or len(pads) != 6 or any(p < 0 for p in pads) or mode not in _PAD_MODES:
+        fail(f"X of shape {list(x.shape)}, paddings={pads}, mode={mode!r}: needs a 5-D X and 6 paddings >= 0")
+    if layout not in _PAD3D_FORMATS:
+        fail(f"data_format={layout!r} is not one of {', '.join(_PAD3D_FORMATS)}")
+    widths = _pad3d_widths(pads, layout == "NDHWC")
+    for size, (before, after) in zip(x.shape, widths):
+        if mode == "reflect" and (before >= size or after >= size) and (before or after):
+            fail(f"reflect padding {before, after} must be smaller than the padded dim's size {size}")
+        if mode in ("replicate", "circular") and size == 0 and (before or after):
+            fail(f"{mode} padding of an empty dim")
+    return widths, mode
+
+
+def _edge_maps(shape: Sequence[int], widths: Sequence[tuple[int, int]], mode: str) -> list[tuple[int, _AxisMap]]:
+    return [
+        (axis, _edge_map(size, before, after, mode))
+        for axis, (size, (before, after)) in enumerate(zip(shape, widths))
+        if before or after
+    ]
+
+
+def _inner(widths: Sequence[tuple[int, int]], shape: Sequence[int]) -> tuple[slice, ...]:
+    """The slices of a padded array holding the array itself."""
+    return tuple(slice(before, before + size) for size, (before, _) in zip(shape, widths))
+
+
+def _pad3d(ctx: KernelContext, x: Any, paddings: Any) -> Any:
+    widths, mode = _pad3d_setup(ctx, x, paddings)
+    if mode == "constant":
+        return ctx.xp.pad(x, widths, mode="constant", constant_values=ctx.attrs["value"])
+    return _gather_axes(ctx.xp, x, _edge_maps(x.shape, widths, mode))
+
+
+def _pad3d_grad(ctx: KernelContext, x: Any, paddings: Any, dout: Any) -> Any:
+    widths, mode = _pad3d_setup(ctx, x, paddings)
+    if mode == "constant":
+        return dout[_inner(widths, x.shape)].copy()
+    return _scatter_axes(ctx.xp, dout, _edge_maps(x.shape, widths, mode), x.shape)
+
+
+def _padded(shape: Sequence[int], widths: Sequence[tuple[int, int]]) -> list[int]:
+    return [d + a + b if d >= 0 else -1 for d, (a, b) in zip(shape, widths)]
+
+
+def _infer_pad3d(ctx: InferContext) -> None:
+    x = check_dtype(ctx, "X", NUMBERS)
+    if len(x.shape) != 5:
+        ctx.fail(f"X {fmt(x)} must be 5-D")
+    mode, layout = ctx.attr("mode"), ctx.attr("data_format")
+    if mode not in _PAD_MODES:
+        ctx.fail(f"mode={mode!r} is not one of {', '.join(_PAD_MODES)}")
+    if layout not in _PAD3D_FORMATS:
+        ctx.fail(f"data_format={layout!r} is not one of {', '.join(_PAD3D_FORMATS)}")
+    channel_last = layout == "NDHWC"
+    if ctx.has_input("Paddings"):
+        var = check_dtype(ctx, "Paddings", _INDEX_DTYPES)
+        if len(var.shape) != 1 or not compatible(var.shape[0], 6):
+            ctx.fail(f"Paddings {fmt(var)} must be a 1-D tensor of 6 values")
+        spatial = (1, 2, 3) if channel_last else (2, 3, 4)
+        ctx.set_output("Out", [-1 if i in spatial else d for i, d in enumerate(x.shape)], x.dtype)
+        return
+    pads = list(ctx.attr("paddings"))
+    if len(pads) != 6 or any(p < 0 for p in pads):
+        ctx.fail(f"paddings={pads} must hold 6 values >= 0 ([left, right, top, bottom, front, back])")
+    widths = _pad3d_widths(pads, channel_last)
+    for size, (before, after) in zip(x.shape, widths):
+        if mode == "reflect" and size > 0 and (before >= size or after >= size):
+            ctx.fail(f"X {fmt(x)}: reflect padding {before, after} must be smaller than the padded dim's size {size}")
+    ctx.set_output("Out", _padded(x.shape, widths), x.dtype)
+
+
+PAD3D_GRAD = OpSchema(
+    "pad3d_grad",
+    inputs=(Slot("X"), Slot("Paddings", optional=True), Slot("Out@GRAD")),
+    outputs=(Slot("X@GRAD"),),
+    attrs=_PAD3D_ATTRS,
+    infer=infer_grads("X"),
+    kernel=_pad3d_grad,
+    doc="Gradient of pad3d: the inner part of Out@GRAD, plus (other modes) what each padded position copied.",
+)
+PAD3D = OpSchema(
+    "pad3d",
+    inputs=(Slot("X"), Slot("Paddings", optional=True, no_grad=True)),
+    outputs=(Slot("Out"),),
+    attrs=_PAD3D_ATTRS,
+    infer=_infer_pad3d,
+    grad=lambda g: grad_op(g, PAD3D_GRAD, ("X", "Paddings", "Out@GRAD"), ("X",)),
+    kernel=_pad3d,
+    doc="A 5-D X padded along D, H and W: constant `value`, reflect, replicate or circular.",
+)
+
+_PAD_ATTRS = (AttrDef("paddings", AttrType.INTS, []), AttrDef("pad_value", AttrType.FLOAT, 0.0))
+
+
+def _pad_widths(paddings: Sequence[int], rank: int, fail: Fail) -> list[tuple[int, int]]:
+    if len(paddings) != 2 * rank or any(p < 0 for p in paddings):
+        fail(f"paddings={list(paddings)} must hold 2 values >= 0 per dim of the {rank}-D X (before, after)")
+    return [(paddings[2 * i], paddings[2 * i + 1]) for i in range(rank)]
+
+
+def _pad(ctx: KernelContext, x: Any) -> Any:
+    widths = _pad_widths(ctx.attrs["paddings"], x.ndim, _kernel_fail(ctx))
+    return ctx.xp.pad(x, widths, mode="constant", constant_values=ctx.attrs["pad_value"])
+
+
+def _pad_grad(ctx: KernelContext, dout: Any) -> Any:
+    """The inner part of dOut (the padding's widths are X's shape away from dOut's)."""
+    widths = _pad_widths(ctx.attrs["paddings"], dout.ndim, _kernel_fail(ctx))
+    return dout[tuple(slice(a, d - b) for d, (a, b) in zip(dout.shape, widths))].copy()
+
+
+def _infer_pad(ctx: InferContext) -> None:
+    x = check_dtype(ctx, "X", NUMBERS)
+    ctx.set_output("Out", _padded(x.shape, _pad_widths(ctx.attr("paddings"), len(x.shape), ctx.fail)), x.dtype)
+
+
+def _infer_pad_grad(ctx: InferContext) -> None:
+    dout = ctx.tensor("Out@GRAD")
+    widths = _pad_widths(ctx.attr("paddings"), len(dout.shape), ctx.fail)
+    ctx.set_output("X@GRAD", [d - a - b if d >= 0 else -1 for d, (a, b) in zip(dout.shape, widths)], dout.dtype)
+
+
+PAD_GRAD = OpSchema(
+    "pad_grad",
+    inputs=(Slot("Out@GRAD"),),
+    outputs=(Slot("X@GRAD"),),
+    attrs=_PAD_ATTRS,
+    infer=_infer_pad_grad,
+    kernel=_pad_grad,
+    doc="Gradient of pad: the inner part of Out@GRAD.",
+)
+PAD = OpSchema(
+    "pad",
+    inputs=(Slot("X"),),
+    outputs=(Slot("Out"),),
+    attrs=_PAD_ATTRS,
+    infer=_infer_pad,
+    grad=lambda g: grad_op(g, PAD_GRAD, ("Out@GRAD",), ("X",)),
+    kernel=_pad,
+    doc="X padded with `pad_value`: `paddings` holds (before, after) per dim.",
+)
+
+# -- affine_channel ------------------------------------------------------------------------------------------
+
+_AFFINE_LAYOUTS = ("AnyLayout", "NCHW", "NHWC")
+_AFFINE_ATTRS = (AttrDef("data_layout", AttrType.STRING, "AnyLayout"),)
+
+
+def _channel_view(ctx: KernelContext, x: Any, v: Any) -> Any:
+    """``v`` ([C]) shaped to broadcast along X's channel dim (the last with NHWC, else dim 1)."""
+    axis = x.ndim - 1 if ctx.attrs["data_layout"] == "NHWC" else 1
+    if x.ndim < 2 or v.size != x.shape[axis]:
+        raise kernel_error(ctx, f"Scale and Bias of {v.size} values do not match X {list(x.shape)}'s channels")
+    return v.reshape([-1 if i == axis else 1 for i in range(x.ndim)])
+
+
+def _affine_channel(ctx: KernelContext, x: Any, scale: Any, bias: Any) -> Any:
+    return x * _channel_view(ctx, x, scale) + _channel_view(ctx, x, bias)
+
+
+def _affine_channel_grad(ctx: KernelContext, x: Any, scale: Any, dout: Any) -> tuple[Any, Any, Any]:
+    axis = x.ndim - 1 if ctx.attrs["data_layout"] == "NHWC" else 1
+    others = tuple(i for i in range(x.ndim) if i != axis)
+    dx = dout * _channel_view(ctx, x, scale) if ctx.wants[0] else None
+    dscale = (dout * x).sum(axis=others) if ctx.wants[1] else None
+    dbias = dout.sum(axis=others) if ctx.wants[2] else None
+    return dx, dscale, dbias
+
+
+def _infer_affine_channel(ctx: InferContext) -> None:
+    x = check_dtype(ctx, "X", FLOATS)
+    layout = ctx.attr("data_layout")
+    if layout not in _AFFINE_LAYOUTS:
+        ctx.fail(f"data_layout={layout!r} is not one of {', '.join(_AFFINE_LAYOUTS)}")
+    if len(x.shape) < 2:
+        ctx.fail(f"X {fmt(x)} must have 2 dims or more")
+    channels = x.shape[-1 if layout == "NHWC" else 1]
+    for slot in ("Scale", "Bias"):
+        var = check_dtype(ctx, slot, FLOATS)
+        same_dtype(ctx, x, var)
+        if len(var.shape) != 1 or not compatible(var.shape[0], channels):
+            ctx.fail(f"{slot} {fmt(var)} must be 1-D of X {fmt(x)}'s {channels} channels ({layout})")
+    ctx.set_output("Out", x.shape, x.dtype, lod_level=x.lod_level)
+
+
+def _infer_affine_channel_grad(ctx: InferContext) -> None:
+    infer_grads("X", "Scale")(ctx)
+    scale = ctx.tensor("Scale")
+    ctx.set_output("Bias@GRAD", scale.shape, scale.dtype)
+
+
+AFFINE_CHANNEL_GRAD = OpSchema(
+    "affine_channel_grad",
+    inputs=(Slot("X"), Slot("Scale"), Slot("Out@GRAD")),
+    outputs=(Slot("X@GRAD"), Slot("Scale@GRAD"), Slot("Bias@GRAD")),
+    attrs=_AFFINE_ATTRS,
+    infer=_infer_affine_channel_grad,
+    kernel=_affine_channel_grad,
+    doc="Gradient of affine_channel.",
+)
+AFFINE_CHANNEL = OpSchema(
+    "affine_channel",
+    inputs=(Slot("X"), Slot("Scale"), Slot("Bias")),
+    outputs=(Slot("Out"),),
+    attrs=_AFFINE_ATTRS,
+    infer=_infer_affine_channel,
+    grad=lambda g: grad_op(g, AFFINE_CHANNEL_GRAD, ("X", "Scale", "Out@GRAD"), ("X", "Scale", "Bias")),
+    kernel=_affine_channel,
+    share_lod=(("X", "Out"),),
+    doc="Out = X * Scale + Bias per channel (dim 1, or the last with NHWC).",
+)
+
+SCHEMAS = (
+    LINEAR_INTERP_V2,
+    LINEAR_INTERP_V2_GRAD,
+    BILINEAR_INTERP_V2,
+    BILINEAR_INTERP_V2_GRAD,
+    TRILINEAR_INTERP_V2,
+    TRILINEAR_INTERP_V2_GRAD,
+    NEAREST_INTERP_V2,
+    NEAREST_INTERP_V2_GRAD,
+    BICUBIC_INTERP_V2,
+    BICUBIC_INTERP_V2_GRAD,
+    PIXEL_SHUFFLE,
+    PIXEL_SHUFFLE_GRAD,
+    PIXEL_UNSHUFFLE,
+    PIXEL_UNSHUFFLE_GRAD,
+    PAD3D,
+    PAD3D_GRAD,
+    PAD,
+    PAD_GRAD,
+    AFFINE_CHANNEL,
+    AFFINE_CHANNEL_GRAD,
+)

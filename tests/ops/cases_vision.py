@@ -1,0 +1,543 @@
+"""Test cases of the vision ops (blockir.ops.vision), as data.
+
+Expected values come from the plain loops below, written from Paddle 3.3.1's CPU kernels
+(``interpolate_kernel.cc``, ``pad3d_kernel.cc``, ``pixel_shuffle``'s and ``affine_channel``'s definitions): one
+output element at a time, each axis's source positions and weights computed for that element alone, in the
+float32 arithmetic of Paddle's ratios, independently of the kernels' vectorised per-axis gathers. The rows say
+which output sizes and scales each combination of attributes and size tensors must give (Paddle's
+precedence), and the references take them as given. The kernels were also compared with Paddle 3.3.1 itself,
+outside this table: 81 resizes (every method, align_corners, align_mode, layout, sizes and scales), OutSize,
+SizeTensor and Scale against the attributes, the pad3d modes, pad, pixel_shuffle / pixel_unshuffle and
+affine_channel agree within 3e-6 relative difference, forward and gradient, but for one gradient: Paddle's
+linear_interp_v2_grad, for a 1-D resize to width 1 under align_mode 0, sends everything to position 0 where its
+forward read the middle (docs/ops.md); the gradient here is the forward's adjoint.
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+
+import numpy as np
+
+from tests.ops.harness import Case
+
+RNG = np.random.default_rng(20261128)
+
+
+def rand(*shape: int, dtype: str = "float64") -> np.ndarray:
+    return RNG.uniform(-2.0, 2.0, size=shape).astype(dtype)
+
+
+# -- the interpolation reference ----------------------------------------------------------------------------
+
+
+def ref_ratio(size: int, out: int, align_corners: bool, scale: float, rank: int) -> np.float32:
+    if align_corners:
+        ratio = np.float32(size - 1) / np.float32(out - 1) if out > 1 else np.float32(0)
+    elif scale > 0:
+        ratio = np.float32(1.0 / scale)
+    else:
+        ratio = np.float32(size) / np.float32(out)
+    return np.float32(0) if rank == 4 and out <= 1 else ratio
+
+
+def ref_taps(method: str, size: int, o: int, ratio: np.float32, align_corners: bool, align_mode: int, dtype):
+    """The (source position, weight) pairs output position ``o`` of one axis reads."""
+    r = float(ratio)
+    if method == "nearest":
+        src = float(np.float32(ratio * np.float32(o)))
+        i = math.floor(src + 0.5) if align_corners else int(src)
+        return [(min(i, size - 1), 1.0)]
+    if method == "bicubic":
+        work = np.float64 if dtype == np.float64 else np.float32
+        src = work(np.float32(ratio * np.float32(o))) if align_corners else work(r * (o + 0.5) - 0.5)
+        i = math.floor(float(np.float32(src)))
+        t = float(src - work(i))
+        a = -0.75
+
+        def kernel(v: float) -> float:
+            v = abs(v)
+            if v <= 1:
+                return ((a + 2) * v - (a + 3)) * v * v + 1
+            return ((a * v - 5 * a) * v + 8 * a) * v - 4 * a
+
+        return [(min(max(i + k, 0), size - 1), kernel(t - k)) for k in (-1, 0, 1, 2)]
+    if align_mode == 0 and not align_corners:
+        lo = max(int(r * (o + 0.5) - 0.5), 0)
+        frac = max(float(np.float32(ratio * (np.float32(o) + np.float32(0.5)) - np.float32(0.5))), 0.0) - lo
+    else:
+        product = float(np.float32(ratio * np.float32(o)))
+        lo = max(int(product), 0)
+        frac = product - lo
+    hi = min(lo + 1, size - 1)
+    return [(lo, 1.0 - frac), (hi, frac)]
+
+
+def ref_interp(x, method, sizes, scales=None, align_corners=True, align_mode=1, nhwc=False) -> np.ndarray:
+    """X resized to ``sizes`` (per spatial axis), the ratio from ``scales`` where given (-1: none)."""
+    xc = np.moveaxis(x, -1, 1) if nhwc else x
+    ins = xc.shape[2:]
+    scales = scales or [-1.0] * len(ins)
+    if list(sizes) == list(ins):
+        return x.copy()
+    ratios = [ref_ratio(s, o, align_corners, sc, x.ndim) for s, o, sc in zip(ins, sizes, scales)]
+    out = np.zeros((*xc.shape[:2], *sizes))
+    for pos in itertools.product(*(range(o) for o in sizes)):
+        taps = [ref_taps(method, s, o, r, align_corners, align_mode, x.dtype) for s, o, r in zip(ins, pos, ratios)]
+        total = np.zeros(xc.shape[:2])
+        for combo in itertools.product(*taps):
+            weight = np.prod([w for _, w in combo])
+            total += weight * xc[(slice(None), slice(None), *(i for i, _ in combo))]
+        out[(slice(None), slice(None), *pos)] = total
+    out = np.moveaxis(out, 1, -1) if nhwc else out
+    return out.astype(x.dtype)
+
+
+def interp_case(op, x, method, sizes, scales=None, attrs=None, inputs=None, name="", grad=True, **ref) -> Case:
+    """A case of ``op`` resizing ``x`` with ``attrs`` (and size tensors ``inputs``) that must give ``sizes``,
+    its ratios set by ``scales``; ``ref`` holds align_corners, align_mode and nhwc for the reference."""
+    attrs = {"interp_method": method, **(attrs or {})}
+    for key in ("align_corners", "align_mode"):
+        if key in ref:
+            attrs[key] = ref[key]
+    if ref.get("nhwc"):
+        attrs["data_layout"] = "NHWC"
+    expected = ref_interp(x, method, sizes, scales, **ref)
+    return Case(
+        {"X": x, **(inputs or {})},
+        attrs,
+        {"Out": expected},
+        grad=("X",) if grad and x.dtype == np.float64 else (),
+        atol=1e-6 if x.dtype == np.float64 else 1e-5,  # float32 sums of 16 terms that cancel
+        name=name,
+    )
+
+
+def _sizes(n: int, *sizes: int) -> dict[str, int]:
+    return dict(zip(("out_d", "out_h", "out_w")[-n:], sizes))
+
+
+_X4 = rand(2, 2, 3, 4)
+_X4_NHWC = rand(1, 3, 4, 2)
+_X3 = rand(2, 2, 5)
+_X5 = rand(1, 2, 2, 3, 3)
+_F32 = rand(2, 3, 5, 6, dtype="float32")
+_I32 = np.int32
+
+BILINEAR = [
+    interp_case("bilinear_interp_v2", _X4, "bilinear", (5, 7), attrs=_sizes(2, 5, 7), name="corners-up"),
+    interp_case(
+        "bilinear_interp_v2", _X4, "bilinear", (5, 3), attrs=_sizes(2, 5, 3), align_corners=False, name="mode1"
+    ),
+    interp_case(
+        "bilinear_interp_v2",
+        _X4,
+        "bilinear",
+        (5, 6),
+        attrs=_sizes(2, 5, 6),
+        align_corners=False,
+        align_mode=0,
+        name="half-pixel",
+    ),
+    interp_case(
+        "bilinear_interp_v2",
+        _X4_NHWC,
+        "bilinear",
+        (2, 7),
+        attrs=_sizes(2, 2, 7),
+        align_corners=False,
+        align_mode=0,
+        nhwc=True,
+        name="nhwc",
+    ),
+    interp_case(
+        "bilinear_interp_v2",
+        _X4,
+        "bilinear",
+        (5, 2),
+        [1.7, 0.6],
+        attrs={"scale": [1.7, 0.6]},
+        align_corners=False,
+        align_mode=0,
+        name="scale-attr",
+    ),
+    interp_case(
+        "bilinear_interp_v2",
+        _X4,
+        "bilinear",
+        (6, 8),
+        [2.0, 2.0],
+        attrs={"scale": [3.0, 3.0], **_sizes(2, 1, 1)},
+        inputs={"Scale": np.array([2.0], np.float32)},
+        align_corners=False,
+        align_mode=0,
+        name="scale-tensor-wins",
+    ),
+    interp_case(
+        "bilinear_interp_v2",
+        _X4,
+        "bilinear",
+        (4, 5),
+        [1.5, 2.5],
+        attrs={"scale": [1.5, 2.5]},
+        inputs={"OutSize": np.array([4, 5], _I32)},
+        align_corners=False,
+        align_mode=0,
+        name="outsize-over-scale",
+    ),
+    interp_case(
+        "bilinear_interp_v2",
+        _X4,
+        "bilinear",
+        (2, 6),
+        attrs={"scale": [2.0, 2.0], **_sizes(2, -1, -1)},
+        inputs={"SizeTensor": [np.array([2], _I32), np.array([6], np.int64)], "OutSize": np.array([7, 7], _I32)},
+        name="size-tensor-first",
+    ),
+    interp_case(
+        "bilinear_interp_v2",
+        _X4,
+        "bilinear",
+        (3, 4),
+        [1.2, 1.1],
+        attrs={"scale": [1.2, 1.1]},
+        align_corners=False,
+        name="same-size-copies",
+    ),
+    interp_case("bilinear_interp_v2", _X4, "bilinear", (1, 1), attrs=_sizes(2, 1, 1), name="to-one"),
+    interp_case("bilinear_interp_v2", _F32, "bilinear", (9, 4), attrs=_sizes(2, 9, 4), align_corners=False, name="f32"),
+    interp_case("bilinear_interp_v2", _X4, "nearest", (4, 7), attrs=_sizes(2, 4, 7), name="method-nearest"),
+    Case(
+        {"X": np.arange(4.0).reshape(1, 1, 2, 2)},
+        _sizes(2, 3, 3),
+        {"Out": np.array([[[[0.0, 0.5, 1.0], [1.0, 1.5, 2.0], [2.0, 2.5, 3.0]]]])},
+        name="by-hand",
+    ),
+]
+
+NEAREST = [
+    interp_case("nearest_interp_v2", _X4, "nearest", (5, 7), attrs=_sizes(2, 5, 7), align_corners=False, name="up"),
+    interp_case("nearest_interp_v2", _X4, "nearest", (2, 3), attrs=_sizes(2, 2, 3), align_corners=False, name="down"),
+    interp_case("nearest_interp_v2", _X4, "nearest", (5, 6), attrs=_sizes(2, 5, 6), name="corners-round"),
+    interp_case(
+        "nearest_interp_v2",
+        _X4_NHWC,
+        "nearest",
+        (6, 8),
+        [2.0, 2.0],
+        attrs={"scale": [2.0, 2.0]},
+        align_corners=False,
+        nhwc=True,
+        name="nhwc-scale",
+    ),
+    interp_case(
+        "nearest_interp_v2", _X5, "nearest", (3, 2, 5), attrs=_sizes(3, 3, 2, 5), align_corners=False, name="3d"
+    ),
+    Case(
+        {"X": np.array([[[[1.0, 2.0, 3.0]]]])},
+        {"interp_method": "nearest", **_sizes(2, 1, 5)},
+        {"Out": np.array([[[[1.0, 2.0, 2.0, 3.0, 3.0]]]])},
+        name="round-half-up",
+    ),
+]
+
+BICUBIC = [
+    interp_case("bicubic_interp_v2", _X4, "bicubic", (5, 7), attrs=_sizes(2, 5, 7), name="corners"),
+    interp_case(
+        "bicubic_interp_v2", _X4, "bicubic", (6, 3), attrs=_sizes(2, 6, 3), align_corners=False, name="half-pixel"
+    ),
+    interp_case(
+        "bicubic_interp_v2",
+        _X4_NHWC,
+        "bicubic",
+        (4, 9),
+        [1.5, 2.25],
+        attrs={"scale": [1.5, 2.25]},
+        align_corners=False,
+        nhwc=True,
+        name="nhwc-scale",
+    ),
+    interp_case("bicubic_interp_v2", _F32, "bicubic", (3, 10), attrs=_sizes(2, 3, 10), align_corners=False, name="f32"),
+]
+
+LINEAR = [
+    interp_case("linear_interp_v2", _X3, "linear", (9,), attrs=_sizes(1, 9), name="corners"),
+    interp_case(
+        "linear_interp_v2", _X3, "linear", (3,), attrs=_sizes(1, 3), align_corners=False, align_mode=0, name="down"
+    ),
+    interp_case(
+        "linear_interp_v2", _X3, "linear", (1,), attrs=_sizes(1, 1), align_corners=False, align_mode=0, name="to-one"
+    ),
+    interp_case(
+        "linear_interp_v2",
+        np.moveaxis(_X3, 1, -1).copy(),
+        "linear",
+        (7,),
+        [1.5],
+        attrs={"scale": [1.5]},
+        align_corners=False,
+        nhwc=True,
+        name="nwc-scale",
+    ),
+]
+
+TRILINEAR = [
+    interp_case("trilinear_interp_v2", _X5, "trilinear", (3, 4, 2), attrs=_sizes(3, 3, 4, 2), name="corners"),
+    interp_case(
+        "trilinear_interp_v2",
+        _X5,
+        "trilinear",
+        (1, 5, 4),
+        attrs=_sizes(3, 1, 5, 4),
+        align_corners=False,
+        align_mode=0,
+        name="half-pixel",
+    ),
+    interp_case(
+        "trilinear_interp_v2",
+        np.moveaxis(_X5, 1, -1).copy(),
+        "trilinear",
+        (4, 3, 5),
+        inputs={"OutSize": np.array([4, 3, 5], _I32)},
+        align_corners=False,
+        nhwc=True,
+        name="ndhwc-outsize",
+    ),
+]
+
+# -- pixel_shuffle, pixel_unshuffle ----------------------------------------------------------------------------
+
+
+def ref_pixel_shuffle(x: np.ndarray, r: int, nhwc: bool = False) -> np.ndarray:
+    xc = np.moveaxis(x, -1, 1) if nhwc else x
+    n, c, h, w = xc.shape
+    out = np.zeros((n, c // (r * r), h * r, w * r), x.dtype)
+    for oc, oh, ow in itertools.product(range(c // (r * r)), range(h * r), range(w * r)):
+        out[:, oc, oh, ow] = xc[:, oc * r * r + (oh % r) * r + ow % r, oh // r, ow // r]
+    return np.moveaxis(out, 1, -1) if nhwc else out
+
+
+def ref_pixel_unshuffle(x: np.ndarray, r: int, nhwc: bool = False) -> np.ndarray:
+    xc = np.moveaxis(x, -1, 1) if nhwc else x
+    n, c, h, w = xc.shape
+    out = np.zeros((n, c * r * r, h // r, w // r), x.dtype)
+    for ic, ih, iw in itertools.product(range(c), range(h), range(w)):
+        out[:, ic * r * r + (ih % r) * r + iw % r, ih // r, iw // r] = xc[:, ic, ih, iw]
+    return np.moveaxis(out, 1, -1) if nhwc else out
+
+
+_S = rand(2, 8, 2, 3)
+_S_NHWC = rand(1, 2, 3, 9)
+_U = rand(1, 2, 4, 6)
+
+SHUFFLE = {
+    "pixel_shuffle": [
+        Case({"X": _S}, {"upscale_factor": 2}, {"Out": ref_pixel_shuffle(_S, 2)}, grad=("X",), name="nchw"),
+        Case(
+            {"X": _S_NHWC},
+            {"upscale_factor": 3, "data_format": "NHWC"},
+            {"Out": ref_pixel_shuffle(_S_NHWC, 3, nhwc=True)},
+            grad=("X",),
+            name="nhwc",
+        ),
+        Case({"X": _S.astype(np.float32)}, {}, {"Out": _S.astype(np.float32)}, name="factor-1"),
+    ],
+    "pixel_unshuffle": [
+        Case({"X": _U}, {"downscale_factor": 2}, {"Out": ref_pixel_unshuffle(_U, 2)}, grad=("X",), name="nchw"),
+        Case(
+            {"X": np.moveaxis(_U, 1, -1).copy()},
+            {"downscale_factor": 2, "data_format": "NHWC"},
+            {"Out": ref_pixel_unshuffle(np.moveaxis(_U, 1, -1), 2, nhwc=True)},
+            grad=("X",),
+            name="nhwc",
+        ),
+    ],
+}
+
+# -- pad3d, pad --------------------------------------------------------------------------------------------------
+
+
+def ref_source(p: int, size: int, mode: str) -> int | None:
+    """The source position of padded position ``p - before`` = ``p``; None: the constant."""
+    if 0 <= p < size:
+        return p
+    if mode == "reflect":
+        return -p if p < 0 else 2 * (size - 1) - p
+    if mode == "replicate":
+        return 0 if p < 0 else size - 1
+    if mode == "circular":
+        return p % size
+    return None
+
+
+def ref_pad3d(x: np.ndarray, pads, mode: str = "constant", value: float = 0.0, ndhwc: bool = False) -> np.ndarray:
+    xc = np.moveaxis(x, -1, 1) if ndhwc else x
+    left, right, top, bottom, front, back = pads
+    before, after = (front, top, left), (back, bottom, right)
+    sizes = xc.shape[2:]
+    out = np.full((*xc.shape[:2], *(s + b + a for s, b, a in zip(sizes, before, after))), value, x.dtype)
+    for pos in itertools.product(*(range(s) for s in out.shape[2:])):
+        src = [ref_source(p - b, s, mode) for p, b, s in zip(pos, before, sizes)]
+        if None not in src:
+            out[(slice(None), slice(None), *pos)] = xc[(slice(None), slice(None), *src)]
+    return np.moveaxis(out, 1, -1) if ndhwc else out
+
+
+_P = rand(1, 2, 2, 3, 4)
+_P_NDHWC = rand(1, 3, 2, 4, 2)
+
+
+def pad3d_case(x, pads, mode, name, value=0.0, ndhwc=False, tensor=False) -> Case:
+    attrs = {"mode": mode, "value": value, **({"data_format": "NDHWC"} if ndhwc else {})}
+    inputs = {"X": x}
+    if tensor:
+        inputs["Paddings"] = np.array(pads, np.int32)
+    else:
+        attrs["paddings"] = list(pads)
+    return Case(inputs, attrs, {"Out": ref_pad3d(x, pads, mode, value, ndhwc)}, grad=("X",), name=name)
+
+
+PAD3D = [
+    pad3d_case(_P, (1, 2, 0, 1, 1, 0), "constant", "constant", value=1.5),
+    pad3d_case(_P, (3, 2, 2, 1, 1, 1), "reflect", "reflect"),
+    pad3d_case(_P_NDHWC, (1, 3, 2, 0, 2, 1), "replicate", "replicate-ndhwc", ndhwc=True),
+    pad3d_case(_P, (5, 1, 0, 4, 2, 3), "circular", "circular-wide"),
+    pad3d_case(_P, (0, 1, 1, 0, 1, 1), "reflect", "paddings-tensor", tensor=True),
+    Case(
+        {"X": np.arange(3, dtype=np.int64).reshape(1, 1, 1, 1, 3)},
+        {"paddings": [2, 1, 0, 0, 0, 0], "mode": "constant", "value": 7.9},
+        {"Out": np.array([7, 7, 0, 1, 2, 7], np.int64).reshape(1, 1, 1, 1, 6)},
+        name="int-truncates-value",
+    ),
+]
+
+_Q = rand(2, 3, 2)
+
+PAD = [
+    Case(
+        {"X": _Q},
+        {"paddings": [1, 0, 0, 2, 1, 1], "pad_value": -0.5},
+        {"Out": np.pad(_Q, ((1, 0), (0, 2), (1, 1)), constant_values=-0.5)},
+        grad=("X",),
+        name="3d",
+    ),
+    Case(
+        {"X": np.ones((2, 2), np.float32)},
+        {"paddings": [0, 1, 2, 0]},
+        {"Out": np.array([[0, 0, 1, 1], [0, 0, 1, 1], [0, 0, 0, 0]], np.float32)},
+        name="by-hand",
+    ),
+]
+
+# -- affine_channel ----------------------------------------------------------------------------------------------
+
+_A = rand(2, 3, 2, 2)
+_A_SCALE, _A_BIAS = rand(3), rand(3)
+_A2 = rand(4, 3)
+_A_NHWC = rand(2, 2, 2, 3)
+
+AFFINE_CHANNEL = [
+    Case(
+        {"X": _A, "Scale": _A_SCALE, "Bias": _A_BIAS},
+        {},
+        {"Out": _A * _A_SCALE[:, None, None] + _A_BIAS[:, None, None]},
+        grad=("X", "Scale", "Bias"),
+        name="nchw",
+    ),
+    Case(
+        {"X": _A_NHWC, "Scale": _A_SCALE, "Bias": _A_BIAS},
+        {"data_layout": "NHWC"},
+        {"Out": _A_NHWC * _A_SCALE + _A_BIAS},
+        grad=("X", "Scale", "Bias"),
+        name="nhwc",
+    ),
+    Case(
+        {"X": _A2, "Scale": _A_SCALE, "Bias": _A_BIAS},
+        {"data_layout": "NCHW"},
+        {"Out": _A2 * _A_SCALE + _A_BIAS},
+        grad=("X", "Scale", "Bias"),
+        name="2d",
+    ),
+]
+
+CASES: dict[str, list[Case]] = {
+    "bilinear_interp_v2": BILINEAR,
+    "nearest_interp_v2": NEAREST,
+    "bicubic_interp_v2": BICUBIC,
+    "linear_interp_v2": LINEAR,
+    "trilinear_interp_v2": TRILINEAR,
+    **SHUFFLE,
+    "pad3d": PAD3D,
+    "pad": PAD,
+    "affine_channel": AFFINE_CHANNEL,
+}
+
+_Z4 = np.zeros((1, 2, 4, 4), np.float32)
+
+INFER_ERRORS: list[tuple[str, Case, str]] = [
+    ("bilinear_interp_v2", Case({"X": np.zeros((2, 3), np.float32)}, _sizes(2, 2, 2)), r"must be 3-D, 4-D or 5-D"),
+    (
+        "bilinear_interp_v2",
+        Case({"X": _Z4}, {"interp_method": "trilinear", **_sizes(2, 2, 2)}),
+        r"does not resize a 4-D",
+    ),
+    ("bilinear_interp_v2", Case({"X": _Z4}, {"data_layout": "NCDHW", **_sizes(2, 2, 2)}), r"data_layout='NCDHW'"),
+    ("bilinear_interp_v2", Case({"X": _Z4}, {"align_mode": 2, **_sizes(2, 2, 2)}), r"align_mode=2 must be 0 or 1"),
+    ("bilinear_interp_v2", Case({"X": _Z4}, {}), r"out_h, out_w = \[0, 0\]: give sizes > 0"),
+    ("bilinear_interp_v2", Case({"X": _Z4}, {"scale": [2.0]}), r"must hold 2 values"),
+    ("bilinear_interp_v2", Case({"X": _Z4}, {"scale": [2.0, -1.0]}), r"must be greater than 0"),
+    ("bilinear_interp_v2", Case({"X": _Z4}, {"scale": [0.1, 1.0]}), r"makes an output size 0"),
+    (
+        "bilinear_interp_v2",
+        Case({"X": _Z4, "OutSize": np.array([2, 2, 2], np.int32)}),
+        r"OutSize .* must be a 1-D tensor of 2 values",
+    ),
+    (
+        "bilinear_interp_v2",
+        Case({"X": _Z4, "SizeTensor": [np.array([2], np.int32)]}),
+        r"SizeTensor binds 1 tensors; a 4-D X needs 2",
+    ),
+    (
+        "linear_interp_v2",
+        Case({"X": np.zeros((1, 2, 3), np.float32)}, {"interp_method": "bilinear"}),
+        r"does not resize a 3-D X \(linear\)",
+    ),
+    ("pixel_shuffle", Case({"X": np.zeros((1, 6, 2, 2), np.float32)}, {"upscale_factor": 2}), r"6 channels"),
+    ("pixel_shuffle", Case({"X": np.zeros((1, 4, 2), np.float32)}, {"upscale_factor": 2}), r"must be 4-D"),
+    ("pixel_unshuffle", Case({"X": _Z4}, {"downscale_factor": 3}), r"downscale_factor=3 does not divide"),
+    ("pixel_unshuffle", Case({"X": _Z4}, {"downscale_factor": 0}), r"downscale_factor=0 must be >= 1"),
+    ("pad3d", Case({"X": _Z4}), r"must be 5-D"),
+    ("pad3d", Case({"X": _P}, {"paddings": [1, 1, 1, 1]}), r"must hold 6 values"),
+    ("pad3d", Case({"X": _P}, {"mode": "edge"}), r"mode='edge' is not one of"),
+    ("pad3d", Case({"X": _P}, {"mode": "reflect", "paddings": [4, 0, 0, 0, 0, 0]}), r"reflect padding \(4, 0\)"),
+    ("pad", Case({"X": _Q}, {"paddings": [1, 1]}), r"2 values >= 0 per dim of the 3-D X"),
+    (
+        "affine_channel",
+        Case({"X": _A, "Scale": rand(2), "Bias": rand(2)}),
+        r"Scale .* must be 1-D of X .*'s 3 channels",
+    ),
+    ("affine_channel", Case({"X": _A, "Scale": _A_SCALE, "Bias": _A_BIAS}, {"data_layout": "NCW"}), r"data_layout"),
+]
+
+KERNEL_ERRORS: list[tuple[str, Case, str]] = [
+    (
+        "bilinear_interp_v2",
+        Case({"X": _Z4, "OutSize": np.array([0, 3], np.int32)}),
+        r"output sizes \[0, 3\] must be greater than 0",
+    ),
+    ("bilinear_interp_v2", Case({"X": _Z4, "Scale": np.array([-2.0], np.float32)}), r"must be greater than 0"),
+    (
+        "bilinear_interp_v2",
+        Case({"X": _Z4, "SizeTensor": [np.array([2], np.int32)] * 3}),
+        r"SizeTensor holds 3 sizes; a 4-D X needs 2",
+    ),
+    (
+        "pad3d",
+        Case({"X": _P, "Paddings": np.array([0, 0, 3, 0, 0, 0], np.int32)}, {"mode": "reflect"}),
+        r"reflect padding \(3, 0\) must be smaller",
+    ),
+    ("pad3d", Case({"X": _P, "Paddings": np.array([1, 1], np.int32)}), r"needs a 5-D X and 6 paddings"),
+    ("pixel_shuffle", Case({"X": np.zeros((1, 6, 2, 2), np.float32)}, {"upscale_factor": 2}), r"does not divide"),
+    ("affine_channel", Case({"X": _A, "Scale": rand(2), "Bias": rand(2)}), r"do not match X"),
+]
