@@ -6,18 +6,22 @@ gives workers :class:`~blockir.distributed.communicator.ServerHandle` s to them.
 
 - :class:`InProcessBackend` (the default, and the reference the Ray backend is
   tested against): the servers are objects of this process, registered by run
-  and index; a handle calls their methods on a small thread pool, so that the
-  requests to several servers are in flight together.
+  and index in the instance the launcher made and handed to its roles (through
+  their contexts: :func:`blockir.distributed.fleet.set_context_role`); a handle
+  calls their methods on a small thread pool, so that the requests to several
+  servers are in flight together.
 - ``RayBackend`` (:mod:`blockir.distributed.ray_backend`, the ``ray`` extra):
-  each server is a named Ray actor; arrays travel through Ray's object store.
+  each server is a named Ray actor; arrays travel over the data plane
+  (:mod:`blockir.distributed.wire`), Ray carries the control calls.
 """
 
 from __future__ import annotations
 
+import importlib
 import threading
 import time
 from concurrent.futures import Future, ThreadPoolExecutor
-from typing import Any, Protocol
+from typing import Any, Protocol, cast
 
 from blockir.distributed.server import ParameterServer
 from blockir.errors import BlockirError
@@ -56,11 +60,12 @@ class InProcessHandle:
 
 
 class InProcessBackend:
-    """Servers registered in this process, by run and index (module docstring)."""
+    """A registry of servers of this process, by run and index (module docstring)."""
 
-    _servers: dict[tuple[str, int], ParameterServer] = {}
-    _stopped: set[str] = set()  # runs a launcher stopped (a role failed): nobody waits for their servers
-    _changed = threading.Condition()
+    def __init__(self) -> None:
+        self._servers: dict[tuple[str, int], ParameterServer] = {}
+        self._stopped: set[str] = set()  # runs a launcher stopped (a role failed): nobody waits for their servers
+        self._changed = threading.Condition()
 
     def serve(self, run: str, index: int, server: ParameterServer) -> None:
         with self._changed:
@@ -115,11 +120,10 @@ class InProcessBackend:
 
 
 def backend_named(name: str) -> Backend:
-    """The backend ``inprocess`` or ``ray``."""
+    """A new backend ``inprocess`` or ``ray``, for a role no launcher handed one (``fleet.init`` with the role in
+    the environment): its registry of this process's servers is its own."""
     if name == "inprocess":
         return InProcessBackend()
-    if name == "ray":
-        from blockir.distributed.ray_backend import RayBackend
-
-        return RayBackend()
+    if name == "ray":  # a layer above this one (it runs the roles too): found by name, imported on first use
+        return cast(Backend, importlib.import_module("blockir.distributed.ray_backend").RayBackend())
     raise BlockirError(f"unknown parameter-server backend {name!r} (expected inprocess or ray)")

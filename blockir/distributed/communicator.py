@@ -385,11 +385,17 @@ class Communicator:
         when it was lost, unless ``retry`` is False: then :class:`ServerLost` is raised)."""
         return self._result(self._submit(server, method, *args), waited=True, retry=retry)
 
+    def call_all(self, method: str, *args: Any, retry: bool = True) -> list[Any]:
+        """:meth:`call` of ``method`` on every server, the requests in flight together; their answers in server
+        order."""
+        calls = [self._submit(k, method, *args) for k in range(len(self.handles))]
+        return [self._result(call, waited=True, retry=retry) for call in calls]
+
     def know_servers(self) -> None:
         """Learn which life of each server this worker starts with (``fleet.init_worker`` calls it): a server
         found in a later one was restarted, and lost what it applied after its checkpoint."""
-        for k, handle in enumerate(self.handles):
-            self._incarnations[k] = int(handle.submit("incarnation").result()["restart"])
+        lives = [handle.submit("incarnation") for handle in self.handles]  # asked of every server at once
+        self._incarnations = [int(life.result()["restart"]) for life in lives]
 
     # -- inside ------------------------------------------------------------------------------------------
     def _submit(self, server: int, method: str, *args: Any) -> _Call:

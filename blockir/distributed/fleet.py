@@ -46,7 +46,7 @@ import contextlib
 import functools
 import os
 import sys
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from contextvars import ContextVar
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -54,8 +54,9 @@ from typing import Any
 
 import numpy as np
 
-from blockir.distributed.backend import backend_named
+from blockir.distributed.backend import Backend, backend_named
 from blockir.distributed.communicator import Communicator, ServerLost
+from blockir.distributed.role import Role
 from blockir.distributed.server import ParameterServer
 from blockir.errors import BlockirError
 from blockir.io.persistence import MANIFEST_FILE, is_persistable, save_sharded, saved_tables
@@ -95,81 +96,6 @@ __all__ = [
     "worker_num",
 ]
 
-ROLES = ("server", "worker")
-
-
-@dataclass(frozen=True)
-class Role:
-    """Which role this run of the script plays, in which training run."""
-
-    kind: str  # "server" or "worker"
-    index: int
-    servers: int
-    workers: int
-    run: str = "default"
-    backend: str = "inprocess"
-    timeout: float = 300.0  # how long to wait for servers, other workers, a sync step
-    restart: int = 0  # how many times the launcher restarted this role
-    checkpoint_dir: str | None = None  # where worker 0 checkpoints and a restarted server restores from
-    checkpoint_every: int = 0  # steps between worker 0's checkpoints (0: only the one when it joins)
-
-    def __post_init__(self) -> None:
-        if self.kind not in ROLES:
-            raise BlockirError(f"unknown role {self.kind!r} (expected server or worker)")
-        if self.servers < 1:
-            raise BlockirError(f"parameter-server training needs at least one server, got {self.servers}")
-        if self.workers < 1:
-            raise BlockirError(f"parameter-server training needs at least one worker, got {self.workers}")
-        count = self.servers if self.kind == "server" else self.workers
-        if not 0 <= self.index < count:
-            raise BlockirError(f"{self.kind} index {self.index} is out of range (there are {count} {self.kind}s)")
-
-    @staticmethod
-    def from_env(env: Mapping[str, str]) -> Role:
-        """The role the environment names (module docstring); an error naming what is missing or wrong."""
-        if "BLOCKIR_ROLE" not in env:
-            raise BlockirError(
-                "fleet.init: no role (run the script with `blockir launch --servers S --workers W script.py`, "
-                "which sets BLOCKIR_ROLE and the rest)"
-            )
-
-        def number(key: str, default: str | None = None) -> int:
-            text = env.get(key, default)
-            if text is None:
-                raise BlockirError(f"fleet.init: {key} is not set")
-            try:
-                return int(text)
-            except ValueError:
-                raise BlockirError(f"fleet.init: {key}={text!r} is not a number") from None
-
-        return Role(
-            env["BLOCKIR_ROLE"],
-            number("BLOCKIR_ROLE_INDEX", "0"),
-            number("BLOCKIR_SERVERS"),
-            number("BLOCKIR_WORKERS"),
-            env.get("BLOCKIR_PS_RUN", "default"),
-            env.get("BLOCKIR_PS_BACKEND", "inprocess"),
-            float(env.get("BLOCKIR_PS_TIMEOUT", "300")),
-            number("BLOCKIR_RESTART", "0"),
-            env.get("BLOCKIR_CHECKPOINT_DIR") or None,
-            number("BLOCKIR_CHECKPOINT_EVERY", "0"),
-        )
-
-    def env(self) -> dict[str, str]:
-        """The environment that names this role (what :meth:`from_env` reads)."""
-        return {
-            "BLOCKIR_ROLE": self.kind,
-            "BLOCKIR_ROLE_INDEX": str(self.index),
-            "BLOCKIR_SERVERS": str(self.servers),
-            "BLOCKIR_WORKERS": str(self.workers),
-            "BLOCKIR_PS_RUN": self.run,
-            "BLOCKIR_PS_BACKEND": self.backend,
-            "BLOCKIR_PS_TIMEOUT": str(self.timeout),
-            "BLOCKIR_RESTART": str(self.restart),
-            "BLOCKIR_CHECKPOINT_DIR": self.checkpoint_dir or "",
-            "BLOCKIR_CHECKPOINT_EVERY": str(self.checkpoint_every),
-        }
-
 
 @dataclass
 class DistributedStrategy:
@@ -207,11 +133,13 @@ class DistributedStrategy:
 
 
 _context_role: ContextVar[Role | None] = ContextVar("blockir_fleet_role", default=None)
+_context_backend: ContextVar[Backend | None] = ContextVar("blockir_fleet_backend", default=None)
 
 
 @dataclass
 class _Fleet:
     role: Role
+    backend: Backend  # where its server is published, and its workers find the servers
     strategy: DistributedStrategy = field(default_factory=DistributedStrategy)
     split: Split | None = None
     program: Program | None = None  # the program minimize was given (what saves and loads are of)
@@ -225,16 +153,18 @@ _context_fleet: ContextVar[_Fleet | None] = ContextVar("blockir_fleet", default=
 _process_fleet: _Fleet | None = None
 
 
-def set_context_role(role: Role) -> None:
-    """Give the current context its role (the in-process launcher, in each role's thread)."""
+def set_context_role(role: Role, backend: Backend) -> None:
+    """Give the current context its role and the launcher's backend (the launchers, in each role's thread)."""
     _context_role.set(role)
+    _context_backend.set(backend)
 
 
 def init(role: Role | None = None) -> None:
     """Start this role: ``role``, else the launcher's (its context's, else the environment's)."""
     global _process_fleet
     in_context = _context_role.get()
-    state = _Fleet(role or in_context or Role.from_env(os.environ))
+    role = role or in_context or Role.from_env(os.environ)
+    state = _Fleet(role, _context_backend.get() or backend_named(role.backend))
     if in_context is not None:
         _context_fleet.set(state)
     else:
@@ -402,7 +332,7 @@ def init_server(dirname: str | os.PathLike[str] | None = None, var_names: list[s
     elif dirname is not None:
         made.load_tables(str(dirname), saved_tables(dirname), var_names)
     state.server = made
-    backend_named(role.backend).serve(role.run, role.index, state.server)
+    state.backend.serve(role.run, role.index, state.server)
 
 
 # -- saving ---------------------------------------------------------------------------------------------
@@ -466,7 +396,7 @@ def _save(state: _Fleet, scope: Any, dirname: str | os.PathLike[str], program: P
     """:func:`save_persistables` of ``state``'s worker, the values it does not pull from the servers read from
     ``scope``; the manifest records worker's step and the servers' versions (what a restart from it lost)."""
     split_, mine = _split_of(state), _communicator_of(state)
-    versions = [int(mine.call(k, "version")) for k in range(len(mine.handles))]
+    versions = [int(v) for v in mine.call_all("version")]
     held = mine.pull_all()  # the dense parameters as the servers hold them
     values = {}
     for var in dense_vars(program):
@@ -485,7 +415,7 @@ def _save(state: _Fleet, scope: Any, dirname: str | os.PathLike[str], program: P
             )
 
     def shards(directory: Path) -> dict[str, dict[str, Any]]:
-        written = [mine.call(k, "save_shards", str(directory), mode == 1, retry=False) for k in range(len(versions))]
+        written = mine.call_all("save_shards", str(directory), mode == 1, retry=False)
         entries = {}
         for name, table in tables.items():
             saved = [
@@ -510,8 +440,7 @@ def _save(state: _Fleet, scope: Any, dirname: str | os.PathLike[str], program: P
         return entries
 
     save_sharded(dirname, values, shards, {"step": mine.steps, "versions": versions})
-    for k in range(len(versions)):  # complete: the rows written count as saved (a delta starts from here)
-        mine.call(k, "commit_save")
+    mine.call_all("commit_save")  # complete: the rows written count as saved (a delta starts from here)
 
 
 def _checkpoint(state: _Fleet, scope: Any, directory: str, program: Program, step: int) -> None:
@@ -551,8 +480,7 @@ def save_inference_model(
         scope.set(name, np.array(value))
     for table in split_.tables:
         whole = np.zeros((table.height, table.dim), table.dtype)
-        for k in range(len(mine.handles)):
-            ids, rows = mine.call(k, "table_rows", table.name)
+        for ids, rows in mine.call_all("table_rows", table.name):
             whole[ids] = rows
         scope.set(table.name, whole)
     return save_model(
@@ -638,7 +566,7 @@ def run_server() -> None:
         state.server.wait_finished()
     finally:
         state.server.stop()
-        backend_named(state.role.backend).unpublish(state.role.run, state.role.index)
+        state.backend.unpublish(state.role.run, state.role.index)
 
 
 # -- workers -------------------------------------------------------------------------------------------
@@ -654,7 +582,7 @@ def init_worker() -> None:
     if role.kind != "worker":
         raise BlockirError(f"init_worker: this role is server {role.index}")
     split_ = _split()
-    handles = backend_named(role.backend).handles(role.run, role.servers, role.timeout)
+    handles = state.backend.handles(role.run, role.servers, role.timeout)
     configs = state.strategy.a_sync_configs
     communicator = Communicator(
         split_,
@@ -722,7 +650,7 @@ def release() -> None:
         state.communicator = None
     if state.server is not None:
         state.server.stop()
-        backend_named(state.role.backend).unpublish(state.role.run, state.role.index)
+        state.backend.unpublish(state.role.run, state.role.index)
         state.server = None
 
 
@@ -731,9 +659,8 @@ def shrink(threshold: int) -> dict[str, int]:
     saves, counted per row), as a streaming job does to keep its tables from only growing; they are gone from
     the next save. Rows dropped per table, over all servers."""
     dropped: dict[str, int] = {}
-    mine = communicator()
-    for k in range(len(mine.handles)):
-        for table, count in mine.call(k, "shrink", threshold).items():
+    for counts in communicator().call_all("shrink", threshold):
+        for table, count in counts.items():
             dropped[table] = dropped.get(table, 0) + count
     return dropped
 
@@ -751,8 +678,7 @@ def stop_worker() -> None:
         mine.stop()
     finally:
         try:
-            for k in range(len(mine.handles)):
-                mine.call(k, "finish", state.role.index)
+            mine.call_all("finish", state.role.index)
         finally:
             mine.close()
             state.communicator = None

@@ -5,12 +5,18 @@ cluster on loopback (node address 127.0.0.1, no dashboard, usage statistics
 off), or joins the one at ``--address`` on that cluster's terms, and runs each
 role as a ``RoleActor`` named ``blockir-RUN-ROLE-INDEX`` (namespace
 ``blockir``): its ``run`` method runs the script with the role in the
-environment, its ``call`` method runs a method of the parameter server the
-script published in that actor's process (:class:`RayBackend`.serve publishes it
-there as the in-process backend does). The actor
-runs its methods on a thread pool, so a server answers while its script waits in
-``run_server``. Arrays travel through Ray's object store; nothing is pickled
-from a user's file. What a role prints (``sys.stdout`` and ``sys.stderr`` of its
+environment; the parameter server the script published in that actor's process
+(:class:`RayBackend`.serve publishes it there as the in-process backend does)
+answers the workers over the data plane (:mod:`blockir.distributed.wire`): the
+actor's ``endpoint`` method opens a listener for it (a Unix socket in the
+abstract namespace for workers on its Ray node, TCP on the node's address for
+the others) and gives its address, and a worker's :class:`RayHandle` sends the
+methods of :class:`~blockir.distributed.api.ParameterServerAPI` there with the
+launch's token, which the launcher made and gave every actor through Ray. The
+other methods (control: saving, a restart's incarnation) go through the actor's
+``call`` method, which the actor runs on a thread pool, so a server answers
+while its script waits in ``run_server``. Nothing is pickled from a user's file
+or from the data plane. What a role prints (``sys.stdout`` and ``sys.stderr`` of its
 actor's process) is kept by the actor line by line; the launcher fetches the
 lines (the actor's ``output`` method) while the roles run and once more when
 each ends, and prints them with the role in front (``[worker 0] ...``), so every
@@ -19,13 +25,16 @@ Python, a C library's or a child process's, still reaches it through Ray's log
 forwarding, with Ray's prefix).
 
 A role whose ``run`` failed is run again when it may be restarted
-(:func:`blockir.distributed.launch.restartable`): its actor is made with Ray's
+(:func:`blockir.distributed.role.restartable`): its actor is made with Ray's
 ``max_restarts``, so a process that died (killed, say) is started again by Ray,
 and the launcher calls ``run`` once more with the role's ``restart`` count one
 higher. A call to a server whose process died or that is not serving raises
 :class:`~blockir.distributed.communicator.ServerLost` in the worker (``final``
-when Ray will not restart it). Once every worker ended, the servers are stopped
-(a restarted server does not know who finished before it came back).
+when Ray will not restart it: a data-plane connection lost is never final, and
+the communicator's control call that follows, ``incarnation``, says whether the
+actor comes back; once it does, the handle asks it for the new address). Once
+every worker ended, the servers are stopped (a restarted server does not know
+who finished before it came back).
 
 While Ray restarts an actor, calls to it fail (``ActorUnavailableError``): the
 launcher waits until the actor answers again before it runs the role in it
@@ -44,6 +53,7 @@ ends (Ctrl-C, SIGTERM and SIGHUP included: :class:`_Signals`) unless
 
 from __future__ import annotations
 
+import functools
 import io
 import os
 import shutil
@@ -53,15 +63,27 @@ import tempfile
 import threading
 import time
 from collections.abc import Callable
+from concurrent.futures import Future
 from pathlib import Path
 from typing import Any, cast
 
 import ray
 
+from blockir.distributed.api import ParameterServerAPI
 from blockir.distributed.backend import InProcessBackend
 from blockir.distributed.communicator import ServerLost
-from blockir.distributed.fleet import Role
+from blockir.distributed.role import LaunchResult, Role, restartable, role_name
+from blockir.distributed.runner import error_line, restarting, run_once
 from blockir.distributed.server import ParameterServer
+from blockir.distributed.wire import (
+    Address,
+    ConnectionLost,
+    MethodTable,
+    RemoteError,
+    WireClient,
+    WireServer,
+    new_token,
+)
 from blockir.errors import BlockirError
 
 __all__ = ["NAMESPACE", "RayBackend", "RayHandle", "RoleActor", "launch_ray", "loopback_env"]
@@ -108,28 +130,97 @@ class _RayFuture:
             raise ServerLost(f"{type(e).__name__}: {first[0] if first else ''}", final=final) from None
 
 
-class RayHandle:
-    """A server reached through its role's actor: ``submit`` calls the server's method there."""
+_WIRE_METHODS: dict[str, Callable[..., Any]] = {
+    method.name: function for function, method in MethodTable(ParameterServerAPI).by_function.items()
+}
+WIRE_POOL = 4  # connections per (worker, server): the communicator thread, prefetches and a training thread's calls
 
-    def __init__(self, actor: Any, run: str, index: int) -> None:
+
+class _WireFuture:
+    """A call over the data plane: its result, or its failure as a Ray call's would be (:class:`_RayFuture`)."""
+
+    def __init__(self, handle: RayHandle, client: WireClient | None, future: Future) -> None:
+        self.handle = handle
+        self.client = client
+        self.future = future
+
+    def result(self) -> Any:
+        try:
+            return self.future.result()
+        except ConnectionLost as e:  # the server's process died, or its listener went: Ray's control calls say which
+            if self.client is not None:
+                self.handle.lost(self.client)
+            raise ServerLost(f"parameter server {self.handle.index}: {e}") from None
+        except RemoteError as e:
+            raise (ServerLost(e.message) if e.kind == ServerLost.__name__ else BlockirError(e.message)) from None
+
+
+class RayHandle:
+    """A server reached through its role's actor: ``submit`` sends the methods of
+    :class:`~blockir.distributed.api.ParameterServerAPI` over the data plane (a :class:`WireClient` to the address
+    the actor gives, presenting the launch's ``token``), and calls the others (saving, a restart's incarnation)
+    through the actor. A connection lost is a :class:`ServerLost` that is never final: the communicator then asks
+    the actor (a Ray call), which says whether the server comes back, and the next call asks the actor for the
+    address again (a restarted server listens on another)."""
+
+    def __init__(self, actor: Any, run: str, index: int, token: bytes) -> None:
         self.actor = actor
         self.run = run
         self.index = index
+        self.token = token
+        self.node = ray.get_runtime_context().get_node_id()
+        self._client: WireClient | None = None
+        self._lock = threading.Lock()
 
-    def submit(self, method: str, *args: Any) -> _RayFuture:
-        return _RayFuture(self.actor.call.remote(self.run, self.index, method, *args))
+    def submit(self, method: str, *args: Any) -> _RayFuture | _WireFuture:
+        function = _WIRE_METHODS.get(method)
+        if function is None:  # a control call
+            return _RayFuture(self.actor.call.remote(self.run, self.index, method, *args))
+        try:
+            client = self._connected()
+        except ServerLost as e:
+            failed: Future = Future()
+            failed.set_exception(e)
+            return _WireFuture(self, None, failed)
+        return _WireFuture(self, client, client.submit(function, *args))
+
+    def _connected(self) -> WireClient:
+        with self._lock:
+            if self._client is None:
+                address = _RayFuture(self.actor.endpoint.remote(self.run, self.index, self.node)).result()
+                self._client = WireClient(address, self.token, pool_size=WIRE_POOL)
+            return self._client
+
+    def lost(self, client: WireClient) -> None:
+        """``client``'s connection failed: the next call asks the actor for the server's address again."""
+        with self._lock:
+            if self._client is client:
+                self._client = None
+        client.close()
 
     def close(self) -> None:
-        """Nothing to release: the actor belongs to its role."""
+        """Close the connections to the server (the actor belongs to its role)."""
+        with self._lock:
+            client, self._client = self._client, None
+        if client is not None:
+            client.close()
 
 
 class RayBackend:
-    """Servers published in the actor processes of a Ray cluster (module docstring)."""
+    """Servers published in the actor processes of a Ray cluster (module docstring): ``registry``, this process's
+    (a role actor's, where its actor answers for the server it publishes); ``token``, the launch's data-plane token
+    (None outside the launcher's actors: no handles then)."""
+
+    def __init__(self, registry: InProcessBackend | None = None, token: bytes | None = None) -> None:
+        self.registry = InProcessBackend() if registry is None else registry
+        self.token = token
 
     def serve(self, run: str, index: int, server: ParameterServer) -> None:
-        InProcessBackend().serve(run, index, server)  # in the role actor's process, where its actor answers
+        self.registry.serve(run, index, server)
 
     def handles(self, run: str, servers: int, timeout: float) -> list[RayHandle]:
+        if self.token is None:
+            raise BlockirError("the Ray backend's roles run in the actors blockir launch makes (no data-plane token)")
         deadline = time.monotonic() + timeout
         handles: list[RayHandle] = []
         for k in range(servers):
@@ -138,11 +229,33 @@ class RayBackend:
                 if time.monotonic() > deadline:
                     raise BlockirError(f"parameter server {k} of run {run!r} did not start within {timeout:g} s")
                 time.sleep(0.05)
-            handles.append(RayHandle(actor, run, k))
+            handles.append(RayHandle(actor, run, k, self.token))
         return handles
 
     def unpublish(self, run: str, index: int) -> None:
-        InProcessBackend().unpublish(run, index)
+        self.registry.unpublish(run, index)
+
+
+def _call_published(registry: InProcessBackend, run: str, index: int, method: str, *args: Any) -> Any:
+    """Call ``method`` of server ``index`` of ``run``, published in ``registry``; ServerLost when it is not."""
+    server = registry.published(run, index)
+    if server is None:
+        raise ServerLost(f"parameter server {index} of run {run!r} is not serving")
+    return getattr(server, method)(*args)
+
+
+class _Published:
+    """The handler of a role actor's data plane: each call goes to the server published in this process when it
+    comes (a server restarted in the same process included), or raises ServerLost, as :meth:`_RoleActor.call`
+    does."""
+
+    def __init__(self, registry: InProcessBackend, run: str, index: int) -> None:
+        self.registry = registry
+        self.run = run
+        self.index = index
+
+    def __getattr__(self, method: str) -> Callable[..., Any]:
+        return functools.partial(_call_published, self.registry, self.run, self.index, method)
 
 
 def _serving(name: str, run: str, index: int) -> Any:
@@ -198,11 +311,16 @@ class _Lines(io.TextIOBase):
 
 
 class _RoleActor:
-    """One role of a run: runs the script (:meth:`run`), keeps what it prints (:meth:`output`) and answers for its
-    server (:meth:`call`)."""
+    """One role of a run: runs the script (:meth:`run`), keeps what it prints (:meth:`output`), answers for its
+    server (:meth:`call`: control calls) and gives the address of its data plane (:meth:`endpoint`). ``token``: the
+    launch's data-plane token, from the launcher through Ray (Ray keeps it for a restarted actor)."""
 
-    def __init__(self, name: str) -> None:
+    def __init__(self, name: str, token: bytes) -> None:
         self.name = name
+        self.token = token
+        self.backend = RayBackend(InProcessBackend(), token)  # the process's: the role's script publishes there
+        self._listeners: dict[tuple[str, int, str], WireServer] = {}
+        self._listening = threading.Lock()
         self._lines: list[tuple[str, str]] = []
         lock = threading.Lock()
         self._streams = [
@@ -228,42 +346,50 @@ class _RoleActor:
 
     def run(self, script: str, source: bytes, role: Role, args: list[str], verbose: bool = False) -> str | None:
         """Run the script as ``role``: None when it ended well, else its failure's line
-        (:func:`blockir.distributed.launch.run_once`)."""
-        from blockir.distributed.launch import run_once
-
+        (:func:`blockir.distributed.runner.run_once`)."""
         os.environ.update(role.env())
         try:
             path = Path(script)
             if path.is_file() and path.read_bytes() == source:
-                return run_once(path, role, args, verbose)
+                return run_once(path, role, self.backend, args, verbose)
             with tempfile.TemporaryDirectory() as where:  # another machine: the script's copy
                 path = Path(where) / path.name
                 path.write_bytes(source)
-                return run_once(path, role, args, verbose)
+                return run_once(path, role, self.backend, args, verbose)
         finally:
             for stream in self._streams:
                 stream.end_line()
 
     def serving(self, run: str, index: int) -> bool:
-        from blockir.distributed.backend import InProcessBackend
-
-        return InProcessBackend().published(run, index) is not None
+        return self.backend.registry.published(run, index) is not None
 
     def stop(self, run: str, index: int) -> None:
         """Stop the server of this actor, if it serves."""
-        from blockir.distributed.backend import InProcessBackend
-
-        server = InProcessBackend().published(run, index)
+        server = self.backend.registry.published(run, index)
         if server is not None:
             server.stop()
 
     def call(self, run: str, index: int, method: str, *args: Any) -> Any:
-        from blockir.distributed.backend import InProcessBackend
+        return _call_published(self.backend.registry, run, index, method, *args)
 
-        server = InProcessBackend().published(run, index)
-        if server is None:
+    def endpoint(self, run: str, index: int, node: str) -> Address:
+        """Where a worker on Ray node ``node`` reaches server ``index`` of ``run`` over the data plane: a Unix
+        socket (abstract namespace) from this node, TCP on this node's address from another. Each listener is
+        opened on the first ask and serves while the actor lives (a restarted process opens new ones)."""
+        if self.backend.registry.published(run, index) is None:
             raise ServerLost(f"parameter server {index} of run {run!r} is not serving")
-        return getattr(server, method)(*args)
+        kind = "unix" if node == ray.get_runtime_context().get_node_id() else "tcp"
+        with self._listening:
+            listener = self._listeners.get((run, index, kind))
+            if listener is None:
+                handler = _Published(self.backend.registry, run, index)
+                listener = (
+                    WireServer.unix(handler, self.token)
+                    if kind == "unix"
+                    else WireServer.tcp(handler, self.token, ray.util.get_node_ip_address())  # type: ignore[no-untyped-call]
+                )
+                self._listeners[(run, index, kind)] = listener
+        return listener.address
 
 
 RoleActor: Any = cast(Any, ray.remote)(max_concurrency=64)(_RoleActor)
@@ -277,8 +403,8 @@ def launch_ray(
     max_restarts: int,
     verbose: bool = False,
     keep_logs: bool = False,
-) -> Any:
-    """Run every role as a :class:`RoleActor` (module docstring); how they ended, a ``LaunchResult``."""
+) -> LaunchResult:
+    """Run every role as a :class:`RoleActor` (module docstring); how they ended."""
     if callable(script):
         raise BlockirError("launch: the ray backend runs script files, not callables")
     source = Path(script).read_bytes()
@@ -286,16 +412,12 @@ def launch_ray(
         return _run_roles(str(script), source, roles, args, max_restarts, verbose, lambda: None)
     signals = _Signals()
     signals.install()
+    where: str | None = None  # the directory of a cluster this launch starts
     try:
         if address is not None:
             ray.init(address=address, namespace=NAMESPACE, log_to_driver=True)
-            try:
-                signals.install()  # again: ray.init set its own SIGTERM handler
-                return _run_roles(str(script), source, roles, args, max_restarts, verbose, signals.check)
-            finally:
-                ray.shutdown()
-        where = tempfile.mkdtemp(prefix="blockir-ray-")
-        try:
+        else:
+            where = tempfile.mkdtemp(prefix="blockir-ray-")
             os.environ.update(loopback_env())
             ray.init(
                 num_cpus=max(2, os.cpu_count() or 2),
@@ -305,17 +427,16 @@ def launch_ray(
                 namespace=NAMESPACE,
                 log_to_driver=True,
             )
-            try:
-                signals.install()  # again: ray.init set its own SIGTERM handler
-                return _run_roles(str(script), source, roles, args, max_restarts, verbose, signals.check)
-            finally:
-                ray.shutdown()
+        try:
+            signals.install()  # again: ray.init set its own SIGTERM handler
+            return _run_roles(str(script), source, roles, args, max_restarts, verbose, signals.check)
         finally:
-            if keep_logs:
-                print(f"blockir launch: the Ray cluster's session files (its logs) are in {where}", file=sys.stderr)
-            else:
-                _remove(where)
+            ray.shutdown()
     finally:
+        if where is not None and keep_logs:
+            print(f"blockir launch: the Ray cluster's session files (its logs) are in {where}", file=sys.stderr)
+        elif where is not None:
+            _remove(where)
         signals.restore()  # and, after a signal, delivered to the handler it had
 
 
@@ -382,10 +503,9 @@ def _run_roles(
 ) -> Any:
     """Run the roles on the cluster this process is connected to (module docstring); ``check`` raises when the
     launcher is to stop (a signal)."""
-    from blockir.distributed.launch import LaunchResult, error_line, restartable, restarting, role_name
-
     actors: dict[str, Any] = {}
     outputs: dict[str, Any] = {}  # role -> its output call not yet answered
+    token = new_token()  # the data plane's, for this launch: to the roles through Ray only
     result = LaunchResult()
 
     def drain(name: str, final: bool = False) -> None:
@@ -426,7 +546,7 @@ def _run_roles(
             restarts = max_restarts if restartable(role, max_restarts) else 0  # Ray starts a dead process again
             actors[role_name(role)] = RoleActor.options(
                 name=actor_name(role), namespace=NAMESPACE, num_cpus=0, max_restarts=restarts
-            ).remote(role_name(role))
+            ).remote(role_name(role), token)
         pending = {start(r): r for r in roles}
         stopped_at: float | None = None  # when the first failure stopped the servers
         while pending:

@@ -45,6 +45,7 @@ __all__ = [
     "cast",
     "concat",
     "conv2d",
+    "conv2d_transpose",
     "cross_entropy",
     "data",
     "dropout",
@@ -56,7 +57,9 @@ __all__ = [
     "fc",
     "fill_constant",
     "flatten",
+    "group_norm",
     "image_resize",
+    "instance_norm",
     "layer_norm",
     "matmul",
     "mean",
@@ -837,6 +840,96 @@ def layer_norm(
     return helper.append_activation(out, act)
 
 
+def _norm_affine(
+    helper: LayerHelper, input: core.Variable, channels: int, param_attr: Any, bias_attr: Any
+) -> dict[str, list[core.Variable]]:
+    """The inputs of group_norm and instance_norm: X, and a scale (starting at 1) and a bias (at 0) of
+    ``channels`` unless ``param_attr`` / ``bias_attr`` is False; float32 ones for a float16 ``input``."""
+    if channels < 0:
+        raise helper.error(f"input {input.name!r} of shape {list(tensor_shape(input))}: its channel dim must be known")
+    dtype = "float32" if input.dtype == "float16" else tensor_dtype(input)
+    inputs: dict[str, list[core.Variable]] = {"X": [input]}
+    scale, shift = ParamAttr.to_attr(param_attr), ParamAttr.to_attr(bias_attr)
+    if scale is not False:
+        inputs["Scale"] = [helper.create_parameter(scale, [channels], dtype, default_initializer=Constant(1.0))]
+    if shift is not False:
+        inputs["Bias"] = [helper.create_parameter(shift, [channels], dtype, is_bias=True)]
+    return inputs
+
+
+def group_norm(
+    input: core.Variable,
+    groups: int,
+    epsilon: float = 1e-05,
+    param_attr: Any = None,
+    bias_attr: Any = None,
+    act: str | None = None,
+    data_layout: str = "NCHW",
+    name: str | None = None,
+) -> Variable:
+    """``act`` of each image's ``groups`` groups of channels (dim 1 for ``NCHW``, the last dim for ``NHWC``)
+    normalized to mean 0 and variance 1, times a learned scale plus a learned bias per channel.
+
+    The scale starts at 1 and the bias at 0; ``param_attr=False`` / ``bias_attr=False`` leave them out, as Fluid's
+    documentation says (Paddle 3.3.1's ``static.nn.group_norm``, Fluid's code, adds them only for an attribute
+    given: none by default)."""
+    helper = LayerHelper("group_norm", name)
+    helper.check_variable(input, "input")
+    helper.check_float(input, "input")
+    if data_layout not in ("NCHW", "NHWC"):
+        raise helper.error(f"data_layout must be 'NCHW' or 'NHWC', got {data_layout!r}")
+    shape = tensor_shape(input)
+    if not 2 <= len(shape) <= 5:
+        raise helper.error(f"input {input.name!r} of shape {list(shape)} must have rank 2 to 5")
+    if isinstance(groups, bool) or not isinstance(groups, int) or groups < 1:
+        raise helper.error(f"groups must be a positive int, got {groups!r}")
+    inputs = _norm_affine(helper, input, shape[1 if data_layout == "NCHW" else -1], param_attr, bias_attr)
+    dtype = "float32" if input.dtype == "float16" else tensor_dtype(input)
+    mean = helper.create_tmp(dtype, stop_gradient=True)
+    variance = helper.create_tmp(dtype, stop_gradient=True)
+    out = helper.create_tmp(input.dtype)
+    helper.append_op(
+        "group_norm",
+        inputs,
+        {"Y": [out], "Mean": [mean], "Variance": [variance]},
+        {"epsilon": float(epsilon), "groups": groups, "data_layout": data_layout},
+    )
+    return helper.append_activation(out, act)
+
+
+def instance_norm(
+    input: core.Variable,
+    epsilon: float = 1e-05,
+    param_attr: Any = None,
+    bias_attr: Any = None,
+    name: str | None = None,
+) -> Variable:
+    """Each image's channels (``input`` N, C, ...) normalized to mean 0 and variance 1, times a learned scale
+    plus a learned bias per channel (starting at 1 and 0); ``param_attr=False`` and ``bias_attr=False``
+    (together, as in Fluid) leave both out. (Paddle 3.3.1's ``static.nn.instance_norm`` adds them only when both
+    attributes are given: none by default.)"""
+    helper = LayerHelper("instance_norm", name)
+    helper.check_variable(input, "input")
+    helper.check_float(input, "input")
+    if (param_attr is False) != (bias_attr is False):
+        raise helper.error("param_attr and bias_attr must be False together (no scale and no bias) or neither")
+    shape = tensor_shape(input)
+    if not 2 <= len(shape) <= 5:
+        raise helper.error(f"input {input.name!r} of shape {list(shape)} must have rank 2 to 5")
+    inputs = _norm_affine(helper, input, shape[1], param_attr, bias_attr)
+    dtype = "float32" if input.dtype == "float16" else tensor_dtype(input)
+    saved_mean = helper.create_tmp(dtype, stop_gradient=True)
+    saved_variance = helper.create_tmp(dtype, stop_gradient=True)
+    out = helper.create_tmp(input.dtype)
+    helper.append_op(
+        "instance_norm",
+        inputs,
+        {"Y": [out], "SavedMean": [saved_mean], "SavedVariance": [saved_variance]},
+        {"epsilon": float(epsilon)},
+    )
+    return out
+
+
 def dropout(
     x: core.Variable,
     dropout_prob: float,
@@ -990,13 +1083,109 @@ def conv2d(
             "data_format": data_format,
         },
     )
+    return _bias_and_activation(helper, out, num_filters, bias_attr, channel, act)
+
+
+def _bias_and_activation(
+    helper: LayerHelper, out: Variable, channels: int, bias_attr: Any, axis: int, act: str | None
+) -> Variable:
+    """``act(out + b)``, a bias of ``channels`` (none with ``bias_attr=False``) added along dim ``axis``."""
     bias = ParamAttr.to_attr(bias_attr)
     if bias is not False:
-        b = helper.create_parameter(bias, [num_filters], dtype, is_bias=True)
-        biased = helper.create_tmp(dtype)
-        helper.append_op("elementwise_add", {"X": [out], "Y": [b]}, {"Out": [biased]}, {"axis": channel})
+        b = helper.create_parameter(bias, [channels], tensor_dtype(out), is_bias=True)
+        biased = helper.create_tmp(tensor_dtype(out))
+        helper.append_op("elementwise_add", {"X": [out], "Y": [b]}, {"Out": [biased]}, {"axis": axis})
         out = biased
     return helper.append_activation(out, act)
+
+
+def conv2d_transpose(
+    input: core.Variable,
+    num_filters: int,
+    output_size: int | Sequence[int] | None = None,
+    filter_size: int | Sequence[int] | None = None,
+    padding: int | str | Sequence[Any] = 0,
+    stride: int | Sequence[int] = 1,
+    dilation: int | Sequence[int] = 1,
+    groups: int | None = None,
+    param_attr: Any = None,
+    bias_attr: Any = None,
+    use_cudnn: bool = True,
+    act: str | None = None,
+    name: str | None = None,
+    data_format: str = "NCHW",
+) -> Variable:
+    """``act(conv_transpose(input, W) + b)``: ``conv2d_transpose``, or ``depthwise_conv2d_transpose`` where Fluid
+    picks it (groups and num_filters equal to the input's channels, use_cudnn False).
+
+    The filter ``[C, num_filters / groups, kh, kw]`` starts as Xavier's (Fluid's default); the bias
+    ``[num_filters]`` (none with ``bias_attr=False``) is added along the channel dim. Output size per spatial dim:
+    ``(L - 1) * stride - paddings + dilation * (k - 1) + 1``; ``output_size`` picks one in ``[that, that + stride)``,
+    and without ``filter_size`` it gives the filter size (as Fluid, from the paddings given). ``padding`` as
+    conv2d's."""
+    channel = 3 if data_format == "NHWC" else 1
+    known = tensor_shape(input) if isinstance(input, core.Variable) and input.shape is not None else ()
+    channels = known[channel] if len(known) == 4 else -1
+    depthwise = channels > 0 and groups == channels and num_filters == channels and not use_cudnn
+    op_type = "depthwise_conv2d_transpose" if depthwise else "conv2d_transpose"
+    helper = LayerHelper(op_type, name)
+    helper.check_variable(input, "input")
+    helper.check_float(input, "input")
+    shape = _check_layout(helper, input, data_format)
+    channels = shape[channel]
+    if channels < 0:
+        raise helper.error(f"input {input.name!r}: its channel dim (data_format {data_format}) must be known")
+    if isinstance(num_filters, bool) or not isinstance(num_filters, int) or num_filters < 1:
+        raise helper.error(f"num_filters must be a positive int, got {num_filters!r}")
+    if groups is not None and (isinstance(groups, bool) or not isinstance(groups, int) or groups < 1):
+        raise helper.error(f"groups must be a positive int, got {groups!r}")
+    groups = groups or 1
+    if channels % groups or num_filters % groups:
+        raise helper.error(
+            f"input {input.name!r} has {channels} channels and num_filters={num_filters}: both must be divisible "
+            f"by groups={groups}"
+        )
+    if not isinstance(use_cudnn, bool):
+        raise helper.error(f"use_cudnn must be True or False, got {use_cudnn!r}")
+    strides, dilations = _pair(helper, stride, "stride"), _pair(helper, dilation, "dilation")
+    paddings, algorithm = _paddings(helper, padding, data_format)
+    sizes = [] if output_size is None else _pair(helper, output_size, "output_size")
+    if filter_size is None:
+        spatial = shape[1:3] if data_format == "NHWC" else shape[2:4]
+        if not sizes or any(d < 0 for d in spatial):
+            raise helper.error("filter_size=None needs output_size and the input's spatial dims known")
+        p = paddings
+        pairs = [(p[0], p[0]), (p[1], p[1])] if len(p) == 2 else [(p[0], p[1]), (p[2], p[3])]
+        ksize = [
+            (size - (length - 1) * s + before + after - 1) // d + 1
+            for size, length, s, (before, after), d in zip(sizes, spatial, strides, pairs, dilations)
+        ]
+    else:
+        ksize = _pair(helper, filter_size, "filter_size")
+    if any(k < 1 for k in ksize):
+        raise helper.error(f"the filter size {ksize} must be positive")
+    attr = ParamAttr.to_attr(param_attr)
+    if attr is False:
+        raise helper.error("param_attr=False: the filter cannot be omitted")
+    dtype = tensor_dtype(input)
+    w = helper.create_parameter(attr, [channels, num_filters // groups, *ksize], dtype)
+    out = helper.create_tmp(dtype)
+    helper.append_op(
+        op_type,
+        {"Input": [input], "Filter": [w]},
+        {"Output": [out]},
+        {
+            "output_size": sizes,
+            "strides": strides,
+            "paddings": paddings,
+            "padding_algorithm": algorithm,
+            "dilations": dilations,
+            "groups": groups,
+            "use_cudnn": use_cudnn,
+            "data_format": data_format,
+        },
+    )
+    return _bias_and_activation(helper, out, num_filters, bias_attr, channel, act)
 
 
 def pool2d(

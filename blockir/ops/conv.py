@@ -1,5 +1,5 @@
-"""Convolution and pooling ops with Paddle's semantics: ``conv2d``, ``depthwise_conv2d``, ``pool2d``,
-``max_pool2d_with_index``, and their gradients.
+"""Convolution and pooling ops with Paddle's semantics: ``conv2d``, ``depthwise_conv2d``, ``conv2d_transpose``,
+``depthwise_conv2d_transpose``, ``pool2d``, ``max_pool2d_with_index``, and their gradients.
 
 Kernels are written once against the array module ``ctx.xp``. Geometry follows Paddle's kernels
 (``phi/kernels/funcs/pooling.*``, ``conv_op.h``), per spatial axis of size ``L``:
@@ -8,7 +8,9 @@ Kernels are written once against the array module ``ctx.xp``. Geometry follows P
   ``padding_algorithm="SAME"`` replaces them by ``max((ceil(L / s) - 1) * s + k - L, 0)`` split with the
   smaller half first (conv2d: with the undilated filter size, and dilations become 1), ``"VALID"`` by 0.
 - Output sizes, with C's truncating division (a size below 1 is an error): conv2d
-  ``(L + p0 + p1 - (d * (k - 1) + 1)) / s + 1``; pool2d ``(L - k + p0 + p1) / s + 1``, with ``s - 1``
+  ``(L + p0 + p1 - (d * (k - 1) + 1)) / s + 1``; conv2d_transpose ``(L - 1) * s - p0 - p1 + d * (k - 1) + 1``
+  (paddings resolved on its Input's size), or ``output_size`` in ``[that, that + s)``, or that plus
+  ``output_padding`` (below ``max(s, d)``); pool2d ``(L - k + p0 + p1) / s + 1``, with ``s - 1``
   added before dividing under ``ceil_mode``; max_pool2d_with_index the same with ``p0 = p1`` (2 paddings).
 - A pooling window ``o`` reads ``[o * s - p0, o * s - p0 + k)`` clipped to ``[0, L)``. Average pooling
   divides by the clipped area (``exclusive``) or by the area up to ``L + p0`` (Paddle's divisor, which
@@ -28,9 +30,9 @@ conv2d_transpose's forward). ``docs/ops.md`` describes the kernels and ``benchma
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, NoReturn
 
 import numpy as np
 
@@ -41,6 +43,8 @@ from blockir.ops.common import FLOATS, check_dtype, compatible, fmt, grad_op, in
 _FLT_MAX = float(np.finfo(np.float32).max)
 _LAYOUTS = {"NCHW": False, "AnyLayout": False, "NHWC": True}  # data_format -> channel last
 _PADDING_ALGORITHMS = ("EXPLICIT", "SAME", "VALID")
+
+Fail = Callable[[str], NoReturn]
 
 # -- geometry ----------------------------------------------------------------------------------------
 
@@ -289,11 +293,11 @@ def _conv_setup(ctx: KernelContext, x: Any, w: Any) -> tuple[Any, bool, ConvGeom
     return (ctx.xp.maximum(x, 0) if ctx.attrs["fuse_relu_before_depthwise_conv"] else x), channel_last, geo
 
 
-def _columns(xp: Any, x: Any, geo: ConvGeometry, groups: int, channel_last: bool) -> Any:
+def _columns(xp: Any, x: Any, geo: ConvGeometry, groups: int, channel_last: bool, pointwise: bool) -> Any:
     """Input as the columns of the gemms: NHWC ``[N * OH * OW, groups, K / groups]``; NCHW ``[B, groups,
-    K / groups, Q]``, im2col's matrices (B = 1, Q = N * OH * OW) or, pointwise, Input itself per image (B = N,
+    K / groups, Q]``, im2col's matrices (B = 1, Q = N * OH * OW) or, ``pointwise``, Input itself per image (B = N,
     Q = H * W). Pointwise, Input is its own im2col: no copy."""
-    if not geo.pointwise():
+    if not pointwise:
         cols = im2col(xp, x, geo, groups, channel_last)
         return cols if channel_last else cols[None]
     if channel_last:
@@ -310,6 +314,56 @@ def _filters(w: Any, groups: int, channel_last: bool) -> Any:
     return w.reshape(groups, m // groups, -1)
 
 
+def _outputs(xp: Any, out: Any, m: int, groups: int, channel_last: bool, pointwise: bool) -> Any:
+    """An array of a convolution's Output shape (Output@GRAD; conv2d_transpose's Input) as the gemms' operand
+    against the columns: NHWC ``[groups, N * OH * OW, M / groups]``; NCHW ``[B, groups, M / groups, Q]`` (B and Q
+    as :func:`_columns`')."""
+    n = out.shape[0]
+    if channel_last:
+        return out.reshape(-1, groups, m // groups).transpose(1, 0, 2)
+    if pointwise:
+        return out.reshape(n, groups, m // groups, -1)
+    d = xp.ascontiguousarray(out.reshape(n, groups, m // groups, -1).transpose(1, 2, 0, 3))
+    return d.reshape(1, groups, m // groups, -1)
+
+
+def _product(xp: Any, cols: Any, w: Any, geo: ConvGeometry, n: int, groups: int, layout: tuple[bool, bool]) -> Any:
+    """Filter times the columns of an ``n``-image batch, in the op's layout: the convolution's Output.
+    ``layout``: (whether NHWC, whether pointwise)."""
+    (channel_last, pointwise), m, (oh, ow) = layout, w.shape[0], geo.out
+    filters = _filters(w, groups, channel_last)
+    if channel_last:  # [groups, N * OH * OW, M / groups]: NHWC once the groups are inside
+        return xp.matmul(cols.transpose(1, 0, 2), filters).transpose(1, 0, 2).reshape(n, oh, ow, m)
+    out = xp.matmul(filters, cols)  # [B, groups, M / groups, Q]
+    if pointwise:
+        return out.reshape(n, m, oh, ow)
+    return xp.ascontiguousarray(out.reshape(m, n, oh, ow).transpose(1, 0, 2, 3))
+
+
+def _filter_grad(xp: Any, d: Any, cols: Any, w_shape: Sequence[int], groups: int, channel_last: bool) -> Any:
+    """Filter@GRAD: the Output-shaped ``d`` (:func:`_outputs`) times the columns, one gemm per group."""
+    if channel_last:  # [groups, M / groups, (kh, kw, C / groups)]
+        dw = xp.matmul(d.transpose(0, 2, 1), cols.transpose(1, 0, 2))
+        return xp.ascontiguousarray(dw.reshape(w_shape[0], *w_shape[2:], w_shape[1]).transpose(0, 3, 1, 2))
+    return xp.matmul(d, cols.swapaxes(-1, -2)).sum(axis=0).reshape(w_shape)
+
+
+def _image_grad(
+    xp: Any, d: Any, w: Any, geo: ConvGeometry, shape: Sequence[int], groups: int, layout: tuple[bool, bool], spare: Any
+) -> Any:
+    """Input@GRAD of ``shape``: the col2im of Filter^T times the Output-shaped ``d`` (:func:`_outputs`), or,
+    pointwise, that product itself; ``spare``: a buffer of the product's shape and order to write it in, or None.
+    ``layout``: (whether NHWC, whether pointwise)."""
+    channel_last, pointwise = layout
+    filters = _filters(w, groups, channel_last)
+    if channel_last:  # [N * OH * OW, groups, K / groups]
+        spare = None if spare is None else spare.transpose(1, 0, 2)
+        dcols = xp.matmul(d, filters.transpose(0, 2, 1), out=spare).transpose(1, 0, 2)
+    else:
+        dcols = xp.matmul(filters.swapaxes(-1, -2), d, out=spare)  # [B, groups, K / groups, Q]
+    return dcols.reshape(shape) if pointwise else col2im(xp, dcols, shape, geo, groups, channel_last)
+
+
 def _conv(ctx: KernelContext, x: Any, w: Any, bias: Any, residual: Any) -> Any:
     """Output = Filter (*) Input: per group one gemm over the whole batch's im2col columns (NCHW: one gemm per
     image where a pointwise Input is its own columns).
@@ -317,14 +371,8 @@ def _conv(ctx: KernelContext, x: Any, w: Any, bias: Any, residual: Any) -> Any:
     ``bias`` and ``residual`` (oneDNN's slots) are None: inference refuses them."""
     xp, groups = ctx.xp, ctx.attrs["groups"]
     x, channel_last, geo = _conv_setup(ctx, x, w)
-    cols, filters = _columns(xp, x, geo, groups, channel_last), _filters(w, groups, channel_last)
-    n, m, (oh, ow) = x.shape[0], w.shape[0], geo.out
-    if channel_last:  # [groups, N * OH * OW, M / groups]: NHWC once the groups are inside
-        return xp.matmul(cols.transpose(1, 0, 2), filters).transpose(1, 0, 2).reshape(n, oh, ow, m)
-    out = xp.matmul(filters, cols)  # [B, groups, M / groups, Q]
-    if geo.pointwise():
-        return out.reshape(n, m, oh, ow)
-    return xp.ascontiguousarray(out.reshape(m, n, oh, ow).transpose(1, 0, 2, 3))
+    layout = (channel_last, geo.pointwise())
+    return _product(xp, _columns(xp, x, geo, groups, *layout), w, geo, x.shape[0], groups, layout)
 
 
 def _conv_grad(ctx: KernelContext, x: Any, w: Any, dout: Any) -> tuple[Any, Any]:
@@ -333,52 +381,46 @@ def _conv_grad(ctx: KernelContext, x: Any, w: Any, dout: Any) -> tuple[Any, Any]
     xp, groups = ctx.xp, ctx.attrs["groups"]
     x_in = x
     x, channel_last, geo = _conv_setup(ctx, x, w)
-    n, m, pointwise = x.shape[0], w.shape[0], geo.pointwise()
-    if channel_last:  # [groups, N * OH * OW, M / groups]
-        d = dout.reshape(-1, groups, m // groups).transpose(1, 0, 2)
-    elif pointwise:  # [N, groups, M / groups, OH * OW]
-        d = dout.reshape(n, groups, m // groups, -1)
-    else:  # [1, groups, M / groups, N * OH * OW]
-        d = xp.ascontiguousarray(dout.reshape(n, groups, m // groups, -1).transpose(1, 2, 0, 3))
-        d = d.reshape(1, groups, m // groups, -1)
+    layout = (channel_last, geo.pointwise())
+    d = _outputs(xp, dout, w.shape[0], groups, *layout)
     dx = dw = cols = None
     if ctx.wants[1]:
-        cols = _columns(xp, x, geo, groups, channel_last)
-        if channel_last:  # [groups, M / groups, (kh, kw, C / groups)]
-            dw = xp.matmul(d.transpose(0, 2, 1), cols.transpose(1, 0, 2))
-            dw = xp.ascontiguousarray(dw.reshape(m, *w.shape[2:], w.shape[1]).transpose(0, 3, 1, 2))
-        else:
-            dw = xp.matmul(d, cols.swapaxes(-1, -2)).sum(axis=0).reshape(w.shape)
+        cols = _columns(xp, x, geo, groups, *layout)
+        dw = _filter_grad(xp, d, cols, w.shape, groups, channel_last)
     if ctx.wants[0]:
-        filters = _filters(w, groups, channel_last)
         # im2col's buffer, read by now, takes the product (its shape and order; a pointwise Input is not ours)
-        spare = None if cols is None or pointwise or (channel_last and groups > 1) else cols
-        if channel_last:  # [N * OH * OW, groups, K / groups]
-            spare = None if spare is None else spare.transpose(1, 0, 2)
-            dcols = xp.matmul(d, filters.transpose(0, 2, 1), out=spare).transpose(1, 0, 2)
-        else:
-            dcols = xp.matmul(filters.swapaxes(-1, -2), d, out=spare)  # [B, groups, K / groups, Q]
-        dx = dcols.reshape(x.shape) if pointwise else col2im(xp, dcols, x.shape, geo, groups, channel_last)
+        spare = None if cols is None or layout[1] or (channel_last and groups > 1) else cols
+        dx = _image_grad(xp, d, w, geo, x.shape, groups, layout, spare)
         if ctx.attrs["fuse_relu_before_depthwise_conv"]:
             dx = dx * (x_in > 0)
     return dx, dw
 
 
-def _infer_conv(ctx: InferContext) -> None:
+def _check_conv_inputs(ctx: InferContext, fusions: Mapping[str, Any], filter_layout: str) -> tuple[Any, Any, bool, int]:
+    """(Input, Filter, whether NHWC, groups) of a convolution, checked: dtypes, attributes, a 4-D Filter (of
+    ``filter_layout``), no oneDNN-only input slot bound and every oneDNN fusion in ``fusions`` (name -> its off
+    value) off."""
     x, w = check_dtype(ctx, "Input", FLOATS), check_dtype(ctx, "Filter", FLOATS)
     same_dtype(ctx, x, w)
     channel_last = _check_attrs(ctx, "Input", x, {"strides": 1, "dilations": 1})
     for slot in ("Bias", "ResidualData"):
         if ctx.has_input(slot):
             ctx.fail(f"input {slot} is used only by Paddle's oneDNN fusion passes; add it with its own op instead")
-    for name, off in _ONEDNN_FUSIONS.items():
+    for name, off in fusions.items():
         if ctx.attr(name) != off:
             ctx.fail(f"{name}={ctx.attr(name)!r} asks for a oneDNN fusion; apply the activation or sum as its own op")
     groups = ctx.attr("groups")
     if groups < 1:
         ctx.fail(f"groups={groups} must be at least 1")
     if len(w.shape) != 4:
-        ctx.fail(f"Filter {fmt(w)} must be 4-D [out channels, in channels / groups, kh, kw]")
+        ctx.fail(f"Filter {fmt(w)} must be 4-D {filter_layout}")
+    return x, w, channel_last, groups
+
+
+def _infer_conv(ctx: InferContext) -> None:
+    x, w, channel_last, groups = _check_conv_inputs(
+        ctx, _ONEDNN_FUSIONS, "[out channels, in channels / groups, kh, kw]"
+    )
     channels = x.shape[3 if channel_last else 1]
     if not compatible(channels, w.shape[1] * groups if w.shape[1] >= 0 else -1):
         ctx.fail(
@@ -405,34 +447,229 @@ def _infer_conv_grad(ctx: InferContext) -> None:
     infer_grads("Input", "Filter")(ctx)
 
 
-def _conv_schemas(op_type: str, doc: str) -> tuple[OpSchema, OpSchema]:
+def _conv_schemas(
+    op_type: str, doc: str, kernels: tuple[Any, Any, Any, Any], attrs: tuple[AttrDef, ...], optional: Sequence[str]
+) -> tuple[OpSchema, OpSchema]:
+    """A convolution op and its gradient op ``{op_type}_grad`` (Input, Filter, Output@GRAD -> Input@GRAD,
+    Filter@GRAD). ``kernels``: (infer, kernel, the gradient's infer, the gradient's kernel); ``optional``: the
+    forward's optional input slots, after Input and Filter."""
+    infer, kernel, grad_infer, grad_kernel = kernels
     backward = OpSchema(
         f"{op_type}_grad",
         inputs=(Slot("Input"), Slot("Filter"), Slot("Output@GRAD")),
         outputs=(Slot("Input@GRAD"), Slot("Filter@GRAD")),
-        attrs=_CONV_ATTRS,
-        infer=_infer_conv_grad,
-        kernel=_conv_grad,
+        attrs=attrs,
+        infer=grad_infer,
+        kernel=grad_kernel,
         doc=f"Gradient of {op_type}.",
     )
     forward = OpSchema(
         op_type,
-        inputs=(Slot("Input"), Slot("Filter"), Slot("Bias", optional=True), Slot("ResidualData", optional=True)),
+        inputs=(Slot("Input"), Slot("Filter"), *(Slot(name, optional=True) for name in optional)),
         outputs=(Slot("Output"),),
-        attrs=_CONV_ATTRS,
-        infer=_infer_conv,
+        attrs=attrs,
+        infer=infer,
         grad=lambda g: grad_op(g, backward, ("Input", "Filter", "Output@GRAD"), ("Input", "Filter")),
-        kernel=_conv,
+        kernel=kernel,
         doc=doc,
     )
     return forward, backward
 
 
+_CONV_KERNELS = (_infer_conv, _conv, _infer_conv_grad, _conv_grad)
 CONV2D, CONV2D_GRAD = _conv_schemas(
-    "conv2d", "2-D convolution (cross-correlation) of Input by Filter [M, C / groups, kh, kw], NCHW or NHWC."
+    "conv2d",
+    "2-D convolution (cross-correlation) of Input by Filter [M, C / groups, kh, kw], NCHW or NHWC.",
+    _CONV_KERNELS,
+    _CONV_ATTRS,
+    ("Bias", "ResidualData"),
 )
 DEPTHWISE_CONV2D, DEPTHWISE_CONV2D_GRAD = _conv_schemas(
-    "depthwise_conv2d", "conv2d for groups = input channels (Paddle's depthwise kernels); the same semantics."
+    "depthwise_conv2d",
+    "conv2d for groups = input channels (Paddle's depthwise kernels); the same semantics.",
+    _CONV_KERNELS,
+    _CONV_ATTRS,
+    ("Bias", "ResidualData"),
+)
+
+# -- conv2d_transpose and depthwise_conv2d_transpose -------------------------------------------------------
+#
+# conv2d_transpose by Filter [C, M / groups, kh, kw] is the adjoint of the convolution by the same Filter (read as
+# conv2d's [M', C' / groups, ...] with M' = C) from an image of Output's shape to one of Input's: its Output is
+# that convolution's Input@GRAD for an Output@GRAD equal to Input (col2im of Filter^T times Input), its Input@GRAD
+# that convolution of Output@GRAD, and its Filter@GRAD conv2d_grad's Filter@GRAD with the roles of the two
+# images exchanged. The geometry below is that convolution's: its output size is Input's.
+
+_CONV_ATTR = {a.name: a for a in _CONV_ATTRS}
+_CONV_TRANSPOSE_ATTRS = (
+    *(_CONV_ATTR[name] for name in ("strides", "paddings", "padding_algorithm", "groups", "dilations")),
+    AttrDef("output_padding", AttrType.INTS, []),
+    AttrDef("output_size", AttrType.INTS, []),
+    _CONV_ATTR["data_format"],
+    # Paddle's extra attributes: accepted without effect, or (fuse_relu, fuse_activation) refused unless off
+    *(
+        _CONV_ATTR[name]
+        for name in (
+            "is_test",
+            "use_cudnn",
+            "use_mkldnn",
+            "mkldnn_data_type",
+            "force_fp32_output",
+            "workspace_size_MB",
+            "fuse_relu",
+            "fuse_activation",
+            "fuse_alpha",
+            "fuse_beta",
+        )
+    ),
+)
+_TRANSPOSE_FUSIONS = {"fuse_relu": False, "fuse_activation": ""}
+
+
+def _transpose_axis(attrs: Mapping[str, Any], axis: int, size: int, k: int) -> tuple[int, int, int, int]:
+    """(padding before, padding after, dilation, Paddle's output size before output_size and output_padding) of
+    conv2d_transpose along spatial ``axis`` of known Input ``size``: ``(size - 1) * stride - paddings + dilation *
+    (k - 1) + 1``, the paddings (SAME and VALID too) resolved on Input's size as Paddle does."""
+    before, after = _paddings(attrs, axis, size, k)
+    dilation = 1 if attrs["padding_algorithm"] == "SAME" else attrs["dilations"][axis]
+    return before, after, dilation, (size - 1) * attrs["strides"][axis] - before - after + dilation * (k - 1) + 1
+
+
+def _transpose_size(attrs: Mapping[str, Any], axis: int, inferred: int, dilation: int, fail: Fail) -> int:
+    """Output's size along ``axis``: ``output_size`` (in ``[inferred, inferred + stride)``), else ``inferred`` plus
+    ``output_padding`` (below ``max(stride, dilation)``), else ``inferred``; ``fail`` (a message) otherwise."""
+    stride, name = attrs["strides"][axis], "HW"[axis]
+    if attrs["output_size"]:
+        size = attrs["output_size"][axis]
+        if not inferred <= size < inferred + stride:
+            fail(
+                f"output_size {name} = {size} must be in [{inferred}, {inferred + stride}) (the size the paddings give)"
+            )
+        return int(size)
+    if attrs["output_padding"]:
+        pad = attrs["output_padding"][axis]
+        if not 0 <= pad < max(stride, dilation):
+            fail(f"output_padding {name} = {pad} must be in [0, {max(stride, dilation)}) (max(stride, dilation))")
+        return int(inferred + pad)
+    return inferred
+
+
+def _transpose_geometry(
+    ctx: KernelContext, x_shape: Sequence[int], w_shape: Sequence[int]
+) -> tuple[ConvGeometry, tuple[int, int]]:
+    """The geometry of the convolution conv2d_transpose of NCHW ``x_shape`` by ``w_shape`` is the adjoint of, and
+    Output's spatial size; a kernel error when the shapes do not fit (inference may have seen -1 dims)."""
+    attrs, groups = ctx.attrs, ctx.attrs["groups"]
+    if x_shape[1] != w_shape[0] or w_shape[0] % groups:
+        raise kernel_error(
+            ctx,
+            f"Input with {x_shape[1]} channels (NCHW {list(x_shape)}) and Filter {list(w_shape)} do not fit "
+            f"groups={groups}: Input channels must be Filter dim 0, divisible by groups",
+        )
+
+    def fail(message: str) -> NoReturn:
+        raise kernel_error(ctx, f"Input NCHW {list(x_shape)}, Filter {list(w_shape)}: {message}")
+
+    pads, dilations, sizes = [], [], []
+    for axis in range(2):
+        size, k = x_shape[2 + axis], w_shape[2 + axis]
+        before, after, dilation, inferred = _transpose_axis(attrs, axis, size, k)
+        out = _transpose_size(attrs, axis, inferred, dilation, fail)
+        if out < 1:
+            fail(f"output size {'HW'[axis]} = {out}; it must be at least 1")
+        # the taps reach (size - 1) * stride + dilation * (k - 1) + 1 rows of the padded Output
+        reach = (size - 1) * attrs["strides"][axis] + dilation * (k - 1) + 1
+        pads.append((before, max(after, reach - out - before)))
+        dilations.append(dilation)
+        sizes.append(out)
+    geo = ConvGeometry(
+        (pads[0], pads[1]),
+        (dilations[0], dilations[1]),
+        (attrs["strides"][0], attrs["strides"][1]),
+        (w_shape[2], w_shape[3]),
+        (x_shape[2], x_shape[3]),
+    )
+    return geo, (sizes[0], sizes[1])
+
+
+def _transpose_setup(ctx: KernelContext, x: Any, w: Any) -> tuple[ConvGeometry, tuple[int, ...], tuple[bool, bool]]:
+    """(the geometry, Output's shape in the op's layout, (whether NHWC, whether pointwise: a pointwise geometry
+    whose Output has Input's size))."""
+    channel_last = _channel_last(ctx.attrs)
+    geo, sizes = _transpose_geometry(ctx, _nchw(x, channel_last).shape, w.shape)
+    n, m = x.shape[0], w.shape[1] * ctx.attrs["groups"]
+    shape = (n, *sizes, m) if channel_last else (n, m, *sizes)
+    return geo, shape, (channel_last, geo.pointwise() and sizes == geo.out)
+
+
+def _conv_transpose(ctx: KernelContext, x: Any, w: Any, bias: Any) -> Any:
+    """Output: the col2im of Filter^T times Input (conv2d_grad's Input@GRAD computation).
+
+    ``bias`` (oneDNN's slot) is None: inference refuses it."""
+    xp, groups = ctx.xp, ctx.attrs["groups"]
+    geo, shape, layout = _transpose_setup(ctx, x, w)
+    return _image_grad(xp, _outputs(xp, x, w.shape[0], groups, *layout), w, geo, shape, groups, layout, None)
+
+
+def _conv_transpose_grad(ctx: KernelContext, x: Any, w: Any, dout: Any) -> tuple[Any, Any]:
+    """Input@GRAD: the convolution of Output@GRAD by Filter (conv2d's forward); Filter@GRAD: Input times the
+    im2col columns of Output@GRAD (conv2d_grad's gemm). The columns are made once for both."""
+    xp, groups = ctx.xp, ctx.attrs["groups"]
+    geo, _, layout = _transpose_setup(ctx, x, w)
+    cols = _columns(xp, dout, geo, groups, *layout)
+    dx = _product(xp, cols, w, geo, x.shape[0], groups, layout) if ctx.wants[0] else None
+    dw = None
+    if ctx.wants[1]:
+        dw = _filter_grad(xp, _outputs(xp, x, w.shape[0], groups, *layout), cols, w.shape, groups, layout[0])
+    return dx, dw
+
+
+def _infer_conv_transpose(ctx: InferContext) -> None:
+    x, w, channel_last, groups = _check_conv_inputs(
+        ctx, _TRANSPOSE_FUSIONS, "[in channels, out channels / groups, kh, kw]"
+    )
+    channels = x.shape[3 if channel_last else 1]
+    if not compatible(channels, w.shape[0]):
+        ctx.fail(
+            f"Input {fmt(x)} has {channels} channels ({ctx.attr('data_format')}) but Filter {fmt(w)} takes "
+            f"{w.shape[0]} (its dim 0)"
+        )
+    if channels >= 0 and channels % groups:
+        ctx.fail(f"Input {fmt(x)}: its {channels} channels are not divisible by groups={groups}")
+    attrs = _infer_attrs(ctx, _CONV_TRANSPOSE_ATTRS)
+    for name in ("output_size", "output_padding"):
+        values = list(attrs[name])
+        if values and (len(values) != 2 or any(v < 0 for v in values)):
+            ctx.fail(f"{name}={values} must be empty or hold 2 values >= 0 (height, width)")
+    sizes = []
+    for axis, size in enumerate(_spatial(x.shape, channel_last)):
+        k = w.shape[2 + axis]
+        if size < 0 or k < 0:
+            sizes.append(attrs["output_size"][axis] if attrs["output_size"] else -1)
+            continue
+        _, _, dilation, inferred = _transpose_axis(attrs, axis, size, k)
+        out = _transpose_size(
+            attrs, axis, inferred, dilation, lambda m: ctx.fail(f"Input {fmt(x)}, Filter {fmt(w)}: {m}")
+        )
+        sizes.append(_check_size(ctx, x, axis, out, f"Filter {fmt(w)}, paddings"))
+    n, m = x.shape[0], w.shape[1] * groups if w.shape[1] >= 0 else -1
+    ctx.set_output("Output", (n, *sizes, m) if channel_last else (n, m, *sizes), x.dtype)
+
+
+_TRANSPOSE_KERNELS = (_infer_conv_transpose, _conv_transpose, infer_grads("Input", "Filter"), _conv_transpose_grad)
+CONV2D_TRANSPOSE, CONV2D_TRANSPOSE_GRAD = _conv_schemas(
+    "conv2d_transpose",
+    "2-D transposed convolution of Input by Filter [C, M / groups, kh, kw], NCHW or NHWC: the adjoint of conv2d.",
+    _TRANSPOSE_KERNELS,
+    _CONV_TRANSPOSE_ATTRS,
+    ("Bias",),
+)
+DEPTHWISE_CONV2D_TRANSPOSE, DEPTHWISE_CONV2D_TRANSPOSE_GRAD = _conv_schemas(
+    "depthwise_conv2d_transpose",
+    "conv2d_transpose for groups = input channels (Paddle's depthwise kernels); the same semantics.",
+    _TRANSPOSE_KERNELS,
+    _CONV_TRANSPOSE_ATTRS,
+    ("Bias",),
 )
 
 # -- pooling windows -------------------------------------------------------------------------------------
@@ -838,6 +1075,10 @@ SCHEMAS: tuple[OpSchema, ...] = (
     CONV2D_GRAD,
     DEPTHWISE_CONV2D,
     DEPTHWISE_CONV2D_GRAD,
+    CONV2D_TRANSPOSE,
+    CONV2D_TRANSPOSE_GRAD,
+    DEPTHWISE_CONV2D_TRANSPOSE,
+    DEPTHWISE_CONV2D_TRANSPOSE_GRAD,
     POOL2D,
     POOL2D_GRAD,
     MAX_POOL2D_WITH_INDEX,

@@ -1,4 +1,5 @@
-"""Normalization and dropout ops with Paddle's semantics: ``batch_norm``, ``layer_norm``, ``dropout``.
+"""Normalization and dropout ops with Paddle's semantics: ``batch_norm``, ``layer_norm``, ``group_norm``,
+``instance_norm``, ``dropout``.
 
 Kernels are written once against the array module ``ctx.xp``. A float16 ``X`` keeps
 its statistics and affine parameters in float32 (Paddle's rule); the kernels compute
@@ -17,6 +18,11 @@ in that dtype and give ``Y`` X's dtype.
   with one value per channel passes X through unchanged.
 - ``layer_norm`` normalizes each row of X flattened to a matrix at ``begin_norm_axis``;
   ``Mean`` and ``Variance`` (biased) are per row.
+- ``group_norm`` normalizes each image's ``groups`` groups of consecutive channels (dim 1 for
+  ``NCHW``, the last dim for ``NHWC``) over all their values: ``Mean`` and ``Variance``
+  (biased) are ``[N, groups]``. ``instance_norm`` normalizes each image's channels (dim 1):
+  ``SavedMean`` and ``SavedVariance`` (the inverse standard deviation, as batch_norm's) are
+  ``[N * C]``. Both then take Scale and Bias per channel, each optional.
 - ``dropout`` zeroes each element with probability ``dropout_prob``; ``Mask`` (uint8)
   holds the kept ones. ``downgrade_in_infer``: train ``X * Mask``, test
   ``X * (1 - dropout_prob)``; ``upscale_in_train``: train ``X * Mask / (1 - dropout_prob)``,
@@ -30,7 +36,7 @@ from __future__ import annotations
 
 import math
 import string
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import numpy as np
@@ -43,6 +49,7 @@ from blockir.ops.common import (
     compatible,
     fmt,
     forward_attrs,
+    grad_op,
     grad_spec,
     infer_grads,
     infer_like,
@@ -77,6 +84,77 @@ def _inv_std(xp: Any, variance: Any, epsilon: float) -> Any:
     out = variance + epsilon
     xp.sqrt(out, out=out)
     return xp.reciprocal(out, out=out)
+
+
+def _normalize_rows(xp: Any, rows: Any, epsilon: float) -> tuple[Any, Any, Any, Any]:
+    """(each row of matrix ``rows`` minus its mean over its standard deviation, a new array; the means; the
+    biased variances; the inverse standard deviations ``1 / sqrt(variance + epsilon)``)."""
+    mean = rows.mean(axis=1)
+    y = rows - mean[:, None]
+    variance = xp.square(y).mean(axis=1)
+    inv_std = _inv_std(xp, variance, epsilon)
+    y *= inv_std[:, None]
+    return y, mean, variance, inv_std
+
+
+def _rows_grad(g: Any, x_hat: Any, inv_std: Any) -> Any:
+    """The gradient of rows normalized by their own statistics (``x_hat``, normalized with ``inv_std`` per row),
+    given ``g``, the gradient of ``x_hat``: ``inv_std * (g - mean(g) - x_hat * mean(g * x_hat))`` per row."""
+    dx = g - g.mean(axis=1, keepdims=True)
+    dx -= x_hat * (g * x_hat).mean(axis=1, keepdims=True)
+    dx *= inv_std[:, None]
+    return dx
+
+
+def _channel_view(x: Any, channel_last: bool) -> Any:
+    """``x`` (N, C, ... or, ``channel_last``, N, ..., C) as ``[N, C, S]``, S the product of the other dims."""
+    if channel_last:
+        return x.reshape(x.shape[0], -1, x.shape[-1]).transpose(0, 2, 1)
+    return x.reshape(x.shape[0], x.shape[1], -1)
+
+
+def _from_channel_view(v: Any, shape: tuple[int, ...], channel_last: bool) -> Any:
+    """The inverse of :func:`_channel_view`: ``[N, C, S]`` ``v`` as an array of ``shape``."""
+    return v.transpose(0, 2, 1).reshape(shape) if channel_last else v.reshape(shape)
+
+
+def _norm_schemas(
+    op_type: str,
+    stats: tuple[str, str],
+    attrs: tuple[AttrDef, ...],
+    kernels: tuple[Callable[..., Any], Callable[..., Any], Callable[..., Any]],
+    doc: str,
+    reads_y: bool = False,
+    optional_stats: bool = False,
+) -> tuple[OpSchema, OpSchema]:
+    """An op normalizing X by statistics of its own (outputs Y and ``stats``, optional with ``optional_stats``),
+    times the optional Scale plus the optional Bias, and its gradient op ``{op_type}_grad`` reading X, Scale,
+    Bias, Y (``reads_y``), the statistics and Y@GRAD, as Paddle's makers build it. ``kernels``: (infer, kernel,
+    the gradient's kernel)."""
+    infer, kernel, grad_kernel = kernels
+    grad_inputs = ("X", "Scale", "Bias", *(("Y",) if reads_y else ()), *stats, "Y@GRAD")
+    backward = OpSchema(
+        f"{op_type}_grad",
+        inputs=tuple(Slot(slot, optional=slot in ("Scale", "Bias", "Y")) for slot in grad_inputs),
+        outputs=(Slot("X@GRAD"), Slot("Scale@GRAD"), Slot("Bias@GRAD")),
+        attrs=attrs,
+        infer=infer_grads("X", "Scale", "Bias"),
+        kernel=grad_kernel,
+        share_lod=(("X", "X@GRAD"),),
+        doc=f"Gradient of {op_type}.",
+    )
+    forward = OpSchema(
+        op_type,
+        inputs=(Slot("X"), Slot("Scale", optional=True), Slot("Bias", optional=True)),
+        outputs=(Slot("Y"), *(Slot(slot, optional=optional_stats, no_grad=True) for slot in stats)),
+        attrs=attrs,
+        infer=infer,
+        grad=lambda g: grad_op(g, backward, grad_inputs, ("X", "Scale", "Bias")),
+        kernel=kernel,
+        share_lod=(("X", "Y"),),
+        doc=doc,
+    )
+    return forward, backward
 
 
 # -- batch_norm ---------------------------------------------------------------------------------
@@ -347,11 +425,7 @@ def _rows(ctx: KernelContext, x: Any) -> Any:
 
 def _layer_norm(ctx: KernelContext, x: Any, scale: Any, bias: Any) -> tuple[Any, Any, Any]:
     """(Y, Mean, Variance): each row normalized, then scaled and shifted."""
-    x2 = _rows(ctx, x)
-    mean = x2.mean(axis=1)
-    y = x2 - mean[:, None]
-    variance = ctx.xp.square(y).mean(axis=1)
-    y *= _inv_std(ctx.xp, variance, ctx.attrs["epsilon"])[:, None]
+    y, mean, variance, _ = _normalize_rows(ctx.xp, _rows(ctx, x), ctx.attrs["epsilon"])
     if scale is not None:
         y *= scale
     if bias is not None:
@@ -365,63 +439,183 @@ def _layer_norm_grad(
     """(X@GRAD, Scale@GRAD, Bias@GRAD), each only when ``ctx.wants`` it (Bias is read for Paddle, not used)."""
     x2 = _rows(ctx, x)
     dy2 = dy.reshape(x2.shape).astype(x2.dtype, copy=False)
-    inv_std = _inv_std(ctx.xp, variance, ctx.attrs["epsilon"])[:, None]
+    inv_std = _inv_std(ctx.xp, variance, ctx.attrs["epsilon"])
     x_hat = x2 - mean[:, None]
-    x_hat *= inv_std
+    x_hat *= inv_std[:, None]
     d_scale = (dy2 * x_hat).sum(axis=0) if ctx.wants[1] else None
     d_bias = dy2.sum(axis=0) if ctx.wants[2] else None
     dx = None
     if ctx.wants[0]:
         g = dy2 * scale if scale is not None else dy2
-        dx = g - g.mean(axis=1, keepdims=True)
-        x_hat *= (g * x_hat).mean(axis=1, keepdims=True)
-        dx -= x_hat
-        dx *= inv_std
-        dx = dx.reshape(x.shape).astype(x.dtype, copy=False)
+        dx = _rows_grad(g, x_hat, inv_std).reshape(x.shape).astype(x.dtype, copy=False)
     return dx, d_scale, d_bias
 
 
-LAYER_NORM_GRAD = OpSchema(
-    "layer_norm_grad",
-    inputs=(
-        Slot("X"),
-        Slot("Scale", optional=True),
-        Slot("Bias", optional=True),
-        Slot("Mean"),
-        Slot("Variance"),
-        Slot("Y@GRAD"),
-    ),
-    outputs=(Slot("X@GRAD"), Slot("Scale@GRAD"), Slot("Bias@GRAD")),
-    attrs=_LAYER_NORM_ATTRS,
-    infer=infer_grads("X", "Scale", "Bias"),
-    kernel=_layer_norm_grad,
-    share_lod=(("X", "X@GRAD"),),
-    doc="Gradient of layer_norm.",
+LAYER_NORM, LAYER_NORM_GRAD = _norm_schemas(
+    "layer_norm",
+    ("Mean", "Variance"),
+    _LAYER_NORM_ATTRS,
+    (_infer_layer_norm, _layer_norm, _layer_norm_grad),
+    "Each row of X flattened at begin_norm_axis normalized, times Scale plus Bias (both optional).",
+)
+
+# -- group_norm and instance_norm ----------------------------------------------------------------------------
+#
+# Both normalize rows of X seen as [N, C, S]: group_norm each image's group of C / groups channels (all their
+# values), instance_norm each image's channel; then Scale and Bias per channel (both optional).
+
+_GROUP_NORM_ATTRS = (
+    AttrDef("epsilon", AttrType.FLOAT, 1e-5),
+    AttrDef("groups", AttrType.INT, 1),
+    AttrDef("data_layout", AttrType.STRING, "NCHW"),
+)
+_INSTANCE_NORM_ATTRS = (AttrDef("epsilon", AttrType.FLOAT, 1e-5),)
+
+
+def _check_norm_x(ctx: InferContext, channel_last: bool) -> tuple[Any, int]:
+    """(X, its channels) of group_norm or instance_norm: float, rank 2 to 5, epsilon >= 0; Scale and Bias (when
+    bound) vectors of the channels."""
+    x = check_dtype(ctx, "X", FLOATS)
+    if not 2 <= len(x.shape) <= 5:
+        ctx.fail(f"X {fmt(x)} must have rank 2 to 5 (N, C, ...)")
+    if ctx.attr("epsilon") < 0:
+        ctx.fail(f"epsilon {ctx.attr('epsilon'):g} must not be negative")
+    channels = x.shape[-1 if channel_last else 1]
+    for slot in ("Scale", "Bias"):
+        channels = _check_vector(ctx, slot, channels, _param_dtype(x.dtype))
+    return x, channels
+
+
+def _normalize_groups(xp: Any, view: Any, groups: int, epsilon: float, scale: Any, bias: Any) -> tuple[Any, ...]:
+    """(``[N, C, S]`` ``view`` with each image's groups of C / groups channels normalized over all their values,
+    then times Scale plus Bias per channel (each when not None); the mean, the biased variance and the inverse
+    standard deviation of each image's groups, ``[N * groups]``)."""
+    y, mean, variance, inv_std = _normalize_rows(xp, view.reshape(view.shape[0] * groups, -1), epsilon)
+    y = y.reshape(view.shape)
+    if scale is not None:
+        y *= scale[:, None]
+    if bias is not None:
+        y += bias[:, None]
+    return y, mean, variance, inv_std
+
+
+def _normalize_groups_grad(
+    ctx: KernelContext, view: Any, dy: Any, groups: int, stats: tuple[Any, Any], scale: Any
+) -> tuple[Any, Any, Any]:
+    """(X@GRAD as ``[N, C, S]``, Scale@GRAD, Bias@GRAD), each when wanted, of :func:`_normalize_groups` of
+    ``view``, for its output's gradient ``dy`` (``[N, C, S]``); ``stats``: the groups' means and inverse standard
+    deviations, ``[N * groups]``."""
+    (mean, inv_std), rows = stats, view.shape[0] * groups
+    x_hat = view.reshape(rows, -1) - mean[:, None]
+    x_hat *= inv_std[:, None]
+    d_scale = (dy * x_hat.reshape(view.shape)).sum(axis=(0, 2)) if ctx.wants[1] else None
+    d_bias = dy.sum(axis=(0, 2)) if ctx.wants[2] else None
+    dx = None
+    if ctx.wants[0]:
+        g = dy * scale[:, None] if scale is not None else dy
+        dx = _rows_grad(g.reshape(rows, -1), x_hat, inv_std).reshape(view.shape)
+    return dx, d_scale, d_bias
+
+
+def _infer_group_norm(ctx: InferContext) -> None:
+    layout = ctx.attr("data_layout")
+    if layout not in _LAYOUTS:
+        ctx.fail(f"data_layout {layout!r} is not supported; expected one of {', '.join(_LAYOUTS)}")
+    x, channels = _check_norm_x(ctx, layout == "NHWC")
+    groups = ctx.attr("groups")
+    if groups < 1 or (channels >= 0 and (groups > channels or channels % groups)):
+        ctx.fail(f"groups={groups} must be at least 1 and divide X's {channels} channels ({layout})")
+    ctx.set_output("Y", x.shape, x.dtype, lod_level=x.lod_level)
+    for slot in ("Mean", "Variance"):
+        ctx.set_output(slot, (x.shape[0], groups), _param_dtype(x.dtype))
+
+
+def _groups(ctx: KernelContext, x: Any) -> tuple[Any, int, bool]:
+    """(X as ``[N, C, S]`` in the parameter dtype, groups, whether NHWC); a kernel error when groups does not
+    divide the channels (inference may have seen -1)."""
+    channel_last, groups = ctx.attrs["data_layout"] == "NHWC", ctx.attrs["groups"]
+    view = _channel_view(x.astype(_param_dtype(x.dtype.name), copy=False), channel_last)
+    if view.shape[1] % groups:
+        raise kernel_error(
+            ctx,
+            f"group_norm: X of shape {list(x.shape)} has {view.shape[1]} channels, not divisible by groups={groups}",
+        )
+    return view, groups, channel_last
+
+
+def _group_norm(ctx: KernelContext, x: Any, scale: Any, bias: Any) -> tuple[Any, Any, Any]:
+    """(Y, Mean, Variance): each image's groups of channels normalized (Mean and the biased Variance per image
+    and group, ``[N, groups]``), then Scale and Bias per channel."""
+    view, groups, channel_last = _groups(ctx, x)
+    y, mean, variance, _ = _normalize_groups(ctx.xp, view, groups, ctx.attrs["epsilon"], scale, bias)
+    y = _from_channel_view(y, x.shape, channel_last).astype(x.dtype, copy=False)
+    return y, mean.reshape(-1, groups), variance.reshape(-1, groups)
+
+
+def _group_norm_grad(
+    ctx: KernelContext, x: Any, scale: Any, bias: Any, y: Any, mean: Any, variance: Any, dy: Any
+) -> tuple[Any, Any, Any]:
+    """(X@GRAD, Scale@GRAD, Bias@GRAD), each only when ``ctx.wants`` it; X is normalized again from Mean and
+    Variance (Y and Bias are read for Paddle, not used)."""
+    view, groups, channel_last = _groups(ctx, x)
+    dyv = _channel_view(dy.astype(view.dtype, copy=False), channel_last)
+    stats = (mean.reshape(-1), _inv_std(ctx.xp, variance.reshape(-1), ctx.attrs["epsilon"]))
+    dx, d_scale, d_bias = _normalize_groups_grad(ctx, view, dyv, groups, stats, scale)
+    if dx is not None:
+        dx = _from_channel_view(dx, x.shape, channel_last).astype(x.dtype, copy=False)
+    return dx, d_scale, d_bias
+
+
+GROUP_NORM, GROUP_NORM_GRAD = _norm_schemas(
+    "group_norm",
+    ("Mean", "Variance"),
+    _GROUP_NORM_ATTRS,
+    (_infer_group_norm, _group_norm, _group_norm_grad),
+    "Each image's groups of channels normalized, times Scale plus Bias per channel (both optional).",
+    reads_y=True,
 )
 
 
-def _grad_layer_norm(g: GradContext) -> list[OpSpec]:
-    inputs = {
-        "X": g.input("X"),
-        "Scale": g.input("Scale"),
-        "Bias": g.input("Bias"),
-        "Mean": g.output("Mean"),
-        "Variance": g.output("Variance"),
-        "Y@GRAD": g.output_grad("Y"),
-    }
-    return grad_spec(g, LAYER_NORM_GRAD, inputs, ("X", "Scale", "Bias"))
+def _infer_instance_norm(ctx: InferContext) -> None:
+    x, channels = _check_norm_x(ctx, False)
+    ctx.set_output("Y", x.shape, x.dtype, lod_level=x.lod_level)
+    rows = x.shape[0] * channels if x.shape[0] >= 0 and channels >= 0 else -1
+    for slot in ("SavedMean", "SavedVariance"):
+        ctx.set_output(slot, (rows,), _param_dtype(x.dtype))
 
 
-LAYER_NORM = OpSchema(
-    "layer_norm",
-    inputs=(Slot("X"), Slot("Scale", optional=True), Slot("Bias", optional=True)),
-    outputs=(Slot("Y"), Slot("Mean", no_grad=True), Slot("Variance", no_grad=True)),
-    attrs=_LAYER_NORM_ATTRS,
-    infer=_infer_layer_norm,
-    grad=_grad_layer_norm,
-    kernel=_layer_norm,
-    share_lod=(("X", "Y"),),
-    doc="Each row of X flattened at begin_norm_axis normalized, times Scale plus Bias (both optional).",
+def _instances(x: Any) -> Any:
+    """X (N, C, ...) as ``[N, C, S]`` in the parameter dtype."""
+    return _channel_view(x.astype(_param_dtype(x.dtype.name), copy=False), False)
+
+
+def _instance_norm(ctx: KernelContext, x: Any, scale: Any, bias: Any) -> tuple[Any, Any, Any]:
+    """(Y, SavedMean, SavedVariance): each image's channels normalized (group_norm with a group per channel;
+    SavedMean and SavedVariance, the inverse standard deviation, per image and channel, ``[N * C]``), then Scale
+    and Bias per channel."""
+    view = _instances(x)
+    y, mean, _, inv_std = _normalize_groups(ctx.xp, view, view.shape[1], ctx.attrs["epsilon"], scale, bias)
+    return y.reshape(x.shape).astype(x.dtype, copy=False), mean, inv_std
+
+
+def _instance_norm_grad(
+    ctx: KernelContext, x: Any, scale: Any, bias: Any, saved_mean: Any, saved_inv_std: Any, dy: Any
+) -> tuple[Any, Any, Any]:
+    """(X@GRAD, Scale@GRAD, Bias@GRAD), each only when ``ctx.wants`` it (Bias is read for Paddle, not used)."""
+    view = _instances(x)
+    dyv = _channel_view(dy.astype(view.dtype, copy=False), False)
+    dx, d_scale, d_bias = _normalize_groups_grad(ctx, view, dyv, view.shape[1], (saved_mean, saved_inv_std), scale)
+    return (None if dx is None else dx.reshape(x.shape).astype(x.dtype, copy=False)), d_scale, d_bias
+
+
+# SavedMean and SavedVariance are Paddle's extra outputs: its inference programs leave them out
+INSTANCE_NORM, INSTANCE_NORM_GRAD = _norm_schemas(
+    "instance_norm",
+    ("SavedMean", "SavedVariance"),
+    _INSTANCE_NORM_ATTRS,
+    (_infer_instance_norm, _instance_norm, _instance_norm_grad),
+    "Each image's channels (NCHW) normalized, times Scale plus Bias per channel (both optional).",
+    optional_stats=True,
 )
 
 # -- dropout -----------------------------------------------------------------------------------------
@@ -530,6 +724,10 @@ SCHEMAS: tuple[OpSchema, ...] = (
     BATCH_NORM_GRAD,
     LAYER_NORM,
     LAYER_NORM_GRAD,
+    GROUP_NORM,
+    GROUP_NORM_GRAD,
+    INSTANCE_NORM,
+    INSTANCE_NORM_GRAD,
     DROPOUT,
     DROPOUT_GRAD,
 )

@@ -5,7 +5,8 @@ namespace:
 
 One Ray cluster for every scenario, started with the loopback recipe (node address 127.0.0.1, no dashboard,
 usage statistics off, proxies pointing nowhere); while it runs, the listening sockets (``ss -ltnp``) are
-recorded. Writes ``OUT/ray.json``: the failures of each scenario's launch and the listeners.
+recorded. Writes ``OUT/ray.json``: the failures of each scenario's launch and the listeners; then
+``scripts/data_plane.py`` writes how its worker reached the server (``OUT/data_plane.json``).
 
     ... exec python -m tests.distributed.ray_driver --launches OUT
 
@@ -28,6 +29,7 @@ from typing import Any
 
 import ray
 
+from blockir.distributed.launch import launch
 from blockir.distributed.ray_backend import NAMESPACE, loopback_env
 from tests.distributed import scenarios
 
@@ -44,6 +46,9 @@ def main(out: Path) -> None:
     try:
         listeners = subprocess.run(["ss", "-ltnpH"], capture_output=True, text=True, check=True).stdout.splitlines()
         failures = scenarios.run_all(out, "ray")
+        failures["data-plane"] = launch(
+            scenarios.SCRIPTS / "data_plane.py", 1, 1, [str(out)], backend="ray", timeout=120
+        ).failures
         listeners += subprocess.run(["ss", "-ltnpH"], capture_output=True, text=True, check=True).stdout.splitlines()
     finally:
         ray.shutdown()

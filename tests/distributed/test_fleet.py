@@ -21,7 +21,6 @@ pytestmark = pytest.mark.timeout(120)
 @pytest.fixture(autouse=True)
 def _nothing_left_behind() -> Iterator[None]:
     yield
-    assert not InProcessBackend._servers, "a launch left servers published"
     names = [
         t.name
         for t in threading.enumerate()

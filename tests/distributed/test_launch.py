@@ -43,7 +43,7 @@ def test_verbose_prints_a_roles_whole_traceback(tmp_path: Path, capsys: pytest.C
     assert status == 1
     server = [line for line in err.splitlines() if line.startswith("[server 0] ")]
     assert server[0] == "[server 0] Traceback (most recent call last):"
-    assert any("blockir/distributed/launch.py" in line for line in server)  # the launcher's frames too
+    assert any("blockir/distributed/runner.py" in line for line in server)  # the launcher's frames too
     assert any("blockir/distributed/fleet.py" in line and "init_server" in line for line in server)
     last = [line for line in err.splitlines() if line.startswith("blockir launch: server 0 failed: ")]
     assert len(last) == 1 and "is not a save" in last[0]

@@ -78,6 +78,23 @@ def test_ray_listens_on_loopback_only(ray_results: Path) -> None:
     _check_on_loopback(_report(ray_results)["listeners"])
 
 
+LOOPBACK_HEX = {"0100007F", "0000000000000000FFFF00000100007F", "00000000000000000000000001000000"}  # /proc/net/tcp*
+
+
+def test_workers_reach_a_server_over_a_unix_socket_on_its_node_and_tcp_from_another(ray_results: Path) -> None:
+    """The data plane on Ray: worker 0's connection to its server on the same node is a Unix socket; asked from
+    another node, the server's actor opens TCP on the node's address (loopback here), which answers the launch's
+    token and refuses another; every TCP listener, the data plane's included, is on loopback (/proc/net/tcp)."""
+    assert _report(ray_results)["failures"]["data-plane"] == {}
+    report = json.loads((ray_results / "data_plane.json").read_text())
+    assert (report["same_node"], report["other_node"], report["other_node_host"]) == ("unix", "tcp", "127.0.0.1")
+    assert report["version_over_tcp"] == report["server_version"] == 1  # its one sync step
+    assert report["wrong_token_refused"]
+    listeners = [entry.split(":") for entry in report["tcp_listeners"]]
+    assert ["0100007F", f"{report['other_node_port']:04X}"] in listeners
+    assert {host for host, _ in listeners} <= LOOPBACK_HEX, listeners
+
+
 RAY_PREFIX = re.compile(r"\((server|worker) \d+ pid=\d+\)")  # what Ray puts before a line it forwards
 
 

@@ -6,7 +6,9 @@ import pytest
 
 import blockir as bir
 from blockir.errors import BlockirError, ShapeError
-from tests.ops.cases_conv import ref_conv2d, ref_max_pool_with_index, ref_pool2d
+from tests.ops.cases_conv import ref_conv2d, ref_conv2d_transpose, ref_max_pool_with_index, ref_pool2d
+
+RNG_X = np.random.default_rng(11)
 
 
 def _types(main):
@@ -198,3 +200,75 @@ def test_bad_arguments(progs, build, error, pattern):
 def test_conv2d_needs_a_known_channel_dim(progs):
     with pytest.raises(ShapeError, match=r"channel dim .* must be known"):
         bir.layers.conv2d(bir.data("img", shape=[-1, -1, 5, 5]), 4, 3)
+
+
+# -- conv2d_transpose
+
+
+def test_conv2d_transpose_builds_the_filter_the_bias_and_the_activation(progs):
+    main, startup = progs
+    x = bir.data("img", shape=[-1, 4, 5, 5])
+    y = bir.layers.conv2d_transpose(x, num_filters=6, filter_size=3, stride=2, padding=1, act="relu")
+    assert _types(main) == ["conv2d_transpose", "elementwise_add", "relu"]
+    conv, add, _ = main.global_block().ops
+    assert conv.input("Filter") == ("conv2d_transpose_0.w_0",) and conv.attr("output_size") == ()
+    assert conv.attr("strides") == (2, 2) and conv.attr("paddings") == (1, 1) and conv.attr("groups") == 1
+    assert add.input("Y") == ("conv2d_transpose_0.b_0",) and add.attr("axis") == 1
+    assert main.global_block().var("conv2d_transpose_0.w_0").shape == (4, 6, 3, 3)  # [C, num_filters / groups, ...]
+    assert y.shape == (-1, 6, 9, 9)  # (5 - 1) * 2 - 2 + 3
+    inits = {op.output("Out")[0]: op for op in startup.global_block().ops}
+    assert inits["conv2d_transpose_0.w_0"].type == "uniform_random"  # Xavier, Fluid's default
+    bir.ir.verify(main)
+
+
+def test_conv2d_transpose_filter_size_from_output_size_and_depthwise(progs):
+    main, _ = progs
+    x = bir.data("img", shape=[-1, 3, 4, 4])
+    y = bir.layers.conv2d_transpose(x, 5, output_size=10, stride=2, padding=[1, 0], bias_attr=False)
+    conv = main.global_block().ops[0]
+    assert conv.attr("output_size") == (10, 10) and y.shape == (-1, 5, 10, 10)
+    # Fluid: (10 - 3 * 2 + 2 * pad - 1) // 1 + 1
+    assert main.global_block().var("conv2d_transpose_0.w_0").shape == (3, 5, 6, 4)
+    d = bir.layers.conv2d_transpose(x, 3, filter_size=3, groups=3, use_cudnn=False, data_format="NCHW")
+    assert _types(main)[-2:] == ["depthwise_conv2d_transpose", "elementwise_add"] and d.shape == (-1, 3, 6, 6)
+
+
+def test_conv2d_transpose_layer_computes_what_the_reference_does_and_learns(progs):
+    main, startup = progs
+    x = bir.data("img", shape=[-1, 2, 3, 4], dtype="float64")
+    target = bir.data("target", shape=[-1, 4, 6, 6], dtype="float64")
+    y = bir.layers.conv2d_transpose(x, 4, filter_size=[2, 3], stride=[2, 1], groups=2, bias_attr=False)
+    z = bir.layers.conv2d_transpose(x, 3, filter_size=3, padding="SAME", stride=2, data_format="NCHW")
+    loss = bir.layers.mean(bir.layers.square_error_cost(y, target))
+    bir.optimizer.SGD(0.5).minimize(loss)
+    img = RNG_X.uniform(-1, 1, (2, 2, 3, 4))
+    feed = {"img": img, "target": ref_conv2d_transpose(img, RNG_X.uniform(-1, 1, (2, 2, 2, 3)), (2, 1), groups=2)}
+    exe, scope = bir.Executor("cpu"), bir.Scope()
+    exe.run(startup, scope=scope)
+    w = np.asarray(scope.get("conv2d_transpose_0.w_0")).copy()
+    got_y, got_z, first = exe.run(main, feed=feed, fetch_list=[y, z, loss], scope=scope)
+    np.testing.assert_allclose(got_y, ref_conv2d_transpose(img, w, strides=(2, 1), groups=2), rtol=1e-10)
+    assert np.asarray(got_z).shape == (2, 3, 5, 8)  # SAME: paddings [1, 1], [0, 1] resolved on Input, as Paddle
+    for _ in range(100):
+        (last,) = exe.run(main, feed=feed, fetch_list=[loss], scope=scope)
+    assert np.asarray(last).item() < 0.05 * np.asarray(first).item()
+
+
+@pytest.mark.parametrize(
+    ("build", "pattern"),
+    [
+        (lambda x: bir.layers.conv2d_transpose(x, 4), r"filter_size=None needs output_size"),
+        (
+            lambda x: bir.layers.conv2d_transpose(x, 4, filter_size=3, groups=2),
+            r"3 channels and num_filters=4: both must be",
+        ),
+        (lambda x: bir.layers.conv2d_transpose(x, 4, filter_size=3, param_attr=False), r"filter cannot be omitted"),
+        (lambda x: bir.layers.conv2d_transpose(x, 4, output_size=2, stride=2), r"the filter size \[-6, -6\] must be"),
+        (lambda x: bir.layers.conv2d_transpose(x, 4, 20, 3), r"conv2d_transpose: .*output_size H = 20"),
+        (lambda x: bir.layers.conv2d_transpose(x, 4, filter_size=3, data_format="NCDHW"), r"'NCHW' or 'NHWC'"),
+    ],
+)
+def test_conv2d_transpose_bad_arguments(progs, build, pattern):
+    x = bir.data("img", shape=[-1, 3, 5, 5])
+    with pytest.raises(ShapeError, match=pattern):
+        build(x)

@@ -1,6 +1,6 @@
-"""bir.layers.batch_norm, layer_norm and dropout: the programs they build, and those programs run on the CPU
-executor against numpy (training updates the moving statistics, a test clone normalizes with them; dropout's
-mask, seeds and scaling per implementation in training and in a test)."""
+"""bir.layers.batch_norm, layer_norm, group_norm, instance_norm and dropout: the programs they build, and those
+programs run on the CPU executor against numpy (training updates the moving statistics, a test clone normalizes
+with them; dropout's mask, seeds and scaling per implementation in training and in a test)."""
 
 from __future__ import annotations
 
@@ -9,6 +9,7 @@ import pytest
 
 import blockir as bir
 from blockir.errors import BlockirError, ShapeError
+from tests.ops.cases_norm import ref_group_norm, ref_instance_norm
 
 RNG = np.random.default_rng(7)
 
@@ -348,3 +349,71 @@ def test_dropout_rejects(progs):
         bir.layers.dropout(x, 0.5, seed=1.5)  # type: ignore[arg-type]
     with pytest.raises(BlockirError, match=r"layers\.dropout: x must be a Variable"):
         bir.layers.dropout(np.ones(3), 0.5)  # type: ignore[arg-type]
+
+
+# -- group_norm and instance_norm ------------------------------------------------------------------------
+
+
+def test_group_norm_builds_the_op_and_parameters_and_computes_the_reference(progs):
+    main, startup = progs
+    x = bir.data("x", shape=[-1, 4, 3, 3], dtype="float64")
+    y = bir.layers.group_norm(x, groups=2, epsilon=1e-4, act="relu")
+    norm, relu = _ops(main)
+    assert (norm.type, relu.type) == ("group_norm", "relu")
+    assert norm.input("Scale") == ("group_norm_0.w_0",) and norm.input("Bias") == ("group_norm_0.b_0",)
+    assert norm.attr("groups") == 2 and norm.attr("epsilon") == pytest.approx(1e-4)
+    assert norm.attr("data_layout") == "NCHW"
+    assert y.shape == (-1, 4, 3, 3) and main.global_block().var(norm.output("Mean")[0]).shape == (-1, 2)
+    exe, scope = _run_startup(startup)
+    value = RNG.normal(size=(2, 4, 3, 3))
+    (got,) = exe.run(main, feed={"x": value}, fetch_list=[y], scope=scope)
+    expected = ref_group_norm(value, np.ones(4), np.zeros(4), 2, epsilon=1e-4)["Y"]
+    np.testing.assert_allclose(got, np.maximum(expected, 0), rtol=1e-10, atol=1e-12)
+
+
+def test_group_norm_nhwc_without_parameters_and_instance_norm_train(progs):
+    main, startup = progs
+    x = bir.data("x", shape=[-1, 3, 3, 4], dtype="float64")
+    h = bir.layers.group_norm(x, 2, param_attr=False, bias_attr=False, data_layout="NHWC")
+    norm = _ops(main)[0]
+    assert "Scale" not in norm.inputs and "Bias" not in norm.inputs
+    y = bir.layers.instance_norm(bir.layers.transpose(h, [0, 3, 1, 2]))
+    inorm = _ops(main)[-1]
+    assert inorm.type == "instance_norm" and inorm.input("Scale") == ("instance_norm_0.w_0",)
+    assert main.global_block().var(inorm.output("SavedMean")[0]).shape == (-1,)
+    loss = bir.layers.mean(bir.layers.square_error_cost(y, bir.data("t", shape=[-1, 4, 3, 3], dtype="float64")))
+    bir.optimizer.SGD(0.5).minimize(loss)
+    exe, scope = _run_startup(startup)
+    feed = {"x": RNG.normal(size=(2, 3, 3, 4)), "t": RNG.normal(size=(2, 4, 3, 3))}
+    (first,) = exe.run(main, feed=feed, fetch_list=[loss], scope=scope)
+    for _ in range(20):
+        (last,) = exe.run(main, feed=feed, fetch_list=[loss], scope=scope)
+    assert np.asarray(last).item() < np.asarray(first).item()
+    scale = np.asarray(scope.get("instance_norm_0.w_0"))
+    assert not np.allclose(scale, 1.0)  # the scale learned
+
+
+def test_instance_norm_computes_the_reference(progs):
+    main, startup = progs
+    x = bir.data("x", shape=[-1, 3, 2, 5], dtype="float32")
+    y = bir.layers.instance_norm(x, epsilon=1e-3, param_attr=False, bias_attr=False)
+    assert "Scale" not in _ops(main)[0].inputs
+    exe, scope = _run_startup(startup)
+    value = RNG.normal(size=(2, 3, 2, 5)).astype(np.float32)
+    (got,) = exe.run(main, feed={"x": value}, fetch_list=[y], scope=scope)
+    np.testing.assert_allclose(got, ref_instance_norm(value, None, None, 1e-3)["Y"], rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize(
+    ("build", "message"),
+    [
+        (lambda x: bir.layers.group_norm(x, 0), r"layers.group_norm: groups must be a positive int"),
+        (lambda x: bir.layers.group_norm(x, 3), r"layers.group_norm: group_norm: groups=3 must .* divide X's 4"),
+        (lambda x: bir.layers.group_norm(x, 2, data_layout="NDHWC"), r"data_layout must be 'NCHW' or 'NHWC'"),
+        (lambda x: bir.layers.instance_norm(x, param_attr=False), r"param_attr and bias_attr must be False together"),
+        (lambda x: bir.layers.instance_norm(bir.layers.reshape(x, [-1])), r"must have rank 2 to 5"),
+    ],
+)
+def test_group_norm_and_instance_norm_reject(progs, build, message):
+    with pytest.raises(ShapeError, match=message):
+        build(bir.data("x", shape=[-1, 4, 3, 3]))

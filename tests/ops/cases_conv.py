@@ -90,13 +90,19 @@ def conv_case(name, x, w, dtype="float64", grad=True, **attrs) -> Case:
         "nhwc": attrs.get("data_format") == "NHWC",
         "relu": attrs.get("fuse_relu_before_depthwise_conv", False),
     }
+    return filter_case(name, x, w, ref_conv2d(x, w, **ref_args), grad, attrs)
+
+
+def filter_case(name, x, w, output, grad, attrs) -> Case:
+    """A case of a convolution op of Input ``x`` and Filter ``w`` giving ``output``, gradient-checked in float64."""
+    float32 = x.dtype == np.float32
     return Case(
         {"Input": x, "Filter": w},
         attrs,
-        {"Output": ref_conv2d(x, w, **ref_args)},
-        grad=("Input", "Filter") if grad and dtype == "float64" else (),
-        rtol=1e-4 if dtype == "float32" else 1e-5,
-        atol=1e-4 if dtype == "float32" else 1e-6,
+        {"Output": output},
+        grad=("Input", "Filter") if grad and x.dtype == np.float64 else (),
+        rtol=1e-4 if float32 else 1e-5,
+        atol=1e-4 if float32 else 1e-6,
         name=name,
     )
 
@@ -210,6 +216,127 @@ DEPTHWISE_CONV2D = [
         paddings=[1, 0, 0, 1],
     ),
     conv_case("nhwc_pointwise", rand(1, 3, 3, 4), rand(4, 1, 1, 1), data_format="NHWC", groups=4),
+]
+
+# -- conv2d_transpose ---------------------------------------------------------------------------------------
+
+
+def ref_conv2d_transpose(
+    x,
+    w,
+    strides=(1, 1),
+    paddings=(0, 0),
+    dilations=(1, 1),
+    groups=1,
+    padding_algorithm="EXPLICIT",
+    output_padding=(),
+    output_size=(),
+    data_format="NCHW",
+    **no_effect,
+) -> np.ndarray:
+    """Paddle's conv2d_transpose, one Input pixel at a time: each adds Filter's taps times its value into Output at
+    ``i * stride - pad_before + tap * dilation`` (positions outside Output dropped); Output's size is
+    ``(L - 1) * stride - pads + dilation * (k - 1) + 1``, or output_size, or that plus output_padding."""
+    nhwc = data_format == "NHWC"
+    xc = (x.transpose(0, 3, 1, 2) if nhwc else x).astype(np.float64)
+    n, c, h, wd = xc.shape
+    _, mg, kh, kw = w.shape
+    pads = resolve_paddings(paddings, padding_algorithm, (h, wd), strides, (kh, kw))
+    dil = (1, 1) if padding_algorithm == "SAME" else tuple(dilations)
+    sizes = []
+    for axis, (size, k) in enumerate(zip((h, wd), (kh, kw))):
+        inferred = (size - 1) * strides[axis] - sum(pads[axis]) + dil[axis] * (k - 1) + 1
+        sizes.append(output_size[axis] if output_size else inferred + (output_padding[axis] if output_padding else 0))
+    out = np.zeros((n, mg * groups, *sizes))
+    cg = c // groups
+    for i in range(h):
+        for j in range(wd):
+            for a in range(kh):
+                r = i * strides[0] - pads[0][0] + a * dil[0]
+                for b in range(kw):
+                    q = j * strides[1] - pads[1][0] + b * dil[1]
+                    if not (0 <= r < sizes[0] and 0 <= q < sizes[1]):
+                        continue
+                    for g in range(groups):
+                        patch = xc[:, g * cg : (g + 1) * cg, i, j]  # [N, C / groups]
+                        out[:, g * mg : (g + 1) * mg, r, q] += patch @ w[g * cg : (g + 1) * cg, :, a, b]
+    out = out.transpose(0, 2, 3, 1) if nhwc else out
+    return out.astype(x.dtype)
+
+
+def transpose_case(name, x, w, dtype="float64", grad=True, **attrs) -> Case:
+    x, w = x.astype(dtype), w.astype(dtype)
+    return filter_case(name, x, w, ref_conv2d_transpose(x, w, **attrs), grad, attrs)
+
+
+CONV2D_TRANSPOSE = [
+    transpose_case(
+        "3x3_stride2_pad1_float32", rand(2, 4, 3, 3), rand(4, 3, 3, 3), "float32", strides=[2, 2], paddings=[1, 1]
+    ),
+    transpose_case("3x3_plain", rand(2, 3, 4, 3), rand(3, 2, 3, 3)),
+    transpose_case("groups_2", rand(2, 4, 3, 4), rand(4, 3, 3, 2), groups=2, strides=[1, 2]),
+    transpose_case(
+        "strides_dilations_4_paddings",
+        rand(1, 2, 4, 3),
+        rand(2, 3, 3, 2),
+        strides=[2, 3],
+        paddings=[1, 0, 2, 1],
+        dilations=[2, 1],
+    ),
+    transpose_case("output_padding", rand(1, 2, 3, 3), rand(2, 2, 3, 3), strides=[2, 3], output_padding=[1, 2]),
+    # output_padding below max(stride, dilation): a row past every tap, left zero
+    transpose_case(
+        "output_padding_past_the_taps", rand(1, 2, 3, 2), rand(2, 1, 2, 2), dilations=[3, 1], output_padding=[2, 0]
+    ),
+    transpose_case(
+        "output_size", rand(2, 2, 3, 4), rand(2, 3, 3, 3), strides=[2, 2], paddings=[1, 1], output_size=[6, 8]
+    ),
+    transpose_case(
+        "same", rand(1, 2, 3, 4), rand(2, 2, 3, 2), padding_algorithm="SAME", strides=[2, 2], dilations=[2, 2]
+    ),
+    transpose_case(
+        "valid_ignores_paddings", rand(1, 2, 3, 3), rand(2, 2, 2, 3), padding_algorithm="VALID", paddings=[1, 1]
+    ),
+    transpose_case("nhwc", rand(2, 3, 4, 3), rand(3, 2, 3, 2), data_format="NHWC", strides=[2, 1], paddings=[1, 0]),
+    transpose_case(
+        "nhwc_groups_output_size_float32",
+        rand(1, 3, 3, 4),
+        rand(4, 3, 2, 2),
+        "float32",
+        data_format="NHWC",
+        groups=2,
+        strides=[2, 2],
+        output_size=[7, 6],
+    ),
+    transpose_case("pointwise", rand(2, 3, 3, 4), rand(3, 5, 1, 1)),
+    transpose_case("pointwise_nhwc_groups", rand(2, 3, 2, 4), rand(4, 3, 1, 1), data_format="NHWC", groups=2),
+    # a 1x1 filter whose Output is larger than Input (output_padding with dilation 2): not pointwise
+    transpose_case(
+        "1x1_output_padding_is_not_pointwise",
+        rand(1, 2, 3, 3),
+        rand(2, 2, 1, 1),
+        dilations=[2, 2],
+        output_padding=[1, 0],
+    ),
+    transpose_case(
+        "non_semantic_attributes",
+        rand(1, 2, 3, 3),
+        rand(2, 2, 3, 3),
+        grad=False,
+        use_cudnn=True,
+        use_mkldnn=True,
+        is_test=True,
+        workspace_size_MB=4096,
+        mkldnn_data_type="bfloat16",
+        force_fp32_output=True,
+    ),
+]
+
+DEPTHWISE_CONV2D_TRANSPOSE = [
+    transpose_case(
+        "channel_multiplier_2", rand(2, 3, 3, 3), rand(3, 2, 3, 3), groups=3, strides=[2, 2], paddings=[1, 1]
+    ),
+    transpose_case("nhwc_float32", rand(1, 4, 3, 4), rand(4, 1, 3, 3), "float32", groups=4, data_format="NHWC"),
 ]
 
 # -- pool2d -----------------------------------------------------------------------------------------------
@@ -456,6 +583,8 @@ MAX_POOL2D_WITH_INDEX = [
 CASES: dict[str, list[Case]] = {
     "conv2d": CONV2D,
     "depthwise_conv2d": DEPTHWISE_CONV2D,
+    "conv2d_transpose": CONV2D_TRANSPOSE,
+    "depthwise_conv2d_transpose": DEPTHWISE_CONV2D_TRANSPOSE,
     "pool2d": POOL2D,
     "pool2d_grad": POOL2D_GRAD,
     "max_pool2d_with_index": MAX_POOL2D_WITH_INDEX,
@@ -508,6 +637,47 @@ INFER_ERRORS: list[tuple[str, Case, str]] = [
         Case({"Input": _X, "Filter": _W, "Output@GRAD": np.zeros((2, 4, 3, 3), np.float32)}, {"use_addto": True}),
         r"use_addto=True .* is not supported",
     ),
+    (
+        "conv2d_transpose",
+        Case({"Input": _X, "Filter": np.zeros((4, 2, 3, 3), np.float32)}),
+        r"has 3 channels \(NCHW\) but Filter .* takes 4 \(its dim 0\)",
+    ),
+    (
+        "conv2d_transpose",
+        Case({"Input": _X, "Filter": np.zeros((3, 2, 3, 3), np.float32)}, {"groups": 2}),
+        r"its 3 channels are not divisible by groups=2",
+    ),
+    ("conv2d_transpose", Case({"Input": _X, "Filter": _W[:3, :, 0]}), r"Filter .* must be 4-D \[in channels, out"),
+    (
+        "conv2d_transpose",
+        Case({"Input": _X, "Filter": _W[:3]}, {"strides": [2, 2], "output_size": [13, 11]}),
+        r"output_size H = 13 must be in \[11, 13\)",
+    ),
+    (
+        "conv2d_transpose",
+        Case({"Input": _X, "Filter": _W[:3]}, {"strides": [2, 2], "output_size": [11]}),
+        r"output_size=\[11\] must be empty or hold 2 values",
+    ),
+    (
+        "conv2d_transpose",
+        Case({"Input": _X, "Filter": _W[:3]}, {"dilations": [1, 2], "output_padding": [0, 2]}),
+        r"output_padding W = 2 must be in \[0, 2\)",
+    ),
+    (
+        "conv2d_transpose",
+        Case({"Input": _X, "Filter": _W[:3]}, {"paddings": [4, 4]}),
+        r"output H = -1; it must be at least 1",
+    ),
+    (
+        "depthwise_conv2d_transpose",
+        Case({"Input": _X, "Filter": _W[:3], "Bias": np.zeros(4, np.float32)}),
+        r"input Bias is used only by Paddle's oneDNN",
+    ),
+    (
+        "conv2d_transpose",
+        Case({"Input": _X, "Filter": _W[:3]}, {"fuse_relu": True}),
+        r"fuse_relu=True asks for a oneDNN fusion",
+    ),
     ("pool2d", Case({"X": _X}, {"pooling_type": "min", "ksize": [2, 2]}), r"pooling_type='min' is not one of max, avg"),
     ("pool2d", Case({"X": _X}, {"pooling_type": "max", "ksize": [2, 2, 2]}), r"ksize=\[2, 2, 2\] must hold 2 values"),
     ("pool2d", Case({"X": _X}, {"pooling_type": "max", "ksize": [6, 2]}), r"output H = 0; it must be at least 1"),
@@ -532,6 +702,16 @@ KERNEL_ERRORS: list[tuple[str, Case, str]] = [
         "depthwise_conv2d",
         Case({"Input": _X, "Filter": np.zeros((4, 3, 6, 3), np.float32)}),
         r"give output size \[0, 3\]",
+    ),
+    (
+        "conv2d_transpose",
+        Case({"Input": _X, "Filter": np.zeros((4, 2, 3, 3), np.float32)}),
+        r"Input with 3 channels .* Input channels must be Filter dim 0",
+    ),
+    (
+        "conv2d_transpose",
+        Case({"Input": _X, "Filter": _W[:3]}, {"output_size": [7, 9]}),
+        r"output_size W = 9 must be in \[7, 8\)",
     ),
     ("pool2d", Case({"X": _X}, {"pooling_type": "max", "ksize": [7, 2]}), r"output size -1 along H"),
     ("max_pool2d_with_index", Case({"X": _X}, {"ksize": [2, 9]}), r"output size -3 along W"),

@@ -237,6 +237,126 @@ LAYER_NORM = [
     ),
 ]
 
+# -- group_norm and instance_norm ----------------------------------------------------------------------------
+
+
+def ref_group_norm(
+    x: np.ndarray,
+    scale: np.ndarray | None,
+    bias: np.ndarray | None,
+    groups: int,
+    layout: str = "NCHW",
+    epsilon: float = 1e-5,
+) -> dict[str, np.ndarray]:
+    """Paddle's group_norm outputs, image by image and group by group in float64."""
+    dtype = "float32" if x.dtype == np.float16 else x.dtype
+    xc = np.moveaxis(x.astype(np.float64), -1, 1) if layout == "NHWC" else x.astype(np.float64)
+    n, c = xc.shape[:2]
+    per = c // groups
+    y = np.empty_like(xc)
+    mean, var = np.zeros((n, groups)), np.zeros((n, groups))
+    for i in range(n):
+        for g in range(groups):
+            values = xc[i, g * per : (g + 1) * per]
+            mean[i, g] = values.sum() / values.size
+            var[i, g] = ((values - mean[i, g]) ** 2).sum() / values.size
+            for k in range(g * per, (g + 1) * per):
+                out = (xc[i, k] - mean[i, g]) / np.sqrt(var[i, g] + epsilon)
+                y[i, k] = out * (1.0 if scale is None else float(scale[k])) + (0.0 if bias is None else float(bias[k]))
+    y = np.moveaxis(y, 1, -1) if layout == "NHWC" else y
+    return {"Y": y.astype(x.dtype), "Mean": mean.astype(dtype), "Variance": var.astype(dtype)}
+
+
+def _gn_case(
+    shape: tuple[int, ...],
+    groups: int,
+    name: str,
+    dtype: str = "float64",
+    layout: str = "NCHW",
+    affine: bool = True,
+    epsilon: float = 1e-5,
+) -> Case:
+    x = rand(*shape, dtype=dtype)
+    channels = shape[-1] if layout == "NHWC" else shape[1]
+    pdtype = "float32" if dtype == "float16" else dtype
+    inputs: dict = {"X": x}
+    if affine:
+        inputs.update(Scale=rand(channels, dtype=pdtype), Bias=rand(channels, dtype=pdtype))
+    tolerance = {"float16": (2e-3, 2e-3), "float32": (1e-4, 1e-5)}.get(dtype, (1e-6, 1e-7))
+    return Case(
+        inputs,
+        {"groups": groups, "data_layout": layout, "epsilon": epsilon},
+        ref_group_norm(x, inputs.get("Scale"), inputs.get("Bias"), groups, layout, epsilon),
+        grad=tuple(inputs) if dtype == "float64" else (),
+        rtol=tolerance[0],
+        atol=tolerance[1],
+        name=name,
+    )
+
+
+GROUP_NORM = [
+    _gn_case((2, 4, 3, 3), 2, "nchw_float32", dtype="float32"),
+    _gn_case((2, 6, 2, 3), 3, "nchw"),
+    _gn_case((3, 4, 5), 4, "rank3_one_channel_per_group"),
+    _gn_case((2, 4, 2, 2, 2), 1, "rank5_one_group", epsilon=1e-3),
+    _gn_case((3, 6), 2, "rank2"),
+    _gn_case((2, 3, 2, 4), 2, "nhwc", layout="NHWC"),
+    _gn_case((2, 2, 3, 6), 3, "nhwc_float32", dtype="float32", layout="NHWC"),
+    _gn_case((2, 4, 3), 2, "no_scale_no_bias", affine=False),
+    _gn_case((2, 4, 2, 2), 2, "float16_x_float32_params", dtype="float16"),
+]
+
+
+def ref_instance_norm(
+    x: np.ndarray, scale: np.ndarray | None, bias: np.ndarray | None, epsilon: float = 1e-5
+) -> dict[str, np.ndarray]:
+    """Paddle's instance_norm outputs, image by image and channel by channel in float64; SavedVariance is the
+    inverse standard deviation."""
+    dtype = "float32" if x.dtype == np.float16 else x.dtype
+    xc = x.astype(np.float64)
+    n, c = x.shape[:2]
+    y = np.empty_like(xc)
+    mean, inv_std = np.zeros(n * c), np.zeros(n * c)
+    for i in range(n):
+        for k in range(c):
+            values = xc[i, k]
+            mu = values.sum() / values.size
+            mean[i * c + k] = mu
+            inv_std[i * c + k] = 1.0 / np.sqrt(((values - mu) ** 2).sum() / values.size + epsilon)
+            out = (values - mu) * inv_std[i * c + k]
+            y[i, k] = out * (1.0 if scale is None else float(scale[k])) + (0.0 if bias is None else float(bias[k]))
+    return {"Y": y.astype(x.dtype), "SavedMean": mean.astype(dtype), "SavedVariance": inv_std.astype(dtype)}
+
+
+def _in_case(
+    shape: tuple[int, ...], name: str, dtype: str = "float64", affine: bool = True, epsilon: float = 1e-5
+) -> Case:
+    x = rand(*shape, dtype=dtype)
+    pdtype = "float32" if dtype == "float16" else dtype
+    inputs: dict = {"X": x}
+    if affine:
+        inputs.update(Scale=rand(shape[1], dtype=pdtype), Bias=rand(shape[1], dtype=pdtype))
+    tolerance = {"float16": (2e-3, 2e-3), "float32": (1e-4, 1e-5)}.get(dtype, (1e-6, 1e-7))
+    return Case(
+        inputs,
+        {"epsilon": epsilon},
+        ref_instance_norm(x, inputs.get("Scale"), inputs.get("Bias"), epsilon),
+        grad=tuple(inputs) if dtype == "float64" else (),
+        rtol=tolerance[0],
+        atol=tolerance[1],
+        name=name,
+    )
+
+
+INSTANCE_NORM = [
+    _in_case((2, 3, 4, 4), "nchw_float32", dtype="float32"),
+    _in_case((2, 3, 3, 2), "nchw"),
+    _in_case((3, 2, 5), "rank3", epsilon=1e-3),
+    _in_case((2, 2, 2, 3, 2), "rank5"),
+    _in_case((2, 3, 2, 3), "no_scale_no_bias", affine=False),
+    _in_case((2, 2, 3, 3), "float16_x_float32_params", dtype="float16"),
+]
+
 # -- dropout -----------------------------------------------------------------------------------------
 
 DOWNGRADE, UPSCALE = "downgrade_in_infer", "upscale_in_train"
@@ -304,7 +424,13 @@ DROPOUT = [
     ),
 ]
 
-CASES: dict[str, list[Case]] = {"batch_norm": BATCH_NORM, "layer_norm": LAYER_NORM, "dropout": DROPOUT}
+CASES: dict[str, list[Case]] = {
+    "batch_norm": BATCH_NORM,
+    "layer_norm": LAYER_NORM,
+    "group_norm": GROUP_NORM,
+    "instance_norm": INSTANCE_NORM,
+    "dropout": DROPOUT,
+}
 
 # -- bad input --------------------------------------------------------------------------------------
 
@@ -373,6 +499,24 @@ INFER_ERRORS: list[tuple[str, Case, str]] = [
         r"Scale 'in.Scale' \(float64 \[3\]\) must have dtype float32",
     ),
     ("layer_norm", Case({"X": np.ones((2, 3), np.int32)}), r"X 'in.X' \(int32 \[2, 3\]\) has dtype int32"),
+    ("group_norm", Case({"X": rand(2, 4, 3)}, {"groups": 3}), r"groups=3 must be at least 1 and divide X's 4 channels"),
+    ("group_norm", Case({"X": rand(2, 4, 3)}, {"groups": 0}), r"groups=0 must be at least 1"),
+    ("group_norm", Case({"X": rand(2, 2, 3)}, {"groups": 2, "data_layout": "NHWC"}), r"divide X's 3 channels \(NHWC\)"),
+    ("group_norm", Case({"X": rand(2, 4)}, {"data_layout": "NCDHW"}), r"data_layout 'NCDHW' is not supported"),
+    ("group_norm", Case({"X": rand(4)}), r"X 'in.X' \(float64 \[4\]\) must have rank 2 to 5"),
+    (
+        "group_norm",
+        Case({"X": rand(2, 4), "Scale": rand(3)}),
+        r"Scale 'in.Scale' \(float64 \[3\]\) must have shape \[4\]",
+    ),
+    ("group_norm", Case({"X": rand(2, 4)}, {"epsilon": -1.0}), r"epsilon -1 must not be negative"),
+    ("instance_norm", Case({"X": rand(1, 2, 1, 1, 1, 2)}), r"must have rank 2 to 5"),
+    (
+        "instance_norm",
+        Case({"X": rand(2, 3, 4, dtype="float32"), "Bias": rand(3)}),
+        r"Bias 'in.Bias' \(float64 \[3\]\) must have dtype float32",
+    ),
+    ("instance_norm", Case({"X": np.ones((2, 3), np.int64)}), r"X 'in.X' \(int64 \[2, 3\]\) has dtype int64"),
     ("dropout", Case({"X": rand(2, 3)}, {"dropout_prob": 1.5}), r"dropout_prob 1.5 must be in \[0, 1\]"),
     ("dropout", Case({"X": rand(2, 3)}, {"dropout_prob": -0.1}), r"dropout_prob -0.1 must be in \[0, 1\]"),
     (
@@ -396,4 +540,9 @@ INFER_ERRORS: list[tuple[str, Case, str]] = [
 KERNEL_ERRORS: list[tuple[str, Case, str]] = [
     ("batch_norm", Case(_bn(rand(0, 3))), r"batch_norm: X of shape \[0, 3\] is empty; a training batch needs values"),
     ("layer_norm", Case({"X": rand(3, 0)}), r"layer_norm: X of shape \[3, 0\] has no values from dim 1 on"),
+    (
+        "group_norm",
+        Case({"X": rand(2, 4, 3)}, {"groups": 3}),
+        r"group_norm: X of shape \[2, 4, 3\] has 4 channels, not divisible by groups=3",
+    ),
 ]
