@@ -3,8 +3,9 @@ array) and its outputs, built in Paddle's legacy static graph (``paddle_side.py 
 
 - ``VISION``: every constructor of ``paddle.vision.models`` (10 classes, at a small input, in eval mode);
 - ``LAYERS``: one program per common ``paddle.nn`` layer and tensor function, named after it;
-- ``TEXT``: recurrent text models (``nn.LSTM``, a bidirectional ``nn.GRU``; ``nn.RNN(nn.LSTMCell)`` is not
-  here: in Paddle 3.3.1 its cell calls functions that build only PIR programs, so no legacy program of it).
+- ``TEXT``: recurrent text models (``nn.LSTM``, a bidirectional ``nn.GRU``; ``nn.RNN(nn.LSTMCell)`` and
+  ``nn.TransformerEncoderLayer`` are not here: in Paddle 3.3.1 they call functions that build only PIR
+  programs, so no legacy program of them; ``paddle_side.py``'s ``text`` model has an attention's ops).
 
 Only numpy and paddle are imported here (run with a Paddle interpreter, as ``paddle_side.py`` is).
 """
@@ -220,6 +221,14 @@ LAYERS = {
     "full_like": _fn(lambda x: paddle.full_like(x, 2.5) * x, (3, 5)),
     "arange": _fn(lambda x: x + paddle.arange(5, dtype="float32"), (3, 5)),
     "linspace": _fn(lambda x: x + paddle.linspace(0, 1, 5, dtype="float32"), (3, 5)),
+    # outside what blockir covers: recorded as refused (zoo_check.REFUSED)
+    "conv3d": _layer(lambda: nn.Conv3D(4, 4, 3), shape=(2, 4, 5, 6, 6)),
+    "max_pool3d": _layer(lambda: nn.MaxPool3D(2), shape=(2, 4, 4, 6, 6)),
+    "unfold": _layer(lambda: nn.Unfold(kernel_sizes=2)),
+    "lrn": _fn(
+        lambda x: op("lrn", {"X": x}, {"n": 3, "k": 1.0, "alpha": 1e-4, "beta": 0.75}, ("Out", "MidOut")), (2, 4, 5, 5)
+    ),
+    "kl_div_loss": _fn(lambda x, y: F.kl_div(x, y, reduction="mean"), (3, 5), (3, 5), positive=True),
 }
 
 

@@ -19,6 +19,11 @@ TOLERANCE = 1e-5  # max |blockir - Paddle| / max |Paddle|, per output
 REFUSED: dict[str, set[str]] = {
     "lstm": {"rnn"},
     "gru_bidirectional": {"rnn"},
+    "conv3d": {"conv3d"},
+    "max_pool3d": {"pool3d"},
+    "unfold": {"unfold"},
+    "lrn": {"lrn"},
+    "kl_div_loss": {"kldiv_loss"},
 }
 
 
