@@ -46,7 +46,8 @@ def _vision(constructor, size=64, channels=3, **kwargs):
         x = _image((2, channels, size, size))
         net = getattr(models, constructor)(num_classes=10, **kwargs)
         net.eval()
-        return {"x": x}, [net(_data("x", x))]
+        out = net(_data("x", x))
+        return {"x": x}, list(out) if isinstance(out, (list, tuple)) else [out]  # googlenet: and its aux heads
 
     return build
 
