@@ -157,7 +157,7 @@ def test_diff_marks_differ_from_device_colours_in_line_style_and_glyph(laptop: A
             laptop,
             """const g = document.querySelector('g.node.' + arguments[0]);
             const halo = getComputedStyle(g.querySelector('rect.halo'));
-            return {glyph: g.querySelector('.glyph text').textContent, display: halo.display,
+            return {glyph: g.querySelector('text.glyph').textContent, display: halo.display,
                     dash: halo.strokeDasharray, stroke: halo.stroke,
                     fills: [...document.querySelectorAll('g.node rect.box')].map(r => r.style.stroke)};""",
             status,
@@ -197,9 +197,11 @@ def test_long_text_wraps_and_cut_labels_show_in_full_on_hover(laptop: Any, pages
     data = embedded(pages["readme"].read_text())
     cut = js(
         laptop,
-        """return [...document.querySelectorAll('g.node')]
+        """const hover = (g) => g.querySelector('rect.box').dispatchEvent(new MouseEvent('mouseover', {bubbles: true}));
+        return [...document.querySelectorAll('g.node')]
             .filter(g => [...g.querySelectorAll('text')].some(t => t.textContent.endsWith('…')))
-            .map(g => [g.dataset.id, g.dataset.v, g.querySelector('title').textContent]);""",
+            .map(g => { hover(g); return [g.dataset.id, g.dataset.v, g.querySelector(':scope > title').textContent]; }
+            );""",
     )
     assert cut, "no label is cut in this page"
     for _, v, title in cut:
@@ -216,6 +218,12 @@ def test_an_edge_names_its_value_and_a_variable_lights_its_writer_and_readers(
     e = js(laptop, "return document.querySelector('path.edge:not(.absent)').dataset.e")
     src, _, name, _ = data["edges"][int(e)]
     shape, dtype, _ = data["vars"][0][name]
+    assert js(laptop, f"return document.querySelector('path.edge[data-e=\"{e}\"] title')") is None  # made on hover
+    js(
+        laptop,
+        "document.querySelector(arguments[0]).dispatchEvent(new MouseEvent('mouseover', {bubbles: true}))",
+        f'path.edge[data-e="{e}"]',
+    )
     title = js(laptop, f"return document.querySelector('path.edge[data-e=\"{e}\"] title').textContent")
     assert title == f"{name}: {dtype}[{', '.join(map(str, shape))}]"
     click(laptop, f'path.edge[data-e="{e}"]')

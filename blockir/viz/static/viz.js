@@ -4,14 +4,14 @@ The data model is the JSON in #viz-data (blockir/viz/model.py documents it). Pos
 model (one layout for every state); this script never lays out. DOM contract (the browser tests use it):
   #passes li.state[data-state=K] (.selected, .failure), li.fold          the pass list
   svg#graph g.node[data-id][data-device] (.added .ghost .modified .moved .annotated .match .dim .selected
-    .writer .reader .absent .feed .fetch .copy .control; text.t1-.t3 its label lines, title its whole label),
-  path.edge[data-e] (title: variable, dtype, shape; .hl), g.cluster[data-block], #labels span (op labels
+    .writer .reader .absent .feed .fetch .copy .control; text.t1-.t3 its label lines, title its whole label once the pointer is on it),
+  path.edge[data-e] (title, once the pointer is on it: variable, dtype, shape; .hl), g.cluster[data-block], #labels span (op labels
   drawn over the graph below zoom 1), #minimap, #fit, #zoom-in, #zoom-out
   #diff-summary, #compare, #stats, #details (.text, .lineage, a.origin[data-id], a.var[data-var], .varinfo),
   #tabs button[data-tab=op|text], #program (#text-search, #text-count, .line.op[data-id] .add .mod .ann .del
   .sel .hit), #search, #search-count, #filter, #timeline rect.span[data-id], #heat, #error
 window.vizView() = {x, y, k} (screen = graph * k + (x, y), in the graph's pixels).
-window.vizTiming = {parsed, drawn, interactive} (performance.now()); window.vizReady once painted. */
+window.vizTiming = {parsed, graph, state, drawn, interactive} (performance.now()); window.vizReady once painted. */
 (() => {
   "use strict";
   const T0 = performance.now();
@@ -76,6 +76,11 @@ window.vizTiming = {parsed, drawn, interactive} (performance.now()); window.vizR
  <section id="timeline"></section>
 </div>`);
   const svg = $("#graph"), viewport = $("#viewport");
+  // The graph pane's rectangle, measured while the page is small (before the graph is drawn) and again after a
+  // resize: reading it after the graph is drawn would lay out every node before the first paint does.
+  let pane = null;
+  const paneRect = () => pane || (pane = svg.getBoundingClientRect());
+  window.addEventListener("resize", () => { pane = null; applyView(); });
 
   // -- drawing the graph (once) -----------------------------------------------------------------------------
   function nodeMarkup(i) {
@@ -85,7 +90,7 @@ window.vizTiming = {parsed, drawn, interactive} (performance.now()); window.vizR
       `<text class="t1" x="7" y="13"></text><text class="t2" x="7" y="27"></text><text class="t3" x="7" y="41"></text>` +
       `<text class="moved-tag" x="${w - 4}" y="-6" text-anchor="end"></text>` +
       `<g class="badge" transform="translate(${w - 3},3)"></g>` +
-      `<g class="glyph" transform="translate(-4,-4)"><circle r="7.5"></circle><text y="4" text-anchor="middle"></text></g><title></title></g>`;
+      `<text class="glyph" x="-4" y="0" text-anchor="middle"></text></g>`;
   }
   function clip(text, w) { // the text in w px of the 11px monospace font (6.6 px a character), "…" where cut
     const n = Math.max(4, Math.floor((w - 12) / 6.6));
@@ -110,8 +115,7 @@ window.vizTiming = {parsed, drawn, interactive} (performance.now()); window.vizR
       if (!a || !b) return "";
       const x1 = a[0] + a[2] / 2, y1 = a[1] + a[3], x2 = b[0] + b[2] / 2, y2 = b[1];
       const c = Math.max(18, (y2 - y1) / 2);
-      return `<path class="edge absent" data-e="${e}" d="M${x1},${y1}C${x1},${y1 + c} ${x2},${y2 - c} ${x2},${y2}">` +
-        `<title>${esc(varText(D.edges[e][2], a[4]))}</title></path>`;
+      return `<path class="edge absent" data-e="${e}" d="M${x1},${y1}C${x1},${y1 + c} ${x2},${y2 - c} ${x2},${y2}"></path>`;
     });
     $("#edges").innerHTML = edgesHtml.join("");
     $("#edges").querySelectorAll("path").forEach((p) => (edgeEls[+p.dataset.e] = p));
@@ -129,7 +133,6 @@ window.vizTiming = {parsed, drawn, interactive} (performance.now()); window.vizR
     t[2].textContent = clip(op.label[0], w - (stream ? badgeW + 4 : 0));
     t[3].textContent = clip(op.label[1] || "", w);
     t[4].textContent = clip(op.label[2] || "", w);
-    t[8].textContent = op.label.filter((line) => line).join("\n") + `\n${op.device || "unplaced"}${op.stream ? " · " + op.stream : ""}`;
     g.dataset.device = op.device;
     g.dataset.v = v;
     const box = t[1];
@@ -177,7 +180,7 @@ window.vizTiming = {parsed, drawn, interactive} (performance.now()); window.vizR
         fillNode(i, v);
         if (status) g.classList.add(status);
         if (status === "moved") g.children[5].textContent = `${D.ops[b].device || "unplaced"} → ${D.ops[a].device}`;
-        g.children[7].lastChild.textContent = GLYPH[status] || "";
+        g.children[7].textContent = GLYPH[status] || "";
         g.dataset.status = status;
       }
       if (selected === ids[i]) g.classList.add("selected");
@@ -401,7 +404,7 @@ window.vizTiming = {parsed, drawn, interactive} (performance.now()); window.vizR
   function drawLabels() {
     const box = $("#labels");
     if (view.k >= 0.999) { box.innerHTML = ""; return; }
-    const r = svg.getBoundingClientRect(), html = [];
+    const r = paneRect(), html = [];
     for (let i = 0; i < ids.length; i++) {
       const [x, y, w, h] = D.nodes[ids[i]], sx = view.x + x * view.k, sy = view.y + y * view.k, sw = w * view.k, sh = h * view.k;
       if (sx > r.width || sy > r.height || sx + sw < 0 || sy + sh < 0 || sh < 15 || !shownNode(i)) continue;
@@ -418,18 +421,18 @@ window.vizTiming = {parsed, drawn, interactive} (performance.now()); window.vizR
     return [w, h];
   }
   function fitZoom() {
-    const [w, h] = bounds(), r = svg.getBoundingClientRect();
+    const [w, h] = bounds(), r = paneRect();
     return Math.min(2, (r.width - 40) / Math.max(w, 1), (r.height - 60) / Math.max(h, 1));
   }
   function fit() { // the whole graph, centred
-    const [w, h] = bounds(), r = svg.getBoundingClientRect();
+    const [w, h] = bounds(), r = paneRect();
     view.k = Math.max(0.01, fitZoom());
     view.x = (r.width - w * view.k) / 2;
     view.y = 44 + Math.max(0, (r.height - 60 - h * view.k) / 2);
     applyView();
   }
   function home() { // the larger of the fit zoom and zoom 1, at the start of the graph (its feeds)
-    const [w, h] = bounds(), r = svg.getBoundingClientRect();
+    const [w, h] = bounds(), r = paneRect();
     if (fitZoom() >= 1) { fit(); return; }
     view.k = 1;
     const s = shownState(cur), feeds = [];
@@ -440,7 +443,7 @@ window.vizTiming = {parsed, drawn, interactive} (performance.now()); window.vizR
     applyView();
   }
   function visibleCentre() { // the screen centre of the part of the graph on screen (the pane's centre if none is)
-    const [w, h] = bounds(), r = svg.getBoundingClientRect();
+    const [w, h] = bounds(), r = paneRect();
     const x0 = Math.max(0, view.x), x1 = Math.min(r.width, view.x + w * view.k);
     const y0 = Math.max(0, view.y), y1 = Math.min(r.height, view.y + h * view.k);
     return x1 > x0 && y1 > y0 ? [(x0 + x1) / 2, (y0 + y1) / 2] : [r.width / 2, r.height / 2];
@@ -453,7 +456,7 @@ window.vizTiming = {parsed, drawn, interactive} (performance.now()); window.vizR
     applyView();
   }
   function centerOn(id) {
-    const [x, y, w, h] = D.nodes[id], r = svg.getBoundingClientRect();
+    const [x, y, w, h] = D.nodes[id], r = paneRect();
     if (view.k < 1) view.k = 1; // labels readable
     view.x = r.width / 2 - (x + w / 2) * view.k;
     view.y = r.height / 2 - (y + h / 2) * view.k;
@@ -471,9 +474,23 @@ window.vizTiming = {parsed, drawn, interactive} (performance.now()); window.vizR
   window.addEventListener("pointerup", () => { setTimeout(() => (drag = null), 0); svg.classList.remove("dragging"); });
   svg.addEventListener("wheel", (e) => {
     e.preventDefault();
-    const r = svg.getBoundingClientRect();
+    const r = paneRect();
     zoomAt(e.clientX - r.left, e.clientY - r.top, Math.exp(-e.deltaY * 0.0015));
   }, { passive: false });
+  svg.addEventListener("mouseover", (e) => { // the tooltip of what the pointer rests on, made when it arrives
+    const target = e.target.closest("path.edge, g.node");
+    if (!target) return;
+    let text;
+    if (target.tagName === "path") {
+      const [src, , name] = D.edges[+target.dataset.e];
+      text = varText(name, D.nodes[src][4]);
+    } else {
+      const op = D.ops[+target.dataset.v];
+      text = op.label.filter((line) => line).join("\n") + `\n${op.device || "unplaced"}${op.stream ? " · " + op.stream : ""}`;
+    }
+    const title = target.querySelector(":scope > title") || target.appendChild(document.createElementNS(NS, "title"));
+    title.textContent = text;
+  });
   svg.addEventListener("click", (e) => {
     if (drag && drag.moved) return;
     const title = e.target.closest("g.cluster text");
@@ -581,7 +598,7 @@ window.vizTiming = {parsed, drawn, interactive} (performance.now()); window.vizR
   }
   function drawMinimapView() { // the part on screen, as a rectangle; the minimap shows only when the graph does not fit
     if (!minimapImage) return;
-    const [w, h] = bounds(), g = svg.getBoundingClientRect();
+    const [w, h] = bounds(), g = paneRect();
     const all = view.x >= -1 && view.y >= -1 && view.x + w * view.k <= g.width + 1 && view.y + h * view.k <= g.height + 1;
     minimap.classList.toggle("shown", !all);
     const c = minimap.getContext("2d"), m = minimapScale();
@@ -689,7 +706,7 @@ window.vizTiming = {parsed, drawn, interactive} (performance.now()); window.vizR
   $("#text-search").addEventListener("keydown", (e) => { if (e.key === "Enter") { e.preventDefault(); searchText(true); } });
   const minimap = $("#minimap");
   const fromMinimap = (e) => { // centre the view on the graph point under the pointer
-    const m = minimapScale(), r = minimap.getBoundingClientRect(), g = svg.getBoundingClientRect();
+    const m = minimapScale(), r = minimap.getBoundingClientRect(), g = paneRect();
     view.x = g.width / 2 - ((e.clientX - r.left - m.ox) / m.k) * view.k;
     view.y = g.height / 2 - ((e.clientY - r.top - m.oy) / m.k) * view.k;
     applyView();
@@ -702,10 +719,13 @@ window.vizTiming = {parsed, drawn, interactive} (performance.now()); window.vizR
   // -- start -----------------------------------------------------------------------------------------------------------------------
   drawPasses();
   drawLegend();
-  drawGraph();
   drawTimeline();
+  paneRect();
+  drawGraph();
+  timing.graph = performance.now();
   const first = D.states.findIndex((s, k) => k > 0 && s.changed);
   selectState(first > 0 ? first : NSTATES > 1 ? 1 : 0);
+  timing.state = performance.now();
   home();
   timing.drawn = performance.now();
   requestAnimationFrame(() => requestAnimationFrame(() => {
