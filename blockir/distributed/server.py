@@ -32,22 +32,26 @@ push names (gathered from the shard, then written back).
 
 Every method is safe to call from several threads at once (the Ray actor runs
 them on a thread pool; the in-process backend calls them from the workers'
-threads). A sync wait longer than ``timeout`` seconds is an error naming the
+threads). Each table has its own lock, and the dense blocks theirs, beside the
+server's own (versions, sync steps, barriers): an update of one table does not
+hold up a pull or an update of another (async and GEO; a sync step is applied
+whole before its pulls are answered). A sync wait longer than ``timeout`` seconds is an error naming the
 workers that did not push.
 """
 
 from __future__ import annotations
 
-import itertools
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
+from blockir.distributed.index import IdIndex, grown
 from blockir.distributed.saves import checkpoint_info
 from blockir.errors import BlockirError
 from blockir.io.persistence import read_shard, saved_tables, saved_values, write_shard
@@ -105,107 +109,218 @@ class _Entry:
         )
 
 
+class _Log:
+    """Values appended a batch at a time to an array that grows by doubling."""
+
+    def __init__(self, dtype: type) -> None:
+        self.array: np.ndarray = np.zeros(0, dtype)
+        self.count = 0
+
+    def append(self, values: np.ndarray) -> None:
+        self.array = grown(self.array, self.count + len(values))
+        self.array[self.count : self.count + len(values)] = values
+        self.count += len(values)
+
+    def view(self) -> np.ndarray:
+        return self.array[: self.count]
+
+    def keep(self, values: np.ndarray) -> None:
+        """Hold ``values`` alone (a copy)."""
+        self.array = np.array(values, self.array.dtype)
+        self.count = len(values)
+
+
 class _Shard:
-    """This server's rows of one sparse table: values and optimizer state per admitted id, grown on demand."""
+    """This server's rows of one sparse table: values and optimizer state per admitted id, grown on demand.
+
+    The rows live in arrays of a capacity that doubles as they fill (``store``, one per variable: the table's
+    and each optimizer state's), at the rows the id index hands out (a dropped row's slot is handed out again).
+    What a row needs besides (changed since the last save, the save it was last carried at) is in arrays
+    aligned with the rows; the ids not yet admitted have their own index, with their sightings beside it."""
 
     def __init__(self, table: SparseTable, init: Operator, states: dict[str, Operator]) -> None:
         self.table = table
         self.entry = _Entry.parse(table.entry, table.name)
         self.init = init
         self.state_init = states  # state variable -> its startup op
-        self.index: dict[int, int] = {}  # id -> row of the arrays
-        self.ids = np.zeros(0, np.int64)
+        self.index = IdIndex()  # id -> row of the arrays
         dtype = np.dtype(table.dtype)
-        self.arrays = {name: np.zeros((0, table.dim), dtype) for name in (table.name, *states)}
-        self.seen: dict[int, int] = {}  # sightings of ids not yet admitted
-        self.dirty: set[int] = set()  # ids whose row changed (made or updated) since the last save
-        self.removed: set[int] = set()  # ids whose row shrink dropped since the last save
-        self.unseen: dict[int, int] = {}  # id -> completed saves since a pull or push last carried it
-        self.saving: set[int] = set()  # the dirty ids a save in progress wrote (cleared once it is complete)
-        self.saving_removed: set[int] = set()  # the removed ids it recorded
+        self.store = {name: np.zeros((0, table.dim), dtype) for name in (table.name, *states)}
+        self.dirty = np.zeros(0, bool)  # per row: changed (made or updated) since the last complete save
+        self.changed = _Log(np.int64)  # the rows made dirty, in order (a row again after a save or a reuse)
+        self.carried = np.zeros(0, np.int32)  # per row: `saves` when a pull or push last carried it
+        self.saves = 0  # completed saves
+        self.removed = _Log(np.int64)  # ids whose row shrink dropped since the last save (one may recur)
+        self.pending = IdIndex()  # ids seen but not yet admitted -> their row of `sightings`
+        self.sightings = np.zeros(0, np.int64)
+        self.saving = (np.zeros(0, np.int64), np.zeros(0, np.int64))  # a save in progress: its dirty rows, ids
+        self.saving_removed = 0  # how many of `removed` it recorded
 
     def __len__(self) -> int:
         return len(self.index)
 
+    @property
+    def ids(self) -> np.ndarray:
+        """The ids of the rows, in row order (a view while no row is free)."""
+        return self.index.row_ids()[self._live()]
+
+    @property
+    def arrays(self) -> dict[str, np.ndarray]:
+        """Every variable's rows, aligned with :attr:`ids` (views while no row is free)."""
+        live = self._live()
+        return {name: array[live] for name, array in self.store.items()}
+
+    def _live(self) -> slice | np.ndarray:
+        return slice(0, self.index.end) if self.index.free == 0 else self.index.live_rows()
+
     def rows(self, ids: np.ndarray) -> np.ndarray:
         """Row positions of ``ids`` (-1: not admitted)."""
-        return np.fromiter(map(self.index.get, ids.tolist(), itertools.repeat(-1)), np.int64, len(ids))
+        return self.index.find(ids)
 
     def admit(self, ids: np.ndarray) -> np.ndarray:
         """Count a push's sightings of ``ids``; make the rows of those admitted now; the positions of those
         admitted before this push (-1 for the others, whose gradients are dropped)."""
         before = self.rows(ids)
-        new = [int(i) for i in dict.fromkeys(ids[before < 0].tolist())]
+        missing = before < 0
         if self.entry.kind == "":
-            admitted = new
+            return self.made(ids, before)
+        if not missing.any():
+            return before
+        new, counts = np.unique(ids[missing], return_counts=True)
+        at = self.pending.find(new)
+        first = at < 0
+        if first.any():
+            at[first] = self.pending.add(new[first])
+            self.sightings = grown(self.sightings, self.pending.end)
+            self.sightings[at[first]] = 0
+        self.sightings[at] += counts
+        seen = self.sightings[at]
+        if self.entry.kind == "count_filter":
+            admitted = new[seen >= self.entry.value]
         else:
-            admitted = []
-            for i in new:
-                count = self.seen.get(i, 0) + int(np.count_nonzero(ids == i))
-                self.seen[i] = count
-                if self._admits(i, count):
-                    admitted.append(i)
-                    del self.seen[i]
-            before[np.isin(ids, admitted)] = -1  # the admitting push's gradient is dropped too
-        if admitted:
+            draws = [self._draw(i, c) for i, c in zip(new.tolist(), seen.tolist(), strict=True)]
+            admitted = new[np.array(draws, bool)]
+        if admitted.size:  # the admitting push's gradient is dropped too: `before` is -1 there
+            self.pending.remove(admitted)
             self._make(admitted)
-        if self.entry.kind == "":
-            return self.rows(ids)
         return before
 
-    def _admits(self, i: int, count: int) -> bool:
-        if self.entry.kind == "count_filter":
-            return count >= self.entry.value
-        draws = np.random.default_rng([row_seed(self._seed(), i), count]).random()
-        return bool(draws < self.entry.value)
+    def _draw(self, i: int, count: int) -> bool:
+        draw = np.random.default_rng([row_seed(self._seed(), i), count]).random()
+        return bool(draw < self.entry.value)
 
     def _seed(self) -> int:
         return int(self.init.attrs.get("seed", 0))
 
-    def _make(self, ids: list[int]) -> None:
-        start = len(self.index)
-        for name, array in list(self.arrays.items()):
+    def made(self, ids: np.ndarray, rows: np.ndarray) -> np.ndarray:
+        """``rows`` (the rows of ``ids``, -1 for an id without one) with a row made for each id that had none."""
+        missing = rows < 0
+        if missing.any():
+            new, inverse = np.unique(ids[missing], return_inverse=True)
+            rows[missing] = self._make(new)[inverse]
+        return rows
+
+    def _make(self, ids: np.ndarray) -> np.ndarray:
+        """Rows for ``ids`` (distinct, none admitted), made by the initializers; the rows."""
+        rows = self.index.add(ids)
+        end = self.index.end
+        for name, array in self.store.items():
             op = self.init if name == self.table.name else self.state_init[name]
-            self.arrays[name] = np.concatenate([array, _init_rows(op, ids, self.table.dim).astype(array.dtype)])
-        self.index.update((i, start + k) for k, i in enumerate(ids))
-        self.ids = np.concatenate([self.ids, np.asarray(ids, np.int64)])
-        self.dirty.update(ids)
-        self.removed.difference_update(ids)
+            self.store[name] = array = grown(array, end)
+            array[rows] = _init_rows(op, ids, self.table.dim)
+        self.dirty = grown(self.dirty, end)
+        self.dirty[rows] = False
+        self.carried = grown(self.carried, end)
+        self.touch(rows)
+        return rows
+
+    def touch(self, rows: np.ndarray) -> None:
+        """``rows`` (distinct) changed and were carried by a push (or made)."""
+        new = rows[~self.dirty[rows]]
+        self.dirty[new] = True
+        self.changed.append(new)
+        self.carried[rows] = self.saves
 
     def shrink(self, threshold: int) -> int:
         """Drop the rows no pull or push carried for ``threshold`` save intervals; how many."""
-        gone = {i for i in self.index if self.unseen.get(i, 0) >= threshold}
-        self.drop(gone)
+        live = self.index.live_rows()
+        gone = live[self.saves - self.carried[live] >= threshold]
+        self._drop_rows(gone)
         return len(gone)
 
-    def drop(self, gone: set[int]) -> None:
-        """Remove the rows of ``gone`` (recorded as removed for the next delta save)."""
-        gone = gone & set(self.index)
-        if gone:
-            keep = np.array([int(i) not in gone for i in self.ids.tolist()], bool)
-            self.ids = self.ids[keep]
-            self.arrays = {name: array[keep] for name, array in self.arrays.items()}
-            self.index = {int(i): k for k, i in enumerate(self.ids.tolist())}
-            self.dirty -= gone
-            self.removed |= gone
-            for i in gone:
-                self.unseen.pop(i, None)
+    def drop(self, ids: np.ndarray) -> None:
+        """Remove the rows of ``ids`` (recorded as removed for the next delta save)."""
+        rows = self.rows(ids)
+        self._drop_rows(np.unique(rows[rows >= 0]))
+
+    def _drop_rows(self, rows: np.ndarray) -> None:
+        ids = self.index.row_ids()[rows]
+        self.index.remove(ids)
+        self.dirty[rows] = False
+        self.removed.append(ids)
 
     def install(self, ids: np.ndarray, arrays: dict[str, np.ndarray]) -> None:
         """Set the rows of ``ids`` (made if new) to ``arrays`` (a loaded save's)."""
-        new = [int(i) for i in ids.tolist() if int(i) not in self.index]
-        if new:
-            self._make(new)
-        at = self.rows(ids)
+        at = self.made(ids, self.rows(ids))
         for name, values in arrays.items():
-            self.arrays[name][at] = values
+            self.store[name][at] = values
+
+    def dirty_rows(self) -> tuple[np.ndarray, np.ndarray]:
+        """The rows changed since the last complete save and their ids, by id."""
+        rows = np.unique(self.changed.view())
+        rows = rows[self.dirty[rows]]
+        ids = self.index.row_ids()[rows]
+        order = np.argsort(ids)
+        return rows[order], ids[order]
+
+    def removed_ids(self) -> np.ndarray:
+        """The ids dropped since the last complete save and not made again, ascending."""
+        ids = np.unique(self.removed.view())
+        return ids[self.rows(ids) < 0]
+
+    def sighted(self) -> tuple[np.ndarray, np.ndarray]:
+        """The ids not yet admitted (ascending) and their sightings."""
+        at = self.pending.live_rows()
+        ids = self.pending.row_ids()[at]
+        order = np.argsort(ids)
+        return ids[order], self.sightings[at[order]]
+
+    def set_sighted(self, ids: np.ndarray, counts: np.ndarray) -> None:
+        """The sightings of the ids not yet admitted (a loaded save's), those admitted since left out."""
+        self.pending = IdIndex()
+        out = self.rows(ids) < 0
+        at = self.pending.add(ids[out])
+        self.sightings = np.zeros(self.pending.end, np.int64)
+        self.sightings[at] = counts[out]
+
+    def forget_changes(self) -> None:
+        """Nothing changed since the last save (the rows just loaded from it)."""
+        self.dirty[self.changed.view()] = False
+        self.changed.keep(np.zeros(0, np.int64))
+        self.removed.keep(np.zeros(0, np.int64))
+
+    def begin_save(self) -> None:
+        """A save wrote the dirty rows and the removed ids as they are now."""
+        rows, ids = self.dirty_rows()
+        self.saving = (rows, ids)
+        self.saving_removed = self.removed.count
+
+    def commit_save(self) -> None:
+        """The save in progress is complete: its rows are saved; a save interval passed (shrink counts it)."""
+        rows, ids = self.saving
+        self.dirty[rows[self.index.row_ids()[rows] == ids]] = False  # a row handed to another id since stays
+        changed = self.changed.view()
+        self.changed.keep(changed[self.dirty[changed]])
+        self.removed.keep(self.removed.view()[self.saving_removed :])
+        self.saving, self.saving_removed = (np.zeros(0, np.int64), np.zeros(0, np.int64)), 0
+        self.saves += 1
 
 
-def _init_rows(op: Operator, ids: list[int], dim: int) -> np.ndarray:
+def _init_rows(op: Operator, ids: np.ndarray, dim: int) -> np.ndarray:
     """Rows of an initializer op for ``ids``: drawn one by one with :func:`row_seed` for a random op."""
     if lookup(op.type).random:
         seed = int(op.attrs.get("seed", 0))
-        return np.concatenate([_run_init(op, (1, dim), row_seed(seed, i)) for i in ids])
+        return np.concatenate([_run_init(op, (1, dim), row_seed(seed, i)) for i in ids.tolist()])
     return _run_init(op, (len(ids), dim))
 
 
@@ -223,8 +338,15 @@ class ParameterServer:
         self.mode = mode
         self.timeout = timeout
         self.scope = Scope()
-        self._executor = Executor("cpu")
+        # Locks, taken in this order and never one while holding a later one: ``_lock`` (the version, a sync
+        # step's pushes, barriers, the workers that finished, the stats), ``_dense_lock`` (the dense blocks and
+        # every value of the scope but the tables'), then a table's own (its shard): a pull or an update of one
+        # table never waits for another table's update.
         self._lock = threading.Condition()
+        self._dense_lock = threading.Lock()
+        self._executor = Executor("cpu")  # the dense blocks'
+        self._table_locks = {t.name: threading.Lock() for t in split.tables}
+        self._executors = {t.name: Executor("cpu") for t in split.tables}
         self._version = 0  # updates applied (sync: steps)
         self._pending: dict[int, tuple[dict[str, np.ndarray], dict[str, tuple[np.ndarray, np.ndarray]], int]] = {}
         self._stopped = False
@@ -307,7 +429,7 @@ class ParameterServer:
     # -- the API the workers call ------------------------------------------------------------------------
     def init_dense(self, values: dict[str, np.ndarray]) -> None:
         """The dense blocks' first values (worker 0's, by block name)."""
-        with self._lock:
+        with self._dense_lock:
             for name, value in values.items():
                 if name not in self.blocks:
                     raise BlockirError(f"parameter server {self.index} holds no dense block {name!r}")
@@ -315,14 +437,10 @@ class ParameterServer:
 
     def init_rows(self, table: str, ids: np.ndarray, rows: np.ndarray) -> None:
         """GEO: rows' first values (worker 0's local table, which every worker starts from)."""
-        with self._lock:
-            shard = self._table(table)
+        with self._holding(table) as shard:
             ids = np.asarray(ids, np.int64)
             self._check_ids(shard, ids)
-            new = [int(i) for i in ids.tolist() if int(i) not in shard.index]
-            if new:
-                shard._make(new)
-            shard.arrays[table][shard.rows(ids)] = rows
+            shard.install(ids, {table: rows})
 
     def pull_dense(self, names: Sequence[str], after: int = 0) -> dict[str, np.ndarray]:
         """The dense blocks ``names``; in sync mode once ``after`` steps are applied."""
@@ -332,7 +450,8 @@ class ParameterServer:
                 lambda: all(self.scope.find_var(n) is not None for n in names),
                 f"the first values of {list(names)} (fleet.init_worker on worker 0 gives them)",
             )
-            values = {n: np.array(self.scope.get(n), copy=True) for n in names}
+            with self._dense_lock:
+                values = {n: np.array(self.scope.get(n), copy=True) for n in names}
             self.stats["pulls"] += 1
             self.stats["bytes_out"] += sum(v.nbytes for v in values.values())
             return values
@@ -340,25 +459,28 @@ class ParameterServer:
     def pull_sparse(self, table: str, ids: np.ndarray, after: int = 0) -> np.ndarray:
         """Rows of ``table`` at ``ids`` (ids this server holds; zeros for ids not admitted); in sync mode once
         ``after`` steps are applied."""
-        with self._lock:
-            self._wait(after)
-            shard = self._table(table)
+        if self.mode == "sync":
+            with self._lock:
+                self._wait(after)
+        with self._holding(table) as shard:
             ids = np.asarray(ids, np.int64)
             self._check_ids(shard, ids)
             rows = shard.rows(ids)
-            if shard.entry.kind == "" and (rows < 0).any():  # no entry policy: rows are made on first use
-                shard._make(list(dict.fromkeys(ids[rows < 0].tolist())))
-                rows = shard.rows(ids)
+            if shard.entry.kind == "":  # no entry policy: rows are made on first use
+                rows = shard.made(ids, rows)
             known = rows >= 0
-            shard.unseen.update(dict.fromkeys(ids[known].tolist(), 0))
+            values = shard.store[table]
             if known.all():
-                out = shard.arrays[table][rows]
+                shard.carried[rows] = shard.saves
+                out = values[rows]
             else:
-                out = np.zeros((len(ids), shard.table.dim), shard.arrays[table].dtype)
-                out[known] = shard.arrays[table][rows[known]]
+                shard.carried[rows[known]] = shard.saves
+                out = np.zeros((len(ids), shard.table.dim), values.dtype)
+                out[known] = values[rows[known]]
+        with self._lock:
             self.stats["pulls"] += 1
             self.stats["bytes_out"] += out.nbytes
-            return out
+        return out
 
     def push(
         self,
@@ -378,19 +500,20 @@ class ParameterServer:
             )
             for table, (ids, _) in sparse.items():
                 self._check_ids(self._table(table), np.asarray(ids, np.int64))
-            if self.mode != "sync":
-                self._apply(dense, sparse)
-                self._version += 1
-                return self._version
-            step = self._version + 1
-            while worker in self._pending:  # its previous step still waits for the others
-                self._wait_for(lambda: worker not in self._pending, f"worker {worker}'s step {step} to be applied")
+            if self.mode == "sync":
                 step = self._version + 1
-            self._pending[worker] = (dense, sparse, weight)
-            if len(self._pending) == self.split.workers:
-                self._apply_step()
-            else:
-                self._wait(step)
+                while worker in self._pending:  # its previous step still waits for the others
+                    self._wait_for(lambda: worker not in self._pending, f"worker {worker}'s step {step} to be applied")
+                    step = self._version + 1
+                self._pending[worker] = (dense, sparse, weight)
+                if len(self._pending) == self.split.workers:
+                    self._apply_step()
+                else:
+                    self._wait(step)
+                return self._version
+        self._apply(dense, sparse)  # outside ``_lock``: under the dense lock, then each table's
+        with self._lock:
+            self._version += 1
             return self._version
 
     def exchange(
@@ -410,7 +533,7 @@ class ParameterServer:
     # -- saving and loading (fleet.save_persistables, init_server(dirname)) -----------------------------
     def values(self, names: Sequence[str]) -> dict[str, np.ndarray]:
         """Variables of this server's scope (the dense blocks' optimizer state, learning rates) by name."""
-        with self._lock:
+        with self._dense_lock:
             return {n: np.array(self.scope.get(n), copy=True) for n in names}
 
     def declares(self, names: Sequence[str]) -> list[str]:
@@ -421,7 +544,7 @@ class ParameterServer:
     def init_values(self, values: dict[str, np.ndarray]) -> None:
         """Set variables this server declares (worker 0's loaded optimizer state); others are refused."""
         block = self.program.global_block()
-        with self._lock:
+        with self._dense_lock:
             for name, value in values.items():
                 if not block.has_var(name):
                     raise BlockirError(f"parameter server {self.index} has no variable {name!r}")
@@ -433,43 +556,37 @@ class ParameterServer:
         admission state of the ids not yet admitted (their sightings), so that no load forgets them. Per
         table, the shard's manifest entry. The rows count as saved once :meth:`commit_save` says the save is
         complete."""
-        with self._lock:
-            entries = {}
-            for name, shard in self.shards.items():
+        entries = {}
+        for name in self.shards:
+            with self._holding(name) as shard:
                 kind = "delta" if delta else "base"
                 path = Path(directory) / "tables" / name / f"{kind}-{self.index:03d}-of-{self.servers:03d}.npys"
+                shard.begin_save()
                 if delta:
-                    at = shard.rows(np.array(sorted(shard.dirty), np.int64))
-                    rows = {"ids": shard.ids[at], **{k: v[at] for k, v in shard.arrays.items()}}
-                else:  # every row, as the shard holds them (written without a copy)
+                    at, ids = shard.saving
+                    rows = {"ids": ids, **{k: v[at] for k, v in shard.store.items()}}
+                else:  # every row, as the shard holds them (written without a copy while no row is free)
                     rows = {"ids": shard.ids, **shard.arrays}
-                pending = np.array(sorted(shard.seen), np.int64)
+                pending, counts = shard.sighted()
                 arrays = {
                     **rows,
                     "pending_ids": pending,
-                    "pending_counts": np.array([shard.seen[int(i)] for i in pending], np.int64),
-                    "removed_ids": np.array(sorted(shard.removed) if delta else [], np.int64),
+                    "pending_counts": counts,
+                    "removed_ids": shard.removed_ids() if delta else np.zeros(0, np.int64),
                 }
                 entry = write_shard(path, arrays)
-                entries[name] = {"file": str(path), "states": [k for k in shard.arrays if k != name], **entry}
-                shard.saving = set(shard.dirty)
-                shard.saving_removed = set(shard.removed)
-            return entries
+                entries[name] = {"file": str(path), "states": [k for k in shard.store if k != name], **entry}
+        return entries
 
     def commit_save(self) -> None:
         """The save :meth:`save_shards` wrote is complete (its manifest written): its rows are saved."""
-        with self._lock:
-            for shard in self.shards.values():
-                shard.dirty -= shard.saving
-                shard.removed -= shard.saving_removed
-                shard.saving, shard.saving_removed = set(), set()
-                for i in shard.index:  # a save interval passed: shrink counts them
-                    shard.unseen[i] = shard.unseen.get(i, 0) + 1
+        for name in self.shards:
+            with self._holding(name) as shard:
+                shard.commit_save()
 
     def table_rows(self, table: str) -> tuple[np.ndarray, np.ndarray]:
         """The ids of ``table`` this server holds and their rows (an inference model's table is made of them)."""
-        with self._lock:
-            shard = self._table(table)
+        with self._holding(table) as shard:
             return shard.ids.copy(), shard.arrays[table].copy()
 
     def restore(self, dirname: str) -> dict[str, Any]:
@@ -501,7 +618,7 @@ class ParameterServer:
                 )
             restored[name] = np.ascontiguousarray(value)
         self.load_tables(dirname, saved_tables(dirname), None)
-        with self._lock:
+        with self._lock, self._dense_lock:
             for name, value in restored.items():
                 self.scope.set(name, value)
             self._version = int(versions[self.index])
@@ -527,8 +644,11 @@ class ParameterServer:
         saves); they are gone from the next save (a delta records them as removed). Rows dropped per table."""
         if isinstance(threshold, bool) or not isinstance(threshold, int) or threshold < 1:
             raise BlockirError(f"shrink: threshold must be an int >= 1 (save intervals), got {threshold!r}")
-        with self._lock:
-            return {name: shard.shrink(threshold) for name, shard in self.shards.items()}
+        dropped = {}
+        for name in self.shards:
+            with self._holding(name) as shard:
+                dropped[name] = shard.shrink(threshold)
+        return dropped
 
     def load_tables(self, dirname: str, tables: dict[str, dict[str, Any]], names: Sequence[str] | None) -> None:
         """Load the rows of ``tables`` (a save's entries; only ``names`` when given) this server holds by the
@@ -546,7 +666,7 @@ class ParameterServer:
                     f"{dirname}: table {name!r} is saved as {entry['dtype']}[-1, {entry['dim']}], the program "
                     f"declares {shard.table.dtype}[{shard.table.height}, {shard.table.dim}]"
                 )
-            missing = sorted(set(shard.arrays) - {name} - set(entry["states"]))
+            missing = sorted(set(shard.store) - {name} - set(entry["states"]))
             if missing:
                 raise BlockirError(f"{dirname}: table {name!r} is saved without the optimizer state {missing}")
             chain = [entry["shards"], *(d["shards"] for d in entry.get("deltas", ()))]  # the base, then each delta
@@ -555,26 +675,26 @@ class ParameterServer:
                 parts = [read_shard(dirname, name, entry, s) for s in shards]  # checked against the manifest
                 ids = np.concatenate([p["ids"] for p in parts])
                 mine = ids % self.servers == self.index
-                rows = {k: np.concatenate([p[k] for p in parts])[mine] for k in shard.arrays}
+                rows = {k: np.concatenate([p[k] for p in parts])[mine] for k in shard.store}
                 pending = np.concatenate([p["pending_ids"] for p in parts])
                 counts = np.concatenate([p["pending_counts"] for p in parts])
                 keep = pending % self.servers == self.index
                 removed = np.concatenate([p["removed_ids"] for p in parts])
                 removed = removed[removed % self.servers == self.index]
-                saves.append((ids[mine], rows, dict(zip(pending[keep].tolist(), counts[keep].tolist())), removed))
+                saves.append((ids[mine], rows, (pending[keep], counts[keep]), removed))
             loaded[name] = saves
-        with self._lock:
-            for name, saves in loaded.items():
-                shard = self._table(name)
-                for ids, _, _, _ in saves:
-                    self._check_ids(shard, ids)
-                fresh = _Shard(shard.table, shard.init, shard.state_init)
-                for ids, rows, _, removed in saves:  # later saves' rows replace earlier ones; shrink's go
-                    fresh.install(ids, rows)
-                    fresh.drop(set(removed.tolist()))
-                fresh.seen = dict(saves[-1][2])  # the admission state as of the last save
-                fresh.seen = {i: c for i, c in fresh.seen.items() if i not in fresh.index}
-                fresh.dirty, fresh.removed = set(), set()
+        for name, saves in loaded.items():
+            for ids, _, _, _ in saves:
+                self._check_ids(self._table(name), ids)
+        for name, saves in loaded.items():
+            shard = self._table(name)
+            fresh = _Shard(shard.table, shard.init, shard.state_init)
+            for ids, rows, _, removed in saves:  # later saves' rows replace earlier ones; shrink's go
+                fresh.install(ids, rows)
+                fresh.drop(removed)
+            fresh.set_sighted(*saves[-1][2])  # the admission state as of the last save
+            fresh.forget_changes()  # what was loaded is saved
+            with self._table_locks[name]:
                 self.shards[name] = fresh
 
     def finish(self, worker: int) -> None:
@@ -619,12 +739,12 @@ class ParameterServer:
 
     def table_size(self, table: str) -> int:
         """How many rows of ``table`` this server holds."""
-        with self._lock:
-            return len(self._table(table))
+        with self._holding(table) as shard:
+            return len(shard)
 
     def table_ids(self, table: str) -> np.ndarray:
-        with self._lock:
-            return self._table(table).ids.copy()
+        with self._holding(table) as shard:
+            return shard.ids.copy()
 
     # -- applying ----------------------------------------------------------------------------------------
     def _wait(self, version: int) -> None:
@@ -669,18 +789,20 @@ class ParameterServer:
         if unknown:
             raise BlockirError(f"parameter server {self.index} holds no dense block {unknown[0]!r}")
         feed = {_renamed_grad(self.blocks[name]): grad for name, grad in dense.items()}
-        if self.mode == "geo":  # deltas: added
-            for name, delta in dense.items():
-                self.scope.get(name)[...] += delta.reshape(self.scope.get(name).shape)
-        elif len(dense) == len(self.blocks):  # every block (a worker's every push): their ops in one run
-            self._executor.run(self._dense_program, feed=feed, scope=self.scope)
-        else:
-            for name in dense:
-                held = self.blocks[name]
-                grad = _renamed_grad(held)
-                self._executor.run(self._programs[held.name], feed={grad: feed[grad]}, scope=self.scope)
+        with self._dense_lock:
+            if self.mode == "geo":  # deltas: added
+                for name, delta in dense.items():
+                    self.scope.get(name)[...] += delta.reshape(self.scope.get(name).shape)
+            elif len(dense) == len(self.blocks):  # every block (a worker's every push): their ops in one run
+                self._executor.run(self._dense_program, feed=feed, scope=self.scope)
+            else:
+                for name in dense:
+                    held = self.blocks[name]
+                    grad = _renamed_grad(held)
+                    self._executor.run(self._programs[held.name], feed={grad: feed[grad]}, scope=self.scope)
         for table, (ids, values) in sparse.items():
-            self._apply_rows(self._table(table), np.asarray(ids, np.int64), values)
+            with self._holding(table) as shard:
+                self._apply_rows(shard, np.asarray(ids, np.int64), values)
 
     def _apply_rows(self, shard: _Shard, ids: np.ndarray, values: np.ndarray) -> None:
         rows = shard.admit(ids)
@@ -688,9 +810,7 @@ class ParameterServer:
         if not keep.any():
             return
         uniq, inverse = np.unique(rows[keep], return_inverse=True)
-        touched = shard.ids[uniq].tolist()
-        shard.dirty.update(touched)
-        shard.unseen.update(dict.fromkeys(touched, 0))
+        shard.touch(uniq)
         kept = values[keep].reshape(-1, shard.table.dim)
         if len(uniq) == len(kept):  # a merged push (the communicator's): no id twice
             grad = np.empty_like(kept)
@@ -700,20 +820,27 @@ class ParameterServer:
             add_rows(grad, inverse, kept)
         name = shard.table.name
         if self.mode == "geo":
-            shard.arrays[name][uniq] += grad
+            shard.store[name][uniq] += grad
             return
-        feed = {n: shard.arrays[n][uniq] for n in shard.arrays}
+        feed = {n: array[uniq] for n, array in shard.store.items()}
         feed[name + GRAD_SUFFIX] = grad
         rows_scope = Scope(self.scope)  # the updated rows are read from it: no fetched copies
-        self._executor.run(self._programs[name], feed=feed, fetch_list=[], scope=rows_scope)
-        for n in shard.arrays:
-            shard.arrays[n][uniq] = rows_scope.get(n)
+        self._executors[name].run(self._programs[name], feed=feed, fetch_list=[], scope=rows_scope)
+        for n, array in shard.store.items():
+            array[uniq] = rows_scope.get(n)
 
     def _table(self, table: str) -> _Shard:
         shard = self.shards.get(table)
         if shard is None:
             raise BlockirError(f"parameter server {self.index} holds no sparse table {table!r}")
         return shard
+
+    @contextmanager
+    def _holding(self, table: str) -> Iterator[_Shard]:
+        """The shard of ``table`` with its lock held."""
+        self._table(table)
+        with self._table_locks[table]:
+            yield self.shards[table]
 
     def _check_ids(self, shard: _Shard, ids: np.ndarray) -> None:
         if ids.size == 0:

@@ -1,0 +1,173 @@
+"""The id index of a sparse-table shard: int64 ids to rows, a batch at a time, in numpy arrays.
+
+:class:`IdIndex` hands out rows ``0, 1, ...`` to the ids added (a removed id's row first, from a free list
+kept as an array) and finds them again. It is an open-addressing hash table with linear probing whose slots
+hold row numbers (int32 while the rows fit in one, else int64); the key of a slot is read from the id of
+its row (:meth:`IdIndex.row_ids`), so the table stores no key of its own. The table's size is a power of
+two; live ids and tombstones fill at most 60% of it, a rebuilt table at most 45% (so it is rebuilt, larger,
+once the ids have grown by a third): 6.7-18 bytes per id in slots, and 8 in the row's id, which the shard
+needs anyway. Every operation probes all the ids of a batch together, one vectorised round per probe step,
+so its cost is that of a few numpy passes over the batch, whatever the table's size. A removed id leaves a
+tombstone that probes walk past and insertions fill; tombstones count towards the load, and the table is
+rebuilt (from the live rows alone) when they fill it.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+__all__ = ["IdIndex", "grown"]
+
+_EMPTY = -1  # a slot never used since the table was built
+_GONE = -2  # a slot whose id was removed (a tombstone)
+_GOLDEN = np.uint64(0x9E3779B97F4A7C15)  # Fibonacci hashing: 2**64 / the golden ratio
+_MAX_LOAD = 0.6  # live ids and tombstones over slots, at most
+_REBUILT_LOAD = 0.45  # at most, in a rebuilt table
+_INT32_ROWS = int(np.iinfo(np.int32).max)
+
+
+def grown(array: np.ndarray, size: int) -> np.ndarray:
+    """``array`` in one of at least ``size`` rows, twice as many when it grows (amortised doubling); the new
+    rows are uninitialised (memory the system maps only once they are written)."""
+    if size <= len(array):
+        return array
+    out = np.empty((max(size, 2 * len(array), 16), *array.shape[1:]), array.dtype)
+    out[: len(array)] = array
+    return out
+
+
+class IdIndex:
+    """A map from ids (int64, at least 0) to the rows it hands out (module docstring)."""
+
+    def __init__(self) -> None:
+        self._slots = np.full(16, _EMPTY, np.int32)
+        self._shift = np.uint64(64 - 4)  # 64 - log2(slots)
+        self._ids = np.zeros(0, np.int64)  # the id of each row handed out; -1 for a free row
+        self._end = 0  # rows handed out so far: rows 0..end-1 are live or free
+        self._free = np.zeros(0, np.int64)  # free rows, a stack
+        self._free_count = 0
+        self._live = 0
+        self._gone = 0  # tombstones in the table
+
+    def __len__(self) -> int:
+        return self._live
+
+    @property
+    def end(self) -> int:
+        """One past the highest row ever handed out: every live row is below it."""
+        return self._end
+
+    @property
+    def free(self) -> int:
+        """How many rows below :attr:`end` are free (handed out again before new ones)."""
+        return self._free_count
+
+    @property
+    def nbytes(self) -> int:
+        """The bytes of the index in use: its table, the ids of its rows, its free list (the arrays' capacity
+        beyond them is never written, so the system does not map it)."""
+        return self._slots.nbytes + 8 * (self._end + self._free_count)
+
+    def row_ids(self) -> np.ndarray:
+        """The id of every row below :attr:`end` (-1 for a free row); a view, valid until the next change."""
+        return self._ids[: self._end]
+
+    def live_rows(self) -> np.ndarray:
+        """The rows in use, ascending."""
+        if self._free_count == 0:
+            return np.arange(self._end, dtype=np.int64)
+        return np.flatnonzero(self._ids[: self._end] >= 0)
+
+    def find(self, ids: np.ndarray) -> np.ndarray:
+        """The row of each of ``ids`` (-1 for an id not in the index)."""
+        return self._probe(np.asarray(ids, np.int64))[0]
+
+    def add(self, ids: np.ndarray) -> np.ndarray:
+        """Add ``ids`` (distinct, none in the index); their rows, free rows first."""
+        keys = np.asarray(ids, np.int64)
+        n = keys.size
+        reused = min(n, self._free_count)
+        rows = np.empty(n, np.int64)
+        rows[:reused] = self._free[self._free_count - reused : self._free_count]
+        self._free_count -= reused
+        rows[reused:] = np.arange(self._end, self._end + n - reused)
+        self._end += n - reused
+        self._ids = grown(self._ids, self._end)
+        self._ids[rows] = keys
+        wide = self._slots.dtype == np.int32 and self._end > _INT32_ROWS
+        if wide or self._live + self._gone + n > _MAX_LOAD * self._slots.size:
+            self._live += n
+            self._rebuild()
+        else:
+            self._live += n
+            self._place(keys, rows)
+        return rows
+
+    def remove(self, ids: np.ndarray) -> np.ndarray:
+        """Remove those of ``ids`` in the index (their rows become free); the row each had (-1: none)."""
+        rows, slots = self._probe(np.asarray(ids, np.int64))
+        hit = rows >= 0
+        at, first = np.unique(slots[hit], return_index=True)  # an id given twice is removed once
+        gone = rows[hit][first]
+        self._slots[at] = _GONE
+        self._ids[gone] = -1
+        self._free = grown(self._free, self._free_count + gone.size)
+        self._free[self._free_count : self._free_count + gone.size] = gone
+        self._free_count += gone.size
+        self._live -= gone.size
+        self._gone += gone.size
+        return rows
+
+    # -- the table ---------------------------------------------------------------------------------------
+    def _rebuild(self) -> None:
+        """A new table for the live rows (the tombstones dropped), sized for a load of at most :data:`_REBUILT_LOAD`."""
+        size = 16
+        while size * _REBUILT_LOAD < self._live:
+            size *= 2
+        self._slots = np.full(size, _EMPTY, np.int32 if self._ids.size <= _INT32_ROWS else np.int64)
+        self._shift = np.uint64(64 - size.bit_length() + 1)
+        self._gone = 0
+        rows = self.live_rows()
+        self._place(self._ids[rows], rows)
+
+    def _hash(self, keys: np.ndarray) -> np.ndarray:
+        return ((keys.astype(np.uint64) * _GOLDEN) >> self._shift).astype(np.int64)
+
+    def _probe(self, keys: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """The row and the slot of each key (-1 and -1 for a key not in the table)."""
+        if self._end == 0:
+            return np.full(keys.size, -1, np.int64), np.full(keys.size, -1, np.int64)
+        mask = self._slots.size - 1
+        where = self._hash(keys)
+        rows = self._slots[where].astype(np.int64)  # the first probe of every key: most end there
+        hit = self._ids[rows] == keys  # (row -1 or -2 reads an id of the last rows: hit is cleared below)
+        hit &= rows >= 0
+        on = ~hit & (rows != _EMPTY)
+        rows[~hit] = -1
+        todo = np.flatnonzero(on)
+        pos = (where[todo] + 1) & mask
+        where[~hit] = -1
+        while todo.size:
+            row = self._slots[pos].astype(np.int64)
+            found = row >= 0
+            found[found] = self._ids[row[found]] == keys[todo[found]]
+            rows[todo[found]] = row[found]
+            where[todo[found]] = pos[found]
+            on = (row != _EMPTY) & ~found
+            todo, pos = todo[on], (pos[on] + 1) & mask
+        return rows, where
+
+    def _place(self, keys: np.ndarray, rows: np.ndarray) -> None:
+        """Put ``keys`` (none in the table) with their ``rows`` into free slots (empty, or a tombstone)."""
+        mask = self._slots.size - 1
+        todo = np.arange(keys.size)
+        pos = self._hash(keys)
+        while todo.size:
+            was = self._slots[pos]
+            free = np.flatnonzero(was < 0)
+            at = pos[free]
+            self._slots[at] = rows[todo[free]]  # several keys may want one slot: one of them gets it
+            won = np.zeros(todo.size, bool)
+            won[free] = self._slots[at] == rows[todo[free]]
+            self._gone -= int(np.count_nonzero(was[won] == _GONE))
+            todo, pos = todo[~won], (pos[~won] + 1) & mask
