@@ -303,10 +303,16 @@ def _rows(ctx: KernelContext, ids: Any, height: int) -> Any:
 
 
 def _last_occurrence(xp: Any, ids: Any) -> Any:
-    """Which entries of ``ids`` are the last of their value (the rows an overwriting scatter keeps)."""
-    position = xp.arange(ids.shape[0])
-    later = (ids[None, :] == ids[:, None]) & (position[None, :] > position[:, None])
-    return ~later.any(axis=1)
+    """Which entries of ``ids`` are the last of their value (the rows an overwriting scatter keeps): sorted by
+    value then position, an entry is last when the next one differs. O(n log n), on any array module."""
+    n = ids.shape[0]
+    order = xp.lexsort(xp.stack([xp.arange(n), ids]))
+    ranked = ids[order]
+    last = xp.ones(n, dtype=bool)
+    last[:-1] = ranked[1:] != ranked[:-1]
+    kept = xp.empty(n, dtype=bool)
+    kept[order] = last
+    return kept
 
 
 def _scatter(ctx: KernelContext, x: Any, ids: Any, updates: Any) -> Any:
@@ -316,7 +322,8 @@ def _scatter(ctx: KernelContext, x: Any, ids: Any, updates: Any) -> Any:
     if updates.shape[0] != ids.shape[0]:
         raise kernel_error(ctx, f"Updates has {updates.shape[0]} rows for {ids.shape[0]} Ids")
     if ctx.attrs["overwrite"]:
-        out[ids] = updates  # numpy and cupy assign repeated rows in order
+        kept = _last_occurrence(ctx.xp, ids)  # CuPy assigns repeated rows in no set order: only the last ones
+        out[ids[kept]] = updates[kept]
     else:
         out[ids] = 0
         ctx.xp.add.at(out, ids, updates)
@@ -645,7 +652,8 @@ def _put_along_axis(ctx: KernelContext, x: Any, index: Any, value: Any) -> Any:
     grid, values = _put_grid(ctx, x, index, value)
     out = x.copy()
     if reduce == "assign":
-        out[grid] = values
+        last = _last_hits(xp, grid, x.shape)  # CuPy assigns repeated targets in no set order: only the last ones
+        out[tuple(g[last] for g in grid)] = values[last]
     elif reduce == "mean":
         sums, counts = xp.zeros(x.shape, dtype="float64"), xp.zeros(x.shape, dtype="float64")
         xp.add.at(sums, grid, values)
@@ -656,13 +664,30 @@ def _put_along_axis(ctx: KernelContext, x: Any, index: Any, value: Any) -> Any:
         out = xp.where(counts > 0, sums / xp.maximum(counts, 1), x).astype(x.dtype)
     else:
         ufunc = {"add": xp.add, "mul": xp.multiply, "multiply": xp.multiply, "amin": xp.minimum, "amax": xp.maximum}
-        if not keep:
-            out[grid] = values  # each target starts from the last value naming it, the others reduce into it
-            others = ~_last_hits(xp, grid, x.shape)
-            ufunc[reduce].at(out, tuple(g[others] for g in grid), values[others])
-            return out
-        ufunc[reduce].at(out, grid, values)
+        if not keep:  # each target starts from the last value naming it, the others reduce into it
+            last = _last_hits(xp, grid, x.shape)
+            out[tuple(g[last] for g in grid)] = values[last]
+            grid, values = tuple(g[~last] for g in grid), values[~last]
+        _reduce_at(xp, ufunc[reduce], out, grid, values)
     return out
+
+
+def _reduce_at(xp: Any, ufunc: Any, out: Any, grid: tuple[Any, ...], values: Any) -> None:
+    """``ufunc.at(out, grid, values)``: repeated targets reduce every value into them. CuPy has no
+    ``multiply.at``: there the values go in rounds, the k-th value of each target in round k (targets are
+    distinct within a round), as many rounds as the most repeated target has values."""
+    if ufunc is not xp.multiply or xp is np:
+        ufunc.at(out, grid, values)
+        return
+    flat = xp.ravel_multi_index(tuple(g.reshape(-1) for g in grid), out.shape)
+    values = values.reshape(-1)
+    order = xp.lexsort(xp.stack([xp.arange(flat.shape[0]), flat]))
+    ranked = flat[order]
+    rank = xp.arange(ranked.shape[0]) - xp.searchsorted(ranked, ranked, side="left")
+    target = out.reshape(-1)
+    for k in range(int(rank.max()) + 1 if rank.size else 0):
+        pick = order[rank == k]
+        target[flat[pick]] *= values[pick]
 
 
 def _last_hits(xp: Any, grid: tuple[Any, ...], shape: tuple[int, ...]) -> Any:
