@@ -120,7 +120,16 @@ def torch_step(ref: Any, batch: int, lr: float = 0.01) -> Callable[[], Any] | No
     return step
 
 
-def per_call(fn: Callable[[], Any], n: int) -> float:
+class Timed(NamedTuple):
+    """A contender that times itself (one in another process): ``per_call(n)`` makes ``n`` calls there and
+    returns the seconds per call it measured, so the messages to it are not counted."""
+
+    per_call: Callable[[int], float]
+
+
+def per_call(fn: Callable[[], Any] | Timed, n: int) -> float:
+    if isinstance(fn, Timed):
+        return fn.per_call(n)
     t0 = time.perf_counter()
     for _ in range(n):
         fn()
@@ -131,6 +140,12 @@ class Timings(NamedTuple):
     seconds: dict[str, float]  # median seconds per call of each contender
     ratio: dict[str, float]  # median over rounds of (contender / first contender), timed back to back
     spread: dict[str, tuple[float, float]]  # the least and the greatest of those ratios
+    rounds: dict[str, list[float]]  # seconds per call of each contender in each round
+
+    def ratio_to(self, name: str, base: str) -> tuple[float, float, float]:
+        """The median, least and greatest over rounds of ``name``'s time over ``base``'s in the same round."""
+        ratios = [a / b for a, b in zip(self.rounds[name], self.rounds[base])]
+        return statistics.median(ratios), min(ratios), max(ratios)
 
 
 def ratio_text(t: Timings, name: str) -> str:
@@ -139,7 +154,7 @@ def ratio_text(t: Timings, name: str) -> str:
     return f"{t.ratio[name]:5.2f}x ({low:.2f}-{high:.2f})"
 
 
-def alternate(contenders: dict[str, Callable[[], Any]], n: int, repeats: int, settle: float = 0.0) -> Timings:
+def alternate(contenders: dict[str, Callable[[], Any] | Timed], n: int, repeats: int, settle: float = 0.0) -> Timings:
     """Time the contenders in turns: ``repeats`` rounds of ``n`` calls each, the order reversed every other
     round; each round's ratios to the first contender are taken within the round, so that a slow spell of
     the machine (a shared host) weighs on both sides of a ratio. ``settle``: seconds of sleep before each
@@ -158,6 +173,7 @@ def alternate(contenders: dict[str, Callable[[], Any]], n: int, repeats: int, se
         {name: statistics.median(t) for name, t in times.items()},
         {name: statistics.median(r) for name, r in ratios.items()},
         {name: (min(r), max(r)) for name, r in ratios.items()},
+        times,
     )
 
 

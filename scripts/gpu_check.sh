@@ -7,10 +7,10 @@
 #   install     the project's dev extras and CuPy into a Python environment (below);
 #   gpu tier    pytest -m gpu tests (the tests marked gpu: real CuPy on cuda:0);
 #   cli smoke   `blockir run --place cuda:0` of a saved model against `--place cpu` (largest difference);
-#   benchmarks  bench_executor.py --place cuda:0, bench_scheduler.py --place cuda:0 (streams), a conv benchmark
-#               (benchmarks/bench_conv*.py) --place cuda:0, bench_data_parallel.py --places cuda:0: each only when
-#               the file and the flag exist (`--help`), else a row saying why it did not run (so far only
-#               bench_executor has a CUDA flag and there is no conv benchmark: the other rows say n/a).
+#   benchmarks  bench_executor.py --place cuda:0, bench_scheduler.py --place cuda:0 (streams), bench_cnn.py
+#               --place cuda:0 (the CNN training step against torch on the same GPU), bench_data_parallel.py
+#               --places cuda:0: each only when the file and the flag exist (`--help`), else a row saying why it
+#               did not run (the scheduler and data-parallel benchmarks have no CUDA flag yet: their rows say n/a).
 # Without a GPU (no nvidia-smi, nvidia-smi lists none, or CuPy sees no device) it prints one line saying it
 # skips and exits 0. Otherwise it exits 1 when a step failed or ran out of time, else 0.
 #
@@ -211,10 +211,9 @@ bench() {
     status
     row "$step" "$st" "$took" "$(last_line "$logs/$(basename "$file" .py).log")"
 }
-conv="$(find benchmarks -maxdepth 1 -name "bench_conv*.py" | sort | head -n 1)"
 bench bench_executor benchmarks/bench_executor.py --place 90 --repeats 5
 bench "scheduler streams" benchmarks/bench_scheduler.py --place 60 --repeats 5
-bench conv "${conv:-benchmarks/bench_conv.py}" --place 60
+bench "cnn" benchmarks/bench_cnn.py --place 90 --rounds 3 --steps 5 --batches 64 --layers-batch 0
 bench "data parallel" benchmarks/bench_data_parallel.py --places 60 --rounds 3
 
 # 6. The table

@@ -92,3 +92,35 @@ def test_the_blockir_step_on_a_cuda_place_starts_where_the_reference_step_does(m
     first_bir, first_ref = float(np.asarray(bir_step()).reshape(-1)[0]), float(ref_step())
     assert np.isclose(first_bir, first_ref, rtol=1e-4), (first_bir, first_ref)
     assert any(call[0] == "launch" for call in fake.calls)  # the kernels ran on the stand-in's streams
+
+
+def test_the_cnn_step_on_a_cuda_place_is_the_hosts(monkeypatch: pytest.MonkeyPatch) -> None:
+    """``bench_cnn --place cuda:0`` (scripts/gpu_check.sh runs it), here on the CuPy stand-in: the first two losses
+    are those of the step on the host."""
+    from tests.runtime import fake_cupy
+
+    cnn = load_benchmark("bench_cnn")
+    d = cnn.cnn_data(batch=2)
+    host = cnn.blockir_cnn(d, "NCHW")
+    expected = [host(), host()]
+    fake = fake_cupy.install(monkeypatch, gpus=1)
+    device = cnn.blockir_cnn(d, "NCHW", "cuda:0")
+    np.testing.assert_allclose([device(), device()], expected, rtol=1e-4)
+    assert any(call[0] == "launch" for call in fake.calls)
+
+
+def test_a_contender_timed_elsewhere_is_asked_for_its_own_time() -> None:
+    """``alternate`` with a ``Timed`` contender (bench_cnn's Paddle Inference, in another process) takes the seconds
+    it reports, and ``ratio_to`` compares any two contenders round by round."""
+    executor = load_benchmark("bench_executor")
+    asked: list[int] = []
+
+    def remote(n: int) -> float:
+        asked.append(n)
+        return 0.5
+
+    t = executor.alternate({"remote": executor.Timed(remote), "local": lambda: None}, 4, 3)
+    assert asked == [1, 4, 4, 4]  # the warm-up, then a turn per round
+    assert t.seconds["remote"] == 0.5 and t.rounds["remote"] == [0.5, 0.5, 0.5]
+    median, low, high = t.ratio_to("local", "remote")
+    assert median < 0.01 and low <= median <= high
