@@ -124,3 +124,14 @@ def test_a_contender_timed_elsewhere_is_asked_for_its_own_time() -> None:
     assert t.seconds["remote"] == 0.5 and t.rounds["remote"] == [0.5, 0.5, 0.5]
     median, low, high = t.ratio_to("local", "remote")
     assert median < 0.01 and low <= median <= high
+
+
+def test_the_transformer_step_starts_where_torchs_does() -> None:
+    """bench_transformer's check before timing (issue 34's goal 4), at batch 2: blockir's and PyTorch's first two
+    losses (before and after one Adam update) from the same data and weights agree. PyTorch is the benchmark's
+    peer, not a dependency: without it the benchmark refuses to run, and this test has nothing to compare."""
+    torch = pytest.importorskip("torch")
+    bench = load_benchmark("bench_transformer")
+    data = bench.transformer_data(batch=2)
+    ours, theirs = bench.blockir_transformer(*data), bench.torch_transformer(torch, *data)
+    np.testing.assert_allclose([ours(), ours()], [theirs(), theirs()], rtol=2e-4, atol=1e-5)
