@@ -32,9 +32,12 @@ from __future__ import annotations
 
 import difflib
 import enum
+import threading
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, NoReturn, Protocol, cast
+
+import numpy as np
 
 from blockir.errors import OpNotFoundError, ShapeError
 from blockir.ir.attrs import AttrType
@@ -79,6 +82,30 @@ class OpSpec:
     attrs: dict[str, Any] = field(default_factory=dict)
 
 
+class Scratch:
+    """Host buffers that kernels reuse from one call to the next for temporaries that never leave a call (im2col's
+    columns): per thread and index one buffer, grown to the largest size asked for, so that a temporary of tens of
+    megabytes is allocated, and its pages faulted in, once rather than on every step. The plan compiler gives the
+    kernels of one plan one ``Scratch`` (they run one at a time on a thread). A kernel must not return a scratch
+    buffer or a view of one, nor use one index twice at once. Device arrays are made fresh: a CUDA kernel may still
+    be reading its buffer when the call returns, and CuPy's memory pool already reuses device memory."""
+
+    def __init__(self) -> None:
+        self._local = threading.local()
+
+    def empty(self, xp: Any, index: int, shape: tuple[int, ...], dtype: Any) -> Any:
+        """An uninitialised array of ``shape`` and ``dtype``: buffer ``index`` of this thread on the host."""
+        if xp is not np:
+            return xp.empty(shape, dtype)
+        dtype = np.dtype(dtype)
+        nbytes = int(np.prod(shape, dtype=np.int64)) * dtype.itemsize
+        buffers: dict[int, np.ndarray] = self._local.__dict__.setdefault("buffers", {})
+        buffer = buffers.get(index)
+        if buffer is None or buffer.nbytes < nbytes:
+            buffer = buffers[index] = np.empty(nbytes, np.uint8)
+        return buffer[:nbytes].view(dtype).reshape(shape)
+
+
 @dataclass
 class KernelContext:
     """What a kernel gets besides its inputs; built once per op when a plan is compiled."""
@@ -87,6 +114,7 @@ class KernelContext:
     attrs: dict[str, Any]  # every schema attribute, defaults filled in
     wants: tuple[bool, ...]  # per output slot: does the op bind it?
     op_text: str = ""
+    scratch: Scratch = field(default_factory=Scratch, repr=False, compare=False)  # shared by a plan's kernels
 
 
 class Lowering(enum.Enum):

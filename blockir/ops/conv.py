@@ -37,7 +37,7 @@ from typing import Any, NoReturn
 import numpy as np
 
 from blockir.ir.attrs import AttrType
-from blockir.ir.schema import AttrDef, InferContext, KernelContext, OpSchema, Slot
+from blockir.ir.schema import AttrDef, InferContext, KernelContext, OpSchema, Scratch, Slot
 from blockir.ops.common import FLOATS, check_dtype, compatible, fmt, grad_op, infer_grads, kernel_error, same_dtype
 
 _FLT_MAX = float(np.finfo(np.float32).max)
@@ -253,12 +253,19 @@ def _taps(xp: Any, padded: Any, geo: ConvGeometry, groups: int, channel_last: bo
     return xp.lib.stride_tricks.as_strided(padded, shape, strides)
 
 
-def im2col(xp: Any, x: Any, geo: ConvGeometry, groups: int, channel_last: bool) -> Any:
+def im2col(xp: Any, x: Any, geo: ConvGeometry, groups: int, channel_last: bool, scratch: Scratch | None = None) -> Any:
     """The input pixels each output pixel of a convolution of ``x`` reads, as the matrices of its gemms, one
     copy through a strided view: NCHW ``[groups, C / groups * kh * kw, N * OH * OW]`` (rows in the filter's
-    (channel, tap) order), NHWC ``[N * OH * OW, groups, kh * kw * C / groups]`` ((tap, channel) order)."""
-    view = _taps(xp, _padded_image(xp, x, geo, channel_last), geo, groups, channel_last)
-    cols = xp.ascontiguousarray(view.transpose(_COLUMNS[channel_last]))
+    (channel, tap) order), NHWC ``[N * OH * OW, groups, kh * kw * C / groups]`` ((tap, channel) order). With
+    ``scratch``, the copy goes into its buffer 0 (the caller's to use within its call only)."""
+    view = _taps(xp, _padded_image(xp, x, geo, channel_last), geo, groups, channel_last).transpose(
+        _COLUMNS[channel_last]
+    )
+    if scratch is None:
+        cols = xp.ascontiguousarray(view)
+    else:
+        cols = scratch.empty(xp, 0, view.shape, view.dtype)
+        xp.copyto(cols, view)
     pixels = x.shape[0] * geo.out[0] * geo.out[1]
     return cols.reshape(pixels, groups, -1) if channel_last else cols.reshape(groups, -1, pixels)
 
@@ -293,12 +300,14 @@ def _conv_setup(ctx: KernelContext, x: Any, w: Any) -> tuple[Any, bool, ConvGeom
     return (ctx.xp.maximum(x, 0) if ctx.attrs["fuse_relu_before_depthwise_conv"] else x), channel_last, geo
 
 
-def _columns(xp: Any, x: Any, geo: ConvGeometry, groups: int, channel_last: bool, pointwise: bool) -> Any:
+def _columns(
+    xp: Any, x: Any, geo: ConvGeometry, groups: int, channel_last: bool, pointwise: bool, scratch: Scratch
+) -> Any:
     """Input as the columns of the gemms: NHWC ``[N * OH * OW, groups, K / groups]``; NCHW ``[B, groups,
     K / groups, Q]``, im2col's matrices (B = 1, Q = N * OH * OW) or, ``pointwise``, Input itself per image (B = N,
     Q = H * W). Pointwise, Input is its own im2col: no copy."""
     if not pointwise:
-        cols = im2col(xp, x, geo, groups, channel_last)
+        cols = im2col(xp, x, geo, groups, channel_last, scratch)
         return cols if channel_last else cols[None]
     if channel_last:
         return x.reshape(-1, groups, x.shape[3] // groups)
@@ -372,7 +381,7 @@ def _conv(ctx: KernelContext, x: Any, w: Any, bias: Any, residual: Any) -> Any:
     xp, groups = ctx.xp, ctx.attrs["groups"]
     x, channel_last, geo = _conv_setup(ctx, x, w)
     layout = (channel_last, geo.pointwise())
-    return _product(xp, _columns(xp, x, geo, groups, *layout), w, geo, x.shape[0], groups, layout)
+    return _product(xp, _columns(xp, x, geo, groups, *layout, ctx.scratch), w, geo, x.shape[0], groups, layout)
 
 
 def _conv_grad(ctx: KernelContext, x: Any, w: Any, dout: Any) -> tuple[Any, Any]:
@@ -385,7 +394,7 @@ def _conv_grad(ctx: KernelContext, x: Any, w: Any, dout: Any) -> tuple[Any, Any]
     d = _outputs(xp, dout, w.shape[0], groups, *layout)
     dx = dw = cols = None
     if ctx.wants[1]:
-        cols = _columns(xp, x, geo, groups, *layout)
+        cols = _columns(xp, x, geo, groups, *layout, ctx.scratch)
         dw = _filter_grad(xp, d, cols, w.shape, groups, channel_last)
     if ctx.wants[0]:
         # im2col's buffer, read by now, takes the product (its shape and order; a pointwise Input is not ours)
@@ -616,7 +625,7 @@ def _conv_transpose_grad(ctx: KernelContext, x: Any, w: Any, dout: Any) -> tuple
     im2col columns of Output@GRAD (conv2d_grad's gemm). The columns are made once for both."""
     xp, groups = ctx.xp, ctx.attrs["groups"]
     geo, _, layout = _transpose_setup(ctx, x, w)
-    cols = _columns(xp, dout, geo, groups, *layout)
+    cols = _columns(xp, dout, geo, groups, *layout, ctx.scratch)
     dx = _product(xp, cols, w, geo, x.shape[0], groups, layout) if ctx.wants[0] else None
     dw = None
     if ctx.wants[1]:

@@ -157,7 +157,7 @@ def _conv_context(ctx: KernelContext) -> KernelContext:
     conv = _CONV_CONTEXTS.get(id(ctx))
     if conv is None:
         attrs = {**_CONV_DEFAULTS, **{name: ctx.attrs[name] for name in _SHARED_CONV_ATTRS}}
-        conv = _CONV_CONTEXTS[id(ctx)] = KernelContext(ctx.xp, attrs, (True,), ctx.op_text)
+        conv = _CONV_CONTEXTS[id(ctx)] = KernelContext(ctx.xp, attrs, (True,), ctx.op_text, ctx.scratch)
         weakref.finalize(ctx, _CONV_CONTEXTS.pop, id(ctx), None)
     return conv
 

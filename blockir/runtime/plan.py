@@ -70,7 +70,7 @@ from blockir.ir.attrs import AttrType, normalize
 from blockir.ir.core import Block, Operator, Program, Variable
 from blockir.ir.devices import HOST, checked_device, device_kind
 from blockir.ir.dtypes import VarKind
-from blockir.ir.schema import EMPTY_VAR, KernelContext, Lowering, OpSchema, Slot, lookup
+from blockir.ir.schema import EMPTY_VAR, KernelContext, Lowering, OpSchema, Scratch, Slot, lookup
 from blockir.ir.verify import column_problems, op_problems
 from blockir.ops.transfer import map_arrays
 from blockir.ops.values import LoDTensor, SelectedRows, describe_value
@@ -795,12 +795,13 @@ def _make_steps(
     compile_block: CompileBlock,
     check_nan_inf: bool,
 ) -> tuple[Step, ...]:
-    """One step per op, in program order."""
+    """One step per op, in program order; their kernels share one set of scratch buffers."""
     steps = []
     made: set[int] = set()  # slots some earlier step wrote
+    scratch = Scratch()
     for info, wants, free in zip(infos, liveness.wants, liveness.frees):
         reuse = () if check_nan_inf else _reuse_candidates(info, slots, may_lod, made, free)
-        steps.append(_make_step(info, slots, may_lod, wants, free, reuse, compile_block, check_nan_inf))
+        steps.append(_make_step(info, slots, may_lod, wants, free, reuse, compile_block, check_nan_inf, scratch))
         made.update(slots[n] for n in info.writes)
     return tuple(steps)
 
@@ -814,6 +815,7 @@ def _make_step(
     reuse: tuple[tuple[int, int], ...],
     compile_block: CompileBlock,
     check_nan_inf: bool,
+    scratch: Scratch,
 ) -> Step:
     def numbered(names: Sequence[str]) -> list[int | None]:
         return [None if n == EMPTY_VAR else slots[n] for n in names]
@@ -851,7 +853,7 @@ def _make_step(
         )
     return Step(
         kernel=kernel,
-        ctx=KernelContext(xp=array_module(info.device), attrs=_kernel_attrs(info), wants=wants, op_text=info.text),
+        ctx=KernelContext(array_module(info.device), _kernel_attrs(info), wants, info.text, scratch),
         gather=gather,
         scatter=scatter,
         free=free,
