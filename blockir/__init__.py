@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any
 from blockir import ir, ops
 from blockir.errors import BlockirError, ChannelClosedError, ChannelTimeout, DeadlockError
 from blockir.ir import Program, load_program
-from blockir.ops.values import LoDTensor, SelectedRows
+from blockir.ops.values import LoDTensor, SelectedRows, TensorArray
 
 try:
     __version__ = _version("blockir")
@@ -138,7 +138,7 @@ def select(cases: Any = None, default: bool = False, timeout: float | None = Non
 
 # ruff and type checkers read a literal __all__; tests/test_package.py checks it names exactly the eager and lazy names
 __all__ = ["BlockirError", "ChannelClosedError", "ChannelTimeout", "DeadlockError", "LoDTensor", "Program"]
-__all__ += ["SelectedRows", "__version__", "ir", "load_program", "ops", "select"]
+__all__ += ["SelectedRows", "TensorArray", "__version__", "ir", "load_program", "ops", "select"]
 __all__ += ["DataFeedDesc", "io", "passes", "reader", "runtime", "viz"]
 __all__ += ["ParamAttr", "append_backward", "data", "default_main_program", "default_startup_program", "device_guard"]
 __all__ += ["initializer", "layers", "name_scope", "optimizer", "program_guard", "unique_name"]

@@ -7,6 +7,8 @@
 #   install     the project's dev extras and CuPy into a Python environment (below);
 #   gpu tier    pytest -m gpu tests (the tests marked gpu: real CuPy on cuda:0);
 #   cli smoke   `blockir run --place cuda:0` of a saved model against `--place cpu` (largest difference);
+#   profile     `blockir profile --devices cpu:0,cuda:0` of that model (op times measured on the GPU), then
+#               `blockir opt -p auto-place{...}` with the cost file it wrote;
 #   benchmarks  bench_executor.py --place cuda:0, bench_scheduler.py --place cuda:0 (streams), bench_cnn.py
 #               --place cuda:0 (the CNN training step against torch on the same GPU), bench_data_parallel.py
 #               --places cuda:0: each only when the file and the flag exist (`--help`), else a row saying why it
@@ -192,6 +194,28 @@ sys.exit(1 if diff > 1e-4 else 0)
 EOF
 status
 row "cli smoke" "$st" "$took" "$(last_line "$logs/cli_smoke.log")"
+
+# 4b. blockir profile over cpu:0 and cuda:0 (auto-place's calibration: each kernel timed to its end on the GPU)
+run "profile" 90 "$logs/profile.log" "$py" - "$smoke" <<'EOF'
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+d = Path(sys.argv[1])
+cli = [sys.executable, "-m", "blockir.cli"]
+program, costs = str(d / "model" / "program.pb"), d / "costs.json"
+feed = ["--feed", f"x={d / 'x.npy'}", "--devices", "cpu:0,cuda:0"]
+subprocess.run([*cli, "profile", program, *feed, "-o", str(costs)], check=True)
+ops = json.loads(costs.read_text())["ops"]
+cuda = [key for key in ops if key.endswith("@cuda")]
+pipeline = f"auto-place{{devices=cpu:0,cuda:0 costs={costs}}},default-device-pipeline"
+subprocess.run([*cli, "opt", program, "-p", pipeline, "-o", str(d / "placed.pb")], check=True)
+print(f"{len(cuda)} of {len(ops)} op entries measured on cuda:0; auto-place ran on them")
+sys.exit(0 if cuda else 1)
+EOF
+status
+row "profile" "$st" "$took" "$(last_line "$logs/profile.log")"
 rm -rf "$smoke"
 
 # 5. The CUDA benchmarks: STEP FILE FLAG ARGS... (ARGS after the flag's value cuda:0)

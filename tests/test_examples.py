@@ -71,6 +71,18 @@ def test_cnn_digits_learns_the_digits_and_its_paddle_export_serves_the_same_pred
     assert float((probs.argmax(axis=1) == y_test[:, 0]).mean()) == metrics["accuracy"]
 
 
+def test_text_lstm_learns_which_marker_comes_first_and_its_export_serves_the_same_predictions(tmp_path):
+    text = load("text_lstm")
+    metrics = text.main(epochs=2, train_sentences=2000, export=str(tmp_path / "model"), verbose=False)
+    assert metrics["accuracy"] >= 0.95  # a bag of words scores 0.5: every sentence holds both markers
+    ids, lengths, labels = text.make_sentences(1000, seed=1)  # the test sentences
+    exe, served = bir.Executor("cpu"), bir.Scope()
+    program, feeds, fetches = bir.io.load_inference_model(str(tmp_path / "model"), exe, scope=served)
+    assert feeds == ["ids", "lengths"] and "rnn" in [op.type for op in program.global_block().ops]
+    (probs,) = exe.run(program, feed={"ids": ids, "lengths": lengths}, fetch_list=fetches, scope=served)
+    assert float((probs.argmax(axis=1) == labels[:, 0]).mean()) == metrics["accuracy"]
+
+
 def test_staged_training_learns_the_digits_through_channels_and_leaves_them_empty():
     staged = load("staged_training")
     result = staged.main(epochs=4, capacity=3, verbose=False)
@@ -133,6 +145,7 @@ def test_async_bow_worker_processes_reach_the_accuracy_of_one_thread(tmp_path):
         ("mlp_digits.py", ["--epochs", "2"]),
         ("cnn_digits.py", ["--epochs", "1", "--export", "cnn/model"]),
         ("bow_classifier.py", ["--epochs", "1", "--train-docs", "2000"]),
+        ("text_lstm.py", ["--epochs", "1", "--export", "lstm/model"]),
         ("staged_training.py", ["--epochs", "1", "--place", "cpu:1"]),
         ("async_bow.py", ["--workers", "1", "2", "--mode", "process", "--parts", "2", "--docs", "500"]),
     ],

@@ -13,7 +13,7 @@ import sys
 from collections.abc import Callable, Sequence
 
 import blockir
-from blockir.cli import demo, launch, opt, passes, ps, run, show, train, viz
+from blockir.cli import demo, launch, opt, passes, profile, ps, run, show, train, viz
 from blockir.cli.common import Parser
 from blockir.errors import BlockirError
 
@@ -48,6 +48,7 @@ def build_parser() -> argparse.ArgumentParser:
     demo.add(commands)
     opt.add(commands)
     passes.add(commands)
+    profile.add(commands)
     viz.add(commands)
     launch.add(commands)
     ps.add(commands)

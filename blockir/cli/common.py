@@ -3,16 +3,20 @@
 from __future__ import annotations
 
 import argparse
+import functools
+import os
 import sys
 from pathlib import Path
 from typing import NoReturn
 
 from blockir.errors import BlockirError, ProgramFormatError
+from blockir.io.onnx import ONNX_SUFFIX, OnnxModel, read_model
 from blockir.ir import Program, load_program
 from blockir.ir.proto_io import (
     MAX_PROGRAM_BYTES,
     check_output_file,
     check_writable_dir,
+    os_errors,
     program_from_bytes,
     read_limited,
 )
@@ -34,11 +38,26 @@ class Parser(argparse.ArgumentParser):
 
 def read_program(path: str) -> Program:
     """The PROGRAM argument's program: standard input's bytes for ``-`` (at most ``MAX_PROGRAM_BYTES``), else the
-    regular file ``path``'s (``load_program``)."""
+    regular file ``path``'s (``load_program``; an ``.onnx`` model imported)."""
     if path != STDIN:
+        if Path(path).suffix == ONNX_SUFFIX:
+            return onnx_model(path).program
         return load_program(path)
     data = read_limited(sys.stdin.buffer, MAX_PROGRAM_BYTES, STDIN_NAME, ProgramFormatError)
     return program_from_bytes(data, STDIN_NAME)
+
+
+def onnx_model(path: str) -> OnnxModel:
+    """The ONNX model file ``path`` imported (its program, parameters and names), once per file version: the
+    commands read its program, then its parameters and input names."""
+    with os_errors(path, "read"):
+        st = os.stat(path)
+    return _imported(path, st.st_mtime_ns, st.st_size)
+
+
+@functools.lru_cache(maxsize=1)
+def _imported(path: str, mtime_ns: int, size: int) -> OnnxModel:
+    return read_model(path)
 
 
 def program_name(path: str) -> str:

@@ -10,16 +10,29 @@ from typing import Any
 import numpy as np
 
 import blockir
-from blockir.cli.common import STDIN, add_check_nan_inf, name_value, output_file, positive, program_name, read_program
+from blockir.cli.common import (
+    STDIN,
+    add_check_nan_inf,
+    name_value,
+    onnx_model,
+    output_file,
+    positive,
+    program_name,
+    read_program,
+)
 from blockir.errors import BlockirError
+from blockir.io.onnx import ONNX_SUFFIX
 from blockir.ir.schema import Lowering, lowering_of
 from blockir.runtime.plan import SCHEDULERS
 
 
-def _feeds(args: argparse.Namespace) -> dict[str, Any]:
+def feeds(args: argparse.Namespace) -> dict[str, Any]:
+    """The arrays ``--feed`` names (with ``--lod``'s offsets), by variable name."""
     feeds: dict[str, Any] = {}
     for item in args.feed:
         name, path = name_value(item, "--feed")
+        if Path(args.program).suffix == ONNX_SUFFIX:  # an ONNX model's inputs go by the names its file gives them
+            name = onnx_model(args.program).feed_name(name)
         if name in feeds:
             raise BlockirError(f"--feed {name} is given twice")
         if path == STDIN:
@@ -65,6 +78,57 @@ def _preview(value: np.ndarray) -> str:
         return np.array2string(np.asarray(value))
 
 
+def load_persistables(args: argparse.Namespace, program: blockir.Program, exe: blockir.Executor) -> blockir.Scope:
+    """A new scope holding the persistables of ``program`` loaded from ``--params`` (or beside the program)."""
+    scope = blockir.Scope()
+    stored = [v for v in program.list_vars() if blockir.io.is_persistable(v)]
+    params = _params_dir(args)
+    if Path(args.program).suffix == ONNX_SUFFIX:  # its parameters are in the file
+        for name, value in onnx_model(args.program).params.items():
+            scope.set(name, value)
+    elif stored and _paddle_model(args):
+        for name, value in blockir.io.read_paddle_params(program, args.program, args.params).items():
+            scope.set(name, value)
+    elif stored:
+        if params is None:
+            raise BlockirError(
+                f"{program_name(args.program)}: the program reads {len(stored)} persistable variables "
+                f"({', '.join(v.name for v in stored[:3])}{', ...' if len(stored) > 3 else ''}) "
+                f"and {'standard input has' if args.program == STDIN else 'there is'} no params/ directory beside "
+                f"it; give --params DIR"
+            )
+        directory, filename = (params, None) if params.is_dir() else (params.parent, params.name)
+        blockir.io.load_vars(
+            exe, directory, program, predicate=blockir.io.is_persistable, filename=filename, scope=scope
+        )
+    return scope
+
+
+def add_inputs(p: argparse.ArgumentParser) -> None:
+    """The options naming what a run reads: --params, --feed, --lod, --fetch."""
+    p.add_argument(
+        "--params",
+        metavar="DIR",
+        default=None,
+        help="directory of saved variables (one file each), or a bundle file of them, or Paddle's .pdiparams",
+    )
+    p.add_argument(
+        "--feed",
+        metavar="NAME=FILE.npy",
+        action="append",
+        default=[],
+        help="feed variable NAME with the array in FILE.npy (repeat for several)",
+    )
+    p.add_argument(
+        "--lod",
+        metavar="NAME=0,2,5",
+        action="append",
+        default=[],
+        help="LoD offsets of a fed sequence variable, one option per level, outermost first",
+    )
+    p.add_argument("--fetch", metavar="NAME", action="append", default=[], help="variable to fetch (repeatable)")
+
+
 def command(args: argparse.Namespace) -> int:
     if args.out is not None:
         output_file(args.out, "--out")
@@ -76,24 +140,7 @@ def command(args: argparse.Namespace) -> int:
     exe = blockir.Executor(
         args.place, scheduler=args.scheduler, num_threads=args.threads, check_nan_inf=args.check_nan_inf
     )
-    scope = blockir.Scope()
-    stored = [v for v in program.list_vars() if blockir.io.is_persistable(v)]
-    params = _params_dir(args)
-    if stored and _paddle_model(args):
-        for name, value in blockir.io.read_paddle_params(program, args.program, args.params).items():
-            scope.set(name, value)
-    elif stored:
-        if params is None:
-            raise BlockirError(
-                f"{shown}: the program reads {len(stored)} persistable variables "
-                f"({', '.join(v.name for v in stored[:3])}{', ...' if len(stored) > 3 else ''}) "
-                f"and {'standard input has' if args.program == STDIN else 'there is'} no params/ directory beside "
-                f"it; give --params DIR"
-            )
-        directory, filename = (params, None) if params.is_dir() else (params.parent, params.name)
-        blockir.io.load_vars(
-            exe, directory, program, predicate=blockir.io.is_persistable, filename=filename, scope=scope
-        )
+    scope = load_persistables(args, program, exe)
     fetch = args.fetch or None
     fetch_ops = sorted(
         (op for op in program.global_block().ops if lowering_of(op.type) is Lowering.FETCH),
@@ -102,7 +149,7 @@ def command(args: argparse.Namespace) -> int:
     if fetch is None and not fetch_ops:
         raise BlockirError(f"{shown}: the program has no fetch ops; name what to fetch with --fetch NAME")
     with exe:
-        values = exe.run(program, feed=_feeds(args), fetch_list=fetch, scope=scope, trace=args.trace)
+        values = exe.run(program, feed=feeds(args), fetch_list=fetch, scope=scope, trace=args.trace)
     if args.trace is not None:
         print(f"wrote the trace to {args.trace} (open it in https://ui.perfetto.dev)", file=sys.stderr)
     names = fetch or [op.input("X")[0] for op in fetch_ops]
@@ -136,27 +183,7 @@ def add(commands: argparse._SubParsersAction) -> None:
         metavar="PROGRAM.pb",
         help="the program file (.pb, Paddle's .pdmodel or __model__; '-': read it from standard input)",
     )
-    p.add_argument(
-        "--params",
-        metavar="DIR",
-        default=None,
-        help="directory of saved variables (one file each), or a bundle file of them, or Paddle's .pdiparams",
-    )
-    p.add_argument(
-        "--feed",
-        metavar="NAME=FILE.npy",
-        action="append",
-        default=[],
-        help="feed variable NAME with the array in FILE.npy (repeat for several)",
-    )
-    p.add_argument(
-        "--lod",
-        metavar="NAME=0,2,5",
-        action="append",
-        default=[],
-        help="LoD offsets of a fed sequence variable, one option per level, outermost first",
-    )
-    p.add_argument("--fetch", metavar="NAME", action="append", default=[], help="variable to fetch (repeatable)")
+    add_inputs(p)
     p.add_argument(
         "--out",
         metavar="FILE.npz",

@@ -24,6 +24,7 @@ from __future__ import annotations
 import collections
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
+from typing import NamedTuple
 
 from blockir.dsl import framework
 from blockir.dsl.variable import Variable, tensor_dtype, tensor_shape
@@ -36,6 +37,7 @@ from blockir.ir.schema import EMPTY_VAR, GradContext, OpRole, OpSchema, OpSpec, 
 __all__ = ["append_backward"]
 
 RENAME = "@RENAME@"
+_DIFFERENTIABLE = (VarKind.LOD_TENSOR, VarKind.LOD_TENSOR_ARRAY)
 
 
 def append_backward(
@@ -108,11 +110,20 @@ def _parameters(block: Block, parameter_list: Sequence[str | core.Variable] | No
 
 @dataclass
 class _Analysis:
-    """Which variables need a gradient and which ops lie on a path from them to the loss."""
+    """Which variables need a gradient and which ops lie on a path from them to the loss.
+
+    For the block of a loop or a conditional (:func:`_block_gradient`): ``targets`` are the outer variables whose
+    gradients flow in (``loss`` is then empty), ``sources`` the outer variables it reads that need a gradient,
+    ``carried`` the variables a loop carries from one iteration to the next (read, then written): what one
+    iteration needs a gradient of, the one before must produce, so both walks repeat until nothing changes."""
 
     block: Block
     loss: str
     no_grad: set[str]
+    targets: set[str] = field(default_factory=set)
+    sources: set[str] = field(default_factory=set)
+    carried: set[str] = field(default_factory=set)
+    into: int = -1  # the block the gradient ops go into (a loop's gradient block), when not ``block``
     needed: set[str] = field(default_factory=set)  # variables whose gradient is computed
     path: list[Operator] = field(default_factory=list)  # forward ops to differentiate, in order
     producer: dict[str, Operator] = field(default_factory=dict)  # variable -> forward op writing it
@@ -123,18 +134,27 @@ class _Analysis:
             for name in op.output_names():
                 self.producer[name] = op
         requires = {n for op in ops for n in _diff_inputs(op) if n not in self.producer and self.eligible(n)}
-        active = []
-        for op in ops:
-            is_active = any(n in requires for n in _diff_inputs(op))
-            active.append(is_active)
-            if is_active:
-                requires |= {n for n in _diff_outputs(op) if self.eligible(n)}
-        if self.loss in requires:
-            self.needed.add(self.loss)
-        for op, is_active in zip(reversed(ops), reversed(active)):
-            if is_active and any(n in self.needed for n in _diff_outputs(op)):
-                self.path.append(op)
-                self.needed |= {n for n in _diff_inputs(op) if n in requires}
+        requires |= {n for n in self.sources if self.eligible(n)}
+        while True:
+            active = []
+            before = len(requires)
+            for op in ops:
+                is_active = any(n in requires for n in _diff_inputs(op))
+                active.append(is_active)
+                if is_active:
+                    requires |= {n for n in _diff_outputs(op) if self.eligible(n)}
+            if len(requires) == before:
+                break
+        targets = {n for n in (self.loss, *self.targets) if n in requires}
+        while True:
+            self.needed, self.path = set(targets), []
+            for op, is_active in zip(reversed(ops), reversed(active)):
+                if is_active and any(n in self.needed for n in _diff_outputs(op)):
+                    self.path.append(op)
+                    self.needed |= {n for n in _diff_inputs(op) if n in requires}
+            if self.needed & self.carried <= targets:
+                break
+            targets |= self.needed & self.carried
         self.path.reverse()
 
     def eligible(self, name: str) -> bool:
@@ -142,7 +162,7 @@ class _Analysis:
         if name == EMPTY_VAR or name in self.no_grad:
             return False
         var = self.block.find_var_recursive(name)
-        return var.kind is VarKind.LOD_TENSOR and var.dtype in FLOAT_DTYPES and not var.stop_gradient
+        return var.kind in _DIFFERENTIABLE and var.dtype in FLOAT_DTYPES and not var.stop_gradient
 
     def grad_of(self, name: str) -> str:
         return grad_name(name) if name in self.needed else EMPTY_VAR
@@ -225,6 +245,10 @@ def _mark_loss_op(analysis: _Analysis) -> None:
 
 def _gradient_ops(op: Operator, analysis: _Analysis) -> list[_Pending]:
     schema = find(op.type)
+    device, namescope = op.device, op.attrs.get("op_namescope", "")
+    if op.type in _BLOCK_GRADIENTS:
+        spec = _block_gradient(op, analysis, *_BLOCK_GRADIENTS[op.type])
+        return [] if spec is None else [_Pending(spec, device, namescope)]
     if schema is None or schema.grad is None:
         raise BlockirError(
             f"append_backward: op {op.type!r} has no gradient but lies between a variable that "
@@ -233,7 +257,6 @@ def _gradient_ops(op: Operator, analysis: _Analysis) -> list[_Pending]:
         )
     if op.sub_blocks():
         raise BlockirError(f"append_backward: ops with sub-blocks are not differentiable\n  op: {op}")
-    device, namescope = op.device, op.attrs.get("op_namescope", "")
     pending = []
     for spec in schema.grad(_GradContext(op, schema, analysis)):
         spec = OpSpec(
@@ -319,7 +342,7 @@ def _materialize(block: Block, pending: list[_Pending], analysis: _Analysis) -> 
                     "the gradient of a variable needing one"
                 )
             fwd = block.find_var_recursive(forward_of[base])
-            block.add_var(Variable(name, dtype=fwd.dtype, shape=fwd.shape, lod_level=fwd.lod_level))
+            block.add_var(Variable(name, kind=fwd.kind, dtype=fwd.dtype, shape=fwd.shape, lod_level=fwd.lod_level))
         framework.append_op(
             block,
             item.spec.type,
@@ -331,3 +354,74 @@ def _materialize(block: Block, pending: list[_Pending], analysis: _Analysis) -> 
             device=item.device,
             namescope=item.namescope,
         )
+
+
+# -- loops and conditionals -------------------------------------------------------------------------------------
+
+
+class _BlockSlots(NamedTuple):
+    """Where a loop or conditional names its variables and its gradient's: the slots of the forward op and of the
+    gradient op (Paddle's ``while_grad`` and ``conditional_block_grad``)."""
+
+    grad_type: str
+    inputs: str  # the forward op's slot of the outer variables its block reads
+    kept: str  # its output slot of what it kept for the gradient
+    loop: bool  # whether the block runs repeatedly, carrying its outputs into the next run
+
+
+_BLOCK_GRADIENTS = {
+    "while": _BlockSlots("while_grad", "X", "StepScopes", loop=True),
+    "conditional_block": _BlockSlots("conditional_block_grad", "Input", "Scope", loop=False),
+}
+
+
+def _block_gradient(
+    op: Operator, analysis: _Analysis, grad_type: str, inputs: str, kept: str, loop: bool
+) -> OpSpec | None:
+    """The gradient op of a loop or a conditional: its block's gradient ops (this module's algorithm run on the
+    block, the gradients of the op's outputs flowing in) in a new block, a child of the forward block so that it
+    sees the variables the forward run kept; None when none of its inputs needs a gradient."""
+    xs, outs = list(op.input(inputs)), list(op.output("Out"))
+    x_grads = [analysis.grad_of(n) for n in xs]
+    if all(g == EMPTY_VAR for g in x_grads):
+        return None
+    if not any(n != EMPTY_VAR for n in op.output(kept)) or (loop and op.attr("is_test")):
+        raise BlockirError(
+            f"append_backward: {op.type} keeps nothing for its gradient (its {kept} is not bound, or is_test is "
+            f"set)\n  op: {op}"
+        )
+    sub = op.sub_blocks()[0]
+    carried = set(xs) & set(outs) if loop else set()
+    inner = _Analysis(
+        sub,
+        "",
+        analysis.no_grad,
+        targets={n for n in outs if n in analysis.needed},
+        sources={n for n in xs if n in analysis.needed},
+        carried=carried,
+    )
+    program = sub.program
+    current = program.current_block_idx
+    grad_block = program.create_block(parent_idx=analysis.block.idx if analysis.into < 0 else analysis.into)
+    program.current_block_idx = current
+    grad_block.forward_block_idx = sub.idx
+    inner.into = grad_block.idx
+    for name in sorted(inner.needed & set(outs)):  # the gradients flowing in
+        fwd = sub.find_var_recursive(name)
+        grad_block.add_var(
+            Variable(grad_name(name), kind=fwd.kind, dtype=fwd.dtype, shape=fwd.shape, lod_level=fwd.lod_level)
+        )
+    pending = []
+    for inner_op in reversed(inner.path):
+        pending.extend(_gradient_ops(inner_op, inner))
+    _materialize(grad_block, _accumulate(pending, inner), inner)
+    out_grads = [grad_name(n) for n in outs if n in analysis.needed]
+    attrs: dict[str, object] = {"sub_block": grad_block.idx}
+    if loop:
+        attrs.update(original_output_grad=out_grads, is_test=False)
+    else:
+        attrs["is_scalar_condition"] = op.attr("is_scalar_condition")
+    forward = {inputs: xs, "Out": outs, "Out@GRAD": out_grads, kept: list(op.output(kept))}
+    if not loop:
+        forward["Cond"] = list(op.input("Cond"))
+    return OpSpec(grad_type, forward, {f"{inputs}@GRAD": x_grads}, attrs)

@@ -13,10 +13,23 @@ from collections.abc import Sequence
 from typing import Any
 
 from blockir.dsl import framework, math_layers
+from blockir.dsl.control_flow import (
+    ConditionalBlock,
+    Switch,
+    While,
+    array_length,
+    array_read,
+    array_write,
+    cond,
+    create_array,
+    increment,
+    tensor_array_to_tensor,
+)
 from blockir.dsl.entry import CountFilterEntry, ProbabilityEntry
 from blockir.dsl.initializer import Constant, Normal
 from blockir.dsl.layer_helper import LayerHelper
 from blockir.dsl.param_attr import ParamAttr
+from blockir.dsl.rnn_layers import gru, lstm, simple_rnn
 from blockir.dsl.variable import Variable, tensor_dtype, tensor_shape
 from blockir.dsl.vision import (
     affine_channel,
@@ -58,9 +71,11 @@ __all__ = [
     "fill_constant",
     "flatten",
     "group_norm",
+    "gru",
     "image_resize",
     "instance_norm",
     "layer_norm",
+    "lstm",
     "matmul",
     "mean",
     "pad",
@@ -80,6 +95,7 @@ __all__ = [
     "scale",
     "sequence_pool",
     "sigmoid",
+    "simple_rnn",
     "slice",
     "softmax",
     "softmax_with_cross_entropy",
@@ -89,6 +105,18 @@ __all__ = [
     "tanh",
     "transpose",
     "unsqueeze",
+]
+__all__ += [  # control flow and tensor arrays: blockir.dsl.control_flow
+    "ConditionalBlock",
+    "Switch",
+    "While",
+    "array_length",
+    "array_read",
+    "array_write",
+    "cond",
+    "create_array",
+    "increment",
+    "tensor_array_to_tensor",
 ]
 __all__ += math_layers.__all__  # activations, math, comparisons, indexing: served by __getattr__ below
 

@@ -495,9 +495,22 @@ def not_equal(x: core.Variable, y: core.Variable, name: str | None = None) -> Va
     return _binary("not_equal", x, y, name, dtype="bool")
 
 
-def less_than(x: core.Variable, y: core.Variable, name: str | None = None) -> Variable:
-    """x < y elementwise (bool)."""
-    return _binary("less_than", x, y, name, dtype="bool")
+def less_than(
+    x: core.Variable,
+    y: core.Variable,
+    force_cpu: bool | None = None,
+    cond: core.Variable | None = None,
+    name: str | None = None,
+) -> Variable:
+    """x < y elementwise (bool); into ``cond`` when given (a loop updating its condition: ``layers.While``)."""
+    attrs = {"force_cpu": bool(force_cpu)}
+    if cond is None:
+        return _binary("less_than", x, y, name, attrs, dtype="bool")
+    helper = LayerHelper("less_than", name)
+    for var, arg in ((x, "x"), (y, "y"), (cond, "cond")):
+        helper.check_variable(var, arg)
+    helper.append_op("less_than", {"X": [x], "Y": [y]}, {"Out": [cond]}, attrs)
+    return cond  # type: ignore[return-value]
 
 
 def less_equal(x: core.Variable, y: core.Variable, name: str | None = None) -> Variable:

@@ -1,11 +1,11 @@
 """Persistence (``bir.io``, Fluid's ``fluid.io``): variables and inference models saved and loaded.
 
 :mod:`blockir.io.persistence` holds the code; :mod:`blockir.io.paddle` reads and writes PaddlePaddle's legacy
-model files (``.pdmodel``, ``.pdiparams``, one file per variable), which ``load_inference_model`` and
-``save_inference_model(format=...)`` use.
+model files (``.pdmodel``, ``.pdiparams``, one file per variable) and :mod:`blockir.io.onnx` ONNX models
+(``.onnx``), which ``load_inference_model`` and ``save_inference_model(format=...)`` use.
 """
 
-from blockir.io import paddle
+from blockir.io import onnx, paddle
 from blockir.io.persistence import (
     FLUID_MODEL_FILE,
     MANIFEST_FILE,
@@ -43,6 +43,7 @@ __all__ = [
     "load_persistables",
     "load_vars",
     "model_format",
+    "onnx",
     "paddle",
     "read_paddle_params",
     "save_inference_model",

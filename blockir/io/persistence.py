@@ -70,6 +70,7 @@ import tokenize
 import zipfile
 import zlib
 from collections.abc import Callable, Iterable, Iterator, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
 from typing import IO, Any, cast
@@ -77,7 +78,7 @@ from typing import IO, Any, cast
 import numpy as np
 
 from blockir.errors import BlockirError
-from blockir.io import paddle
+from blockir.io import onnx, paddle
 from blockir.ir.core import Program, Variable
 from blockir.ir.defaults import default_main_program
 from blockir.ir.dtypes import VarKind
@@ -117,6 +118,7 @@ __all__ = [
     "model_format",
     "read_paddle_params",
     "read_shard",
+    "check_distinct",
     "check_shard",
     "SHARD_EXTRAS",
     "save_inference_model",
@@ -134,7 +136,7 @@ __all__ = [
 PROGRAM_FILE = "program.pb"  # save_inference_model's default model_filename
 PARAMS_DIR = "params"  # where save_inference_model puts one file per parameter by default
 FLUID_MODEL_FILE = "__model__"  # Fluid 1.x's model file in its inference model directory
-MODEL_FORMATS = ("blockir", "paddle", "fluid")  # save_inference_model's formats
+MODEL_FORMATS = ("blockir", "paddle", "fluid", "onnx")  # save_inference_model's formats
 MANIFEST_FILE = "manifest.json"  # names the files of the last save, one file per variable
 MAX_INDEX_BYTES = 64 << 20
 """The largest manifest or bundle ``index.json`` read (64 MiB)."""
@@ -710,28 +712,50 @@ def saved_values(dirname: str | os.PathLike[str]) -> dict[str, Any]:
 
 
 class _Checksumming:
-    """A file's reads or writes, CRC-32 checksummed as they pass (one pass over the bytes)."""
+    """A file's reads or writes, CRC-32 checksummed as they pass (one pass over the bytes). The checksum of a large
+    block is folded in on a thread of its own, in order, while the file is read on (in blocks of
+    :attr:`BLOCK` bytes) or the block written: zlib and the file's reads and writes release the GIL, so a
+    shard is read or written at about the pace of the slower of the two rather than of both in turn."""
+
+    BLOCK = 32 << 20
 
     def __init__(self, f: Any) -> None:
         self.f = f
         self.crc = 0
+        self._pool: ThreadPoolExecutor | None = None
+
+    def _fold(self, data: Any) -> None:
+        self.crc = zlib.crc32(data, self.crc)
+
+    def _add(self, data: Any) -> None:
+        """Fold ``data`` (kept alive and unchanged until :attr:`checksum` is read) in after what came before."""
+        if self._pool is None and memoryview(data).nbytes < self.BLOCK // 4:
+            self._fold(data)
+            return
+        if self._pool is None:
+            self._pool = ThreadPoolExecutor(1, thread_name_prefix="blockir-checksum")
+        self._pool.submit(self._fold, data)
 
     def write(self, data: Any) -> int:
-        self.crc = zlib.crc32(data, self.crc)
+        self._add(data)
         return cast(int, self.f.write(data))
 
     def read(self, n: int = -1) -> bytes:
         data = cast(bytes, self.f.read(n))
-        self.crc = zlib.crc32(data, self.crc)
+        self._add(data)
         return data
 
     def readinto(self, buffer: Any) -> int:
-        n = cast(int, self.f.readinto(buffer))
-        self.crc = zlib.crc32(memoryview(buffer)[:n], self.crc)
+        view = memoryview(buffer).cast("B")
+        n = cast(int, self.f.readinto(view[: self.BLOCK]))
+        self._add(view[:n])
         return n
 
     @property
     def checksum(self) -> str:
+        if self._pool is not None:  # every block folded in
+            self._pool.shutdown(wait=True)
+            self._pool = None
         return f"{self.crc:08x}"
 
 
@@ -803,12 +827,17 @@ def check_shard(dirname: str | os.PathLike[str], name: str, table: dict[str, Any
 
 
 def read_shard(
-    dirname: str | os.PathLike[str], name: str, table: dict[str, Any], shard: dict[str, Any]
+    dirname: str | os.PathLike[str],
+    name: str,
+    table: dict[str, Any],
+    shard: dict[str, Any],
+    distinct: bool = True,
 ) -> dict[str, np.ndarray]:
     """A shard of the table ``name`` (its manifest entry ``table``, the shard's ``shard``): its arrays by name
     (``ids``, the rows of the table and of each state in ``table["states"]``, :data:`SHARD_EXTRAS`). Checked
     as :func:`check_shard` does, then read once, checksummed as it is read (a checksum that differs from the
-    manifest's is an error, and nothing read is returned), every id in ``0..height-1`` and none twice."""
+    manifest's is an error, and nothing read is returned), every id in ``0..height-1`` and (unless
+    ``distinct`` is False: the caller checks it, :func:`check_distinct`) none twice."""
     check_shard(dirname, name, table, shard)
     path = _inside(dirname, shard["file"], "a table shard")
     where = str(path)
@@ -830,11 +859,17 @@ def read_shard(
                 f"{Path(dirname) / MANIFEST_FILE}: table {name!r} has height {table['height']}, but its shard "
                 f"{shard['file']} holds id {bad} ({array!r})"
             )
-    ids = np.sort(arrays["ids"])
+    if distinct:
+        check_distinct(dirname, shard, arrays["ids"])
+    return arrays
+
+
+def check_distinct(dirname: str | os.PathLike[str], shard: dict[str, Any], ids: np.ndarray) -> None:
+    """An error naming the shard ``shard`` (its manifest entry) when its ``ids`` hold an id twice."""
+    ids = np.sort(ids)
     twice = ids[1:][ids[1:] == ids[:-1]]
     if twice.size:
-        raise BlockirError(f"{where}: holds the row of id {twice[0]} twice")
-    return arrays
+        raise BlockirError(f"{_inside(dirname, shard['file'], 'a table shard')}: holds the row of id {twice[0]} twice")
 
 
 def _remove_stale(base: Path, manifest: _Manifest, files: list[Path]) -> None:
@@ -1061,14 +1096,16 @@ def _params_location(dirname: str | os.PathLike[str], params_filename: str | Non
 
 
 def _check_computable(program: Program, feeds: list[str]) -> None:
-    """Every value the pruned program reads must be fed, computed or persistable."""
+    """Every value the pruned program reads must be fed, computed or persistable (or be a tensor array, which
+    starts empty)."""
     block = program.global_block()
     defined = set(feeds)
     for op in block.ops:
         if is_framing(op):
             continue
         for name in op.input_names():
-            if name not in defined and not block.find_var_recursive(name).persistable:
+            var = block.find_var_recursive(name)
+            if name not in defined and not var.persistable and var.kind is not VarKind.LOD_TENSOR_ARRAY:
                 raise BlockirError(
                     f"the targets need {name!r}, which is neither fed ({', '.join(feeds) or 'no feeds'}) "
                     f"nor computed from the feeds and parameters; read by: {op}"
@@ -1121,7 +1158,8 @@ def save_inference_model(
     no ``model_filename`` or ``params_filename``). ``format="fluid"``
     writes Fluid 1.x's: ``dirname/__model__`` (or ``model_filename``) and one
     file per variable in ``dirname`` (or all in ``dirname/params_filename``).
-    Paddle loads both.
+    Paddle loads both. ``format="onnx"`` writes ``PREFIX.onnx`` (:mod:`blockir.io.onnx_export`; the
+    parameters inside it as initializers), checked by ``onnx.checker``.
 
     Without ``main_program``, the program is the one ``target_vars`` belong to
     when they are variables (so a program built in ``program_guard(main,
@@ -1134,6 +1172,11 @@ def save_inference_model(
         raise BlockirError(
             "save_inference_model: format='paddle' writes PREFIX.pdmodel and PREFIX.pdiparams (dirname is the "
             "prefix); model_filename and params_filename are for the blockir and fluid formats"
+        )
+    if format == "onnx" and (model_filename is not None or params_filename is not None):
+        raise BlockirError(
+            "save_inference_model: format='onnx' writes PREFIX.onnx, parameters inside (dirname is the prefix); "
+            "model_filename and params_filename are for the blockir and fluid formats"
         )
     feeds, targets = _names(feeded_var_names, "feeded_var_names"), _names(target_vars, "target_vars")
     if not targets:
@@ -1159,6 +1202,11 @@ def save_inference_model(
     paddle.check_exportable(program, f"save_inference_model(format={format!r})")
     stored = _scope_values(_select(program, None, is_persistable), scope)
     values = {name: map_arrays(value, functools.partial(_host, name=name)) for name, value in stored.items()}
+    if format == "onnx":
+        from blockir.io.onnx_export import write_model
+
+        write_model(f"{os.fspath(dirname)}{onnx.ONNX_SUFFIX}", program, values)
+        return targets
     if format == "paddle":
         program_path = Path(f"{os.fspath(dirname)}{paddle.PDMODEL}")
         paddle.write_combined(f"{os.fspath(dirname)}{paddle.PDIPARAMS}", values)
@@ -1200,16 +1248,26 @@ def load_inference_model(
     directory (``program.pb``, ``params/``), Paddle 2+'s ``PREFIX.pdmodel`` and
     ``PREFIX.pdiparams`` (``dirname`` the prefix, or the ``.pdmodel`` itself),
     or Fluid 1.x's directory (``__model__`` and one file per variable, or
-    ``params_filename``). Nothing is loaded into the scope unless every value
-    was read and checked.
+    ``params_filename``), or an ONNX model (``PREFIX.onnx``, named by the
+    prefix or itself: :func:`blockir.io.onnx.read_model`; the feed and fetch
+    names are blockir's names of its inputs and outputs, the same unless the
+    file's names hold characters blockir's names do not). Nothing is loaded into
+    the scope unless every value was read and checked.
     """
     xp = _check_executor(executor).place.xp
     form = model_format(dirname, model_filename, params_filename)
+    if form == "onnx":
+        imported = onnx.read_model(f"{_prefix(dirname, onnx.ONNX_SUFFIX)}{onnx.ONNX_SUFFIX}")
+        target = global_scope() if scope is None else scope
+        for name, value in imported.params.items():
+            target.set(name, xp.asarray(value))
+        block = imported.program.global_block()
+        return imported.program, list(imported.feeds), [block.var(n) for n in imported.fetches]
     if form == "blockir":
         path = _inside(dirname, model_filename or PROGRAM_FILE, "model_filename")
         program = load_program(path)
     elif form == "paddle":
-        path = _paddle_prefix(dirname).with_suffix(paddle.PDMODEL)
+        path = _prefix(dirname, paddle.PDMODEL).with_suffix(paddle.PDMODEL)
         program = paddle.read_program(path)
     else:
         path = _inside(dirname, model_filename or FLUID_MODEL_FILE, "model_filename")
@@ -1230,22 +1288,24 @@ def load_inference_model(
     return program, feeds, [block.var(n) for n in fetches]
 
 
-def _paddle_prefix(path: str | os.PathLike[str]) -> Path:
-    """The path prefix of a Paddle model named by its prefix or by its ``.pdmodel``."""
+def _prefix(path: str | os.PathLike[str], suffix: str) -> Path:
+    """The path prefix of a model named by its prefix or by its file (``.pdmodel``, ``.onnx``)."""
     p = Path(path)
-    return p.with_suffix("") if p.suffix == paddle.PDMODEL else p
+    return p.with_suffix("") if p.suffix == suffix else p
 
 
 def model_format(
     dirname: str | os.PathLike[str], model_filename: str | None = None, params_filename: str | None = None
 ) -> str:
     """Which form of inference model ``dirname`` names: ``"paddle"`` (``PREFIX.pdmodel``, named by the prefix
-    or itself), ``"blockir"`` (a directory with ``program.pb`` and ``params/`` or a bundle) or ``"fluid"`` (a
-    directory with ``__model__`` and Paddle's parameter files); an error when it names none, or both a
-    directory and a ``.pdmodel``."""
+    or itself), ``"onnx"`` (``PREFIX.onnx``, the same), ``"blockir"`` (a directory with ``program.pb`` and
+    ``params/`` or a bundle) or ``"fluid"`` (a directory with ``__model__`` and Paddle's parameter files); an
+    error when it names none, or both a directory and a ``.pdmodel``."""
     p = Path(dirname)
     if p.suffix == paddle.PDMODEL:
         return "paddle"
+    if p.suffix == onnx.ONNX_SUFFIX or (not p.is_dir() and Path(f"{p}{onnx.ONNX_SUFFIX}").is_file()):
+        return "onnx"
     pdmodel = p.with_suffix(paddle.PDMODEL)
     if p.is_dir() and pdmodel.is_file():
         raise BlockirError(

@@ -547,10 +547,17 @@ class Block:
         return name in self._vars
 
     def find_var_recursive(self, name: str) -> Variable:
+        """The variable ``name`` of this block or the nearest ancestor having it; a gradient block (one with a
+        ``forward_block_idx``) also sees its forward block's variables, before its parent's (as Paddle's
+        ``FindVarRecursive``)."""
         block: Block | None = self
         while block is not None:
             if name in block._vars:
                 return block._vars[name]
+            if block.forward_block_idx >= 0:
+                forward = self.program.block(block.forward_block_idx)
+                if name in forward._vars:
+                    return forward._vars[name]
             block = block.parent_block
         raise BlockirError(f"variable {name!r} not found in block {self.idx} or its ancestors")
 
@@ -892,7 +899,9 @@ def strip_training(program: Program) -> bool:
 
 
 def block_reads_writes(block: Block) -> tuple[set[str], set[str]]:
-    """Outer variables a block (with its nested sub-blocks) reads and writes."""
+    """Outer variables a block (with its nested sub-blocks) reads and writes. A gradient block's reads of its
+    forward block's variables are not among them: the forward run kept those values for it (a loop's
+    ``StepScopes``), they come from no block around it."""
     reads: set[str] = set()
     writes: set[str] = set()
     for op in block.ops:
@@ -900,13 +909,19 @@ def block_reads_writes(block: Block) -> tuple[set[str], set[str]]:
         reads |= r
         writes |= w
     local = set(block.vars)
+    if block.forward_block_idx >= 0:
+        local |= set(block.program.block(block.forward_block_idx).vars)
     return reads - local, writes - local
 
 
 def op_reads_writes(op: Operator) -> tuple[set[str], set[str]]:
-    """Variables an op reads and writes, its sub-blocks' outer accesses included."""
+    """Variables an op reads and writes, its sub-blocks' outer accesses included; an op updating outputs in place
+    (its schema's ``updates`` slots: ``write_to_array``) reads them too."""
     reads = set(op.input_names())
     writes = set(op.output_names())
+    schema = find(op.type)
+    if schema is not None:
+        reads.update(n for slot in schema.updates for n in op.output(slot))
     for sub in op.sub_blocks():
         r, w = block_reads_writes(sub)
         reads |= r

@@ -160,6 +160,10 @@ class OpSchema:
     # FusedOutput): a persistable such an op writes last is bound in the scope as a view (Scope.bind), so that
     # setting or loading it copies into that memory.
     views: tuple[str, ...] = ()
+    # Output slots whose variables the op updates in place (write_to_array's Out, a tensor array): the op reads
+    # their current values too (:func:`blockir.ir.core.op_reads_writes`), and the kernel gets them after its
+    # inputs, one argument per slot, None where the variable holds no value yet.
+    updates: tuple[str, ...] = ()
     doc: str = ""
 
     def attr_def(self, name: str) -> AttrDef | None:
@@ -342,4 +346,5 @@ COMMON_ATTRS: dict[str, AttrType] = {
     "op_pass": AttrType.STRING,  # lineage: the pass that created the op
     "op_origin": AttrType.STRINGS,  # lineage: the ops it was made from, as origin_key() strings
     "op_stream": AttrType.STRING,  # the stream the op runs on: DEVICE/compute<k> or DEVICE/copy
+    "op_placement": AttrType.STRING,  # lineage: why the auto-place pass put the op on its device
 }

@@ -44,6 +44,7 @@ from blockir.errors import BlockirError, VerifyError
 from blockir.ir.attrs import LIST_TYPES, AttrType, normalize
 from blockir.ir.core import MAX_BLOCK_DEPTH, TOO_DEEP, Block, Operator, Program, Variable, block_chains
 from blockir.ir.devices import DEVICE_FORMS, is_valid_device
+from blockir.ir.dtypes import VarKind
 from blockir.ir.schema import COMMON_ATTRS, EMPTY_VAR, GRAD_SUFFIX, REQUIRED, Lowering, OpSchema, find, lowering_of
 
 __all__ = ["column_problems", "op_problems", "verify"]
@@ -106,9 +107,15 @@ class _Verifier:
 
     # -- variables ---------------------------------------------------------
     def lookup(self, block: Block, name: str) -> Variable | None:
+        """The variable ``name`` as ``block`` sees it: in a block of its chain, or in a gradient block's forward
+        block (:meth:`~blockir.ir.core.Block.find_var_recursive`)."""
+        blocks = self.program.blocks
         for b in self.chain(self.position[id(block)]):
             if name in b.vars:
                 return b.vars[name]
+            forward = b.forward_block_idx
+            if 0 <= forward < len(blocks) and name in blocks[forward].vars:
+                return blocks[forward].vars[name]
         return None
 
     def check_ops(self) -> None:
@@ -133,7 +140,9 @@ class _Verifier:
                     self.op_problem(
                         block, index, op, f"input {name!r} (slot {slot}) is not declared in the block or its ancestors"
                     )
-                elif not (var.persistable or var.need_check_feed or defined(name)):
+                elif not (
+                    var.persistable or var.need_check_feed or var.kind is VarKind.LOD_TENSOR_ARRAY or defined(name)
+                ):  # a tensor array no op wrote is empty
                     self.op_problem(
                         block,
                         index,

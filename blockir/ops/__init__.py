@@ -8,6 +8,7 @@ from blockir.ir.schema import find, register
 from blockir.ops import (
     activation,
     channel,
+    control_flow,
     conv,
     distributed,
     fused,
@@ -21,13 +22,14 @@ from blockir.ops import (
     parallel,
     random,
     reduce,
+    rnn,
     sequence,
     shape,
     tensor,
     transfer,
     vision,
 )
-from blockir.ops.values import LoDTensor, SelectedRows
+from blockir.ops.values import LoDTensor, SelectedRows, TensorArray
 
 MODULES = (
     math,
@@ -44,10 +46,12 @@ MODULES = (
     fused,
     fused_conv,
     sequence,
+    rnn,
     random,
     transfer,
     optimizer,
     channel,
+    control_flow,
     parallel,
     distributed,
 )
@@ -57,4 +61,4 @@ for _module in MODULES:
         if find(_schema.type) is not _schema:
             register(_schema)
 
-__all__ = ["LoDTensor", "SelectedRows", "MODULES"]
+__all__ = ["LoDTensor", "SelectedRows", "TensorArray", "MODULES"]

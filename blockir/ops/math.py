@@ -16,6 +16,7 @@ None for the others.
 
 from __future__ import annotations
 
+import functools
 import math
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -53,7 +54,8 @@ from blockir.ops.common import (
     unary_family,
     unbroadcast,
 )
-from blockir.ops.values import SelectedRows
+from blockir.ops.control_flow import add_gradients
+from blockir.ops.values import SelectedRows, TensorArray
 
 # -- attributes of Paddle's oneDNN (MKL-DNN) and cuDNN kernels -----------------------------------
 # Accepted so that Paddle's programs load; those kernels compute what the plain ones do (int8 and bfloat16
@@ -841,14 +843,18 @@ SCALE = OpSchema(
 _CAST_ATTRS = (AttrDef("in_dtype", AttrType.INT), AttrDef("out_dtype", AttrType.INT), *_MKLDNN)
 
 
+# cast converts between every dtype numpy has (the narrow integers too: what other kernels compute widened)
+_CAST_DTYPES = ALL_DTYPES | {"int8", "int16", "uint8", "complex64", "complex128"}
+
+
 def _infer_cast(ctx: InferContext) -> None:
     """Out: X's shape in out_dtype. in_dtype must name a dtype, but X's own dtype is what is converted (Paddle
     does not compare them either; the gradient, cast back to in_dtype, has X's dtype when they agree)."""
-    x = check_dtype(ctx, "X", ALL_DTYPES)
+    x = check_dtype(ctx, "X", _CAST_DTYPES)
     dtype_attr(ctx, "in_dtype")
     out_dtype = dtype_attr(ctx, "out_dtype")
-    if out_dtype not in ALL_DTYPES:
-        ctx.fail(f"out_dtype={ctx.attr('out_dtype')} ({out_dtype}) is not supported; supported: {sorted(ALL_DTYPES)}")
+    if out_dtype not in _CAST_DTYPES:
+        ctx.fail(f"out_dtype={ctx.attr('out_dtype')} ({out_dtype}) is not supported; supported: {sorted(_CAST_DTYPES)}")
     ctx.set_output("Out", x.shape, out_dtype, lod_level=x.lod_level)
 
 
@@ -985,6 +991,10 @@ REDUCE_MEAN, REDUCE_MEAN_GRAD = reduce_family(
 
 
 def _infer_sum(ctx: InferContext) -> None:
+    if all(v.kind is VarKind.LOD_TENSOR_ARRAY for v in ctx.inputs("X")):  # gradients of a tensor array
+        for out in ctx.outputs("Out"):
+            out.kind = VarKind.LOD_TENSOR_ARRAY
+        return
     first, shape = merge_shapes(ctx, "X", NUMBERS)
     ctx.set_output("Out", shape, first.dtype, lod_level=first.lod_level)
     kinds = {v.kind for v in ctx.inputs("X")}
@@ -996,8 +1006,10 @@ def _infer_sum(ctx: InferContext) -> None:
 
 def _sum(ctx: KernelContext, xs: list[Any]) -> Any:
     """The sum of dense arrays and SelectedRows (rows scatter-added, repeats accumulated); SelectedRows
-    only: a SelectedRows holding every input's rows and values."""
+    only: a SelectedRows holding every input's rows and values. Tensor arrays add position by position."""
     xp = ctx.xp
+    if isinstance(xs[0], TensorArray):
+        return functools.reduce(lambda a, b: add_gradients(xp, a, b), xs)
     dense = [v for v in xs if not isinstance(v, SelectedRows)]
     sparse = [v for v in xs if isinstance(v, SelectedRows)]
     if not dense:

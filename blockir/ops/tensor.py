@@ -620,7 +620,67 @@ ROLL = OpSchema(
     doc="Out = X rolled by shifts[i] along axis[i] (X flattened when axis is empty; ShiftsTensor's values when given).",
 )
 
+# -- tril_triu, where_index ------------------------------------------------------------------------------------
+
+_TRIL_TRIU_ATTRS = (AttrDef("diagonal", AttrType.INT, 0), AttrDef("lower", AttrType.BOOLEAN, False))
+
+
+def _infer_tril_triu(ctx: InferContext) -> None:
+    x = check_dtype(ctx, "X", ALL_DTYPES)
+    if len(x.shape) < 2:
+        ctx.fail(f"X {fmt(x)} must have at least 2 dims (a matrix, or a batch of them)")
+    ctx.set_output("Out", x.shape, x.dtype)
+
+
+def _tril_triu(ctx: KernelContext, x: Any) -> Any:
+    """The lower (``lower``) or upper triangle of each matrix of X from diagonal ``diagonal``, zeros elsewhere."""
+    xp, k = ctx.xp, ctx.attrs["diagonal"]
+    above = xp.arange(x.shape[-1])[None, :] - xp.arange(x.shape[-2])[:, None]  # j - i
+    keep = above <= k if ctx.attrs["lower"] else above >= k
+    return xp.where(keep, x, xp.zeros((), x.dtype))
+
+
+TRIL_TRIU_GRAD = OpSchema(
+    "tril_triu_grad",
+    inputs=(Slot("Out@GRAD"),),
+    outputs=(Slot("X@GRAD"),),
+    attrs=_TRIL_TRIU_ATTRS,
+    infer=lambda ctx: ctx.set_output("X@GRAD", ctx.tensor("Out@GRAD").shape, ctx.tensor("Out@GRAD").dtype),
+    kernel=_tril_triu,
+    doc="Gradient of tril_triu: dOut masked by the same triangle.",
+)
+TRIL_TRIU = OpSchema(
+    "tril_triu",
+    inputs=(Slot("X"),),
+    outputs=(Slot("Out"),),
+    attrs=_TRIL_TRIU_ATTRS,
+    infer=_infer_tril_triu,
+    grad=lambda g: grad_op(g, TRIL_TRIU_GRAD, ("Out@GRAD",), ("X",)),
+    kernel=_tril_triu,
+    doc="Out = the lower (`lower`) or upper triangle of each matrix of X, from diagonal `diagonal` (0: the main "
+    "one, k > 0 above it), zeros elsewhere (Paddle's tril and triu; ONNX's Trilu).",
+)
+
+
+def _infer_where_index(ctx: InferContext) -> None:
+    cond = check_dtype(ctx, "Condition", ALL_DTYPES)
+    ctx.set_output("Out", (-1, len(cond.shape)), "int64")
+
+
+WHERE_INDEX = OpSchema(
+    "where_index",
+    inputs=(Slot("Condition", no_grad=True),),
+    outputs=(Slot("Out"),),
+    infer=_infer_where_index,
+    kernel=lambda ctx, cond: ctx.xp.stack(ctx.xp.nonzero(cond), axis=1).astype("int64").reshape(-1, cond.ndim),
+    doc="Out[i] = the index (one value per dim) of the i-th nonzero entry of Condition, in row-major order "
+    "(Paddle's nonzero; ONNX's NonZero is its transpose).",
+)
+
 SCHEMAS: tuple[OpSchema, ...] = (
+    TRIL_TRIU,
+    TRIL_TRIU_GRAD,
+    WHERE_INDEX,
     SHAPE,
     SIZE,
     ASSIGN_VALUE,

@@ -19,11 +19,14 @@ from blockir.ir.devices import DEVICE_FORMS, is_valid_device
 from blockir.ir.dtypes import VarKind
 from blockir.ir.schema import AttrDef, InferContext, KernelContext, Lowering, OpSchema, Slot
 from blockir.ops.common import host_copy, kernel_error, to_host
-from blockir.ops.values import LoDTensor, SelectedRows
+from blockir.ops.values import LoDTensor, SelectedRows, TensorArray
 
 
 def map_arrays(value: Any, fn: Callable[[Any], Any]) -> Any:
-    """Apply ``fn`` to the array(s) of a dense, LoDTensor or SelectedRows value; keep LoD, rows and height."""
+    """Apply ``fn`` to the array(s) of a dense, LoDTensor, SelectedRows or TensorArray value; keep LoD, rows and
+    height."""
+    if isinstance(value, TensorArray):
+        return TensorArray(None if v is None else map_arrays(v, fn) for v in value)
     if isinstance(value, LoDTensor):
         return LoDTensor(fn(value.data), value.lod)
     if isinstance(value, SelectedRows):

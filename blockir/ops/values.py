@@ -1,4 +1,4 @@
-"""Runtime value types besides dense arrays: LoDTensor and SelectedRows.
+"""Runtime value types besides dense arrays: LoDTensor, SelectedRows and TensorArray.
 
 Both are written against any array module: ``data``/``values`` may be numpy or
 cupy arrays; LoD offsets and row indices are always host ``list``/numpy int64.
@@ -116,6 +116,17 @@ class SelectedRows:
         return a.astype(dtype) if dtype is not None else a
 
 
+class TensorArray(list):
+    """Paddle's LoDTensorArray (a ``lod_tensor_array`` variable): a list of tensors (dense or LoDTensor), each
+    of its own shape, written by position (``write_to_array`` grows it; a position never written holds None).
+
+    Ops write one in place (:attr:`~blockir.ir.schema.OpSchema.updates`), as Paddle's do.
+    """
+
+    def __repr__(self) -> str:
+        return f"TensorArray({list.__repr__(self)})"
+
+
 def describe_value(value: Any) -> str:
     """``float32[64, 784]`` for arrays, with the kind for LoD tensors and selected rows."""
     if value is None:
@@ -124,6 +135,8 @@ def describe_value(value: Any) -> str:
         return f"lod_tensor<{value.dtype}>{list(value.shape)} lod_levels={len(value.lod)}"
     if isinstance(value, SelectedRows):
         return f"selected_rows<{value.dtype}>{list(value.shape)} rows={len(value.rows)}"
+    if isinstance(value, TensorArray):
+        return "tensor_array[" + ", ".join(map(describe_value, value)) + "]"
     if isinstance(value, list):
         return "[" + ", ".join(map(describe_value, value)) + "]"
     dtype, shape = getattr(value, "dtype", None), getattr(value, "shape", None)

@@ -7,8 +7,10 @@ report; ``registered_passes()`` lists the passes, and the named pipelines
 ``inference`` transform a program in place.
 """
 
+from blockir.passes.auto_place import AutoPlace, Schedule, simulate
 from blockir.passes.base import Pass, Pipeline, register_pass, registered_passes, unregister_pass
 from blockir.passes.copies import InsertCopies
+from blockir.passes.costs import CostModel
 from blockir.passes.data_parallel import DataParallel
 from blockir.passes.deps import Deps, dependency_graph
 from blockir.passes.distribute import Distribute
@@ -37,6 +39,8 @@ from blockir.passes.prune import Prune, prune
 from blockir.passes.streams import Streams, op_stream, stream_waits
 
 __all__ = [
+    "AutoPlace",
+    "CostModel",
     "DataParallel",
     "DefaultDevicePipeline",
     "Deps",
@@ -58,6 +62,7 @@ __all__ = [
     "Pipeline",
     "Place",
     "Prune",
+    "Schedule",
     "Streams",
     "dependency_graph",
     "describe_passes",
@@ -75,6 +80,7 @@ __all__ = [
     "register_pass",
     "registered_passes",
     "run",
+    "simulate",
     "stream_waits",
     "unregister_pass",
 ]

@@ -17,7 +17,8 @@ parameter updated on one device and read on another is copied again, in the
 block, every iteration: readers always see the update). A sub-block starts
 from where the values are when the op owning it runs (at the end of its parent
 block when no op owns it) and treats the variables of the blocks around it the
-same way: it reads copies of them and carries what it writes to them back.
+same way: it reads copies of them and carries what it writes to them back; the values its op reads
+as copies (a ``while``'s ``X``, handed to the block) it finds on their copies' devices.
 
 ``memcpy`` ops run on their ``dst_device`` and are the only ops reading across
 devices, with collectives (``device_allreduce``), which read ``X[i]`` and write
@@ -37,13 +38,13 @@ from typing import ClassVar
 from blockir.errors import BlockirError
 from blockir.ir import Block, Operator, Program, VarKind
 from blockir.ir.core import block_reads_writes, op_reads_writes
-from blockir.ir.devices import HOST, checked_device
+from blockir.ir.devices import HOST, checked_device, is_valid_device
 from blockir.ir.schema import EMPTY_VAR, Lowering, collective_devices, find
 from blockir.ops.transfer import MEMCPY
 from blockir.passes.base import Pass, mark_created, register_pass
 from blockir.passes.place import Placement, find_var
 
-__all__ = ["InsertCopies", "copy_name", "is_copy", "value_devices"]
+__all__ = ["InsertCopies", "copied_from", "copy_name", "is_copy", "value_devices"]
 
 _COPYABLE = (VarKind.LOD_TENSOR, VarKind.SELECTED_ROWS)
 
@@ -69,6 +70,12 @@ def value_devices(op: Operator, device: str) -> tuple[dict[str, str], dict[str, 
 def copy_name(name: str, device: str) -> str:
     """The variable holding the copy of ``name`` on ``device``: ``NAME@DEVICE``."""
     return f"{name}@{device}"
+
+
+def copied_from(name: str) -> tuple[str, str] | None:
+    """``(NAME, DEVICE)`` for ``NAME@DEVICE``, the name of a copy (:func:`copy_name`); None for any other name."""
+    base, _, device = name.rpartition("@")
+    return (base, device) if base and is_valid_device(device) else None
 
 
 class _Walk:
@@ -110,7 +117,7 @@ class _Walk:
                         op.rename_input(name, self.copy_to(name, there, op, index))
                         index += len(self.block.ops) - count
             for sub in op.sub_blocks():
-                self.walk_sub_block(sub)
+                self.walk_sub_block(sub, op)
             index += 1 + self.record_writes(op, writes, index)
         for sub in self.unowned.get(self.block.idx, ()):  # sub-blocks no op owns see the block as it ends
             if sub is not self.block:
@@ -189,9 +196,15 @@ class _Walk:
         self.where[name] = device
         self.writer[name] = op
 
-    def walk_sub_block(self, sub: Block) -> None:
+    def walk_sub_block(self, sub: Block, owner: Operator | None = None) -> None:
+        """Walk ``sub``, starting from where the values it uses are; those its ``owner`` op reads as copies (a
+        loop's ``X``) it finds where the copies are (the op hands them to it)."""
         reads, writes = block_reads_writes(sub)
         outer = {name: self.location(name) for name in (reads | writes) - {EMPTY_VAR}}
+        for name in owner.input_names() if owner is not None else ():
+            copied = copied_from(name)
+            if copied is not None and copied[0] in outer:
+                outer[copied[0]] = copied[1]
         walk = _Walk(sub, self.placement, outer, set(outer) | _persistables(sub), self.unowned)
         self.changed = walk.run() or self.changed
 

@@ -164,7 +164,7 @@ class Placement:
             if own not in ("", HOST):
                 self.notes.append(f"{op.type} runs on the host, not on {own}: {op}")
             return HOST
-        channel = self._channel_device(op)
+        channel = self.channel_device(op)
         if channel:
             return channel
         device = own or self._rule_device(op) or self.block_default(op.block)
@@ -178,7 +178,8 @@ class Placement:
         self.notes.append(f"{op.type} has no {device_kind(device)} kernel: runs on the host instead of {device}: {op}")
         return HOST
 
-    def _channel_device(self, op: Operator) -> str:
+    def channel_device(self, op: Operator) -> str:
+        """The device of the channels ``op`` reads or writes ('' when it uses none)."""
         devices = set()
         for name in (*op.input_names(), *op.output_names()):
             var = find_var(op.block, name)
@@ -190,6 +191,15 @@ class Placement:
 
     def _rule_device(self, op: Operator) -> str:
         """The device a gradient or optimizer op follows; '' for other ops or when there is nothing to follow."""
+        leader = self.follows(op)
+        if isinstance(leader, Operator):
+            return self.op_device(leader)
+        return self.var_home(leader) if leader is not None else ""
+
+    def follows(self, op: Operator) -> Operator | Variable | None:
+        """What a gradient or optimizer op runs with (rule 4): the forward op that first computed the variable
+        whose gradient it reads or writes, or the parameter it concerns; None for other ops or when there is
+        nothing to follow."""
         if is_backward(op):
             for name in (*op.input_names(), *op.output_names()):
                 forward, grad, _ = name.partition(GRAD_SUFFIX)
@@ -197,17 +207,22 @@ class Placement:
                     continue
                 producer = self._forward_writer.get(forward)
                 if producer is not None:
-                    return self.op_device(producer)
+                    return producer
                 var = find_var(op.block, forward)
                 if var is not None and var.is_parameter:
-                    return self.var_home(var)
+                    return var
         elif _role(op) & OpRole.OPTIMIZE:
             role_var = op.attrs.get("op_role_var")
             names = role_var[:1] if isinstance(role_var, tuple) and role_var else op.input("Param")[:1]
-            param = find_var(op.block, names[0]) if names else None
-            if param is not None:
-                return self.var_home(param)
-        return ""
+            return find_var(op.block, names[0]) if names else None
+        return None
+
+    def home_op(self, var: Variable) -> Operator | None:
+        """The op whose device a persistable without a device of its own lives on (its first forward reader,
+        else its first user); None for other variables."""
+        if not var.persistable or var.device or var.kind in _CHANNELS:
+            return None
+        return self._forward_reader.get(var.name) or self._first_user.get(var.name)
 
     # -- variables ---------------------------------------------------------------------
     def var_home(self, var: Variable) -> str:
@@ -217,7 +232,7 @@ class Placement:
         if var.persistable:
             if var.device:
                 return checked_device(var.device, f"variable {var.name!r}")
-            user = self._forward_reader.get(var.name) or self._first_user.get(var.name)
+            user = self.home_op(var)
             return self.op_device(user) if user is not None else ""
         writer = self._first_writer.get(var.name)
         if writer is not None:

@@ -1,5 +1,6 @@
 """The runtime: devices, places, scopes, the executor and its plans, schedulers, traces, channels."""
 
+from blockir.runtime.calibration import calibrate
 from blockir.runtime.channel import Channel, blocked_on, register_thread, select
 from blockir.runtime.compiled import BuildStrategy, CompiledProgram, ExecutionStrategy, cpu_places, cuda_places
 from blockir.runtime.executor import Executor
@@ -20,6 +21,7 @@ __all__ = [
     "Scope",
     "ScopeVariable",
     "blocked_on",
+    "calibrate",
     "cpu_places",
     "cuda_places",
     "global_scope",

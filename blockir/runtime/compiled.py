@@ -35,8 +35,14 @@ from blockir.runtime.memory import keep_freed_memory
 
 __all__ = ["BuildStrategy", "CompiledProgram", "ExecutionStrategy", "Fusions", "cpu_places", "cuda_places"]
 
+AUTO_PLACE_WITH_DATA_PARALLEL = (
+    "BuildStrategy.auto_place cannot be combined with data parallelism (with_data_parallel) yet: turn one off"
+)
+
 # BuildStrategy.fusions(): the fuse pipeline's conv_bn, conv_add_act, bn_act, fc, elementwise_act, softmax_ce, optimizer
 Fusions = tuple[bool, bool, bool, bool, bool, bool, bool]
+# BuildStrategy.placing(): the devices of automatic placement and its cost file ('' for a calibration of its own)
+Placing = tuple[tuple[str, ...], str]
 
 
 def cpu_places(count: int | None = None) -> list[str]:
@@ -119,6 +125,12 @@ class BuildStrategy:
         self.fuse_elewise_add_act_ops = True
         self.fuse_softmax_with_cross_entropy = True
         self.fuse_all_optimizer_ops = True
+        # Automatic placement (the auto-place pass, docs/placement.md): the ops nobody pinned go over
+        # place_devices by a list scheduler on measured costs: cost_file's (blockir profile), else a calibration
+        # run of the executor's own, cached per machine (blockir.runtime.calibration). Not with data parallelism.
+        self.auto_place = False
+        self.place_devices: list[str] = []
+        self.cost_file: str | None = None
 
     def fusions(self) -> Fusions:
         """The fusion flags, in the order of the ``fuse`` pipeline's options (``conv_bn``, ``conv_add_act``,
@@ -133,6 +145,18 @@ class BuildStrategy:
             bool(self.fuse_softmax_with_cross_entropy),
             bool(self.fuse_all_optimizer_ops),
         )
+
+    def placing(self) -> Placing | None:
+        """The auto-placement asked for: (devices, cost file or ''), None when ``auto_place`` is off; an error
+        when it is on without devices."""
+        if not self.auto_place:
+            return None
+        devices = tuple(
+            dict.fromkeys(checked_device(str(d), "BuildStrategy.place_devices") for d in self.place_devices)
+        )
+        if not devices:
+            raise BlockirError("BuildStrategy.auto_place needs place_devices, e.g. ['cpu:0', 'cpu:1']")
+        return devices, str(self.cost_file or "")
 
 
 def build_strategy_or_default(strategy: BuildStrategy | None) -> BuildStrategy:
@@ -199,6 +223,8 @@ class CompiledProgram:
     ) -> CompiledProgram:
         """Replicate the program over ``places`` (default :func:`cpu_places`), one replica per place;
         ``build_strategy`` replaces the one given when the program was made."""
+        if (build_strategy or self.build_strategy).auto_place:
+            raise BlockirError(AUTO_PLACE_WITH_DATA_PARALLEL)
         self.loss_name = getattr(loss_name, "name", loss_name)
         self.places = [checked_device(str(p), "a place of with_data_parallel") for p in (places or cpu_places())]
         if build_strategy is not None:

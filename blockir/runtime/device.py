@@ -41,7 +41,7 @@ import numpy as np
 from blockir.errors import BlockirError
 from blockir.ir.devices import HOST, format_device, parse_device
 from blockir.ops.transfer import copy_value
-from blockir.ops.values import LoDTensor, SelectedRows
+from blockir.ops.values import LoDTensor, SelectedRows, TensorArray
 
 __all__ = [
     "CPUDevice",
@@ -234,10 +234,12 @@ def get_device(name: str, where: object = None) -> Device:
 
 
 def value_device(value: Any) -> str:
-    """The device a value (dense, LoDTensor or SelectedRows) is on: ``cuda:N`` for a CuPy array on GPU N,
+    """The device a value (dense, LoDTensor, SelectedRows or TensorArray) is on: ``cuda:N`` for a CuPy array on GPU N,
     else the host (numpy arrays of virtual CPU devices look like the host's)."""
     if type(value) is np.ndarray:  # the common case, first: a run asks for each value fed
         return HOST
+    if isinstance(value, TensorArray):  # where its tensors are (an empty one: the host)
+        return next((value_device(v) for v in value if v is not None), HOST)
     array = value.data if isinstance(value, LoDTensor) else value.values if isinstance(value, SelectedRows) else value
     gpu = getattr(getattr(array, "device", None), "id", None)  # numpy 2's ndarray.device is the string "cpu"
     return HOST if gpu is None else format_device("cuda", gpu)

@@ -14,10 +14,18 @@ from blockir.errors import BlockirError
 from blockir.ir.core import Program
 from blockir.ir.defaults import default_main_program
 from blockir.ir.devices import HOST, checked_device
+from blockir.passes.auto_place import AutoPlace
 from blockir.passes.manager import PassReport
 from blockir.passes.manager import run as run_pipeline
 from blockir.passes.pipelines import DefaultDevicePipeline
-from blockir.runtime.compiled import BuildStrategy, CompiledProgram, Fusions, build_strategy_or_default, fuse_pipeline
+from blockir.runtime.compiled import (
+    AUTO_PLACE_WITH_DATA_PARALLEL,
+    BuildStrategy,
+    CompiledProgram,
+    Fusions,
+    build_strategy_or_default,
+    fuse_pipeline,
+)
 from blockir.runtime.device import get_device, value_device
 from blockir.runtime.place import Place, as_place
 from blockir.runtime.plan import SCHEDULERS, Plan, check_block, compile_plan
@@ -160,11 +168,16 @@ class Executor:
         self._plans: dict[tuple, Plan] = {}
         # (id, mutation, GPU feeds, the fuse pipeline: its flags and the names it keeps) -> the program as it runs
         self._prepared: dict[tuple, _Prepared] = {}
+        # (id, mutation, devices, batch) -> the cost file of this machine's calibration on it (auto-placement)
+        self._calibrated: dict[tuple, str] = {}
 
     def plan(self, program: Program, feed_names: Iterable[str] = (), fetch_list: Iterable[Any] | None = None) -> Plan:
-        """The (cached) plan that :meth:`run` uses for these feed names and fetch targets."""
+        """The (cached) plan that :meth:`run` uses for these feed names and fetch targets. With
+        ``BuildStrategy.auto_place`` and no cost file, what a run calibrated (no values are fed here to
+        calibrate with): before any run, the placement of the cost model's fallback."""
         fetch = None if fetch_list is None else tuple(_name(f) for f in fetch_list)
-        return self._plan(program, frozenset(feed_names), fetch)
+        auto = self._auto_place(program, self.build_strategy, None, fetch, None)
+        return self._plan(program, frozenset(feed_names), fetch, auto=auto)
 
     def _plan(
         self,
@@ -173,20 +186,21 @@ class Executor:
         fetch: tuple[str, ...] | None,
         on_gpu: frozenset[tuple[str, str]] = frozenset(),
         fusions: Fusions | None = None,
+        auto: AutoPlace | None = None,
     ) -> Plan:
         """The plan for these feeds and fetch targets; ``fusions`` (default: the executor's build strategy's)
-        say which fusion passes run."""
+        say which fusion passes run, ``auto`` the auto-place pass."""
         if fusions is None:
             fusions = self.build_strategy.fusions()
         check_nan_inf = bool(self.check_nan_inf)
-        key = (id(program), program.mutation, feed_names, fetch, on_gpu, fusions, check_nan_inf)
+        key = (id(program), program.mutation, feed_names, fetch, on_gpu, fusions, auto, check_nan_inf)
         plan = self._plans.get(key)
         if plan is None:
             plan = _remember(
                 self._plans,
                 key,
                 compile_plan(
-                    self._prepare(program, on_gpu, feed_names, fetch, fusions).program,
+                    self._prepare(program, on_gpu, feed_names, fetch, fusions, auto).program,
                     feed_names,
                     fetch,
                     self.place,
@@ -216,7 +230,42 @@ class Executor:
 
     def _prepare_for(self, program: Program, feed: Mapping[str, Any], fetch_list: Iterable[Any] | None) -> _Prepared:
         fetch = None if fetch_list is None else tuple(_name(f) for f in fetch_list)
-        return self._prepare(program, _on_gpu(feed), frozenset(feed), fetch, self.build_strategy.fusions())
+        auto = self._auto_place(program, self.build_strategy, feed or None, fetch, None)  # no feed: none to calibrate
+        return self._prepare(program, _on_gpu(feed), frozenset(feed), fetch, self.build_strategy.fusions(), auto)
+
+    def _auto_place(
+        self,
+        program: Program,
+        strategy: BuildStrategy,
+        feed: Mapping[str, Any] | None,
+        fetch: tuple[str, ...] | None,
+        scope: Scope | None,
+    ) -> AutoPlace | None:
+        """The auto-place pass ``strategy`` asks for, None when it asks for none; without a cost file, this
+        machine's cached calibration, made first on ``program`` fed ``feed`` when it has not been (``feed``
+        None: the last one made here for ``program``, else the fallback)."""
+        placing = strategy.placing()
+        if placing is None:
+            return None
+        devices, costs = placing
+        if costs:
+            return AutoPlace(devices=devices, costs=costs)
+        if feed is None:
+            made = [
+                path
+                for (i, mutation, d, _), path in self._calibrated.items()
+                if (i, mutation, d) == (id(program), program.mutation, devices)
+            ]
+            costs = made[-1] if made else ""
+        else:
+            from blockir.runtime.calibration import cached_costs, feed_batch  # it runs executors: imported here
+
+            key = (id(program), program.mutation, devices, feed_batch(program, feed))
+            costs = self._calibrated.get(key, "")
+            if not costs:
+                costs = cached_costs(program, feed, devices, fetch_list=fetch, scope=scope, build_strategy=strategy)
+                _remember(self._calibrated, key, costs, self.max_plans)
+        return AutoPlace(devices=devices, costs=costs)
 
     def _prepare(
         self,
@@ -225,21 +274,28 @@ class Executor:
         feed_names: frozenset[str],
         fetch: tuple[str, ...] | None,
         fusions: Fusions,
+        auto: AutoPlace | None = None,
     ) -> _Prepared:
-        """``program`` itself when it runs as it is, else its clone through the fusion passes and the default
-        pipeline (cached); ``on_gpu``: (name, device) of the variables fed with values already on a GPU;
-        ``feed_names`` and ``fetch`` are kept from fusion."""
+        """``program`` itself when it runs as it is, else its clone through the fusion passes, ``auto`` (the
+        auto-place pass) and the default pipeline (cached); ``on_gpu``: (name, device) of the variables fed
+        with values already on a GPU; ``feed_names`` and ``fetch`` are kept from fusion."""
         fuse = fuse_pipeline(fusions, feed_names | set(fetch or ()))
-        devices = self._pipeline.default != HOST or self._pipeline.compute != 1 or bool(on_gpu) or _off_host(program)
+        devices = (
+            auto is not None
+            or self._pipeline.default != HOST
+            or self._pipeline.compute != 1
+            or bool(on_gpu)
+            or _off_host(program)
+        )
         if fuse is None and not devices:
             return _Prepared(program, PassReport(""))
-        key = (id(program), program.mutation, on_gpu, fuse)
+        key = (id(program), program.mutation, on_gpu, fuse, auto)
         prepared = self._prepared.get(key)
         if prepared is None:
             for block in program.blocks:  # errors name the ops as the program has them, before passes trip on them
                 check_block(block)
             pipeline = [dataclasses.replace(self._pipeline, fed=tuple(sorted(f"{n}@{d}" for n, d in on_gpu)))]
-            passes = ([fuse] if fuse is not None else []) + (pipeline if devices else [])
+            passes = [p for p in (fuse, auto) if p is not None] + (pipeline if devices else [])
             prepared = _Prepared(*run_pipeline(program, passes, verify=False, snapshots=False))
             _remember(self._prepared, key, prepared, self.max_plans)
         return prepared
@@ -277,12 +333,14 @@ class Executor:
         program itself is never modified.
         """
         fetch = None if fetch_list is None else tuple(_name(f) for f in fetch_list)
-        fusions = self.build_strategy.fusions()
+        strategy = self.build_strategy
         if program is None:
             program = default_main_program()
         elif isinstance(program, CompiledProgram):
-            fusions = program.build_strategy.fusions()
+            strategy = program.build_strategy
             if program.places:  # with data parallelism
+                if strategy.auto_place:
+                    raise BlockirError(AUTO_PLACE_WITH_DATA_PARALLEL)
                 per_place = feed is not None and not isinstance(feed, Mapping)  # Fluid's list of dicts
                 if feed is not None:
                     feed = program.merged_feed(feed)
@@ -295,13 +353,14 @@ class Executor:
             feed = {}
         elif not isinstance(feed, Mapping):
             raise BlockirError(f"feed must be a dict of variable name -> value, got {type(feed).__name__}")
-        feed_names, on_gpu = frozenset(feed), _on_gpu(feed)
-        plan = self._plan(program, feed_names, fetch, on_gpu, fusions)
+        feed_names, on_gpu, fusions = frozenset(feed), _on_gpu(feed), strategy.fusions()
+        auto = self._auto_place(program, strategy, feed, fetch, scope)
+        plan = self._plan(program, feed_names, fetch, on_gpu, fusions, auto)
         if not self._finalizer.alive:
             raise BlockirError("this executor is closed")
         tracer = None
         if trace is not None:
-            prepared = self._prepare(program, on_gpu, feed_names, fetch, fusions)
+            prepared = self._prepare(program, on_gpu, feed_names, fetch, fusions, auto)
             ran = {"program": program.digest(), "compiled": prepared.program.digest()}
             tracer = Tracer(plan.steps, plan.copies_from, dict(ran, pipeline=prepared.report.pipeline))
         fetched = plan.run(feed, global_scope() if scope is None else scope, return_numpy, self._pool, tracer)

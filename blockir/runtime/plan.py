@@ -73,7 +73,7 @@ from blockir.ir.dtypes import VarKind
 from blockir.ir.schema import EMPTY_VAR, KernelContext, Lowering, OpSchema, Scratch, Slot, lookup
 from blockir.ir.verify import column_problems, op_problems
 from blockir.ops.transfer import map_arrays
-from blockir.ops.values import LoDTensor, SelectedRows, describe_value
+from blockir.ops.values import LoDTensor, SelectedRows, TensorArray, describe_value
 from blockir.passes.copies import value_devices
 from blockir.passes.deps import dependency_graph
 from blockir.passes.streams import op_stream
@@ -112,6 +112,9 @@ RUN_SLOT = "@run"  # the value slot of the run context (not a variable name: nam
 UNBOUND_SLOT = "@unbound"  # a value slot never written, read for the input slots an op leaves unbound: None
 _CHANNELS = (VarKind.CHANNEL, VarKind.CHANNEL_LIST)
 SCHEDULERS = ("sequential", "dataflow")
+# what may be fed: tensors, and what a loop's or a conditional's block is handed (tensor arrays, the states an
+# inner loop kept for its gradient)
+_FEEDABLE = (VarKind.LOD_TENSOR, VarKind.SELECTED_ROWS, VarKind.LOD_TENSOR_ARRAY, VarKind.STEP_SCOPES)
 
 
 def shape_matches(declared: tuple[int, ...], shape: tuple[int, ...]) -> bool:
@@ -146,7 +149,7 @@ class FeedSpec:
 
     @staticmethod
     def of(slot: int, var: Variable, device: str) -> FeedSpec:
-        if var.kind not in (VarKind.LOD_TENSOR, VarKind.SELECTED_ROWS):
+        if var.kind not in _FEEDABLE:
             raise BlockirError(f"feed {var.name!r}: a {var.kind.text} variable cannot be fed")
         try:
             dtype = np.dtype(var.dtype) if var.dtype else None
@@ -176,11 +179,21 @@ class FeedSpec:
             and (self.shape is None or shape_matches(self.shape, value.shape))
         ):
             return value
+        if self.kind is VarKind.STEP_SCOPES:
+            return value
+        if self.kind is VarKind.LOD_TENSOR_ARRAY:
+            if not isinstance(value, list):
+                raise BlockirError(f"feed {self.name!r}: expected a tensor array (a list), got {describe_value(value)}")
+            value = value if isinstance(value, TensorArray) else TensorArray(value)
+            if not any(v is not None for v in value):  # holds no tensor: on no device
+                return value
         if device_kind(self.device) == "cuda" or value_device(value) != HOST:
             if value_device(value) != self.device:
                 raise BlockirError(
                     f"feed {self.name!r}: the plan takes it on {self.device}, got a value on {value_device(value)}"
                 )
+        if self.kind is VarKind.LOD_TENSOR_ARRAY:
+            return value
         if self.kind is VarKind.SELECTED_ROWS:
             if not isinstance(value, SelectedRows):
                 raise BlockirError(f"feed {self.name!r}: expected SelectedRows, got {describe_value(value)}")
@@ -393,6 +406,8 @@ def _op_info(op: Operator, block: Block, place: Place) -> _OpInfo:
         if name != EMPTY_VAR and not _has_var(block, name):
             raise BlockirError(f"op uses variable {name!r}, which the block does not declare: {text}")
     inputs: list[tuple[Slot, Sequence[str]]] = [(s, op.inputs.get(s.name, ())) for s in schema.inputs]
+    # outputs updated in place are read too: after the inputs, as they are, None before their first write
+    inputs += [(Slot(s, duplicable=True, optional=True, lod=True), op.output(s)) for s in schema.updates]
     outputs: list[tuple[Slot, Sequence[str]]] = [(s, op.outputs.get(s.name, ())) for s in schema.outputs]
     return _OpInfo(
         op,
@@ -519,9 +534,15 @@ def compile_plan(
     flow = _value_flow(block, infos, feeds, fetch_vars, framing.feeds)
     liveness = _liveness(block, infos, slots, fetch_names)
 
-    def compile_block(sub: Block, feeds: list[str], device: str) -> Plan:
+    def compile_block(sub: Block, feeds: list[str], device: str, fetches: Sequence[str] = ()) -> Any:
         return compile_plan(
-            program, frozenset(feeds), (), place, block=sub, feed_device=device, check_nan_inf=check_nan_inf
+            program,
+            frozenset(feeds),
+            tuple(fetches),
+            place,
+            block=sub,
+            feed_device=device,
+            check_nan_inf=check_nan_inf,
         )
 
     steps = _make_steps(infos, slots, flow.may_lod, liveness, compile_block, check_nan_inf)
@@ -935,13 +956,17 @@ class Plan:
         return_numpy: bool = True,
         pool: WorkerPool | None = None,
         tracer: Any = None,
+        as_is: bool = False,
     ) -> list[Any]:
         """Run once: feeds checked, scope values read, steps run (by the schedule, on ``pool``'s workers,
         when the plan has one and a pool is given), persistables written back. ``tracer``: see
-        :class:`blockir.runtime.trace.Tracer`."""
+        :class:`blockir.runtime.trace.Tracer`. ``as_is``: the fetched values as the run left them, on their
+        devices, not copied (what a control op's sub-block plan hands back to it), and a feed of None is
+        no value (read only through optional slots: a gradient block's ``select_output`` given none)."""
         values: list[Any] = [None] * self.num_slots
         for spec in self.feeds:
-            values[spec.slot] = spec.check(feed[spec.name])
+            value = feed[spec.name]
+            values[spec.slot] = None if value is None and as_is else spec.check(value)
         holders: list[ScopeVariable | None] = []  # per scope input
         for slot, name, persistable, reader, device, required in self.scope_inputs:
             holder = scope.find_var(name)
@@ -983,6 +1008,8 @@ class Plan:
                 scope.bind(name, values[slot], device)
             else:
                 scope.set(name, values[slot], device)
+        if as_is:
+            return [values[fetch.slot] for fetch in self.fetches]
         return [
             _fetched(values[slot], name, persistable, device, return_numpy)
             for slot, name, persistable, device in self.fetches
@@ -1011,6 +1038,8 @@ def _fetched(value: Any, name: str, persistable: bool, device: str, return_numpy
         value = map_arrays(value, _copy)  # the scope keeps the variable (or what it views) and updates it in place
     if not return_numpy:
         return value
+    if isinstance(value, TensorArray):  # as Paddle fetches a LoDTensorArray: a list of arrays
+        return [None if v is None else np.asarray(_data(v)) for v in value]
     if isinstance(value, LoDTensor):
         return np.asarray(value.data)
     if isinstance(value, SelectedRows):

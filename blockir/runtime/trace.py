@@ -10,7 +10,8 @@ DIGEST, "pipeline": PIPELINE}}``, the digests (:meth:`Program.digest`) of the
 program given to the executor and of the program its pipeline made of it (the
 one whose op ids the events carry). Times are microseconds
 from the start of the run. On an asynchronous (CUDA) stream an op's event spans
-its launch, not its execution on the device.
+its launch, not its execution on the device, unless the tracer synchronizes (a
+calibration's: :mod:`blockir.runtime.calibration`).
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from blockir.runtime.device import get_device
 from blockir.runtime.scheduler import Step
 
 __all__ = ["Tracer"]
@@ -31,11 +33,18 @@ class Tracer:
     """Collects the op events of one run of a plan (thread-safe); :meth:`write` saves them."""
 
     def __init__(
-        self, steps: tuple[Step, ...], copies_from: tuple[int | None, ...], ran: dict[str, str] | None = None
+        self,
+        steps: tuple[Step, ...],
+        copies_from: tuple[int | None, ...],
+        ran: dict[str, str] | None = None,
+        synchronize: bool = False,
     ) -> None:
         self.steps = steps
         self.copies_from = copies_from
         self.ran = ran or {}  # digests of the programs the run came from (the module docstring)
+        # whether each op's event ends when its work on the device does (its device synchronized after it: what a
+        # calibration measures), not when its launch returns
+        self.synchronize = synchronize
         self.start = time.perf_counter_ns()
         self.ops: list[tuple[int, str, str, int, int]] = []  # (step, stream, thread, start ns, end ns)
         self._lock = threading.Lock()
@@ -51,12 +60,15 @@ class Tracer:
 
     def _timed(self, j: int, step: Step) -> Any:
         kernel = step.kernel
+        device = get_device(step.stream.rpartition("/")[0]) if self.synchronize else None
 
         def timed(*args: Any, **kwargs: Any) -> Any:
             start = time.perf_counter_ns()
             try:
                 return kernel(*args, **kwargs)
             finally:
+                if device is not None:
+                    device.synchronize()
                 self.op(j, step.stream, threading.current_thread().name, start, time.perf_counter_ns())
 
         return timed

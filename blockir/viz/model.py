@@ -27,6 +27,10 @@ The model (``format`` ``"blockir-viz"``, ``version`` 2)::
     lines                        the text forms' lines other than ops (block headers, variables), each once
     failure                      None, or the pass that raised: label, message, the state it received
     trace                        None, or the run's spans (:mod:`blockir.viz.trace`)
+    predicted                    None, or the schedule the last ``auto-place`` pass predicted (its
+                                 record's ``schedule``): ``state`` (the pass's state), ``makespan`` (µs),
+                                 ``lanes`` (devices), ``spans`` [lane, start µs, duration µs, op id, type],
+                                 ``why`` (op id -> its ``op_placement``: the pass's reasoning)
 """
 
 from __future__ import annotations
@@ -41,6 +45,7 @@ from blockir.errors import PassError
 from blockir.ir import Operator, Program, Variable
 from blockir.ir.schema import Lowering, lowering_of
 from blockir.ir.text import format_attr_value, program_lines
+from blockir.passes.auto_place import PLACEMENT_ATTR, AutoPlace, Schedule
 from blockir.passes.base import Pass, origin_key
 from blockir.passes.manager import KeepPrograms, PassRecord, PassReport, expand, format_pass, parse_pipeline
 from blockir.passes.manager import run as run_pipeline
@@ -171,7 +176,35 @@ def build(collected: Collected, title: str, trace: Trace | None = None) -> dict[
         "lines": list(lines),
         "failure": _failure(collected),
         "trace": linked,
+        "predicted": _predicted(collected),
     }
+
+
+def _predicted(collected: Collected) -> dict[str, Any] | None:
+    """The schedule the last ``auto-place`` pass predicted, for the timeline beside a run's (module docstring)."""
+    for k in reversed(range(len(collected.records))):
+        record = collected.records[k]
+        schedule = record.details.get("schedule") if record.name == AutoPlace.name else None
+        if isinstance(schedule, Schedule):
+            lanes = sorted({o.device for o in schedule.ops}, key=_device_order)
+            program = collected.programs[k + 1]
+            return {
+                "state": k + 1,
+                "makespan": schedule.makespan * 1e6,
+                "lanes": lanes,
+                "spans": [
+                    [
+                        lanes.index(o.device),
+                        o.start * 1e6,
+                        (o.finish - o.start) * 1e6,
+                        o.op_id,
+                        o.type,
+                    ]
+                    for o in schedule.ops
+                ],
+                "why": {str(op.id): op.attrs[PLACEMENT_ATTR] for op in program.ops() if PLACEMENT_ATTR in op.attrs},
+            }
+    return None
 
 
 def _structure(op: Operator) -> str:

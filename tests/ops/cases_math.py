@@ -16,6 +16,7 @@ from collections.abc import Callable
 
 import numpy as np
 
+from blockir.ir.dtypes import DTYPE_TO_PROTO
 from blockir.ops.values import LoDTensor, SelectedRows
 from tests.ops.harness import Case
 
@@ -303,6 +304,22 @@ CAST = [
     _cast_case(rand(4, dtype="bool"), "int64", "bool_to_int64"),
     _cast_case(np.array([0.0, -2.0, 0.5], np.float32), "bool", "float32_to_bool"),
     _cast_case(rand(2, 3), "float64", "float64_identity"),
+]
+# the narrow integers and complex numbers, which cast converts to and from (ONNX's models hold them)
+CAST += [
+    Case(
+        {"X": x},
+        {"in_dtype": DTYPE_TO_PROTO[x.dtype.name], "out_dtype": DTYPE_TO_PROTO[out]},
+        {"Out": np.array(x.tolist(), dtype=out)},
+        name=f"{x.dtype.name}_to_{out}",
+    )
+    for x, out in (
+        (np.array([-128, -1, 0, 127], np.int8), "int32"),
+        (np.array([-300, 5, 32000], np.int32), "int16"),
+        (np.array([0, 200, 255], np.int64), "uint8"),
+        (np.array([7, 0, 255], np.uint8), "float32"),
+        (np.array([1.5, -2.0], np.float64), "complex64"),
+    )
 ]
 
 _lod_x = rand(3, 2)

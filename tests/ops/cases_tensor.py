@@ -245,7 +245,53 @@ ROLL = [
     _roll_case(rand(2, 3), [1], [1], "shifts_tensor", tensor=True),
 ]
 
+
+def _triangle(x: np.ndarray, k: int, lower: bool) -> np.ndarray:
+    """Entry (.., i, j) kept when j - i <= k (lower) or j - i >= k (upper), by explicit indices."""
+    out = np.zeros_like(x)
+    for pos in np.ndindex(*x.shape):
+        i, j = pos[-2], pos[-1]
+        if (j - i <= k) if lower else (j - i >= k):
+            out[pos] = x[pos]
+    return out
+
+
+TRIL_TRIU = [
+    Case(
+        {"X": x},
+        {"diagonal": k, "lower": lower},
+        {"Out": _triangle(x, k, lower)},
+        grad=("X",) if x.dtype == np.float64 else (),
+        name=name,
+    )
+    for x, k, lower, name in (
+        (rand(3, 4), 0, True, "tril"),
+        (rand(3, 4), 1, False, "triu_above"),
+        (rand(2, 4, 3), -1, True, "batched_tril_below"),
+        (rand(3, 3), 5, False, "triu_past_the_corner"),
+        (np.arange(12, dtype=np.int64).reshape(3, 4), -2, False, "int64_triu"),
+    )
+]
+
+_cond = np.array([[0, 3, 0], [1, 0, 2]], np.int64)
+WHERE_INDEX = [
+    Case(
+        {"Condition": c},
+        {},
+        {"Out": np.array([list(p) for p in np.ndindex(*c.shape) if c[p]], np.int64).reshape(-1, c.ndim)},
+        name=name,
+    )
+    for c, name in (
+        (_cond, "int64"),
+        (_cond.astype(bool), "bool"),
+        (np.zeros((2, 2), np.float32), "none_nonzero"),
+        (np.array([0.0, 1.5, -2.0]), "one_dim"),
+    )
+]
+
 CASES: dict[str, list[Case]] = {
+    "tril_triu": TRIL_TRIU,
+    "where_index": WHERE_INDEX,
     "shape": SHAPE,
     "size": SIZE,
     "assign_value": ASSIGN_VALUE,
@@ -273,6 +319,7 @@ INFER_ERRORS: list[tuple[str, Case, str]] = [
     ("stack", Case({"X": [_f32, np.zeros((3, 5), np.float32)]}), r"does not match"),
     ("stack", Case({"X": [_f32, _f32]}, {"axis": 3}), r"axis 3 is out of range for rank 3"),
     ("roll", Case({"X": _f32}, {"shifts": [1, 2], "axis": [0]}), r"differ in length"),
+    ("tril_triu", Case({"X": np.zeros(3, np.float32)}), r"must have at least 2 dims"),
     ("linspace", Case({"Start": np.zeros(1), "Stop": np.ones(1), "Num": np.ones(1)}, {"dtype": 5}), r"Num .* int32"),
 ]
 

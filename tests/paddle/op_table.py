@@ -30,12 +30,18 @@ def paddle_ops() -> dict[str, bool]:
     return ops
 
 
+def _differentiable(op_type: str, ours: dict) -> bool:
+    """Whether blockir differentiates ``op_type``: its schema has a gradient maker, or (``while``,
+    ``conditional_block``: ``append_backward`` builds their gradient blocks) a ``T_grad`` op is registered."""
+    return op_type in ours and (ours[op_type].grad is not None or f"{op_type}_grad" in ours)
+
+
 def table() -> str:
     """The section between BEGIN and END (the markers included)."""
     ops, ours = paddle_ops(), registered()
     has = [t for t in ops if t in ours]
     with_grad = [t for t in ops if ops[t]]
-    grads = [t for t in with_grad if t in ours and ours[t].grad is not None]
+    grads = [t for t in with_grad if _differentiable(t, ours)]
     own = sorted(t for t in ours if t not in ops and not t.endswith("_grad"))
     lines = [
         BEGIN,
@@ -47,7 +53,7 @@ def table() -> str:
     ]
     for op_type, grad in ops.items():
         schema = ours.get(op_type)
-        ours_grad = "" if not grad else "yes" if schema is not None and schema.grad is not None else "no"
+        ours_grad = "" if not grad else "yes" if _differentiable(op_type, ours) else "no"
         lines.append(f"| `{op_type}` | {'yes' if schema else 'no'} | {'yes' if grad else ''} | {ours_grad} |")
     lines += ["", f"blockir's own ops, not among Paddle's ({len(own)}): " + ", ".join(f"`{t}`" for t in own) + ".", END]
     return "\n".join(lines)

@@ -4,7 +4,8 @@
                                             # and its inputs and Paddle's outputs as OUT/NAME.npz
     python paddle_side.py run PREFIX INPUTS.npz OUT.npz   # load a model (blockir's export), run it on the inputs
     python paddle_side.py ops OUT.txt       # every op type of Paddle's op protos, and whether it has a gradient
-    python paddle_side.py zoo OUT [NAME ...]   # the zoo's models (zoo.py), saved as save does
+    python paddle_side.py zoo OUT [NAME ...]   # the zoo's models (zoo.py), saved as save does (OPTIMIZED's: the
+                                               # program Paddle Inference's passes make of one)
 
 Only numpy and paddle are imported here: blockir is not installed in that interpreter.
 """
@@ -82,6 +83,35 @@ def save_model(prefix, build):
     np.savez(prefix + ".npz", **arrays)
 
 
+def save_optimized(prefix, build):
+    """Save a model as save_model does into a temporary directory, have Paddle Inference optimize it (its IR passes,
+    on the CPU), and save the program it writes (``enable_save_optim_model``) as PREFIX.pdmodel/.pdiparams, with
+    the inputs and the outputs its predictor computes as PREFIX.npz."""
+    import shutil
+    import tempfile
+
+    from paddle import inference
+
+    with tempfile.TemporaryDirectory() as tmp:
+        save_model(os.path.join(tmp, "model"), build)
+        with np.load(os.path.join(tmp, "model.npz")) as saved:
+            inputs = {k[3:]: saved[k] for k in saved.files if k.startswith("in:")}
+        config = inference.Config(os.path.join(tmp, "model.pdmodel"), os.path.join(tmp, "model.pdiparams"))
+        config.disable_gpu()
+        config.switch_ir_optim(True)
+        config.enable_save_optim_model(True)
+        config.set_optim_cache_dir(os.path.join(tmp, "optimized"))
+        predictor = inference.create_predictor(config)
+        for name in predictor.get_input_names():
+            predictor.get_input_handle(name).copy_from_cpu(inputs[name])
+        predictor.run()
+        outputs = [predictor.get_output_handle(n).copy_to_cpu() for n in predictor.get_output_names()]
+        for ext in ("pdmodel", "pdiparams"):
+            shutil.copy(os.path.join(tmp, "optimized", f"_optimized.{ext}"), f"{prefix}.{ext}")
+    arrays = {**{f"in:{k}": v for k, v in inputs.items()}, **{f"out:{i}": v for i, v in enumerate(outputs)}}
+    np.savez(prefix + ".npz", **arrays)
+
+
 def save(out):
     os.makedirs(out, exist_ok=True)
     for name, build in MODELS.items():
@@ -93,12 +123,15 @@ def save_zoo(out, names):
     NAME.error with why, and the others go on."""
     import traceback
 
-    from zoo import ZOO
+    from zoo import OPTIMIZED, ZOO
 
     os.makedirs(out, exist_ok=True)
-    for name in names or ZOO:
+    for name in names or [*ZOO, *OPTIMIZED]:
         try:
-            save_model(os.path.join(out, name), ZOO[name])
+            if name in OPTIMIZED:
+                save_optimized(os.path.join(out, name), ZOO[OPTIMIZED[name]])
+            else:
+                save_model(os.path.join(out, name), ZOO[name])
         except Exception:  # noqa: BLE001  (reported in the file the test reads)
             with open(os.path.join(out, name + ".error"), "w", encoding="utf-8") as f:
                 f.write(traceback.format_exc())

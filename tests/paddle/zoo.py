@@ -3,9 +3,12 @@ array) and its outputs, built in Paddle's legacy static graph (``paddle_side.py 
 
 - ``VISION``: every constructor of ``paddle.vision.models`` (10 classes, at a small input, in eval mode);
 - ``LAYERS``: one program per common ``paddle.nn`` layer and tensor function, named after it;
-- ``TEXT``: recurrent text models (``nn.LSTM``, a bidirectional ``nn.GRU``; ``nn.RNN(nn.LSTMCell)`` and
+- ``CONTROL``: loops and conditionals (``while_loop``, ``cond``);
+- ``TEXT``: recurrent text models (``nn.LSTM`` of 2 layers, a bidirectional ``nn.GRU``, a bidirectional ``nn.LSTM``
+  over sequences of given lengths, a 2-layer bidirectional ``nn.SimpleRNN`` of relu; ``nn.RNN(nn.LSTMCell)`` and
   ``nn.TransformerEncoderLayer`` are not here: in Paddle 3.3.1 they call functions that build only PIR
-  programs, so no legacy program of them; ``paddle_side.py``'s ``text`` model has an attention's ops).
+  programs, so no legacy program of them; ``paddle_side.py``'s ``text`` model has an attention's ops);
+- ``OPTIMIZED``: models of the zoo as Paddle Inference's optimizing passes rewrite them (the LSTM's).
 
 Only numpy and paddle are imported here (run with a Paddle interpreter, as ``paddle_side.py`` is).
 """
@@ -233,20 +236,74 @@ LAYERS = {
 }
 
 
-def _rnn(make, steps=5, width=4):
+def _rnn(make, steps=5, width=4, lengths=None):
     def build():
         x = _image((2, steps, width))
         layer = make()
         layer.eval()
-        out = layer(_data("x", x))
-        return {"x": x}, [out[0]]
+        if lengths is None:
+            return {"x": x}, [layer(_data("x", x))[0]]
+        given = np.array(lengths, dtype="int64")
+        out, _ = layer(_data("x", x), sequence_length=paddle.static.data("lengths", [-1], "int64"))
+        return {"x": x, "lengths": given}, [out]
 
     return build
 
 
 TEXT = {
-    "lstm": _rnn(lambda: nn.LSTM(4, 6)),
+    "lstm": _rnn(lambda: nn.LSTM(4, 6, num_layers=2)),
     "gru_bidirectional": _rnn(lambda: nn.GRU(4, 6, direction="bidirect")),
+    "lstm_lengths": _rnn(lambda: nn.LSTM(4, 6, direction="bidirect"), lengths=[5, 3]),
+    "simple_rnn_relu": _rnn(lambda: nn.SimpleRNN(4, 6, num_layers=2, activation="relu", direction="bidirect")),
 }
 
-ZOO = {**VISION, **LAYERS, **TEXT}
+
+def _while_loop():
+    """A recurrence as ``paddle.static.nn.while_loop`` writes it (``while``, ``write_to_array``, ``increment``,
+    ``less_than``; ``nn.RNN(nn.LSTMCell)`` builds only PIR programs in Paddle 3.3.1), its states stacked
+    (``tensor_array_to_tensor``) and counted (``lod_array_length``)."""
+    x = _image((2, 4))
+    xs = _data("x", x)
+    h0 = paddle.static.nn.fc(xs, 4)
+    n = paddle.full([1], 3, "int64")
+    states = paddle.tensor.create_array("float32")
+
+    def body(i, h, states):
+        h = op("tanh", {"X": paddle.add(paddle.static.nn.fc(h, 4), xs)})
+        paddle.tensor.array_write(h, i, states)
+        return paddle.increment(i), h, states
+
+    _, h, states = paddle.static.nn.while_loop(
+        lambda i, h, states: paddle.less_than(i, n), body, [paddle.full([1], 0, "int64"), h0, states]
+    )
+    stacked, _ = paddle.tensor.manipulation.tensor_array_to_tensor(states, axis=0, use_stack=True)
+    return {"x": x}, [h, stacked, paddle.tensor.array_length(states)]
+
+
+def _cond(threshold):
+    """``paddle.static.nn.cond``: two ``conditional_block`` ops and ``select_input`` (its ``logical_not`` built as a
+    legacy op: Paddle 3's function builds only PIR programs)."""
+
+    def build():
+        x = _image((3, 4))
+        xs = _data("x", x)
+        h = paddle.static.nn.fc(xs, 4)
+        pred = paddle.mean(h) > threshold
+        logical_not = paddle.logical_not
+        paddle.logical_not = lambda v, *args, **kwargs: op("logical_not", {"X": v})
+        try:
+            out = paddle.static.nn.cond(pred, lambda: op("tanh", {"X": h}) * 2.0, lambda: paddle.scale(h, 0.5, -1.0))
+        finally:
+            paddle.logical_not = logical_not
+        return {"x": x}, [out]
+
+    return build
+
+
+CONTROL = {"while_loop": _while_loop, "cond_true": _cond(-100.0), "cond_false": _cond(100.0)}
+
+ZOO = {**VISION, **LAYERS, **TEXT, **CONTROL}
+
+# Programs as Paddle Inference optimizes them (its CPU IR passes; ``paddle_side.py`` saves the program it writes
+# with ``enable_save_optim_model``): name -> the zoo model optimized.
+OPTIMIZED = {"lstm_inference_optimized": "lstm"}

@@ -14,11 +14,9 @@ from blockir.errors import BlockirError
 
 TOLERANCE = 1e-5  # max |blockir - Paddle| / max |Paddle|, per output
 
-# The zoo's models blockir refuses at load, and the op types it lacks for each (the recurrent op and control
-# flow are the next part of the work; the rest is outside the op set docs/paddle.md describes).
+# The zoo's models blockir refuses at load, and the op types it lacks for each (outside the op set
+# docs/paddle.md describes).
 REFUSED: dict[str, set[str]] = {
-    "lstm": {"rnn"},
-    "gru_bidirectional": {"rnn"},
     "conv3d": {"conv3d"},
     "max_pool3d": {"pool3d"},
     "unfold": {"unfold"},

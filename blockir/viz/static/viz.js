@@ -9,7 +9,8 @@ model (one layout for every state); this script never lays out. DOM contract (th
   drawn over the graph below zoom 1), #minimap, #fit, #zoom-in, #zoom-out
   #diff-summary, #compare, #stats, #details (.text, .lineage, a.origin[data-id], a.var[data-var], .varinfo),
   #tabs button[data-tab=op|text], #program (#text-search, #text-count, .line.op[data-id] .add .mod .ann .del
-  .sel .hit), #search, #search-count, #filter, #timeline rect.span[data-id], #heat, #error
+  .sel .hit), #search, #search-count, #filter, #timeline rect.span[data-id] (.predicted: auto-place's schedule, in lanes
+  labelled "predicted DEVICE" below the run's), #details .why, #heat, #error
 window.vizView() = {x, y, k} (screen = graph * k + (x, y), in the graph's pixels).
 window.vizTiming = {parsed, graph, state, drawn, interactive} (performance.now()); window.vizReady once painted. */
 (() => {
@@ -43,6 +44,9 @@ window.vizTiming = {parsed, graph, state, drawn, interactive} (performance.now()
   const opTime = D.trace ? D.trace.op_time : {};
   const spansOf = new Map(); // op id -> span indices
   if (D.trace) D.trace.spans.forEach((s, j) => { if (s[3] >= 0) (spansOf.get(s[3]) || spansOf.set(s[3], []).get(s[3])).push(j); });
+  const predictedOf = new Map(); // op id -> [its span in the schedule auto-place predicted, the span's index]
+  const measuredSpans = D.trace ? D.trace.spans.length : 0; // the timeline draws the predicted spans after these
+  if (D.predicted) D.predicted.spans.forEach((s, k) => predictedOf.set(s[3], [s, measuredSpans + k]));
 
   // -- the page ------------------------------------------------------------------------------------------
   const EMPTY = "Click an op to see its text form, attributes and lineage; click an edge or a variable to see who writes and reads it.";
@@ -308,6 +312,12 @@ window.vizTiming = {parsed, graph, state, drawn, interactive} (performance.now()
       spans = `<h2>In the run</h2><div class="spans">${js.length} span${js.length === 1 ? "" : "s"}, ${total.toFixed(1)} µs in all` +
         js.slice(0, 8).map((j) => `<div>${esc(D.trace.lanes[D.trace.spans[j][0]])}: at ${D.trace.spans[j][1].toFixed(1)} µs, ${D.trace.spans[j][2].toFixed(1)} µs</div>`).join("") + `</div>`;
     }
+    const p = predictedOf.has(id) ? predictedOf.get(id)[0] : null, why = D.predicted && D.predicted.why[String(id)];
+    if (p || why) { // auto-place's prediction beside the run's measurement, and its reasoning
+      spans += `<h2>Predicted by auto-place</h2><div class="spans">` +
+        (p ? `<div>${esc(D.predicted.lanes[p[0]])}: at ${p[1].toFixed(1)} µs, ${p[2].toFixed(1)} µs</div>` : "") +
+        (why ? `<div class="why">${esc(why)}</div>` : "") + `</div>`;
+    }
     const vars = (names, word) => names.map((n) => `<tr><td>${word}</td><td><a class="var" data-var="${esc(n)}">${esc(varText(n, op.block))}</a></td></tr>`).join("");
     $("#details").innerHTML = `<h2>Op #${op.id} · ${esc(op.type)}${present}</h2><pre class="text">${esc(op.text)}</pre>` + lineage +
       `<div class="facts">device <b>${esc(op.device || "unplaced")}</b> · stream <b>${esc(op.stream || "—")}</b> · block <b>${op.block}</b> · ${op.kind}</div>` +
@@ -337,7 +347,7 @@ window.vizTiming = {parsed, graph, state, drawn, interactive} (performance.now()
     const g = nodeEls[slot.get(id)];
     g.classList.add("selected");
     D.edges.forEach(([a, b], e) => { if ((a === id || b === id) && edgeEls[e]) edgeEls[e].classList.add("hl"); });
-    (spansOf.get(id) || []).forEach((j) => { const r = spanEls[j]; if (r) r.classList.add("hl"); });
+    [...(spansOf.get(id) || []), ...(predictedOf.has(id) ? [predictedOf.get(id)[1]] : [])].forEach((j) => { const r = spanEls[j]; if (r) r.classList.add("hl"); });
     showDetails(id);
     markTextLine(true);
     if (center) centerOn(id);
@@ -536,23 +546,32 @@ window.vizTiming = {parsed, graph, state, drawn, interactive} (performance.now()
     return `rgb(${a.map((c, j) => Math.round(c + (b[j] - c) * u)).join(",")})`;
   }
   function drawTimeline() {
-    const T = D.trace, box = $("#timeline");
-    if (!T) return;
+    const P = D.predicted, box = $("#timeline");
+    const T = D.trace || { spans: [], lanes: [], end: 0 }; // a page without a run may still show the prediction
+    if (!D.trace && !P) return;
     box.classList.add("shown");
     heatMax = Math.max(0, ...Object.values(opTime));
-    const how = { compiled: "the run's program is this pass's program", program: `the run compiled this input with ${T.ran.pipeline || "another pipeline"}`, ops: "matched by the op ids it names" }[T.match];
-    box.innerHTML = `<div class="head"><b>Run</b> ${esc(T.file)} · ${fmt(T.spans.length)} spans, ${(T.end / 1e3).toFixed(2)} ms · linked to pass ${T.state} (${esc(D.states[T.state].label)}): ${esc(how)}` +
-      (T.unlinked ? ` · ${T.unlinked} unlinked` : "") +
-      ` <label><input id="heat" type="checkbox"> heat (time per op)</label><span id="heat-legend">0 <span class="ramp"></span> ${heatMax.toFixed(0)} µs</span></div><svg id="lanes"></svg>`;
+    let head = "";
+    if (D.trace) {
+      const how = { compiled: "the run's program is this pass's program", program: `the run compiled this input with ${T.ran.pipeline || "another pipeline"}`, ops: "matched by the op ids it names" }[T.match];
+      head = `<b>Run</b> ${esc(T.file)} · ${fmt(T.spans.length)} spans, ${(T.end / 1e3).toFixed(2)} ms · linked to pass ${T.state} (${esc(D.states[T.state].label)}): ${esc(how)}` +
+        (T.unlinked ? ` · ${T.unlinked} unlinked` : "") +
+        ` <label><input id="heat" type="checkbox"> heat (time per op)</label><span id="heat-legend">0 <span class="ramp"></span> ${heatMax.toFixed(0)} µs</span>`;
+    }
+    if (P) head += ` <b>Predicted</b> by pass ${P.state} (${esc(D.states[P.state].label)}): ${(P.makespan / 1e3).toFixed(2)} ms`;
+    box.innerHTML = `<div class="head">${head}</div><svg id="lanes"></svg>`;
+    // the run's lanes, then auto-place's predicted lanes below them on the same time axis
+    const all = T.spans.concat(P ? P.spans.map(([lane, ts, dur, op, name]) => [T.lanes.length + lane, ts, dur, op, name, true]) : []);
+    const laneNames = T.lanes.concat(P ? P.lanes.map((l) => `predicted ${l}`) : []);
     const lanes = $("#lanes"), W = lanes.getBoundingClientRect().width || 800, LABEL = 130, ROW = 20;
-    let scale = (W - LABEL - 10) / Math.max(T.end, 1), offset = 0;
-    const rects = T.spans.map(([lane, ts, dur, op, name], j) =>
-      `<rect class="span${name === "memcpy" ? " copy" : ""}${op < 0 ? " unlinked" : ""}" data-j="${j}" data-id="${op}" y="${lane * ROW + 4}" height="${ROW - 6}"><title>${esc(name)} #${op} · ${dur.toFixed(1)} µs</title></rect>`);
-    lanes.innerHTML = T.lanes.map((l, i) => `<text class="lane-label" x="4" y="${i * ROW + 16}">${esc(l)}</text>`).join("") +
+    let scale = (W - LABEL - 10) / Math.max(T.end, P ? P.makespan : 0, 1), offset = 0;
+    const rects = all.map(([lane, ts, dur, op, name, predicted], j) =>
+      `<rect class="span${name === "memcpy" ? " copy" : ""}${op < 0 ? " unlinked" : ""}${predicted ? " predicted" : ""}" data-j="${j}" data-id="${op}" y="${lane * ROW + 4}" height="${ROW - 6}"><title>${predicted ? "predicted: " : ""}${esc(name)} #${op} · ${dur.toFixed(1)} µs</title></rect>`);
+    lanes.innerHTML = laneNames.map((l, i) => `<text class="lane-label" x="4" y="${i * ROW + 16}">${esc(l)}</text>`).join("") +
       `<g id="spans" transform="translate(${LABEL},0)">${rects.join("")}</g>`;
-    lanes.style.height = `${T.lanes.length * ROW + 8}px`; // as tall as its lanes: the graph keeps the rest
+    lanes.style.height = `${laneNames.length * ROW + 8}px`; // as tall as its lanes: the graph keeps the rest
     lanes.querySelectorAll("rect.span").forEach((r) => (spanEls[+r.dataset.j] = r));
-    const place = () => T.spans.forEach(([, ts, dur], j) => {
+    const place = () => all.forEach(([, ts, dur], j) => {
       spanEls[j].setAttribute("x", (ts - offset) * scale);
       spanEls[j].setAttribute("width", Math.max(1, dur * scale));
     });
@@ -567,10 +586,11 @@ window.vizTiming = {parsed, graph, state, drawn, interactive} (performance.now()
     lanes.addEventListener("click", (e) => {
       const r = e.target.closest("rect.span");
       if (!r || +r.dataset.id < 0) return;
-      if (shownState(cur) !== T.state && versionIn(+r.dataset.id, shownState(cur)) < 0) selectState(T.state);
+      const state = r.classList.contains("predicted") ? P.state : T.state;
+      if (shownState(cur) !== state && versionIn(+r.dataset.id, shownState(cur)) < 0) selectState(state);
       select(+r.dataset.id, true);
     });
-    $("#heat").addEventListener("change", (e) => {
+    if (D.trace) $("#heat").addEventListener("change", (e) => {
       heatOn = e.target.checked;
       $("#heat-legend").classList.toggle("shown", heatOn);
       nodeEls.forEach((g) => { g.dataset.v = -2; }); // repaint every node

@@ -1,0 +1,626 @@
+"""ONNX models in and out: ``.onnx`` files imported as blockir programs, and programs exported as ONNX.
+
+Import (:func:`read_model`, used by ``load_inference_model("model.onnx", exe)`` and the ``blockir`` command)
+maps every node through the table of :mod:`blockir.io.onnx_ops` (one row per ONNX op and opset range) onto
+blockir ops, under these rules:
+
+- the default domain at opsets 1 to the newest the installed ``onnx`` knows (each row of the table says from
+  which opset it maps its op); other domains, and ops, types or
+  attributes the table refuses, are listed all at once, each naming the node (its name and op type);
+- ONNX names are arbitrary strings: each becomes a valid blockir name (characters outside
+  ``[A-Za-z0-9_./:-]`` replaced by ``_``, a suffix where two would meet), and :class:`OnnxModel` keeps the
+  mapping both ways, so feeds and fetches can be named as the file names them; an empty input name is an
+  absent optional input;
+- initializers become persistable variables, graph inputs feeds (dynamic dims -1), graph outputs fetches;
+- constant folding: a node whose inputs are all constants (initializers, ``Constant`` nodes, values folded
+  before it) is run at import and its outputs become constants, as onnxruntime does when it builds a session;
+  only the constants the remaining ops read become parameters;
+- every op made records its lineage (``op_pass`` ``onnx-import``, ``op_origin`` ``OpType:node name``), which
+  ``blockir viz`` shows;
+- each output gets the dtype ONNX's shape inference gives it (a cast is added where a blockir op computes
+  another, such as ``shape``'s int32).
+
+Export (:func:`write_model`, ``save_inference_model(..., format="onnx")``) is in :mod:`blockir.io.onnx_export`.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from blockir.errors import BlockirError
+from blockir.ir import Operator, Program
+from blockir.ir.dtypes import DTYPE_TO_PROTO, VarKind
+from blockir.ir.proto_io import open_regular, os_errors, read_limited
+from blockir.ir.schema import KernelContext, Lowering, lookup
+from blockir.passes.feed_fetch import FeedFetch
+
+__all__ = [
+    "IMPORT_PASS",
+    "MAX_MODEL_BYTES",
+    "MIN_OPSET",
+    "ONNX_SUFFIX",
+    "NeedsConstant",
+    "Node",
+    "OnnxModel",
+    "Refused",
+    "import_model",
+    "onnx_module",
+    "read_model",
+]
+
+ONNX_SUFFIX = ".onnx"
+IMPORT_PASS = "onnx-import"  # the op_pass of every op the importer makes
+MIN_OPSET = 1
+MAX_MODEL_BYTES = 2 << 30  # protobuf's own limit on one message
+_PLAIN = re.compile(r"[^A-Za-z0-9_./:-]")
+_RESERVED = frozenset({"feed", "fetch"})
+
+# ONNX TensorProto.DataType -> numpy name; the types blockir lacks are refused by their ONNX names.
+ONNX_DTYPES: dict[int, str] = {
+    1: "float32",
+    2: "uint8",
+    3: "int8",
+    5: "int16",
+    6: "int32",
+    7: "int64",
+    9: "bool",
+    10: "float16",
+    11: "float64",
+    14: "complex64",
+    15: "complex128",
+}
+DTYPE_TO_ONNX: dict[str, int] = {v: k for k, v in ONNX_DTYPES.items()}
+
+
+def onnx_module() -> Any:
+    """The ``onnx`` package, or an error saying how to install it (the optional extra ``blockir[onnx]``)."""
+    try:
+        import onnx
+    except ImportError:
+        raise BlockirError(
+            "reading and writing ONNX models needs the onnx package: pip install 'blockir[onnx]'"
+        ) from None
+    return onnx
+
+
+class Refused(BlockirError):
+    """A node the table cannot map (an op, attribute or type blockir lacks); the message says why."""
+
+
+class NeedsConstant(Refused):
+    """A node needs the value of an input that is computed at run time (a shape, axes, pads, ...).
+    ``names`` are the ONNX names of those inputs."""
+
+    def __init__(self, message: str, names: Sequence[str]) -> None:
+        super().__init__(message)
+        self.names = tuple(names)
+
+
+def dtype_name(code: int, what: str) -> str:
+    """The numpy name of ONNX element type ``code``, or a :class:`Refused` naming the ONNX type."""
+    name = ONNX_DTYPES.get(code)
+    if name is None:
+        onnx = onnx_module()
+        try:
+            text = onnx.TensorProto.DataType.Name(code)
+        except ValueError:
+            text = str(code)
+        raise Refused(f"{what} is of ONNX type {text}, which blockir lacks")
+    return name
+
+
+@dataclass
+class OnnxModel:
+    """An imported ONNX model: the program (framed by feed and fetch ops), the values of its persistable
+    variables, and the mapping of ONNX names to blockir names of its inputs and outputs."""
+
+    program: Program
+    params: dict[str, np.ndarray]
+    feeds: list[str]  # blockir names, in the graph's input order (initializers excluded)
+    fetches: list[str]  # blockir names, in the graph's output order
+    onnx_feeds: list[str]  # the same, as the file names them
+    onnx_fetches: list[str]
+    opset: int
+    names: dict[str, str] = field(default_factory=dict)  # every ONNX value name -> blockir name
+    where: str = "<model>"  # the file, in messages
+
+    def feed_name(self, name: str) -> str:
+        """The blockir name of feed ``name`` (given as the file names it, or as blockir does)."""
+        if name in self.feeds:
+            return name
+        if name in self.onnx_feeds:
+            return self.feeds[self.onnx_feeds.index(name)]
+        raise BlockirError(
+            f"{self.where}: {name!r} is not an input of the model (its inputs: {', '.join(self.onnx_feeds)})"
+        )
+
+
+class _Names:
+    """ONNX names -> valid, distinct blockir names."""
+
+    def __init__(self) -> None:
+        self.of: dict[str, str] = {}
+        self.taken: set[str] = set(_RESERVED)
+
+    def fresh(self, base: str) -> str:
+        plain = _PLAIN.sub("_", base) or "v"
+        name, k = plain, 0
+        while name in self.taken:
+            k += 1
+            name = f"{plain}_{k}"
+        self.taken.add(name)
+        return name
+
+    def bind(self, onnx_name: str) -> str:
+        self.of[onnx_name] = name = self.fresh(onnx_name)
+        return name
+
+
+def _attr_values(node: Any) -> dict[str, Any]:
+    onnx = onnx_module()
+    values = {}
+    for a in node.attribute:
+        if a.ref_attr_name:
+            raise Refused(f"attribute {a.name!r} refers to a function attribute")
+        values[a.name] = onnx.helper.get_attribute_value(a)
+    return values
+
+
+class Node:
+    """One ONNX node as the converters of :mod:`blockir.io.onnx_ops` see it: its attributes, its inputs (as
+    blockir variables, or as constant values when known), its outputs, and ways to append blockir ops."""
+
+    def __init__(self, graph: _Graph, node: Any) -> None:
+        self.graph, self.proto, self.opset = graph, node, graph.opset
+        self.op_type: str = node.op_type
+        self.attrs = _attr_values(node)
+        self.inputs: list[str] = list(node.input)
+        self.outputs: list[str] = list(node.output)
+
+    # -- attributes and inputs --------------------------------------------------------------------
+    def attr(self, name: str, default: Any = None) -> Any:
+        value = self.attrs.get(name, default)
+        return value.decode() if isinstance(value, bytes) else value
+
+    def has(self, i: int) -> bool:
+        return i < len(self.inputs) and self.inputs[i] != ""
+
+    def const(self, i: int) -> np.ndarray | None:
+        return self.graph.consts.get(self.inputs[i]) if self.has(i) else None
+
+    def value(self, i: int, what: str) -> np.ndarray:
+        """The constant value of input ``i`` (a shape, axes, ...): a :class:`NeedsConstant` if it is computed."""
+        found = self.const(i)
+        if found is None:
+            raise NeedsConstant(
+                f"its {what} (input {i}, {self.inputs[i]!r}) must be a constant (an initializer or computed from "
+                "them), blockir's op takes it as an attribute",
+                [self.inputs[i]],
+            )
+        return found
+
+    def x(self, i: int) -> str:
+        """The blockir variable holding input ``i`` (a constant becomes a persistable variable)."""
+        return self.graph.var_of(self.inputs[i])
+
+    def dtype(self, i: int) -> str:
+        found = self.const(i)
+        if found is not None:
+            return found.dtype.name
+        dtype = self.graph.block.var(self.x(i)).dtype
+        return dtype or "float32"
+
+    def shape(self, i: int) -> tuple[int, ...] | None:
+        """Input ``i``'s shape as far as known (-1 for a dim known only at run time; None when the rank is)."""
+        found = self.const(i)
+        if found is not None:
+            return tuple(found.shape)
+        shape = self.graph.block.var(self.x(i)).shape
+        return None if shape is None else tuple(shape)
+
+    def rank(self, i: int) -> int:
+        shape = self.shape(i)
+        if shape is None:
+            raise Refused(f"the rank of input {i} ({self.inputs[i]!r}) is unknown")
+        return len(shape)
+
+    def y(self, i: int = 0) -> str:
+        """The blockir variable for output ``i``."""
+        return self.graph.out_var(self.outputs[i])
+
+    def wants(self, i: int) -> bool:
+        return i < len(self.outputs) and self.outputs[i] != ""
+
+    # -- making ops -------------------------------------------------------------------------------
+    def tmp(self, hint: str = "") -> str:
+        name = self.graph.names.fresh(f"{self.y_base()}.{hint or 'tmp'}")
+        self.graph.block.create_var(name)
+        return name
+
+    def y_base(self) -> str:
+        return next((o for o in self.outputs if o), self.proto.name or self.op_type)
+
+    def constant(self, value: Any, dtype: str | None = None) -> str:
+        """A new persistable variable holding ``value``."""
+        array = np.asarray(value, dtype=dtype)
+        name = self.graph.names.fresh(f"{self.y_base()}.const")
+        self.graph.consts[name] = array
+        self.graph.onnx_of_const[name] = name
+        return self.graph.var_of(name)
+
+    def emit(
+        self,
+        type: str,
+        inputs: Mapping[str, Any],
+        outputs: Mapping[str, Any],
+        attrs: Mapping[str, Any] | None = None,
+    ) -> Operator:
+        """Append a blockir op (slot values: a name or a list of names), with this node as its lineage."""
+        block = self.graph.block
+        ins = {k: [v] if isinstance(v, str) else list(v) for k, v in inputs.items()}
+        outs = {k: [v] if isinstance(v, str) else list(v) for k, v in outputs.items()}
+        for names in outs.values():
+            for name in names:
+                if not block.has_var(name):
+                    block.create_var(name)
+        op = block.append_op(type, ins, outs, dict(attrs or {}))
+        op.set_attr("op_pass", IMPORT_PASS)
+        op.set_attr("op_origin", [f"{self.op_type}:{self.proto.name or self.y_base()}"])
+        return op
+
+    def unary(self, type: str, x: str, attrs: Mapping[str, Any] | None = None, out: str | None = None) -> str:
+        out = out or self.tmp(type)
+        self.emit(type, {"X": x}, {"Out": out}, attrs)
+        return out
+
+    def binary(self, type: str, x: str, y: str, out: str | None = None, attrs: Mapping[str, Any] | None = None) -> str:
+        out = out or self.tmp(type)
+        self.emit(type, {"X": x, "Y": y}, {"Out": out}, {"axis": -1, **(attrs or {})})
+        return out
+
+    def cast(self, x: str, dtype: str, out: str | None = None) -> str:
+        src = self.graph.block.var(x).dtype
+        if src == dtype and out is None:
+            return x
+        out = out or self.tmp("cast")
+        self.emit(
+            "cast",
+            {"X": x},
+            {"Out": out},
+            {"in_dtype": DTYPE_TO_PROTO[src or "float32"], "out_dtype": DTYPE_TO_PROTO[dtype]},
+        )
+        return out
+
+    def refuse(self, reason: str) -> Refused:
+        return Refused(reason)
+
+
+Converter = Callable[[Node], None]
+
+
+class _Graph:
+    """The state of one import: the program being built, constants, names."""
+
+    def __init__(self, opset: int) -> None:
+        self.opset = opset
+        self.names = _Names()
+        self.program = Program()
+        self.block = self.program.global_block()
+        self.consts: dict[str, np.ndarray] = {}  # ONNX name (or a made name) -> value
+        self.onnx_of_const: dict[str, str] = {}
+        self.params: dict[str, np.ndarray] = {}  # blockir name -> value of the constants ops read
+        self.values: dict[str, np.ndarray] = {}  # the same, for the constants of folded ops too
+        self.expected: dict[str, str] = {}  # ONNX value name -> the dtype ONNX gives it
+
+    def var_of(self, onnx_name: str) -> str:
+        name = self.names.of.get(onnx_name)
+        if name is not None and self.block.has_var(name):
+            return name
+        value = self.consts.get(onnx_name)
+        if value is None:
+            raise Refused(f"input {onnx_name!r} is neither a graph input, an initializer nor an earlier node's output")
+        name = name or self.names.bind(onnx_name)
+        self.block.create_var(
+            name, shape=list(value.shape), dtype=value.dtype.name, persistable=True, kind=VarKind.LOD_TENSOR
+        )
+        self.values[name] = value
+        if self.block is self.program.global_block():
+            self.params[name] = value
+        return name
+
+    def out_var(self, onnx_name: str) -> str:
+        name = self.names.of.get(onnx_name) or self.names.bind(onnx_name)
+        if not self.block.has_var(name):
+            self.block.create_var(name)
+        return name
+
+
+def _fold(graph: _Graph, node: Node, convert: Converter) -> bool:
+    """Run ``node`` at import when its inputs are all constants; its outputs become constants. False (nothing
+    done) for a node with inputs computed at run time, or one that is random."""
+    present = [n for n in node.inputs if n]
+    if not all(n in graph.consts for n in present) or node.op_type in _NEVER_FOLD:
+        return False
+    main, scratch = graph.block, Program()
+    saved_names = dict(graph.names.of)
+    graph.block = scratch.global_block()
+    try:
+        convert(node)
+        values = {v.name: graph.values[v.name] for v in graph.block.vars.values() if v.persistable}
+        _evaluate(graph.block, values)
+        wanted = [(o, graph.names.of[o]) for o in node.outputs if o and o not in graph.consts]
+    finally:
+        graph.block = main
+        graph.names.of = saved_names
+    for onnx_name, name in wanted:
+        graph.consts[onnx_name] = np.asarray(values[name])
+    return True
+
+
+def _evaluate(block: Any, values: dict[str, Any]) -> None:
+    """Run the ops of ``block`` in order on the host, calling their kernels directly (a folded node's few
+    ops: the executor's passes and plan would cost more than the kernels), reading and writing ``values``."""
+    for op in block.ops:
+        schema = lookup(op.type)
+        if schema.kernel is None or schema.lowering is not Lowering.KERNEL:
+            raise Refused(f"{op.type} cannot run at import")
+        args: list[Any] = []
+        for slot in schema.inputs:
+            names = op.input(slot.name)
+            if slot.duplicable:
+                args.append([values[n] for n in names])
+            else:
+                args.append(values[names[0]] if names else None)
+        attrs = {a.name: op.attrs.get(a.name, a.default) for a in schema.attrs}
+        wants = tuple(bool(op.output(slot.name)) for slot in schema.outputs)
+        ctx = KernelContext(xp=np, attrs=attrs, wants=wants, op_text=str(op))
+        try:
+            result = schema.kernel(ctx, *args)
+        except BlockirError:
+            raise
+        except Exception as e:  # noqa: BLE001  # a kernel's numpy error on these constants, said in one line
+            raise Refused(f"folding {op.type} at import: {type(e).__name__}: {e}") from None
+        results = (result,) if len(schema.outputs) == 1 else tuple(result)
+        for slot, value in zip(schema.outputs, results):
+            names = op.output(slot.name)
+            if slot.duplicable:
+                values.update(zip(names, value))
+            elif names:
+                values[names[0]] = value
+
+
+_NEVER_FOLD = frozenset({"RandomNormal", "RandomUniform", "RandomNormalLike", "RandomUniformLike", "Bernoulli"})
+
+
+def _value_dtypes(model: Any) -> dict[str, str]:
+    """The element type ONNX's shape inference gives each value it can (numpy names; others left out)."""
+    onnx = onnx_module()
+    try:
+        inferred = onnx.shape_inference.infer_shapes(model, strict_mode=False)
+    except Exception:  # noqa: BLE001  # inference is a hint: a model it cannot type still imports
+        inferred = model
+    found = {}
+    graph = inferred.graph
+    for info in (*graph.value_info, *graph.output, *graph.input):
+        code = info.type.tensor_type.elem_type
+        if info.type.HasField("tensor_type") and code in ONNX_DTYPES:
+            found[info.name] = ONNX_DTYPES[code]
+    return found
+
+
+def _shape_of(info: Any) -> list[int] | None:
+    t = info.type.tensor_type
+    if not t.HasField("shape"):
+        return None
+    return [d.dim_value if d.HasField("dim_value") else -1 for d in t.shape.dim]
+
+
+def _opset(model: Any, where: str) -> int:
+    onnx = onnx_module()
+    newest = onnx.defs.onnx_opset_version()
+    found = [o.version for o in model.opset_import if o.domain in ("", "ai.onnx")]
+    if not found:
+        raise BlockirError(f"{where}: the model imports no opset of the default ONNX domain")
+    opset = found[0]
+    if not MIN_OPSET <= opset <= newest:
+        raise BlockirError(f"{where}: opset {opset}; blockir imports opsets {MIN_OPSET} to {newest}")
+    return opset
+
+
+def _check_order(graph: Any, where: str) -> None:
+    """Every node's inputs are defined before it (graph inputs, initializers, earlier outputs)."""
+    known = {i.name for i in graph.input} | {t.name for t in graph.initializer} | {""}
+    outputs = {o for n in graph.node for o in n.output}
+    for k, n in enumerate(graph.node):
+        for name in n.input:
+            if name not in known:
+                later = (
+                    "a later node's output (the graph has a cycle or is out of order)"
+                    if name in outputs
+                    else ("defined nowhere in the graph")
+                )
+                raise BlockirError(f"{where}: node {_node_name(n, k)}: input {name!r} is {later}")
+        known.update(n.output)
+    for o in graph.output:
+        if o.name not in known:
+            raise BlockirError(f"{where}: graph output {o.name!r} is computed by no node")
+
+
+def _node_name(n: Any, k: int) -> str:
+    return f"{n.name or f'#{k}'} ({n.op_type})"
+
+
+def import_model(
+    model: Any,
+    where: str = "<model>",
+    *,
+    constants: Mapping[str, np.ndarray] | None = None,
+) -> OnnxModel:
+    """Import an ONNX ``ModelProto`` (see the module docstring). ``constants`` fixes the values of graph
+    inputs that ops need as constants (the backend passes a run's fed shapes, specializing on them); those
+    inputs are then no feeds. All unsupported nodes are listed at once in one :class:`BlockirError`."""
+    from blockir.io.onnx_ops import rule_for
+
+    onnx = onnx_module()
+    opset = _opset(model, where)
+    g = model.graph
+    _check_order(g, where)
+    graph = _Graph(opset)
+    graph.expected = _value_dtypes(model)
+    problems: list[str] = []
+    needs: list[str] = []
+    failed: set[str] = set()  # values a reported problem leaves undefined (their readers are not reported)
+    for t in g.initializer:
+        try:
+            dtype_name(t.data_type, f"initializer {t.name!r}")
+            graph.consts[t.name] = onnx.numpy_helper.to_array(t)
+        except Refused as e:
+            problems.append(str(e))
+            failed.add(t.name)
+        except Exception as e:  # noqa: BLE001  # onnx's reader reports malformed tensors in its own types
+            problems.append(f"initializer {t.name!r} is malformed: {e}")
+            failed.add(t.name)
+    fixed = dict(constants or {})
+    initialized = {t.name for t in g.initializer}
+    feeds, onnx_feeds = [], []
+    for info in g.input:
+        if info.name in initialized:
+            continue
+        if info.name in fixed:
+            graph.consts[info.name] = np.asarray(fixed[info.name])
+            continue
+        if not info.type.HasField("tensor_type"):
+            kind = info.type.WhichOneof("value")
+            problems.append(f"graph input {info.name!r} is of {kind} type (blockir imports tensors only)")
+            failed.add(info.name)
+            continue
+        try:
+            dtype = dtype_name(info.type.tensor_type.elem_type, f"graph input {info.name!r}")
+        except Refused as e:
+            problems.append(str(e))
+            failed.add(info.name)
+            continue
+        name = graph.names.bind(info.name)
+        graph.block.create_var(name, shape=_shape_of(info), dtype=dtype, need_check_feed=True)
+        feeds.append(name)
+        onnx_feeds.append(info.name)
+    for k, proto in enumerate(g.node):
+        label = f"node {_node_name(proto, k)}"
+        if failed.intersection(proto.input):
+            failed.update(proto.output)
+            continue
+        failed.update(proto.output)  # until converted
+        if proto.domain not in ("", "ai.onnx"):
+            problems.append(f"{label}: domain {proto.domain!r} (blockir imports the default ONNX domain)")
+            continue
+        rule = rule_for(proto.op_type, opset)
+        if isinstance(rule, str):
+            problems.append(f"{label}: {rule}")
+            continue
+        try:
+            node = Node(graph, proto)
+            if not _fold(graph, node, rule.convert):
+                rule.convert(node)
+                _fix_dtypes(graph, node)
+            failed.difference_update(proto.output)
+        except NeedsConstant as e:
+            needs.extend(e.names)
+            problems.append(f"{label}: {_first_line(e)}")
+        except BlockirError as e:
+            problems.append(f"{label}: {_first_line(e)}")
+    if problems:
+        raise _listed(where, problems, needs)
+    fetches, onnx_fetches = [], []
+    for info in g.output:
+        fetches.append(graph.var_of(info.name))
+        onnx_fetches.append(info.name)
+    FeedFetch(feeds=tuple(feeds), targets=tuple(fetches)).run(graph.program)
+    names = dict(graph.names.of)
+    return OnnxModel(graph.program, graph.params, feeds, fetches, onnx_feeds, onnx_fetches, opset, names, where)
+
+
+def _first_line(e: BaseException) -> str:
+    return str(e).splitlines()[0] if str(e) else type(e).__name__
+
+
+class UnsupportedModelError(BlockirError):
+    """The model has nodes, types or attributes blockir cannot import; ``problems`` lists each."""
+
+    def __init__(self, message: str, problems: list[str], needs: Sequence[str] = ()) -> None:
+        super().__init__(message)
+        self.problems = problems
+        self.needs = tuple(needs)
+
+
+def _listed(where: str, problems: list[str], needs: Sequence[str]) -> UnsupportedModelError:
+    shown = problems[:20]
+    more = f"; and {len(problems) - 20} more" if len(problems) > 20 else ""
+    return UnsupportedModelError(
+        f"{where}: cannot import {len(problems)} part(s) of the model: {'; '.join(shown)}{more}", problems, needs
+    )
+
+
+def _fix_dtypes(graph: _Graph, node: Node) -> None:
+    """Cast an output whose blockir dtype is not the one ONNX gives it (``shape``'s int32, ...)."""
+    for onnx_name in node.outputs:
+        want = graph.expected.get(onnx_name)
+        name = graph.names.of.get(onnx_name)
+        if not onnx_name or want is None or name is None or not graph.block.has_var(name):
+            continue
+        have = graph.block.var(name).dtype
+        if have is not None and have != want:
+            graph.names.of[onnx_name] = node.cast(name, want, out=graph.names.fresh(f"{name}.{want}"))
+
+
+def read_model(path: str | os.PathLike[str], *, constants: Mapping[str, np.ndarray] | None = None) -> OnnxModel:
+    """Read and import the ONNX model file ``path``: one :class:`BlockirError` naming the file for a file that
+    is no ONNX model (truncated, another format), and listing every node blockir cannot import."""
+    onnx = onnx_module()
+    where = str(path)
+    with os_errors(path, "read"), open_regular(path) as f:
+        data = read_limited(f, MAX_MODEL_BYTES, where)
+    model = onnx.ModelProto()
+    try:
+        model.ParseFromString(data)
+    except Exception:  # noqa: BLE001  # protobuf's DecodeError, or a RuntimeWarning-like error of its C parser
+        raise BlockirError(f"{where}: not an ONNX model (the bytes do not parse as a ModelProto)") from None
+    if not model.HasField("graph") or (not model.graph.node and not model.graph.output):
+        raise BlockirError(f"{where}: not an ONNX model (no graph)")
+    if any(t.data_location == onnx.TensorProto.EXTERNAL for t in model.graph.initializer):
+        _load_external(model, Path(path).parent, where)
+    return import_model(model, where, constants=constants)
+
+
+def _load_external(model: Any, base: Path, where: str) -> None:
+    """Read the initializers stored in external files, each checked to lie inside ``base`` and within its file."""
+    onnx = onnx_module()
+    for t in model.graph.initializer:
+        if t.data_location != onnx.TensorProto.EXTERNAL:
+            continue
+        info = {e.key: e.value for e in t.external_data}
+        location = base / info.get("location", "")
+        if base.resolve() not in location.resolve().parents:
+            raise BlockirError(
+                f"{where}: initializer {t.name!r}: external data {info.get('location')!r} is outside the model's "
+                "directory"
+            )
+        offset, length = int(info.get("offset", 0)), info.get("length")
+        with os_errors(location, "read"), open_regular(location) as f:
+            size = os.fstat(f.fileno()).st_size
+            count = int(length) if length is not None else size - offset
+            if offset < 0 or count < 0 or offset + count > size:
+                raise BlockirError(
+                    f"{where}: initializer {t.name!r}: {location.name} holds {size} bytes, "
+                    f"the model reads {count} at offset {offset}"
+                )
+            f.seek(offset)
+            t.raw_data = f.read(count)
+        del t.external_data[:]
+        t.data_location = onnx.TensorProto.DEFAULT
