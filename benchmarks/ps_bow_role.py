@@ -1,14 +1,17 @@
-"""One role of bench_ps.py's parameter-server runs: bow_net (examples/async_bow.py) in async mode, from
-MultiSlot files, each worker an AsyncExecutor with one thread over its share of the files, pulling every
-PULL_EVERY steps, queueing QUEUE_SIZE steps (0: the default, two windows) and prefetching the rows of PREFETCH
-batches ahead (0: none).
+"""One role of bench_ps.py's parameter-server runs: bow_net (examples/async_bow.py, Adagrad at LR) in async
+mode, from MultiSlot files, EPOCHS epochs, each worker an AsyncExecutor with one thread over its share of the
+files, pulling every PULL_EVERY steps, queueing QUEUE_SIZE steps (0: the default, one window) and prefetching
+the rows of PREFETCH batches ahead (0: none).
 
-    blockir launch --servers S --workers W benchmarks/ps_bow_role.py OUT PULL_EVERY QUEUE_SIZE PREFETCH PROTOTXT \
-        HELDOUT FILE...
+    blockir launch --servers S --workers W benchmarks/ps_bow_role.py OUT PULL_EVERY QUEUE_SIZE PREFETCH LR \
+        EPOCHS PROTOTXT HELDOUT FILE...
 
 Every role writes ``OUT/<role>.json``: its CPU seconds (a Ray role's process's, Ray's threads included; an
 in-process role's thread's, which the bench does not report: the work runs on other threads), and for a
-worker its instances, seconds, the communicator's counters and, from worker 0, the held-out accuracy.
+worker its instances, seconds, the communicator's counters and, from worker 0, the held-out accuracy, twice:
+through the worker's program (its lookups read the servers' rows) and as the one-process reference scores
+(``accuracy_exported``: the inference model fleet.save_inference_model exports, scored by
+``examples/async_bow.py``'s ``evaluate``).
 """
 
 import importlib.util
@@ -23,7 +26,8 @@ import blockir as bir
 from blockir.distributed import fleet
 
 out, (pull_every, queue_size, prefetch) = Path(sys.argv[1]), map(int, sys.argv[2:5])
-prototxt, heldout, files = sys.argv[5], sys.argv[6], sys.argv[7:]
+learning_rate, epochs = float(sys.argv[5]), int(sys.argv[6])
+prototxt, heldout, files = sys.argv[7], sys.argv[8], sys.argv[9:]
 spec = importlib.util.spec_from_file_location(
     "async_bow", Path(__file__).resolve().parents[1] / "examples/async_bow.py"
 )
@@ -45,7 +49,9 @@ strategy.a_sync_configs = {"pull_every": pull_every, "prefetch": prefetch}
 if queue_size:
     strategy.a_sync_configs["queue_size"] = queue_size
 net = example.bow_net(
-    example.bow_classifier.VOCAB, minimize=lambda opt, loss: fleet.distributed_optimizer(opt, strategy).minimize(loss)
+    example.bow_classifier.VOCAB,
+    learning_rate=learning_rate,
+    minimize=lambda opt, loss: fleet.distributed_optimizer(opt, strategy).minimize(loss),
 )
 start_cpu = cpu_seconds()
 if fleet.is_server():
@@ -64,9 +70,11 @@ else:
     communicator = fleet.communicator()
     before = dict(communicator.stats)  # the counters of the training alone
     start_cpu, start = cpu_seconds(), time.perf_counter()
+    instances = 0
     with bir.AsyncExecutor("cpu") as async_exe:
-        async_exe.run_from_files(fleet.main_program, desc, files[k::n], thread_num=1, fetch=[net.avg_cost])
-        instances = async_exe.last_stats.instances
+        for _ in range(epochs):
+            async_exe.run_from_files(fleet.main_program, desc, files[k::n], thread_num=1, fetch=[net.avg_cost])
+            instances += async_exe.last_stats.instances
     communicator.stop()
     seconds, cpu = time.perf_counter() - start, cpu_seconds() - start_cpu
     counters = {key: value - before[key] for key, value in communicator.stats.items()}
@@ -84,6 +92,9 @@ else:
             right += int((probs.argmax(axis=1) == batch["label"][:, 0]).sum())
             total += len(probs)
         report["accuracy"] = right / total
+        exported = out / "model"
+        fleet.save_inference_model(exe, exported, ["words"], [net.prediction], main_program=net.main)
+        report["accuracy_exported"] = example.evaluate(exported, desc, heldout)
     (out / f"worker{k}.json").write_text(json.dumps(report))
     fleet.barrier_worker()
     fleet.stop_worker()

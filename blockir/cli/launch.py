@@ -39,8 +39,10 @@ def add(commands: argparse._SubParsersAction) -> None:
         help="run a fleet script as parameter servers and workers",
         description="Run SCRIPT once per role of a parameter-server training run: --servers servers and "
         "--workers workers, each told its role (fleet.init() reads it). --backend inprocess (the default) runs "
-        "every role as a thread of this process; --backend ray as a Ray actor, on a local Ray cluster kept on "
-        "loopback, or on the cluster at --address. Each role's output is printed prefixed with its role. A role "
+        "every role as a thread of this process; --backend ray as a Ray actor, on a local Ray cluster it starts "
+        "(node address 127.0.0.1, Ray's token authentication on, with a token of its own), or on the cluster at "
+        "--address (see docs/distributed.md for a cluster of several machines). Each role's output is printed "
+        "prefixed with its role. A role "
         "that fails is run again, up to --max-restarts times: a worker, and with --backend ray also a server, "
         "which restores the last checkpoint worker 0 wrote into --checkpoint-dir (every --checkpoint-every "
         "steps). When a role fails for good, the others are stopped and the command exits 1, naming it. "

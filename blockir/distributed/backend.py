@@ -2,7 +2,7 @@
 
 A backend publishes the :class:`~blockir.distributed.server.ParameterServer`
 objects of one training run (``run``: an id the launcher gives every role) and
-gives workers :class:`~blockir.distributed.communicator.ServerHandle` s to them.
+gives workers :class:`~blockir.distributed.api.ServerHandle` s to them.
 
 - :class:`InProcessBackend` (the default, and the reference the Ray backend is
   tested against): the servers are objects of this process, registered by run
@@ -20,9 +20,11 @@ from __future__ import annotations
 import importlib
 import threading
 import time
+from collections.abc import Callable, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
-from typing import Any, Protocol, cast
+from typing import Any, Concatenate, ParamSpec, Protocol, TypeVar, cast
 
+from blockir.distributed.api import SERVER_METHODS, ServerHandle
 from blockir.distributed.server import ParameterServer
 from blockir.errors import BlockirError
 
@@ -36,7 +38,7 @@ class Backend(Protocol):
         """Publish ``server`` as server ``index`` of ``run``."""
         ...
 
-    def handles(self, run: str, servers: int, timeout: float) -> list[Any]:
+    def handles(self, run: str, servers: int, timeout: float) -> Sequence[ServerHandle]:
         """Handles to the ``servers`` servers of ``run``, waiting up to ``timeout`` s for them to be published."""
         ...
 
@@ -45,15 +47,23 @@ class Backend(Protocol):
         ...
 
 
-class InProcessHandle:
-    """A server of this process: ``submit`` runs the method on a thread of the worker's pool."""
+P = ParamSpec("P")
+R = TypeVar("R")
+
+
+class InProcessHandle(ServerHandle):
+    """A server of this process: ``submit`` runs the server's method on a thread of the worker's pool."""
 
     def __init__(self, server: ParameterServer, pool: ThreadPoolExecutor) -> None:
         self.server = server
         self.pool = pool
 
-    def submit(self, method: str, *args: Any) -> Future:
-        return self.pool.submit(getattr(self.server, method), *args)
+    def submit(self, method: Callable[Concatenate[Any, P], R], *args: P.args, **kwargs: P.kwargs) -> Future[R]:
+        name = SERVER_METHODS.get(method)
+        if name is None:
+            raise BlockirError(f"{method!r} is not a method of ParameterServerAPI or ServerControl")
+        bound: Callable[..., R] = getattr(self.server, name)
+        return self.pool.submit(bound, *args, **kwargs)
 
     def close(self) -> None:
         self.pool.shutdown(wait=True)
@@ -75,7 +85,7 @@ class InProcessBackend:
         if stopped:  # a role failed while this server started: it would wait for workers that ended
             server.stop()
 
-    def handles(self, run: str, servers: int, timeout: float) -> list[InProcessHandle]:
+    def handles(self, run: str, servers: int, timeout: float) -> list[ServerHandle]:
         deadline = time.monotonic() + timeout
         with self._changed:
             while True:

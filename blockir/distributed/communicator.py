@@ -1,21 +1,30 @@
 """A worker's communicator: what the ``distributed_lookup_table``, ``send`` and ``recv`` ops call.
 
-One :class:`Communicator` per worker (every thread of the worker shares it: an
-``AsyncExecutor`` with thread workers inside a PS worker pushes through it). It
-talks to the servers through handles (:mod:`blockir.distributed.backend`):
-each call returns a future, so the calls to several servers are in flight
-together.
+One communicator per worker (every thread of the worker shares it: an
+``AsyncExecutor`` with thread workers inside a PS worker pushes through it),
+of the class of its mode, as Paddle's communicator is split:
+:class:`SyncCommunicator`, :class:`AsyncCommunicator` and
+:class:`GeoCommunicator` (:func:`new_communicator` makes the one of a mode),
+over the :class:`Communicator` they share. Each sends its requests through a
+:class:`Transport`, the same for every mode: it calls the servers' methods
+through their handles (:class:`~blockir.distributed.api.ServerHandle`, the
+typed methods of :class:`~blockir.distributed.api.ParameterServerAPI`), each
+call a future, so the calls to several servers are in flight together; it
+waits for a lost server and makes the call again, and counts requests, bytes
+and waits.
 
 - **Sparse pulls** ask each server for the distinct ids it holds
   (``id % servers``) and put the rows back in the order asked.
 - **Pushes** cut each dense gradient into its blocks (by rows) and merge each
   sparse gradient (duplicate ids summed) before sending: one request per server
   per step, carrying every block and table that server holds.
-- **sync**: a push waits for the servers to apply the step (every worker's
+- **sync** (:class:`SyncCommunicator`): a push waits for the servers to apply the step (every worker's
   gradients, averaged by batch), and ``recv`` pulls the dense blocks after it.
-- **async** (Downpour): a push goes into a bounded queue (``queue_size``
-  steps, by default two windows, ``max(4, 2 * pull_every)``: a full queue
-  blocks the step, never grows memory) and returns; a communicator thread
+- **async** (Downpour, :class:`AsyncCommunicator`): a push goes into a bounded queue (``queue_size``
+  steps, by default one window, ``pull_every``: a full queue blocks the
+  step, never grows memory, and bounds how far the worker runs ahead of
+  what it pushed, each queued step one more step the values it trains with
+  lack) and returns; a communicator thread
   takes the steps, in order, into windows of exactly ``pull_every`` steps
   (Downpour's n_push = n_fetch: a thread that fell behind leaves the next
   steps queued for the next window, so a longer queue never means fewer
@@ -30,7 +39,7 @@ together.
   The worker waits only for a lookup's missing rows and for a full queue
   (``stats["wait_s"]``); ``stop`` pushes what the window holds and drops the
   cache. With ``prefetch`` (n batches), an ``AsyncExecutor`` thread worker
-  reads n batches ahead and calls :meth:`Communicator.prefetch` for each
+  reads n batches ahead and calls :meth:`AsyncCommunicator.prefetch` for each
   batch it reads: the batch's ids are noted (kept and refreshed by the cache
   until the batch ran), and once ``n // 2`` batches are noted the rows of
   theirs the cache lacks are pulled in one request per server, without
@@ -39,9 +48,14 @@ together.
   not yet asked for; the other prefetches stay on their way) and puts their
   rows in the cache, where a row the cache already has is kept. A prefetched
   row is at most a window and n batches stale.
+- **GEO** (:class:`GeoCommunicator`): the worker trains on its own copy;
+  every ``k_steps`` steps it pushes the deltas of its dense parameters and of
+  the rows its lookups read, and takes the servers' values of them.
 
 :attr:`Communicator.stats` counts requests, bytes and the seconds the worker
-waited on the servers.
+waited on the servers; async mode also ``stale_steps``: over its ``recv`` s,
+the sum of this worker's steps that the dense values it trains with lack
+(divided by the steps: the mean staleness).
 
 **A server lost.** A handle raises :class:`ServerLost` when its server's
 process died or its script is not serving (Ray: the actor died or restarts).
@@ -64,370 +78,142 @@ import queue
 import sys
 import threading
 import time
+from abc import ABC, abstractmethod
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Any, ClassVar, Concatenate, Generic, ParamSpec, TypeVar, cast
 
 import numpy as np
 
+from blockir.distributed.api import ParameterServerAPI, Reply, ServerHandle, ServerLost
 from blockir.errors import BlockirError
 from blockir.ops.values import add_rows
-from blockir.passes.distribute import Split
+from blockir.passes.distribute import DenseBlock, Split
 
-__all__ = ["Communicator", "Future", "ServerHandle", "ServerLost"]
+__all__ = [
+    "AsyncCommunicator",
+    "Communicator",
+    "GeoCommunicator",
+    "SyncCommunicator",
+    "Transport",
+    "new_communicator",
+]
 
 RECONNECT_POLL_S = 0.2  # how often a worker asks a lost server whether it is back
 
-
-class ServerLost(BlockirError):
-    """A parameter server does not answer: its process died or its script is not serving. ``final``: it will not
-    come back (no restarts left)."""
-
-    def __init__(self, message: str, final: bool = False) -> None:
-        super().__init__(message)
-        self.final = final
-
-    def __reduce__(self) -> tuple[Any, ...]:  # raised in a Ray actor, read in the worker
-        return (ServerLost, (str(self), self.final))
-
-
-class Future(Protocol):
-    def result(self) -> Any: ...
+P = ParamSpec("P")
+R = TypeVar("R")
 
 
 @dataclass
-class _Call:
+class _Call(Generic[R]):
     """A request to a server, kept so that it can be made again once a lost server is back."""
 
     server: int
-    method: str
+    method: Callable[..., R]
     args: tuple[Any, ...]
-    future: Future
+    kwargs: dict[str, Any]
+    reply: Reply[R]
 
 
-class ServerHandle(Protocol):
-    """A parameter server as a worker reaches it: ``submit("push", ...)`` calls the server's ``push``."""
-
-    def submit(self, method: str, *args: Any) -> Future: ...
-
-    def close(self) -> None:
-        """Release what the handle holds (its threads); the server itself goes on."""
-        ...
-
-
-_STOP = object()
-
-
-class Communicator:
-    """Worker ``worker``'s communicator over the servers ``handles`` (module docstring)."""
+class Transport:
+    """A worker's requests to its servers: :meth:`submit` sends a call of a method of
+    :class:`~blockir.distributed.api.ParameterServerAPI` (or of its control calls) to one server and returns it in
+    flight; :meth:`result` waits for it, waiting for a lost server to come back and making the call again (module
+    docstring, *A server lost*); :attr:`stats` counts the requests, the bytes of their arrays and the seconds
+    waited. ``progress``: the worker's step, for a recovery's report; ``restarted``: called with a server found
+    restarted, once the report is made (sync mode resumes it at the worker's step)."""
 
     def __init__(
         self,
-        split: Split,
         handles: Sequence[ServerHandle],
         worker: int,
-        mode: str = "async",
-        pull_every: int = 1,
-        queue_size: int | None = None,
-        k_steps: int = 1,
-        prefetch: int = 0,
         timeout: float = 300.0,
+        progress: Callable[[], int] = lambda: 0,
+        restarted: Callable[[int], None] | None = None,
     ) -> None:
-        if len(handles) != len(split.servers):
-            raise BlockirError(f"{len(handles)} server handles for {len(split.servers)} servers")
-        if queue_size is None:  # two windows: the steps of the next window queue while one is exchanged
-            queue_size = max(4, 2 * pull_every)
-        if pull_every < 1 or queue_size < 1 or k_steps < 1 or prefetch < 0:
-            raise BlockirError(
-                f"pull_every ({pull_every}), queue_size ({queue_size}) and k_steps ({k_steps}) must be at least 1, "
-                f"prefetch ({prefetch}) at least 0"
-            )
-        self.split = split
         self.handles = list(handles)
         self.worker = worker
-        self.mode = mode
-        self.pull_every = pull_every
-        self.k_steps = k_steps
-        self.prefetching = prefetch  # batches read ahead whose missing rows are pulled early (0: none)
         self.timeout = timeout  # how long a request waits for a lost server to come back
-        self.checkpoint: Callable[[int], None] | None = None  # called with the step every checkpoint_every steps
-        self.checkpoint_every = 0
+        self.progress = progress
+        self.restarted = restarted
         self.recoveries: list[dict[str, Any]] = []  # servers found restarted, and what each lost
-        self._incarnations: list[int | None] = [None] * len(handles)  # each server's restart count, once known
-        self._versions = [0] * len(handles)  # each server's version when it last answered a push
+        self.stats: dict[str, float] = {"requests": 0, "bytes_sent": 0, "wait_s": 0.0, "communicator_s": 0.0}
+        self._incarnations: list[int | None] = [None] * len(self.handles)  # each server's restart count, once known
+        self._versions = [0] * len(self.handles)  # each server's version when it last answered a push
         self._recovering = threading.Lock()
-        self._snapshot: dict[str, np.ndarray] = {}  # GEO: the parameters and tables as of the last exchange
-        self._geo_params: dict[str, Any] | None = None  # GEO: the arrays of the last step, for the exchange at stop
-        self._touched: dict[str, list[np.ndarray]] = {}  # GEO: the ids the lookups read since then
-        self.steps = 0  # steps pushed
-        self.stats = {
-            "requests": 0,
-            "bytes_sent": 0,
-            "payload_bytes": 0,
-            "wait_s": 0.0,
-            "communicator_s": 0.0,
-            "prefetched_rows": 0,
-        }
-        self._blocks: dict[str, list[Any]] = {}
-        for b in split.blocks:
-            self._blocks.setdefault(b.param, []).append(b)
-        self._dims = {t.name: t.dim for t in split.tables}
-        self._lock = threading.Lock()
-        self._fresh: dict[str, np.ndarray] | None = None
-        self._group = max(1, prefetch // 2)  # batches read ahead whose missing rows go in one request
-        self._cache = _RowCache(self._dims, self._noted_windows())
-        self._coming: dict[str, list[np.ndarray]] = {}  # table -> the ids of batches read ahead, not yet asked for
-        self._prefetching: dict[str, list[tuple[np.ndarray, _Call]]] = {}  # table -> rows on their way
-        self._stopped = False
-        self._error: BaseException | None = None
-        self._queue: queue.Queue[Any] = queue.Queue(maxsize=queue_size)
-        self._thread: threading.Thread | None = None
-        if mode == "async":
-            self._thread = threading.Thread(target=self._work, name=f"blockir-communicator-{worker}", daemon=True)
-            self._thread.start()
 
-    # -- the ops' Client ----------------------------------------------------------------------------------
-    def pull_sparse(self, table: str, ids: np.ndarray) -> np.ndarray:
-        self._raise()
-        uniq, inverse = np.unique(np.asarray(ids, np.int64), return_inverse=True)
-        if self.mode == "sync" or self._stopped:  # stopped: no refresh keeps a cache fresh any more
-            return self._pull_rows(table, uniq, self.steps if self.mode == "sync" else 0, waited=True)[inverse]
-        with self._lock:
-            rows, missing = self._cache.lookup(table, uniq)
-        if missing.size and self._take_prefetched(table, missing):
-            with self._lock:
-                rows, missing = self._cache.lookup(table, uniq, note=False)
-        if missing.size:
-            got = self._pull_rows(table, missing, 0, waited=True)
-            with self._lock:
-                self._cache.insert(table, missing, got)
-            rows = rows.astype(got.dtype, copy=False)
-            rows[np.searchsorted(uniq, missing)] = got
-        return rows[inverse]
-
-    def prefetch(self, table: str, ids: np.ndarray) -> None:
-        """Async: note the ids of a coming batch (read ahead), which the cache keeps and refreshes until it ran;
-        once ``prefetch // 2`` batches are noted, start pulling the rows of theirs the cache lacks, in one
-        request per server, without waiting. The lookup that needs them takes them (AsyncExecutor's thread
-        workers call this ``prefetch`` batches ahead)."""
-        if self.mode != "async" or self._stopped or not self.prefetching:
-            return
-        uniq = np.unique(np.asarray(ids, np.int64))
-        with self._lock:
-            self._cache.note(table, uniq)
-            coming = self._coming.setdefault(table, [])
-            coming.append(uniq)
-            if len(coming) >= self._group:
-                self._ask_coming(table)
-
-    def _ask_coming(self, table: str) -> None:
-        """(Holding the lock.) Start pulling the rows of the noted batches' ids of ``table`` that the cache lacks
-        and no prefetch is bringing."""
-        coming = self._coming.pop(table, [])
-        if not coming:
-            return
-        missing = self._not_on_their_way(table, self._cache.missing(table, np.unique(np.concatenate(coming))))
-        pending = self._prefetching.setdefault(table, [])
-        servers = len(self.handles)
-        for k in range(servers):
-            part = missing[missing % servers == k]
-            if part.size:
-                pending.append((part, self._submit(k, "pull_sparse", table, part, 0)))
-
-    def _not_on_their_way(self, table: str, ids: np.ndarray) -> np.ndarray:
-        """(Holding the lock.) Those of ``ids`` whose rows no prefetch of ``table`` is bringing."""
-        pending = self._prefetching.get(table)
-        return ids[~np.isin(ids, np.concatenate([i for i, _ in pending]))] if pending else ids
-
-    def _noted_windows(self) -> int:
-        """How many windows the cache keeps a noted batch's ids: it runs at most ``prefetch`` batches later."""
-        return 1 + -(-self.prefetching // self.pull_every)
-
-    def _take_prefetched(self, table: str, missing: np.ndarray) -> bool:
-        """Put into the cache the prefetched rows of ``table`` that hold some of ``missing`` (waiting for those
-        still on their way; noted ids not yet asked for are asked for first); the others stay on their way, for
-        the lookups that need them. Whether any was."""
-        with self._lock:
-            if any(np.isin(ids, missing).any() for ids in self._coming.get(table, ())):
-                self._ask_coming(table)
-            pending = self._prefetching.get(table, [])
-            holds = [np.isin(ids, missing, assume_unique=True).any() for ids, _ in pending]
-            needed = [p for p, held in zip(pending, holds) if held]
-            if not needed:
-                return False
-            self._prefetching[table] = [p for p, held in zip(pending, holds) if not held]
-        for ids, future in needed:
-            rows = self._result(future, waited=True)
-            self.stats["prefetched_rows"] += len(ids)
-            with self._lock:
-                self._cache.insert(table, ids, rows)  # a row the cache has is as fresh or fresher: kept
-        return True
-
-    def push(self, dense: dict[str, np.ndarray], sparse: list[tuple[str, np.ndarray, np.ndarray]], weight: int) -> None:
-        self._raise()
-        merged = _merge_sparse(sparse)
-        payload = sum(g.nbytes for g in dense.values()) + sum(i.nbytes + r.nbytes for i, r in merged.values())
-        self.stats["payload_bytes"] += payload
-        if self.mode == "async":
-            start = time.perf_counter()
-            self._queue.put((dense, merged, weight))  # blocks while the queue is full: backpressure
-            self.stats["wait_s"] += time.perf_counter() - start
-        else:
-            self._send(dense, merged, weight, waited=True)
-        self._stepped()
-
-    def pull_dense(self, names: Sequence[str]) -> dict[str, np.ndarray] | None:
-        self._raise()
-        if self.mode == "async":
-            with self._lock:
-                fresh, self._fresh = self._fresh, None
-            return fresh
-        return self._pull(names, self.steps, waited=True)
-
-    def geo_step(self, params: dict[str, Any], touched: dict[str, np.ndarray]) -> None:
-        self._raise()
-        for table, ids in touched.items():
-            self._touched.setdefault(table, []).append(ids)
-        self._geo_params = params
-        if (self.steps + 1) % self.k_steps == 0:
-            self._geo_exchange(params)
-        self._stepped()
-
-    def _stepped(self) -> None:
-        """A step was pushed: count it; every ``checkpoint_every`` steps, the checkpoint (worker 0's)."""
-        with self._lock:
-            self.steps += 1
-            step = self.steps
-        if self.checkpoint is not None and self.checkpoint_every and step % self.checkpoint_every == 0:
-            self.checkpoint(step)
-
-    def _geo_exchange(self, params: dict[str, Any]) -> None:
-        """Push the deltas since the last exchange; take the servers' values, into ``params`` and the base."""
-        tables = {t.name for t in self.split.tables}
-        dense = {n: np.asarray(v) - self._snapshot[n] for n, v in params.items() if n not in tables}
-        rows = {t: np.unique(np.concatenate(parts)) for t, parts in self._touched.items()}
-        self._touched = {}
-        sparse = {t: (ids, np.asarray(params[t])[ids] - self._snapshot[t][ids]) for t, ids in rows.items()}
-        payload = sum(d.nbytes for d in dense.values()) + sum(i.nbytes + r.nbytes for i, r in sparse.values())
-        self.stats["payload_bytes"] += payload
-        self._send(dense, sparse, 1, waited=True)
-        for name, value in self._pull(list(dense), 0, waited=True).items():
-            params[name][...] = value
-            self._snapshot[name] = np.array(value, copy=True)
-        for table, ids in rows.items():
-            value = self._pull_rows(table, ids, 0, waited=True)
-            params[table][ids] = value
-            self._snapshot[table][ids] = value
-
-    # -- set-up and end ---------------------------------------------------------------------------------
-    def init_dense(self, values: dict[str, np.ndarray]) -> None:
-        """Give the servers the dense parameters' first values (worker 0, after running the startup program)."""
-        per_server: dict[int, dict[str, np.ndarray]] = {}
-        for name, value in values.items():
-            for b in self._blocks.get(name, ()):
-                per_server.setdefault(b.server, {})[b.name] = np.ascontiguousarray(np.asarray(value)[b.begin : b.end])
-        for future in [self._submit(k, "init_dense", blocks) for k, blocks in per_server.items()]:
-            self._result(future, waited=True)
-
-    def init_geo(self, values: dict[str, np.ndarray], first: bool) -> dict[str, np.ndarray]:
-        """GEO's start: worker 0 (``first``) gives the servers its dense parameters and whole tables, the others
-        take them; every worker keeps what it starts from as the base of its first deltas."""
-        tables = {t.name for t in self.split.tables}
-        if first:
-            self.init_dense({n: v for n, v in values.items() if n not in tables})
-            servers = len(self.handles)
-            futures = []
-            for table in tables:
-                ids = np.arange(len(values[table]), dtype=np.int64)
-                for k in range(servers):
-                    mine = ids[ids % servers == k]
-                    futures.append(self._submit(k, "init_rows", table, mine, np.asarray(values[table])[mine]))
-            for future in futures:
-                self._result(future, waited=True)
-            start = {n: np.array(v, copy=True) for n, v in values.items()}
-        else:
-            start = self.pull_all()
-            for table in tables:
-                start[table] = self._pull_rows(table, np.arange(len(values[table]), dtype=np.int64), 0, waited=True)
-        self._snapshot = {n: np.array(v, copy=True) for n, v in start.items()}
-        return start
-
-    def pull_all(self) -> dict[str, np.ndarray]:
-        """Every dense parameter as the servers hold it (waiting until worker 0 has given them values)."""
-        return self._pull(list(self._blocks), 0, waited=True)
-
-    def stop(self) -> None:
-        """Push what is queued (GEO: the deltas of the steps since the last exchange), end the communicator
-        thread and drop the cached rows (lookups go to the servers from now on); raise the thread's error, if it
-        had one."""
-        if self._thread is not None and self._thread.is_alive():
-            self._queue.put(_STOP)
-            self._thread.join()
-        if self._geo_params is not None and self.steps % self.k_steps:  # GEO: the steps since the last exchange
-            self._geo_exchange(self._geo_params)
-        self._geo_params = None
-        with self._lock:
-            self._stopped = True
-            self._cache = _RowCache(self._dims, self._noted_windows())
-            self._coming, self._prefetching = {}, {}
-        self._raise()
-
-    def close(self) -> None:
-        """:meth:`stop`, then release the handles (no request can be made after)."""
-        try:
-            self.stop()
-        finally:
-            for handle in self.handles:
-                handle.close()
-
-    def call(self, server: int, method: str, *args: Any, retry: bool = True) -> Any:
-        """Call ``method`` of server ``server`` and wait for its answer (waiting for the server to come back
-        when it was lost, unless ``retry`` is False: then :class:`ServerLost` is raised)."""
-        return self._result(self._submit(server, method, *args), waited=True, retry=retry)
-
-    def call_all(self, method: str, *args: Any, retry: bool = True) -> list[Any]:
-        """:meth:`call` of ``method`` on every server, the requests in flight together; their answers in server
-        order."""
-        calls = [self._submit(k, method, *args) for k in range(len(self.handles))]
-        return [self._result(call, waited=True, retry=retry) for call in calls]
-
-    def know_servers(self) -> None:
-        """Learn which life of each server this worker starts with (``fleet.init_worker`` calls it): a server
-        found in a later one was restarted, and lost what it applied after its checkpoint."""
-        lives = [handle.submit("incarnation") for handle in self.handles]  # asked of every server at once
-        self._incarnations = [int(life.result()["restart"]) for life in lives]
-
-    # -- inside ------------------------------------------------------------------------------------------
-    def _submit(self, server: int, method: str, *args: Any) -> _Call:
+    def submit(
+        self, server: int, method: Callable[Concatenate[Any, P], R], *args: P.args, **kwargs: P.kwargs
+    ) -> _Call[R]:
+        """Send ``method`` (``ParameterServerAPI.push``, say) with these arguments to server ``server``."""
         self.stats["requests"] += 1
-        self.stats["bytes_sent"] += sum(_nbytes(a) for a in args)
-        return _Call(server, method, args, self.handles[server].submit(method, *args))
+        self.stats["bytes_sent"] += _nbytes(args) + _nbytes(kwargs)
+        return _Call(server, method, args, kwargs, self.handles[server].submit(method, *args, **kwargs))
 
-    def _result(self, call: _Call, waited: bool, retry: bool = True) -> Any:
+    def result(self, call: _Call[R], waited: bool, retry: bool = True) -> R:
         """The call's result; the time it took counts as the worker's waiting when ``waited`` (a training
-        thread's call), else as the communicator thread's. A lost server is waited for (module docstring), and
-        the call made again."""
+        thread's call), else as the communicator thread's. A lost server is waited for (unless ``retry`` is False:
+        then :class:`ServerLost` is raised), and the call made again."""
         start = time.perf_counter()
         try:
             while True:
                 try:
-                    result = call.future.result()
+                    result = call.reply.result()
                 except ServerLost as e:
                     if not retry:
                         raise
                     self._recover(call.server, e)
-                    call = self._submit(call.server, call.method, *call.args)
+                    call = self.submit(call.server, call.method, *call.args, **call.kwargs)
                     continue
-                if call.method in ("push", "exchange"):  # the server's version: what a restart would lose
-                    version = result if call.method == "push" else result[0]
-                    self._versions[call.server] = max(self._versions[call.server], int(version))
+                if call.method is ParameterServerAPI.push:  # the server's version: what a restart would lose
+                    self._heard(call.server, cast(int, result))
+                elif call.method is ParameterServerAPI.exchange:
+                    self._heard(call.server, cast(tuple, result)[0])
                 return result
         finally:
             self.stats["wait_s" if waited else "communicator_s"] += time.perf_counter() - start
 
+    def call(
+        self,
+        server: int,
+        method: Callable[Concatenate[Any, P], R],
+        *args: P.args,
+        **kwargs: P.kwargs,
+    ) -> R:
+        """Call ``method`` of server ``server`` and wait for its answer (waiting for the server to come back when
+        it was lost)."""
+        return self.result(self.submit(server, method, *args, **kwargs), waited=True)
+
+    def call_all(self, method: Callable[Concatenate[Any, P], R], *args: P.args, **kwargs: P.kwargs) -> list[R]:
+        """:meth:`call` of ``method`` on every server, the requests in flight together; their answers in server
+        order."""
+        calls = [self.submit(k, method, *args, **kwargs) for k in range(len(self.handles))]
+        return [self.result(call, waited=True) for call in calls]
+
+    def call_all_once(self, method: Callable[Concatenate[Any, P], R], *args: P.args, **kwargs: P.kwargs) -> list[R]:
+        """:meth:`call_all` without waiting for a lost server: :class:`ServerLost` is raised (a save that a lost
+        server cannot complete)."""
+        calls = [self.submit(k, method, *args, **kwargs) for k in range(len(self.handles))]
+        return [self.result(call, waited=True, retry=False) for call in calls]
+
+    def know_servers(self) -> None:
+        """Learn which life of each server this worker starts with: a server found in a later one was restarted,
+        and lost what it applied after its checkpoint."""
+        lives = [handle.incarnation() for handle in self.handles]  # asked of every server at once
+        self._incarnations = [int(life.result()["restart"]) for life in lives]
+
+    def close(self) -> None:
+        """Release the handles (no request can be made after)."""
+        for handle in self.handles:
+            handle.close()
+
+    def _heard(self, server: int, version: int) -> None:
+        self._versions[server] = max(self._versions[server], int(version))
+
     def _recover(self, server: int, lost: ServerLost) -> None:
         """Wait for server ``server`` to answer again (at most ``timeout`` s); if it was restarted, report what
-        it lost and, in sync mode, let it resume at this worker's step."""
+        it lost and tell ``restarted``."""
         with self._recovering:  # one thread of the worker waits; the others find it back
             handle = self.handles[server]
             deadline = time.monotonic() + self.timeout
@@ -435,7 +221,7 @@ class Communicator:
             life: dict[str, Any] | None = None
             while life is None:
                 try:
-                    life = handle.submit("incarnation").result()
+                    life = handle.incarnation().result()
                 except ServerLost as e:
                     if e.final:
                         raise BlockirError(
@@ -464,36 +250,145 @@ class Communicator:
                     f"worker {self.worker}: parameter server {server} was restarted with no checkpoint to restore "
                     f"(none was written yet): what it held is lost"
                 )
+            step = self.progress()
             recovery = {
                 "server": server,
                 "restart": int(life["restart"]),
                 "checkpoint": life["checkpoint"],
                 "checkpoint_step": int(life["step"]),
                 "lost_updates": max(0, self._versions[server] - int(life["version"])),
-                "worker_step": self.steps,
+                "worker_step": step,
             }
             self.recoveries.append(recovery)
             self._versions[server] = int(life["version"])
             print(
                 f"worker {self.worker}: parameter server {server} was restarted from the checkpoint of step "
                 f"{recovery['checkpoint_step']} ({life['checkpoint']}): the updates it applied after it are lost, "
-                f"at least {recovery['lost_updates']} (this worker is at step {self.steps})",
+                f"at least {recovery['lost_updates']} (this worker is at step {step})",
                 file=sys.stderr,
                 flush=True,
             )
-            if self.mode == "sync":
-                handle.submit("resume", self.steps).result()
+            if self.restarted is not None:
+                self.restarted(server)
+
+
+class Communicator(ABC):
+    """Worker ``worker``'s communicator over the servers ``handles`` (module docstring): what the ops call
+    (:class:`blockir.ops.distributed.Client`), over a :class:`Transport`. One class per mode
+    (:class:`SyncCommunicator`, :class:`AsyncCommunicator`, :class:`GeoCommunicator`; :func:`new_communicator`
+    makes the one of a mode); this class has what they share: a pull of rows or dense parameters from the
+    servers holding them, a push cut per server, the servers' first values, the step count and the
+    checkpoints."""
+
+    mode: ClassVar[str]
+
+    def __init__(self, split: Split, handles: Sequence[ServerHandle], worker: int, timeout: float = 300.0) -> None:
+        if len(handles) != len(split.servers):
+            raise BlockirError(f"{len(handles)} server handles for {len(split.servers)} servers")
+        self.split = split
+        self.worker = worker
+        self.transport = Transport(handles, worker, timeout, progress=lambda: self.steps)
+        self.stats = self.transport.stats  # and the communicator's own counters
+        self.stats.update(payload_bytes=0, prefetched_rows=0)
+        self.checkpoint: Callable[[int], None] | None = None  # called with the step every checkpoint_every steps
+        self.checkpoint_every = 0
+        self.steps = 0  # steps pushed
+        self._blocks: dict[str, list[DenseBlock]] = {}
+        for b in split.blocks:
+            self._blocks.setdefault(b.param, []).append(b)
+        self._dims = {t.name: t.dim for t in split.tables}
+        self._lock = threading.Lock()
+
+    @property
+    def handles(self) -> list[ServerHandle]:
+        return self.transport.handles
+
+    @property
+    def recoveries(self) -> list[dict[str, Any]]:
+        """Servers found restarted, and what each lost (module docstring, *A server lost*)."""
+        return self.transport.recoveries
+
+    # -- the ops' Client ----------------------------------------------------------------------------------
+    def pull_sparse(self, table: str, ids: np.ndarray) -> np.ndarray:
+        """Rows of ``table`` at ``ids``, from the servers holding them."""
+        uniq, inverse = np.unique(np.asarray(ids, np.int64), return_inverse=True)
+        return self._pull_rows(table, uniq, self._after(), waited=True)[inverse]
+
+    def prefetch(self, table: str, ids: np.ndarray) -> None:  # noqa: B027 (nothing to do but in async mode)
+        """The ids of a batch read ahead (``AsyncExecutor``'s thread workers call it): only the async communicator
+        pulls their rows early."""
+
+    @abstractmethod
+    def push(self, dense: dict[str, np.ndarray], sparse: list[tuple[str, np.ndarray, np.ndarray]], weight: int) -> None:
+        """A step's gradients (a ``send``)."""
+
+    @abstractmethod
+    def pull_dense(self, names: Sequence[str]) -> dict[str, np.ndarray] | None:
+        """The dense parameters ``names`` for a ``recv`` (None: keep the current values)."""
+
+    def geo_step(self, params: dict[str, Any], touched: dict[str, np.ndarray]) -> None:
+        raise BlockirError(f"geo_sync needs the GEO communicator (a_sync_configs k_steps), not the {self.mode} one")
+
+    # -- set-up and end ---------------------------------------------------------------------------------
+    def init_dense(self, values: dict[str, np.ndarray]) -> None:
+        """Give the servers the dense parameters' first values (worker 0, after running the startup program)."""
+        per_server: dict[int, dict[str, np.ndarray]] = {}
+        for name, value in values.items():
+            for b in self._blocks.get(name, ()):
+                per_server.setdefault(b.server, {})[b.name] = np.ascontiguousarray(np.asarray(value)[b.begin : b.end])
+        calls = [self.transport.submit(k, ParameterServerAPI.init_dense, blocks) for k, blocks in per_server.items()]
+        for call in calls:
+            self.transport.result(call, waited=True)
+
+    def pull_all(self) -> dict[str, np.ndarray]:
+        """Every dense parameter as the servers hold it (waiting until worker 0 has given them values)."""
+        return self._pull(list(self._blocks), 0, waited=True)
+
+    def know_servers(self) -> None:
+        """Learn which life of each server this worker starts with (``fleet.init_worker`` calls it)."""
+        self.transport.know_servers()
+
+    def stop(self) -> None:  # noqa: B027 (sync mode holds nothing)
+        """Push what the communicator still holds (the async queue, GEO's last deltas); lookups go to the servers
+        from now on."""
+
+    def close(self) -> None:
+        """:meth:`stop`, then release the handles (no request can be made after)."""
+        try:
+            self.stop()
+        finally:
+            self.transport.close()
+
+    # -- inside ------------------------------------------------------------------------------------------
+    def _after(self) -> int:
+        """The servers' step a pull waits for (sync mode: this worker's)."""
+        return 0
+
+    def _stepped(self) -> None:
+        """A step was pushed: count it; every ``checkpoint_every`` steps, the checkpoint (worker 0's)."""
+        with self._lock:
+            self.steps += 1
+            step = self.steps
+        if self.checkpoint is not None and self.checkpoint_every and step % self.checkpoint_every == 0:
+            self.checkpoint(step)
+
+    def _count_payload(self, dense: dict[str, np.ndarray], sparse: dict[str, tuple[np.ndarray, np.ndarray]]) -> None:
+        self.stats["payload_bytes"] += sum(g.nbytes for g in dense.values()) + sum(
+            i.nbytes + r.nbytes for i, r in sparse.values()
+        )
 
     def _pull_rows(self, table: str, uniq: np.ndarray, after: int, waited: bool) -> np.ndarray:
         """Rows of ``table`` at the sorted distinct ``uniq``, from the servers holding them."""
         servers = len(self.handles)
         parts = [uniq[uniq % servers == k] for k in range(servers)]
-        futures = [
-            (part, self._submit(k, "pull_sparse", table, part, after)) for k, part in enumerate(parts) if part.size
+        calls = [
+            (part, self.transport.submit(k, ParameterServerAPI.pull_sparse, table, part, after))
+            for k, part in enumerate(parts)
+            if part.size
         ]
         rows = np.zeros((len(uniq), self._dims[table]), np.float32)
-        for part, future in futures:
-            got = self._result(future, waited)
+        for part, call in calls:
+            got = self.transport.result(call, waited)
             if rows.dtype != got.dtype:
                 rows = rows.astype(got.dtype)
             rows[np.searchsorted(uniq, part)] = got
@@ -504,17 +399,19 @@ class Communicator:
         dense: dict[str, np.ndarray],
         sparse: dict[str, tuple[np.ndarray, np.ndarray]],
         weight: int,
-        waited: bool = False,
+        waited: bool,
+        every_server: bool = False,
     ) -> None:
-        servers = len(self.handles)
+        """Push to the servers their parts of the gradients (to ``every_server``, with nothing for it included:
+        a sync step counts every worker's push)."""
         dense_parts, sparse_parts = self._parts(dense, sparse)
-        futures = [
-            self._submit(k, "push", self.worker, dense_parts[k], sparse_parts[k], weight)
-            for k in range(servers)
-            if dense_parts[k] or sparse_parts[k] or self.mode == "sync"
+        calls = [
+            self.transport.submit(k, ParameterServerAPI.push, self.worker, dense_parts[k], sparse_parts[k], weight)
+            for k in range(len(self.handles))
+            if dense_parts[k] or sparse_parts[k] or every_server
         ]
-        for future in futures:
-            self._result(future, waited)
+        for call in calls:
+            self.transport.result(call, waited)
 
     def _parts(
         self, dense: dict[str, np.ndarray], sparse: dict[str, tuple[np.ndarray, np.ndarray]]
@@ -539,24 +436,208 @@ class Communicator:
         by_server: dict[int, list[str]] = {}
         for b in wanted:
             by_server.setdefault(b.server, []).append(b.name)
-        futures = {k: self._submit(k, "pull_dense", blocks, after) for k, blocks in by_server.items()}
+        calls = [
+            self.transport.submit(k, ParameterServerAPI.pull_dense, blocks, after) for k, blocks in by_server.items()
+        ]
         got: dict[str, np.ndarray] = {}
-        for future in futures.values():
-            got.update(self._result(future, waited))
+        for call in calls:
+            values = self.transport.result(call, waited)
+            got.update(values)
         return {name: _join([got[b.name] for b in self._blocks[name]]) for name in names}
 
+
+class SyncCommunicator(Communicator):
+    """Sync mode: a push waits for the servers to apply the step (every worker's gradients, averaged by batch),
+    and a pull waits for the servers to be at this worker's step; a server found restarted resumes at it."""
+
+    mode = "sync"
+
+    def __init__(self, split: Split, handles: Sequence[ServerHandle], worker: int, timeout: float = 300.0) -> None:
+        super().__init__(split, handles, worker, timeout)
+        self.transport.restarted = self._resume
+
+    def push(self, dense: dict[str, np.ndarray], sparse: list[tuple[str, np.ndarray, np.ndarray]], weight: int) -> None:
+        merged = _merge_sparse(sparse)
+        self._count_payload(dense, merged)
+        self._send(dense, merged, weight, waited=True, every_server=True)
+        self._stepped()
+
+    def pull_dense(self, names: Sequence[str]) -> dict[str, np.ndarray]:
+        return self._pull(names, self.steps, waited=True)
+
+    def _after(self) -> int:
+        return self.steps
+
+    def _resume(self, server: int) -> None:
+        """Server ``server`` came back restarted: it resumes at this worker's step."""
+        self.handles[server].resume(self.steps).result()
+
+
+_STOP = object()
+
+
+class AsyncCommunicator(Communicator):
+    """Async mode (Downpour, module docstring): pushes queued for the communicator thread, which pushes a window
+    of ``pull_every`` steps in one exchange that refreshes the dense parameters and the cached rows; ``prefetch``
+    batches read ahead."""
+
+    mode = "async"
+
+    def __init__(
+        self,
+        split: Split,
+        handles: Sequence[ServerHandle],
+        worker: int,
+        pull_every: int = 1,
+        queue_size: int | None = None,
+        prefetch: int = 0,
+        timeout: float = 300.0,
+    ) -> None:
+        if queue_size is None:  # one window: the next window's steps queue while one is exchanged
+            queue_size = pull_every
+        if pull_every < 1 or queue_size < 1 or prefetch < 0:
+            raise BlockirError(
+                f"pull_every ({pull_every}) and queue_size ({queue_size}) must be at least 1, prefetch ({prefetch}) "
+                f"at least 0"
+            )
+        super().__init__(split, handles, worker, timeout)
+        self.pull_every = pull_every
+        self.prefetching = prefetch  # batches read ahead whose missing rows are pulled early (0: none)
+        self._fresh: tuple[int, dict[str, np.ndarray]] | None = None  # the last exchange's steps and dense values
+        self._installed = 0  # the steps the dense values the worker has include (of its own)
+        self.stats.update(stale_steps=0)  # summed over recvs: this worker's steps its dense values lack
+        self._group = max(1, prefetch // 2)  # batches read ahead whose missing rows go in one request
+        self._cache = _RowCache(self._dims, self._noted_windows())
+        self._coming: dict[str, list[np.ndarray]] = {}  # table -> the ids of batches read ahead, not yet asked for
+        self._prefetching: dict[str, list[tuple[np.ndarray, _Call[np.ndarray]]]] = {}  # table -> rows on their way
+        self._stopped = False
+        self._error: BaseException | None = None
+        self._queue: queue.Queue[Any] = queue.Queue(maxsize=queue_size)
+        self._thread = threading.Thread(target=self._work, name=f"blockir-communicator-{worker}", daemon=True)
+        self._thread.start()
+
+    # -- the ops' Client ----------------------------------------------------------------------------------
+    def pull_sparse(self, table: str, ids: np.ndarray) -> np.ndarray:
+        self._raise()
+        if self._stopped:  # no refresh keeps a cache fresh any more
+            return super().pull_sparse(table, ids)
+        uniq, inverse = np.unique(np.asarray(ids, np.int64), return_inverse=True)
+        with self._lock:
+            rows, missing = self._cache.lookup(table, uniq)
+        if missing.size and self._take_prefetched(table, missing):
+            with self._lock:
+                rows, missing = self._cache.lookup(table, uniq, note=False)
+        if missing.size:
+            got = self._pull_rows(table, missing, 0, waited=True)
+            with self._lock:
+                self._cache.insert(table, missing, got)
+            rows = rows.astype(got.dtype, copy=False)
+            rows[np.searchsorted(uniq, missing)] = got
+        return rows[inverse]
+
+    def prefetch(self, table: str, ids: np.ndarray) -> None:
+        """Note the ids of a coming batch (read ahead), which the cache keeps and refreshes until it ran; once
+        ``prefetch // 2`` batches are noted, start pulling the rows of theirs the cache lacks, in one request per
+        server, without waiting. The lookup that needs them takes them (AsyncExecutor's thread workers call this
+        ``prefetch`` batches ahead)."""
+        if self._stopped or not self.prefetching:
+            return
+        uniq = np.unique(np.asarray(ids, np.int64))
+        with self._lock:
+            self._cache.note(table, uniq)
+            coming = self._coming.setdefault(table, [])
+            coming.append(uniq)
+            if len(coming) >= self._group:
+                self._ask_coming(table)
+
+    def push(self, dense: dict[str, np.ndarray], sparse: list[tuple[str, np.ndarray, np.ndarray]], weight: int) -> None:
+        self._raise()
+        merged = _merge_sparse(sparse)
+        self._count_payload(dense, merged)
+        start = time.perf_counter()
+        self._queue.put((dense, merged, weight))  # blocks while the queue is full: backpressure
+        self.stats["wait_s"] += time.perf_counter() - start
+        self._stepped()
+
+    def pull_dense(self, names: Sequence[str]) -> dict[str, np.ndarray] | None:
+        self._raise()
+        with self._lock:
+            fresh, self._fresh = self._fresh, None
+            if fresh is not None:
+                self._installed = fresh[0]
+            self.stats["stale_steps"] += self.steps - self._installed
+        return None if fresh is None else fresh[1]
+
+    def stop(self) -> None:
+        """Push what is queued and what the window holds, end the communicator thread and drop the cached rows
+        (lookups go to the servers from now on); raise the thread's error, if it had one."""
+        if self._thread.is_alive():
+            self._queue.put(_STOP)
+            self._thread.join()
+        with self._lock:
+            self._stopped = True
+            self._cache = _RowCache(self._dims, self._noted_windows())
+            self._coming, self._prefetching = {}, {}
+        self._raise()
+
+    # -- inside ------------------------------------------------------------------------------------------
+    def _ask_coming(self, table: str) -> None:
+        """(Holding the lock.) Start pulling the rows of the noted batches' ids of ``table`` that the cache lacks
+        and no prefetch is bringing."""
+        coming = self._coming.pop(table, [])
+        if not coming:
+            return
+        missing = self._not_on_their_way(table, self._cache.missing(table, np.unique(np.concatenate(coming))))
+        pending = self._prefetching.setdefault(table, [])
+        servers = len(self.handles)
+        for k in range(servers):
+            part = missing[missing % servers == k]
+            if part.size:
+                pending.append((part, self.transport.submit(k, ParameterServerAPI.pull_sparse, table, part, 0)))
+
+    def _not_on_their_way(self, table: str, ids: np.ndarray) -> np.ndarray:
+        """(Holding the lock.) Those of ``ids`` whose rows no prefetch of ``table`` is bringing."""
+        pending = self._prefetching.get(table)
+        return ids[~np.isin(ids, np.concatenate([i for i, _ in pending]))] if pending else ids
+
+    def _noted_windows(self) -> int:
+        """How many windows the cache keeps a noted batch's ids: it runs at most ``prefetch`` batches later."""
+        return 1 + -(-self.prefetching // self.pull_every)
+
+    def _take_prefetched(self, table: str, missing: np.ndarray) -> bool:
+        """Put into the cache the prefetched rows of ``table`` that hold some of ``missing`` (waiting for those
+        still on their way; noted ids not yet asked for are asked for first); the others stay on their way, for
+        the lookups that need them. Whether any was."""
+        with self._lock:
+            if any(np.isin(ids, missing).any() for ids in self._coming.get(table, ())):
+                self._ask_coming(table)
+            pending = self._prefetching.get(table, [])
+            holds = [np.isin(ids, missing, assume_unique=True).any() for ids, _ in pending]
+            needed = [p for p, held in zip(pending, holds) if held]
+            if not needed:
+                return False
+            self._prefetching[table] = [p for p, held in zip(pending, holds) if not held]
+        for ids, call in needed:
+            rows = self.transport.result(call, waited=True)
+            self.stats["prefetched_rows"] += len(ids)
+            with self._lock:
+                self._cache.insert(table, ids, rows)  # a row the cache has is as fresh or fresher: kept
+        return True
+
     def _work(self) -> None:
-        """The async communicator thread: merge what is queued into the window; at its end (``pull_every``
-        steps) push the window and pull, in one exchange; at the stop, push what the window holds."""
+        """The communicator thread: merge what is queued into the window; at its end (``pull_every`` steps) push
+        the window and pull, in one exchange; at the stop, push what the window holds."""
         window: list[Any] = []
+        exchanged = 0  # steps pushed in exchanges
         try:
             while (item := self._queue.get()) is not _STOP:
                 window.append(item)
                 if len(window) == self.pull_every:
-                    self._exchange(*_merge_steps(window))
+                    exchanged += len(window)
+                    self._exchange(exchanged, *_merge_steps(window))
                     window = []
             if window:
-                self._send(*_merge_steps(window))
+                self._send(*_merge_steps(window), waited=False)
         except BaseException as e:  # raised to the worker at its next call
             self._error = e
             while True:  # unblock a worker waiting on a full queue
@@ -566,11 +647,11 @@ class Communicator:
                     break
 
     def _exchange(
-        self, dense: dict[str, np.ndarray], sparse: dict[str, tuple[np.ndarray, np.ndarray]], weight: int
+        self, steps: int, dense: dict[str, np.ndarray], sparse: dict[str, tuple[np.ndarray, np.ndarray]], weight: int
     ) -> None:
-        """The end of a window of ``pull_every`` steps: push, and in the same request to each server pull the
-        dense parameters, for the next ``recv``, and the rows of the ids the window used, which replace the
-        cache (ids it did not use leave it)."""
+        """The end of a window of ``pull_every`` steps (the worker's first ``steps`` steps pushed with it): push,
+        and in the same request to each server pull the dense parameters, for the next ``recv``, and the rows of
+        the ids the window used, which replace the cache (ids it did not use leave it)."""
         servers = len(self.handles)
         dense_parts, sparse_parts = self._parts(dense, sparse)
         with self._lock:
@@ -580,21 +661,30 @@ class Communicator:
         for b in self.split.blocks:
             blocks[b.server].append(b.name)
         wanted = [{t: ids[ids % servers == k] for t, ids in used.items()} for k in range(servers)]
-        futures = [
-            self._submit(k, "exchange", self.worker, dense_parts[k], sparse_parts[k], weight, blocks[k], wanted[k])
+        calls = [
+            self.transport.submit(
+                k,
+                ParameterServerAPI.exchange,
+                self.worker,
+                dense_parts[k],
+                sparse_parts[k],
+                weight,
+                blocks[k],
+                wanted[k],
+            )
             for k in range(servers)
         ]
         got: dict[str, np.ndarray] = {}
         rows = {t: np.zeros((len(ids), self._dims[t]), np.float32) for t, ids in used.items()}
-        for k, future in enumerate(futures):
-            _, dense_values, row_values = self._result(future, waited=False)
+        for k, call in enumerate(calls):
+            _, dense_values, row_values = self.transport.result(call, waited=False)
             got.update(dense_values)
             for t, values in row_values.items():
                 rows[t] = rows[t].astype(values.dtype, copy=False)
                 rows[t][np.searchsorted(used[t], wanted[k][t])] = values
         fresh = {name: _join([got[b.name] for b in self._blocks[name]]) for name in self._blocks}
         with self._lock:
-            self._fresh = fresh
+            self._fresh = (steps, fresh)
             self._cache.replace({t: (used[t], rows[t]) for t in used})
 
     def _raise(self) -> None:
@@ -603,10 +693,128 @@ class Communicator:
             raise BlockirError(f"worker {self.worker}'s communicator failed: {error}") from error
 
 
+class GeoCommunicator(Communicator):
+    """GEO-SGD: the worker trains locally; every ``k_steps`` steps (``geo_sync``) it pushes the deltas of its
+    parameters and of the table rows its lookups read since the last exchange, and takes the servers' values."""
+
+    mode = "geo"
+
+    def __init__(
+        self, split: Split, handles: Sequence[ServerHandle], worker: int, k_steps: int = 1, timeout: float = 300.0
+    ) -> None:
+        if k_steps < 1:
+            raise BlockirError(f"k_steps must be at least 1, got {k_steps}")
+        super().__init__(split, handles, worker, timeout)
+        self.k_steps = k_steps
+        self._snapshot: dict[str, np.ndarray] = {}  # the parameters and tables as of the last exchange
+        self._params: dict[str, Any] | None = None  # the arrays of the last step, for the exchange at stop
+        self._touched: dict[str, list[np.ndarray]] = {}  # the ids the lookups read since then
+
+    def push(self, dense: dict[str, np.ndarray], sparse: list[tuple[str, np.ndarray, np.ndarray]], weight: int) -> None:
+        raise BlockirError("a GEO worker exchanges deltas (geo_sync), it does not send gradients")
+
+    def pull_dense(self, names: Sequence[str]) -> dict[str, np.ndarray] | None:
+        raise BlockirError("a GEO worker takes the servers' values at its exchanges (geo_sync), it has no recv")
+
+    def geo_step(self, params: dict[str, Any], touched: dict[str, np.ndarray]) -> None:
+        for table, ids in touched.items():
+            self._touched.setdefault(table, []).append(ids)
+        self._params = params
+        if (self.steps + 1) % self.k_steps == 0:
+            self._exchange(params)
+        self._stepped()
+
+    def init_geo(self, values: dict[str, np.ndarray], first: bool) -> dict[str, np.ndarray]:
+        """GEO's start: worker 0 (``first``) gives the servers its dense parameters and whole tables, the others
+        take them; every worker keeps what it starts from as the base of its first deltas."""
+        tables = {t.name for t in self.split.tables}
+        if first:
+            self.init_dense({n: v for n, v in values.items() if n not in tables})
+            servers = len(self.handles)
+            calls = []
+            for table in tables:
+                ids = np.arange(len(values[table]), dtype=np.int64)
+                for k in range(servers):
+                    mine = ids[ids % servers == k]
+                    rows = np.asarray(values[table])[mine]
+                    calls.append(self.transport.submit(k, ParameterServerAPI.init_rows, table, mine, rows))
+            for call in calls:
+                self.transport.result(call, waited=True)
+            start = {n: np.array(v, copy=True) for n, v in values.items()}
+        else:
+            start = self.pull_all()
+            for table in tables:
+                start[table] = self._pull_rows(table, np.arange(len(values[table]), dtype=np.int64), 0, waited=True)
+        self._snapshot = {n: np.array(v, copy=True) for n, v in start.items()}
+        return start
+
+    def stop(self) -> None:
+        """Push the deltas of the steps since the last exchange."""
+        if self._params is not None and self.steps % self.k_steps:
+            self._exchange(self._params)
+        self._params = None
+
+    def _exchange(self, params: dict[str, Any]) -> None:
+        """Push the deltas since the last exchange; take the servers' values, into ``params`` and the base."""
+        tables = {t.name for t in self.split.tables}
+        dense = {n: np.asarray(v) - self._snapshot[n] for n, v in params.items() if n not in tables}
+        rows = {t: np.unique(np.concatenate(parts)) for t, parts in self._touched.items()}
+        self._touched = {}
+        sparse = {t: (ids, np.asarray(params[t])[ids] - self._snapshot[t][ids]) for t, ids in rows.items()}
+        self._count_payload(dense, sparse)
+        self._send(dense, sparse, 1, waited=True)
+        for name, value in self._pull(list(dense), 0, waited=True).items():
+            params[name][...] = value
+            self._snapshot[name] = np.array(value, copy=True)
+        for table, ids in rows.items():
+            value = self._pull_rows(table, ids, 0, waited=True)
+            params[table][ids] = value
+            self._snapshot[table][ids] = value
+
+
+def new_communicator(
+    split: Split,
+    handles: Sequence[ServerHandle],
+    worker: int,
+    mode: str = "async",
+    *,
+    pull_every: int = 1,
+    queue_size: int | None = None,
+    prefetch: int = 0,
+    k_steps: int = 1,
+    timeout: float = 300.0,
+) -> Communicator:
+    """The communicator of ``mode`` (``sync``, ``async`` or ``geo``) with that mode's settings (those of another
+    mode are not used)."""
+    if mode == "sync":
+        return SyncCommunicator(split, handles, worker, timeout)
+    if mode == "async":
+        return AsyncCommunicator(split, handles, worker, pull_every, queue_size, prefetch, timeout)
+    if mode == "geo":
+        return GeoCommunicator(split, handles, worker, k_steps, timeout)
+    raise BlockirError(f"unknown parameter-server mode {mode!r} (expected sync, async or geo)")
+
+
 class _RowCache:
     """Async mode: the rows a worker pulled, by table (sorted ids, their rows), the ids the current window
     of ``pull_every`` steps used, and those of the batches read ahead (noted) in the last ``windows`` windows;
-    the communicator thread replaces it at the window's end."""
+    the communicator thread replaces it at the window's end. Not thread-safe: every call holds the
+    communicator's lock.
+
+    Its ordering rules (what makes a row at most a window, and a prefetched one a window and ``prefetch``
+    batches, stale, and a lookup never find a row it needs dropped):
+
+    1. :meth:`note` comes before the noted batch runs (a reader thread notes the batch it reads ahead); a noted
+       id is refreshed and kept for ``windows`` windows, as long as the batch can take to run.
+    2. :meth:`take_used` comes at a window's end, before its exchange is sent, in the communicator thread: the
+       ids it returns (used in the window or noted) are those the exchange asks for; the uses and notes after it
+       belong to the next window.
+    3. :meth:`replace` comes once that exchange answered, in the same thread, before the next :meth:`take_used`:
+       the refreshed rows replace the cache's; a row used or noted between :meth:`take_used` and
+       :meth:`replace` (so not asked for) is kept as it was, never dropped; every other row leaves.
+    4. :meth:`insert` of a looked-up or prefetched row keeps a row the cache already has: a prefetch asked for
+       before the last refresh may answer after it, and the refreshed row is the newer.
+    """
 
     def __init__(self, dims: dict[str, int], windows: int) -> None:
         self.ids = {t: np.zeros(0, np.int64) for t in dims}
@@ -637,15 +845,11 @@ class _RowCache:
         """Of the sorted distinct ``uniq``, the ids the cache lacks."""
         return uniq[~np.isin(uniq, self.ids[table])]
 
-    def insert(self, table: str, ids: np.ndarray, rows: np.ndarray, replace: bool = False) -> None:
-        """Add the rows of ``ids``; with ``replace``, rows of ids it has already are replaced, else kept."""
+    def insert(self, table: str, ids: np.ndarray, rows: np.ndarray) -> None:
+        """Add the rows of ``ids`` it lacks; a row it has is kept (rule 4)."""
         have = np.isin(ids, self.ids[table])
         if have.any():
-            if replace:
-                keep = ~np.isin(self.ids[table], ids)
-                self.ids[table], self.rows[table] = self.ids[table][keep], self.rows[table][keep]
-            else:
-                ids, rows = ids[~have], rows[~have]
+            ids, rows = ids[~have], rows[~have]
         all_ids = np.concatenate([self.ids[table], ids])
         order = np.argsort(all_ids, kind="stable")
         self.ids[table] = all_ids[order]

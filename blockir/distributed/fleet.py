@@ -18,9 +18,12 @@ W script.py`` (:mod:`blockir.distributed.launch`), which tells each run its role
 ``minimize`` runs the optimizer's ``minimize`` and then the ``distribute``
 split (:func:`blockir.passes.distribute.split`): ``fleet.main_program`` is the
 worker program, ``fleet.startup_program`` the startup program less what only
-the servers hold. A role's state is its context's: the in-process launcher runs
-every role as a thread with its own context (its own default programs, name
-generator and global scope); elsewhere (a process per role) the process's.
+the servers hold (on a worker, the startup program ``minimize`` was given,
+rewritten in place as Paddle rewrites it: a script running its own
+``default_startup_program()`` allocates no distributed table). A role's
+state is its context's: the in-process launcher runs every role as a thread
+with its own context (its own default programs, name generator and global
+scope); elsewhere (a process per role) the process's.
 
 The role comes from the launcher: a context it set, else the environment
 (``BLOCKIR_ROLE`` = ``server`` or ``worker``, ``BLOCKIR_ROLE_INDEX``,
@@ -54,8 +57,9 @@ from typing import Any
 
 import numpy as np
 
+from blockir.distributed.api import ParameterServerAPI, ServerControl, ServerLost
 from blockir.distributed.backend import Backend, backend_named
-from blockir.distributed.communicator import Communicator, ServerLost
+from blockir.distributed.communicator import Communicator, GeoCommunicator, new_communicator
 from blockir.distributed.role import Role
 from blockir.distributed.server import ParameterServer
 from blockir.errors import BlockirError
@@ -102,11 +106,12 @@ class DistributedStrategy:
     """``a_sync``: False for sync training (every step averaged over the workers), True (default) for async
     (Downpour). ``a_sync_configs``: ``pull_every`` (async: a window of n steps, whose gradients are summed
     and pushed once at its end, when the dense parameters are pulled and the cached sparse rows refreshed;
-    default 1), ``queue_size`` (async: steps queued before a push blocks; default two windows,
-    ``max(4, 2 * pull_every)``), ``prefetch`` (async: ``AsyncExecutor`` thread workers read that many batches
-    ahead, and the rows of each ``prefetch // 2`` batches read that the worker's cache lacks are pulled in one
-    request while earlier batches run; True is 1; default 0, off) and ``k_steps`` (GEO-SGD: workers train
-    locally and exchange parameter deltas every k steps)."""
+    default 1), ``queue_size`` (async: steps queued before a push blocks; default one window, ``pull_every``;
+    each queued step is one more step the values a worker trains with may lack), ``prefetch`` (async:
+    ``AsyncExecutor`` thread workers read that many batches ahead, and the rows of each ``prefetch // 2``
+    batches read that the worker's cache lacks are pulled in one request while earlier batches run; True is
+    1; default 0, off) and ``k_steps`` (GEO-SGD: workers train locally and exchange parameter deltas every k
+    steps)."""
 
     a_sync: bool = True
     a_sync_configs: dict[str, Any] = field(default_factory=dict)
@@ -256,7 +261,8 @@ class DistributedOptimizer:
         )
         state.program = loss.block.program
         state.startup = startup.clone()
-        state.worker_startup = startup.clone()
+        # a worker's own startup program rewritten in place, as Paddle's is: running it makes no server variable
+        state.worker_startup = startup if state.role.kind == "worker" else startup.clone()
         _worker_startup(state.worker_startup, state.split.worker)
         return result
 
@@ -396,7 +402,7 @@ def _save(state: _Fleet, scope: Any, dirname: str | os.PathLike[str], program: P
     """:func:`save_persistables` of ``state``'s worker, the values it does not pull from the servers read from
     ``scope``; the manifest records worker's step and the servers' versions (what a restart from it lost)."""
     split_, mine = _split_of(state), _communicator_of(state)
-    versions = [int(v) for v in mine.call_all("version")]
+    versions = [int(v) for v in mine.transport.call_all(ParameterServerAPI.version)]
     held = mine.pull_all()  # the dense parameters as the servers hold them
     values = {}
     for var in dense_vars(program):
@@ -415,7 +421,7 @@ def _save(state: _Fleet, scope: Any, dirname: str | os.PathLike[str], program: P
             )
 
     def shards(directory: Path) -> dict[str, dict[str, Any]]:
-        written = mine.call_all("save_shards", str(directory), mode == 1, retry=False)
+        written = mine.transport.call_all_once(ServerControl.save_shards, str(directory), mode == 1)
         entries = {}
         for name, table in tables.items():
             saved = [
@@ -440,7 +446,9 @@ def _save(state: _Fleet, scope: Any, dirname: str | os.PathLike[str], program: P
         return entries
 
     save_sharded(dirname, values, shards, {"step": mine.steps, "versions": versions})
-    mine.call_all("commit_save")  # complete: the rows written count as saved (a delta starts from here)
+    mine.transport.call_all(
+        ParameterServerAPI.commit_save
+    )  # complete: the rows written count as saved (a delta starts from here)
 
 
 def _checkpoint(state: _Fleet, scope: Any, directory: str, program: Program, step: int) -> None:
@@ -480,7 +488,7 @@ def save_inference_model(
         scope.set(name, np.array(value))
     for table in split_.tables:
         whole = np.zeros((table.height, table.dim), table.dtype)
-        for ids, rows in mine.call_all("table_rows", table.name):
+        for ids, rows in mine.transport.call_all(ParameterServerAPI.table_rows, table.name):
             whole[ids] = rows
         scope.set(table.name, whole)
     return save_model(
@@ -516,12 +524,12 @@ def _server_value(split_: Split, mine: Communicator, program: Program, name: str
     when no server holds it."""
     blocks, by_rows = _state_parts(split_, program, name)
     if blocks:
-        parts = [mine.call(b.server, "values", [_on_server(b, name)]) for b in blocks]
+        parts = [mine.transport.call(b.server, ParameterServerAPI.values, [_on_server(b, name)]) for b in blocks]
         values = [part[_on_server(b, name)] for b, part in zip(blocks, parts)]
         return np.concatenate(values) if by_rows and len(values) > 1 else values[0]
-    for k in range(len(mine.handles)):
-        if mine.call(k, "declares", [name]):
-            return mine.call(k, "values", [name])[name]
+    for k, program_k in enumerate(split_.servers):
+        if program_k.global_block().has_var(name):  # the split says which servers declare it: not asked
+            return mine.transport.call(k, ParameterServerAPI.values, [name])[name]
     return None
 
 
@@ -542,11 +550,12 @@ def _give_servers_state(split_: Split, mine: Communicator, program: Program, sco
                     value[b.begin : b.end] if by_rows else value
                 )
         else:
-            for k in range(len(mine.handles)):
-                if mine.call(k, "declares", [var.name]):
+            for k, program_k in enumerate(split_.servers):
+                if program_k.global_block().has_var(var.name):
                     per_server.setdefault(k, {})[var.name] = value
-    for k, values in per_server.items():
-        mine.call(k, "init_values", values)
+    calls = [mine.transport.submit(k, ParameterServerAPI.init_values, values) for k, values in per_server.items()]
+    for call in calls:  # to every server at once
+        mine.transport.result(call, waited=True)
 
 
 def server() -> ParameterServer:
@@ -584,7 +593,7 @@ def init_worker() -> None:
     split_ = _split()
     handles = state.backend.handles(role.run, role.servers, role.timeout)
     configs = state.strategy.a_sync_configs
-    communicator = Communicator(
+    communicator = new_communicator(
         split_,
         handles,
         role.index,
@@ -599,7 +608,7 @@ def init_worker() -> None:
     first = role.index == 0 and role.restart == 0  # the one whose values the servers start from
     scope = global_scope()
     dense = list(dict.fromkeys(b.param for b in split_.blocks))
-    if split_.geo:
+    if isinstance(communicator, GeoCommunicator):
         held = [*dense, *(t.name for t in split_.tables)]
         missing = [n for n in held if scope.find_var(n) is None]
         if missing:
@@ -659,7 +668,7 @@ def shrink(threshold: int) -> dict[str, int]:
     saves, counted per row), as a streaming job does to keep its tables from only growing; they are gone from
     the next save. Rows dropped per table, over all servers."""
     dropped: dict[str, int] = {}
-    for counts in communicator().call_all("shrink", threshold):
+    for counts in communicator().transport.call_all(ParameterServerAPI.shrink, threshold):
         for table, count in counts.items():
             dropped[table] = dropped.get(table, 0) + count
     return dropped
@@ -667,7 +676,7 @@ def shrink(threshold: int) -> dict[str, int]:
 
 def barrier_worker() -> None:
     """Wait until every worker reached this barrier."""
-    communicator().call(0, "barrier", _fleet().role.index)
+    communicator().transport.call(0, ParameterServerAPI.barrier, _fleet().role.index)
 
 
 def stop_worker() -> None:
@@ -678,7 +687,7 @@ def stop_worker() -> None:
         mine.stop()
     finally:
         try:
-            mine.call_all("finish", state.role.index)
+            mine.transport.call_all(ParameterServerAPI.finish, state.role.index)
         finally:
             mine.close()
             state.communicator = None

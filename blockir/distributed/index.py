@@ -68,6 +68,31 @@ class IdIndex:
         beyond them is never written, so the system does not map it)."""
         return self._slots.nbytes + 8 * (self._end + self._free_count)
 
+    @property
+    def slots(self) -> np.ndarray:
+        """The table: a row (or empty, or a tombstone) per slot. A full save keeps it beside the ids, so that a
+        load need not build it again (:meth:`restored`)."""
+        return self._slots
+
+    @classmethod
+    def restored(cls, ids: np.ndarray, slots: np.ndarray) -> IdIndex | None:
+        """The index of ``ids`` (distinct, at rows 0, 1, ...: no row free) over ``slots``, the table of an index
+        that held them so (its :attr:`slots`, saved); None where ``slots`` is no such table (then one is built).
+        Checked whole: the table's size and load, each slot's row, and every id found at its own row, which
+        also says that no id is there twice. It costs a look-up of every id, a fraction of building the table."""
+        n, size = len(ids), slots.size
+        if slots.ndim != 1 or slots.dtype not in (np.int32, np.int64) or size < 16 or size & (size - 1):
+            return None
+        if n == 0 or slots.min() < _GONE or slots.max() >= n:
+            return None
+        live, gone = int(np.count_nonzero(slots >= 0)), int(np.count_nonzero(slots == _GONE))
+        if live != n or live + gone > _MAX_LOAD * size:
+            return None
+        index = cls()
+        index._slots, index._shift = slots, np.uint64(64 - size.bit_length() + 1)
+        index._ids, index._end, index._live, index._gone = ids, n, n, gone
+        return index if np.array_equal(index.find(ids), np.arange(n)) else None
+
     def row_ids(self) -> np.ndarray:
         """The id of every row below :attr:`end` (-1 for a free row); a view, valid until the next change."""
         return self._ids[: self._end]
@@ -131,7 +156,10 @@ class IdIndex:
         self._place(self._ids[rows], rows)
 
     def _hash(self, keys: np.ndarray) -> np.ndarray:
-        return ((keys.astype(np.uint64) * _GOLDEN) >> self._shift).astype(np.int64)
+        """The home slot of each key (ids are at least 0: their bits read as uint64 without a copy)."""
+        slots = keys.view(np.uint64) * _GOLDEN
+        slots >>= self._shift
+        return slots.view(np.int64)
 
     def _probe(self, keys: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """The row and the slot of each key (-1 and -1 for a key not in the table)."""
@@ -160,14 +188,14 @@ class IdIndex:
     def _place(self, keys: np.ndarray, rows: np.ndarray) -> None:
         """Put ``keys`` (none in the table) with their ``rows`` into free slots (empty, or a tombstone)."""
         mask = self._slots.size - 1
-        todo = np.arange(keys.size)
         pos = self._hash(keys)
-        while todo.size:
+        while rows.size:
             was = self._slots[pos]
-            free = np.flatnonzero(was < 0)
-            at = pos[free]
-            self._slots[at] = rows[todo[free]]  # several keys may want one slot: one of them gets it
-            won = np.zeros(todo.size, bool)
-            won[free] = self._slots[at] == rows[todo[free]]
+            free = was < 0
+            at, mine = pos[free], rows[free]
+            self._slots[at] = mine  # several keys may want one slot: one of them gets it
+            won = free.copy()
+            won[free] = self._slots[at] == mine
             self._gone -= int(np.count_nonzero(was[won] == _GONE))
-            todo, pos = todo[~won], (pos[~won] + 1) & mask
+            lost = ~won
+            rows, pos = rows[lost], (pos[lost] + 1) & mask

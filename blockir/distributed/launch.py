@@ -36,10 +36,12 @@ from __future__ import annotations
 
 import contextvars
 import io
+import os
+import secrets
 import sys
 import threading
 import uuid
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from types import CodeType
 from typing import Any, TextIO
@@ -49,7 +51,7 @@ from blockir.distributed.role import LaunchResult, Role, restartable, role_name
 from blockir.distributed.runner import error_line, restarting, run_once
 from blockir.errors import BlockirError
 
-__all__ = ["LaunchResult", "check_script", "error_line", "launch", "roles"]
+__all__ = ["LaunchResult", "check_script", "cluster_env", "error_line", "launch", "roles"]
 
 
 def roles(
@@ -83,10 +85,12 @@ def launch(
     checkpoint_every: int = 0,
     verbose: bool = False,
     keep_logs: bool = False,
+    resources: Mapping[str, Mapping[str, float]] | None = None,
 ) -> LaunchResult:
     """Run ``script`` (a file, or a callable for tests) once per role (module docstring). ``verbose``: a role's
     every error with its whole traceback; ``keep_logs`` (Ray backend, a cluster it starts): keep the cluster's
-    session files, and say where."""
+    session files, and say where; ``resources`` (Ray backend): the Ray resources each role needs, by role name
+    (``{"server 0": {"big-memory": 1}}``), which places it on the nodes of a cluster that have them."""
     if not isinstance(servers, int) or servers < 1:
         raise BlockirError(f"launch: --servers must be at least 1, got {servers}")
     if not isinstance(workers, int) or workers < 1:
@@ -109,15 +113,40 @@ def launch(
     run = uuid.uuid4().hex[:12]
     where = None if checkpoint_dir is None else str(Path(checkpoint_dir).resolve())
     all_roles = roles(servers, workers, run, backend, timeout, where, checkpoint_every)
+    unknown = sorted(set(resources or {}) - {role_name(r) for r in all_roles})
+    if unknown:
+        raise BlockirError(f"launch: resources for {unknown}, which are not roles of this launch")
+    if resources and backend != "ray":
+        raise BlockirError("launch: resources place roles on the nodes of a Ray cluster: they need --backend ray")
     if backend == "inprocess":
         return _launch_inprocess(script, all_roles, list(args), max_restarts, verbose)
+    if address is None:  # a cluster this launch may start: its settings before Ray is imported, which reads them
+        os.environ.update(cluster_env(os.environ, ray_imported="ray" in sys.modules))
     try:
         from blockir.distributed.ray_backend import launch_ray
     except ModuleNotFoundError as e:
         if e.name != "ray":
             raise
         raise BlockirError("launch: --backend ray needs Ray, not installed here (pip install 'blockir[ray]')") from None
-    return launch_ray(script, all_roles, list(args), address, max_restarts, verbose, keep_logs)
+    return launch_ray(script, all_roles, list(args), address, max_restarts, verbose, keep_logs, resources)
+
+
+def cluster_env(environ: Mapping[str, str], ray_imported: bool = False) -> dict[str, str]:
+    """What a launch without ``--address`` adds to ``environ`` (its process's environment) for the local Ray
+    cluster it starts, whose daemons and role actors inherit it: usage statistics off, and Ray's token
+    authentication on (``RAY_AUTH_MODE=token``) with a new random token for this launch (``RAY_AUTH_TOKEN``), so
+    that nobody who reaches the cluster's ports runs code on it without the token. The environment's own choices
+    stand: a ``RAY_AUTH_MODE`` (the tests' loopback-only network namespace sets ``disabled``), a token
+    (``RAY_AUTH_TOKEN`` or ``RAY_AUTH_TOKEN_PATH``). Ray 2.60 reads its authentication mode when it is imported:
+    where it was imported already (``ray_imported``), the mode is left to Ray, whose default for a new local
+    cluster is token authentication with the token of ``~/.ray/auth_token`` (made if missing)."""
+    env = {"RAY_USAGE_STATS_ENABLED": "0"}
+    if "RAY_AUTH_MODE" in environ or ray_imported:
+        return env
+    env["RAY_AUTH_MODE"] = "token"
+    if "RAY_AUTH_TOKEN" not in environ and "RAY_AUTH_TOKEN_PATH" not in environ:
+        env["RAY_AUTH_TOKEN"] = secrets.token_hex(32)  # as Ray makes one: 256 random bits
+    return env
 
 
 def check_script(script: str | Path) -> CodeType:

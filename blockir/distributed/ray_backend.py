@@ -1,8 +1,10 @@
 """The Ray backend (the ``ray`` extra): every role a Ray actor, the servers reached through theirs.
 
 ``blockir launch --backend ray`` (:func:`launch_ray`) starts a local Ray
-cluster on loopback (node address 127.0.0.1, no dashboard, usage statistics
-off), or joins the one at ``--address`` on that cluster's terms, and runs each
+cluster (node address 127.0.0.1, no dashboard, usage statistics off, Ray's
+token authentication on with a token of the launch's:
+:func:`blockir.distributed.launch.cluster_env`), or joins the one at
+``--address`` on that cluster's terms, and runs each
 role as a ``RoleActor`` named ``blockir-RUN-ROLE-INDEX`` (namespace
 ``blockir``): its ``run`` method runs the script with the role in the
 environment; the parameter server the script published in that actor's process
@@ -13,9 +15,10 @@ abstract namespace for workers on its Ray node, TCP on the node's address for
 the others) and gives its address, and a worker's :class:`RayHandle` sends the
 methods of :class:`~blockir.distributed.api.ParameterServerAPI` there with the
 launch's token, which the launcher made and gave every actor through Ray. The
-other methods (control: saving, a restart's incarnation) go through the actor's
-``call`` method, which the actor runs on a thread pool, so a server answers
-while its script waits in ``run_server``. Nothing is pickled from a user's file
+control calls (:class:`~blockir.distributed.api.ServerControl`: writing a
+save's shards, a restart's incarnation) are the actor's methods of the same
+names, which the actor runs on a thread pool, so a server answers while its
+script waits in ``run_server``. Nothing is pickled from a user's file
 or from the data plane. What a role prints (``sys.stdout`` and ``sys.stderr`` of its
 actor's process) is kept by the actor line by line; the launcher fetches the
 lines (the actor's ``output`` method) while the roles run and once more when
@@ -29,7 +32,7 @@ A role whose ``run`` failed is run again when it may be restarted
 ``max_restarts``, so a process that died (killed, say) is started again by Ray,
 and the launcher calls ``run`` once more with the role's ``restart`` count one
 higher. A call to a server whose process died or that is not serving raises
-:class:`~blockir.distributed.communicator.ServerLost` in the worker (``final``
+:class:`~blockir.distributed.api.ServerLost` in the worker (``final``
 when Ray will not restart it: a data-plane connection lost is never final, and
 the communicator's control call that follows, ``incarnation``, says whether the
 actor comes back; once it does, the handle asks it for the new address). Once
@@ -53,7 +56,6 @@ ends (Ctrl-C, SIGTERM and SIGHUP included: :class:`_Signals`) unless
 
 from __future__ import annotations
 
-import functools
 import io
 import os
 import shutil
@@ -62,16 +64,15 @@ import sys
 import tempfile
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from concurrent.futures import Future
 from pathlib import Path
-from typing import Any, cast
+from typing import Any, Concatenate, ParamSpec, TypeVar, cast
 
 import ray
 
-from blockir.distributed.api import ParameterServerAPI
+from blockir.distributed.api import ParameterServerAPI, ServerControl, ServerHandle, ServerLost
 from blockir.distributed.backend import InProcessBackend
-from blockir.distributed.communicator import ServerLost
 from blockir.distributed.role import LaunchResult, Role, restartable, role_name
 from blockir.distributed.runner import error_line, restarting, run_once
 from blockir.distributed.server import ParameterServer
@@ -99,7 +100,10 @@ def actor_name(role: Role) -> str:
 
 
 def loopback_env() -> dict[str, str]:
-    """The environment that keeps a Ray cluster this process starts on loopback and quiet."""
+    """The environment of the tests and benchmarks that start a Ray cluster inside a loopback-only network
+    namespace (``docs/distributed.md``, *Ray on one machine*): quiet, its token authentication off (nothing
+    outside the namespace reaches it), proxies pointing nowhere. Not for a cluster anyone else can reach:
+    ``blockir launch`` starts its own with :func:`blockir.distributed.launch.cluster_env`."""
     return {
         "RAY_USAGE_STATS_ENABLED": "0",
         "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER": "0",
@@ -130,9 +134,9 @@ class _RayFuture:
             raise ServerLost(f"{type(e).__name__}: {first[0] if first else ''}", final=final) from None
 
 
-_WIRE_METHODS: dict[str, Callable[..., Any]] = {
-    method.name: function for function, method in MethodTable(ParameterServerAPI).by_function.items()
-}
+_WIRE_METHODS = MethodTable(ParameterServerAPI).by_function
+P = ParamSpec("P")
+R = TypeVar("R")
 WIRE_POOL = 4  # connections per (worker, server): the communicator thread, prefetches and a training thread's calls
 
 
@@ -155,13 +159,14 @@ class _WireFuture:
             raise (ServerLost(e.message) if e.kind == ServerLost.__name__ else BlockirError(e.message)) from None
 
 
-class RayHandle:
+class RayHandle(ServerHandle):
     """A server reached through its role's actor: ``submit`` sends the methods of
     :class:`~blockir.distributed.api.ParameterServerAPI` over the data plane (a :class:`WireClient` to the address
-    the actor gives, presenting the launch's ``token``), and calls the others (saving, a restart's incarnation)
-    through the actor. A connection lost is a :class:`ServerLost` that is never final: the communicator then asks
-    the actor (a Ray call), which says whether the server comes back, and the next call asks the actor for the
-    address again (a restarted server listens on another)."""
+    the actor gives, presenting the launch's ``token``), and calls those of
+    :class:`~blockir.distributed.api.ServerControl` (saving, a restart's incarnation) through the actor. A
+    connection lost is a :class:`ServerLost` that is never final: the communicator then asks the actor (a Ray
+    call), which says whether the server comes back, and the next call asks the actor for the address again (a
+    restarted server listens on another)."""
 
     def __init__(self, actor: Any, run: str, index: int, token: bytes) -> None:
         self.actor = actor
@@ -172,17 +177,22 @@ class RayHandle:
         self._client: WireClient | None = None
         self._lock = threading.Lock()
 
-    def submit(self, method: str, *args: Any) -> _RayFuture | _WireFuture:
-        function = _WIRE_METHODS.get(method)
-        if function is None:  # a control call
-            return _RayFuture(self.actor.call.remote(self.run, self.index, method, *args))
+    def submit(
+        self, method: Callable[Concatenate[Any, P], R], *args: P.args, **kwargs: P.kwargs
+    ) -> _RayFuture | _WireFuture:
+        if method is ServerControl.incarnation:
+            return _RayFuture(self.actor.incarnation.remote(self.run, self.index))
+        if method is ServerControl.save_shards:
+            return _RayFuture(self.actor.save_shards.remote(self.run, self.index, *args, **kwargs))
+        if method not in _WIRE_METHODS:
+            raise BlockirError(f"{method!r} is not a method of ParameterServerAPI or ServerControl")
         try:
             client = self._connected()
         except ServerLost as e:
             failed: Future = Future()
             failed.set_exception(e)
             return _WireFuture(self, None, failed)
-        return _WireFuture(self, client, client.submit(function, *args))
+        return _WireFuture(self, client, client.submit(method, *args, **kwargs))
 
     def _connected(self) -> WireClient:
         with self._lock:
@@ -190,6 +200,12 @@ class RayHandle:
                 address = _RayFuture(self.actor.endpoint.remote(self.run, self.index, self.node)).result()
                 self._client = WireClient(address, self.token, pool_size=WIRE_POOL)
             return self._client
+
+    def connections(self) -> list[tuple[str, str]]:
+        """This handle's data-plane connections (:meth:`WireClient.connections`: each one's kind and this end)."""
+        with self._lock:
+            client = self._client
+        return [] if client is None else client.connections()
 
     def lost(self, client: WireClient) -> None:
         """``client``'s connection failed: the next call asks the actor for the server's address again."""
@@ -236,18 +252,19 @@ class RayBackend:
         self.registry.unpublish(run, index)
 
 
-def _call_published(registry: InProcessBackend, run: str, index: int, method: str, *args: Any) -> Any:
-    """Call ``method`` of server ``index`` of ``run``, published in ``registry``; ServerLost when it is not."""
+def _published(registry: InProcessBackend, run: str, index: int) -> ParameterServer:
+    """Server ``index`` of ``run``, published in ``registry``; ServerLost when it is not."""
     server = registry.published(run, index)
     if server is None:
         raise ServerLost(f"parameter server {index} of run {run!r} is not serving")
-    return getattr(server, method)(*args)
+    return server
 
 
 class _Published:
-    """The handler of a role actor's data plane: each call goes to the server published in this process when it
-    comes (a server restarted in the same process included), or raises ServerLost, as :meth:`_RoleActor.call`
-    does."""
+    """The handler of a role actor's data plane: each call of a method of
+    :class:`~blockir.distributed.api.ParameterServerAPI` (the wire's table names it) goes to the server published
+    in this process when it comes (a server restarted in the same process included), or raises ServerLost, as the
+    actor's control calls do."""
 
     def __init__(self, registry: InProcessBackend, run: str, index: int) -> None:
         self.registry = registry
@@ -255,7 +272,16 @@ class _Published:
         self.index = index
 
     def __getattr__(self, method: str) -> Callable[..., Any]:
-        return functools.partial(_call_published, self.registry, self.run, self.index, method)
+        if method not in _WIRE_NAMES:
+            raise AttributeError(method)
+
+        def call(*args: Any) -> Any:
+            return getattr(_published(self.registry, self.run, self.index), method)(*args)
+
+        return call
+
+
+_WIRE_NAMES = frozenset(method.name for method in _WIRE_METHODS.values())
 
 
 def _serving(name: str, run: str, index: int) -> Any:
@@ -311,9 +337,10 @@ class _Lines(io.TextIOBase):
 
 
 class _RoleActor:
-    """One role of a run: runs the script (:meth:`run`), keeps what it prints (:meth:`output`), answers for its
-    server (:meth:`call`: control calls) and gives the address of its data plane (:meth:`endpoint`). ``token``: the
-    launch's data-plane token, from the launcher through Ray (Ray keeps it for a restarted actor)."""
+    """One role of a run: runs the script (:meth:`run`), keeps what it prints (:meth:`output`), answers its
+    server's control calls (:meth:`incarnation`, :meth:`save_shards`) and gives the address of its data plane
+    (:meth:`endpoint`). ``token``: the launch's data-plane token, from the launcher through Ray (Ray keeps it for a
+    restarted actor)."""
 
     def __init__(self, name: str, token: bytes) -> None:
         self.name = name
@@ -369,8 +396,21 @@ class _RoleActor:
         if server is not None:
             server.stop()
 
-    def call(self, run: str, index: int, method: str, *args: Any) -> Any:
-        return _call_published(self.backend.registry, run, index, method, *args)
+    def incarnation(self, run: str, index: int) -> dict[str, Any]:
+        """:meth:`ParameterServer.incarnation` of server ``index`` of ``run``, if this actor serves it."""
+        return _published(self.backend.registry, run, index).incarnation()
+
+    def save_shards(self, run: str, index: int, directory: str, delta: bool = False) -> dict[str, dict[str, Any]]:
+        """:meth:`ParameterServer.save_shards` of server ``index`` of ``run``, if this actor serves it."""
+        return _published(self.backend.registry, run, index).save_shards(directory, delta)
+
+    def data_plane(self, run: str, index: int) -> dict[str, Any]:
+        """This actor's Ray ``node`` and the ``connections`` its listeners for server ``index`` of ``run`` serve
+        (:meth:`WireServer.connections`: each one's kind and peer)."""
+        with self._listening:
+            listeners = [w for (r, k, _), w in self._listeners.items() if (r, k) == (run, index)]
+        found = [list(c) for listener in listeners for c in listener.connections()]
+        return {"node": ray.get_runtime_context().get_node_id(), "connections": found}
 
     def endpoint(self, run: str, index: int, node: str) -> Address:
         """Where a worker on Ray node ``node`` reaches server ``index`` of ``run`` over the data plane: a Unix
@@ -403,13 +443,16 @@ def launch_ray(
     max_restarts: int,
     verbose: bool = False,
     keep_logs: bool = False,
+    resources: Mapping[str, Mapping[str, float]] | None = None,
 ) -> LaunchResult:
-    """Run every role as a :class:`RoleActor` (module docstring); how they ended."""
+    """Run every role as a :class:`RoleActor` (module docstring); how they ended. ``resources``: the Ray
+    resources a role's actor needs, by role name (``server 0``), which places it on the nodes that have them."""
+    resources = resources or {}
     if callable(script):
         raise BlockirError("launch: the ray backend runs script files, not callables")
     source = Path(script).read_bytes()
     if ray.is_initialized():  # a cluster this process joined already (the tests' driver)
-        return _run_roles(str(script), source, roles, args, max_restarts, verbose, lambda: None)
+        return _run_roles(str(script), source, roles, args, max_restarts, verbose, lambda: None, resources)
     signals = _Signals()
     signals.install()
     where: str | None = None  # the directory of a cluster this launch starts
@@ -418,8 +461,7 @@ def launch_ray(
             ray.init(address=address, namespace=NAMESPACE, log_to_driver=True)
         else:
             where = tempfile.mkdtemp(prefix="blockir-ray-")
-            os.environ.update(loopback_env())
-            ray.init(
+            ray.init(  # with the environment launch() gave it before Ray was imported: cluster_env
                 num_cpus=max(2, os.cpu_count() or 2),
                 include_dashboard=False,
                 _node_ip_address="127.0.0.1",
@@ -429,7 +471,7 @@ def launch_ray(
             )
         try:
             signals.install()  # again: ray.init set its own SIGTERM handler
-            return _run_roles(str(script), source, roles, args, max_restarts, verbose, signals.check)
+            return _run_roles(str(script), source, roles, args, max_restarts, verbose, signals.check, resources)
         finally:
             ray.shutdown()
     finally:
@@ -500,9 +542,10 @@ def _run_roles(
     max_restarts: int,
     verbose: bool,
     check: Callable[[], None],
+    resources: Mapping[str, Mapping[str, float]],
 ) -> Any:
     """Run the roles on the cluster this process is connected to (module docstring); ``check`` raises when the
-    launcher is to stop (a signal)."""
+    launcher is to stop (a signal); ``resources``: :func:`launch_ray`'s."""
     actors: dict[str, Any] = {}
     outputs: dict[str, Any] = {}  # role -> its output call not yet answered
     token = new_token()  # the data plane's, for this launch: to the roles through Ray only
@@ -545,7 +588,11 @@ def _run_roles(
         for role in roles:
             restarts = max_restarts if restartable(role, max_restarts) else 0  # Ray starts a dead process again
             actors[role_name(role)] = RoleActor.options(
-                name=actor_name(role), namespace=NAMESPACE, num_cpus=0, max_restarts=restarts
+                name=actor_name(role),
+                namespace=NAMESPACE,
+                num_cpus=0,
+                max_restarts=restarts,
+                resources=dict(resources.get(role_name(role), {})),
             ).remote(role_name(role), token)
         pending = {start(r): r for r in roles}
         stopped_at: float | None = None  # when the first failure stopped the servers

@@ -6,7 +6,8 @@ the sparse tables' shards (:func:`blockir.io.persistence.save_sharded`).
 inspect DIR``); :func:`reshard` writes a copy whose tables are cut for another
 number of servers (``blockir ps reshard SRC DST --servers S``). Loading reshards
 by itself (a server keeps the rows its index holds by the rule), so resharding a
-save is for moving it, not for loading it.
+save is for moving it, not for loading it. Both a server's load and
+:func:`reshard` read a table through :func:`replay`: its base, then each delta.
 
 Both check a save as a server loading it does, with the same functions: the
 manifest's claims as it is read (types, ranges, the shards it names), each shard
@@ -22,14 +23,19 @@ from __future__ import annotations
 import os
 import secrets
 import shutil
+from collections.abc import Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
+from blockir.distributed.index import IdIndex, grown
 from blockir.errors import BlockirError
 from blockir.io.persistence import (
     MANIFEST_FILE,
+    SHARD_EXTRAS,
+    check_distinct,
     check_shard,
     incomplete_saves,
     read_shard,
@@ -42,7 +48,7 @@ from blockir.io.persistence import (
 from blockir.ir.proto_io import make_dirs, os_errors, sync_dir
 from blockir.ops.values import describe_value
 
-__all__ = ["checkpoint_info", "inspect", "reshard"]
+__all__ = ["Replayed", "checkpoint_info", "inspect", "replay", "reshard"]
 
 
 def _is_count(value: Any) -> bool:
@@ -139,33 +145,90 @@ def format_inspection(report: dict[str, Any]) -> str:
     return "\n".join(lines) or "an empty save"
 
 
-def _flatten(
-    src: str | os.PathLike[str], name: str, entry: dict[str, Any]
-) -> tuple[np.ndarray, dict[str, np.ndarray], np.ndarray, np.ndarray]:
-    """A table's rows as its chain of saves leaves them (the base, each delta's rows replacing earlier ones and
-    its removed rows gone), sorted by id, and the sightings of the ids not admitted as of the last save."""
-    names = [name, *entry["states"]]
-    ids = np.zeros(0, np.int64)
-    rows = {key: np.zeros((0, entry["dim"]), entry["dtype"]) for key in names}
+@dataclass
+class Replayed:
+    """A table's rows as a chain of saves leaves them (:func:`replay`)."""
+
+    index: IdIndex  # id -> row of `arrays` (rows below `index.end`; a removed id's row is free)
+    arrays: dict[str, np.ndarray]  # the table's rows and each state's, by name, aligned with the index's rows
+    pending: np.ndarray  # the ids not admitted as of the last save (those admitted since left out)
+    counts: np.ndarray  # their sightings
+
+
+def replay(
+    dirname: str | os.PathLike[str],
+    name: str,
+    entry: dict[str, Any],
+    names: Sequence[str],
+    part: tuple[int, int] | None = None,
+) -> Replayed:
+    """The rows of the table ``name`` (its manifest entry ``entry``) as its chain of saves leaves them: the base,
+    then each delta's rows replacing earlier ones (new ids added) and its removed ids gone; the arrays ``names``
+    of each row. With ``part`` ``(k, servers)``, only the ids ``id % servers == k`` (server ``k``'s of
+    ``servers``): of a save by as many servers only shard ``k`` is read. Each shard is read as
+    :func:`~blockir.io.persistence.read_shard` reads it (checked against the manifest, checksummed), and must hold
+    only its server's ids by the rule ``id % servers``: so no id is in two shards of one save. The base's rows
+    are its arrays as read (no copy where one shard holds them all), under the id index saved with them when
+    that shard holds one (a full save's: ``index_slots``, checked whole before it is used) and no id is left
+    out, else an index built over them; each delta costs what its rows do."""
+    saved, where = entry["servers"], Path(dirname) / MANIFEST_FILE
+    index = IdIndex()
+    arrays = {key: np.zeros((0, entry["dim"]), entry["dtype"]) for key in names}
     pending, counts = np.zeros(0, np.int64), np.zeros(0, np.int64)
     for shards in _chain(entry):
-        parts = [read_shard(src, name, entry, shard) for shard in shards]
-        new = np.concatenate([p["ids"] for p in parts]).astype(np.int64)
-        removed = np.concatenate([p["removed_ids"] for p in parts]).astype(np.int64)
-        unique, seen = np.unique(new, return_counts=True)
-        if (seen > 1).any():
-            raise BlockirError(
-                f"{Path(src) / MANIFEST_FILE}: table {name!r}: two shards of one save hold the row of id "
-                f"{unique[seen > 1][0]}"
-            )
-        kept, added = ~np.isin(ids, np.concatenate([new, removed])), ~np.isin(new, removed)  # as a server loads
-        ids = np.concatenate([ids[kept], new[added]])
-        rows = {key: np.concatenate([rows[key][kept], np.concatenate([p[key] for p in parts])[added]]) for key in names}
-        pending = np.concatenate([p["pending_ids"] for p in parts]).astype(np.int64)
-        counts = np.concatenate([p["pending_counts"] for p in parts]).astype(np.int64)
-    order = np.argsort(ids, kind="stable")
-    waiting = ~np.isin(pending, ids)
-    return ids[order], {key: array[order] for key, array in rows.items()}, pending[waiting], counts[waiting]
+        chosen = [part[0]] if part is not None and part[1] == saved else range(saved)
+        parts = []
+        for k in chosen:
+            held = read_shard(dirname, name, entry, shards[k], distinct=False)  # checked below
+            for key in ("ids", "pending_ids", "removed_ids"):
+                stray = held[key][held[key] % saved != k]
+                if stray.size:
+                    raise BlockirError(
+                        f"{where}: table {name!r}: shard {shards[k]['file']} of server {k} of {saved} holds id "
+                        f"{stray[0]} ({key!r}), which the rule id % servers puts on server {stray[0] % saved}"
+                    )
+            parts.append(held)
+        joined = {key: _joined([p[key] for p in parts]) for key in ("ids", *names, *SHARD_EXTRAS)}
+        if part is not None and part[1] != saved:  # the ids of server k of another number of servers
+            mine = {by: joined[by] % part[1] == part[0] for by in ("ids", "pending_ids", "removed_ids")}
+            follows = {"pending_counts": "pending_ids", **dict.fromkeys(names, "ids")}  # array -> its ids
+            joined = {key: array[mine[follows.get(key, key)]] for key, array in joined.items()}
+        ids = joined["ids"].astype(np.int64, copy=False)
+        if index.end == 0:  # the first rows: the arrays as read, under the index saved with them if it fits
+            whole = len(parts) == 1 and "index_slots" in parts[0] and (part is None or part[1] == saved)
+            restored = IdIndex.restored(ids, parts[0]["index_slots"]) if whole else None  # no id twice if taken
+            if restored is None:
+                _check_distinct(dirname, shards, chosen, parts)
+                index.add(ids)
+            else:
+                index = restored
+            arrays = {key: joined[key] for key in names}
+        else:
+            _check_distinct(dirname, shards, chosen, parts)
+            at = index.find(ids)
+            new = at < 0
+            at[new] = index.add(ids[new])
+            for key in names:
+                arrays[key] = grown(arrays[key], index.end)
+                arrays[key][at] = joined[key]
+        index.remove(joined["removed_ids"].astype(np.int64, copy=False))
+        pending = joined["pending_ids"].astype(np.int64, copy=False)
+        counts = joined["pending_counts"].astype(np.int64, copy=False)
+    waiting = index.find(pending) < 0
+    return Replayed(index, arrays, pending[waiting], counts[waiting])
+
+
+def _check_distinct(
+    dirname: str | os.PathLike[str], shards: list[dict[str, Any]], chosen: Sequence[int], parts: list[dict[str, Any]]
+) -> None:
+    """No shard of ``parts`` (read from ``shards[k]`` for ``k`` in ``chosen``) holds an id twice."""
+    for k, held in zip(chosen, parts, strict=True):
+        check_distinct(dirname, shards[k], held["ids"])
+
+
+def _joined(arrays: list[np.ndarray]) -> np.ndarray:
+    """The arrays of one save's shards, one after the other (the first itself when it is the only one)."""
+    return arrays[0] if len(arrays) == 1 else np.concatenate(arrays)
 
 
 def reshard(src: str | os.PathLike[str], dst: str | os.PathLike[str], servers: int) -> None:
@@ -191,7 +254,11 @@ def reshard(src: str | os.PathLike[str], dst: str | os.PathLike[str], servers: i
     def shards(directory: Path) -> dict[str, dict[str, Any]]:
         entries = {}
         for name, entry in tables.items():
-            ids, rows, pending, counts = _flatten(src, name, entry)
+            done = replay(src, name, entry, [name, *entry["states"]])
+            at = done.index.live_rows()
+            at = at[np.argsort(done.index.row_ids()[at])]  # by id
+            ids, rows = done.index.row_ids()[at], {key: array[at] for key, array in done.arrays.items()}
+            pending, counts = done.pending, done.counts
             cut = []
             for k in range(servers):
                 path = directory / "tables" / name / f"base-{k:03d}-of-{servers:03d}.npys"

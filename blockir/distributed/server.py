@@ -11,15 +11,16 @@ push names (gathered from the shard, then written back).
   called by ``fleet.init_worker``); their optimizer state (moments, ``beta_pow``
   accumulators, the learning rate) is made here by the startup program's ops for
   those variables, cut to the block's rows.
-- **Sparse rows** are made on first use, each by the table's initializer op of
-  the startup program drawing one row with the seed :func:`row_seed` derives
-  from the op's seed and the id: a row's first value depends on nothing but the
-  table's seed and its id, never on arrival order or on how many servers there
-  are. The optimizer state of a row is made the same way from its own startup
-  op. An entry policy (the lookup's ``entry`` attribute) admits new ids: ``""``
-  every id, ``count_filter:N`` an id seen N times in pushes, ``probability:P``
-  an id drawn with probability P at each sighting (a draw seeded by the table,
-  the id and the sighting). Until admitted an id reads as zeros and its
+- **Sparse rows** are made on first use, a batch of new ids at a time, by the
+  table's initializer op of the startup program: a random one (``uniform_random``,
+  ``gaussian_random``) draws each row from the stream that its seed and the id key
+  (:mod:`blockir.distributed.seeded`), so that a row's first value depends on
+  nothing but the table's seed and its id, never on arrival order or on how many
+  servers there are. The optimizer state of a row is made the same way from its
+  own startup op. An entry policy (the lookup's ``entry`` attribute) admits new
+  ids: ``""`` every id, ``count_filter:N`` an id seen N times in pushes,
+  ``probability:P`` an id drawn with probability P at each push that carries it (a
+  draw keyed by the table's seed, the id and its sightings so far). Until admitted an id reads as zeros and its
   gradients are dropped, the gradient of the push that admits it included.
 - **Modes.** ``sync``: a push waits for the pushes of every worker of the same
   step; the gradients are averaged, weighted by each worker's batch, and
@@ -52,9 +53,10 @@ from typing import Any
 import numpy as np
 
 from blockir.distributed.index import IdIndex, grown
-from blockir.distributed.saves import checkpoint_info
+from blockir.distributed.saves import Replayed, checkpoint_info, replay
+from blockir.distributed.seeded import SAMPLERS, SIGHTING, first_rows, uniforms
 from blockir.errors import BlockirError
-from blockir.io.persistence import read_shard, saved_tables, saved_values, write_shard
+from blockir.io.persistence import saved_tables, saved_values, write_shard
 from blockir.ir import Operator, Program
 from blockir.ir.schema import GRAD_SUFFIX, KernelContext, lookup
 from blockir.ops.values import add_rows
@@ -62,26 +64,28 @@ from blockir.passes.distribute import DenseBlock, SparseTable, Split, block_name
 from blockir.runtime.executor import Executor
 from blockir.runtime.scope import Scope
 
-__all__ = ["MODES", "ParameterServer", "row_seed"]
+__all__ = ["MODES", "ParameterServer"]
 
 MODES = ("sync", "async", "geo")
 
 
-def row_seed(seed: int, row: int) -> int:
-    """The seed of row ``row`` of a table initialized with seed ``seed`` (a positive int below 2**63)."""
-    state = np.random.SeedSequence([seed, row]).generate_state(2, np.uint32)
-    return int((int(state[0]) << 31) ^ int(state[1])) % (2**63 - 1) + 1
+def _attrs(op: Operator) -> dict[str, Any]:
+    """Every attribute of ``op``, its schema's default where the op has none."""
+    return {a.name: op.attrs.get(a.name, a.default) for a in lookup(op.type).attrs}
 
 
-def _run_init(op: Operator, shape: Sequence[int], seed: int | None = None) -> np.ndarray:
-    """What the startup op ``op`` (an initializer: no inputs) makes, for ``shape`` (and ``seed``)."""
-    schema = lookup(op.type)
-    attrs = {a.name: op.attrs.get(a.name, a.default) for a in schema.attrs}
-    attrs["shape"] = [int(d) for d in shape]
-    if seed is not None and "seed" in attrs:
-        attrs["seed"] = seed
+def _run_init(op: Operator, shape: Sequence[int]) -> np.ndarray:
+    """What the startup op ``op`` (an initializer: no inputs) makes, for ``shape``."""
+    attrs = _attrs(op) | {"shape": [int(d) for d in shape]}
     ctx = KernelContext(xp=np, attrs=attrs, wants=(True,), op_text=str(op))
-    return np.asarray(schema.kernel(ctx))  # type: ignore[misc]
+    return np.asarray(lookup(op.type).kernel(ctx))  # type: ignore[misc]
+
+
+def _init_rows(op: Operator, ids: np.ndarray, dim: int) -> np.ndarray:
+    """Rows of an initializer op for ``ids``: a random op's drawn from each id's own stream."""
+    if lookup(op.type).random:
+        return first_rows(op.type, _attrs(op), ids, dim)
+    return _run_init(op, (len(ids), dim))
 
 
 @dataclass
@@ -135,26 +139,37 @@ class _Shard:
 
     The rows live in arrays of a capacity that doubles as they fill (``store``, one per variable: the table's
     and each optimizer state's), at the rows the id index hands out (a dropped row's slot is handed out again).
-    What a row needs besides (changed since the last save, the save it was last carried at) is in arrays
-    aligned with the rows; the ids not yet admitted have their own index, with their sightings beside it."""
+    What a row needs besides is in arrays aligned with the rows: the save interval it last changed in
+    (``stamp``: ``epoch`` counts the saves begun, and a row is dirty, changed since the last complete save, while
+    its stamp is at least ``clean``), the save it was last carried at. The rows whose stamp moved to the current
+    interval are logged as they change (``changed``), so that a delta save reads those and no others; the ids
+    not yet admitted have their own index, with their sightings beside it."""
 
     def __init__(self, table: SparseTable, init: Operator, states: dict[str, Operator]) -> None:
         self.table = table
         self.entry = _Entry.parse(table.entry, table.name)
+        for name, op in ((table.name, init), *states.items()):
+            if lookup(op.type).random and op.type not in SAMPLERS:
+                raise BlockirError(
+                    f"table {table.name!r}: {name!r} is made by {op.type!r}, a random op a parameter server cannot "
+                    f"draw rows of one id at a time (it can: {', '.join(SAMPLERS)})"
+                )
         self.init = init
         self.state_init = states  # state variable -> its startup op
         self.index = IdIndex()  # id -> row of the arrays
         dtype = np.dtype(table.dtype)
         self.store = {name: np.zeros((0, table.dim), dtype) for name in (table.name, *states)}
-        self.dirty = np.zeros(0, bool)  # per row: changed (made or updated) since the last complete save
-        self.changed = _Log(np.int64)  # the rows made dirty, in order (a row again after a save or a reuse)
+        self.stamp = np.zeros(0, np.int32)  # per row: the save interval it last changed in (0: clean since made)
+        self.epoch = 1  # the current save interval: 1 + the saves begun
+        self.clean = 1  # rows stamped before it are saved (by the last complete save)
+        self.changed = _Log(np.int64)  # the rows whose stamp moved to the current interval (or an earlier one)
         self.carried = np.zeros(0, np.int32)  # per row: `saves` when a pull or push last carried it
         self.saves = 0  # completed saves
         self.removed = _Log(np.int64)  # ids whose row shrink dropped since the last save (one may recur)
         self.pending = IdIndex()  # ids seen but not yet admitted -> their row of `sightings`
         self.sightings = np.zeros(0, np.int64)
-        self.saving = (np.zeros(0, np.int64), np.zeros(0, np.int64))  # a save in progress: its dirty rows, ids
-        self.saving_removed = 0  # how many of `removed` it recorded
+        # a save in progress: its interval, and how many of `changed` and `removed` it saw (None: none)
+        self.saving: tuple[int, int, int] | None = None
 
     def __len__(self) -> int:
         return len(self.index)
@@ -197,20 +212,13 @@ class _Shard:
         seen = self.sightings[at]
         if self.entry.kind == "count_filter":
             admitted = new[seen >= self.entry.value]
-        else:
-            draws = [self._draw(i, c) for i, c in zip(new.tolist(), seen.tolist(), strict=True)]
-            admitted = new[np.array(draws, bool)]
+        else:  # one draw per push, keyed by the table's seed, the id and its sightings so far
+            draws = uniforms(int(self.init.attrs.get("seed", 0)), SIGHTING, new, seen[:, None])[:, 0]
+            admitted = new[draws < self.entry.value]
         if admitted.size:  # the admitting push's gradient is dropped too: `before` is -1 there
             self.pending.remove(admitted)
             self._make(admitted)
         return before
-
-    def _draw(self, i: int, count: int) -> bool:
-        draw = np.random.default_rng([row_seed(self._seed(), i), count]).random()
-        return bool(draw < self.entry.value)
-
-    def _seed(self) -> int:
-        return int(self.init.attrs.get("seed", 0))
 
     def made(self, ids: np.ndarray, rows: np.ndarray) -> np.ndarray:
         """``rows`` (the rows of ``ids``, -1 for an id without one) with a row made for each id that had none."""
@@ -228,16 +236,16 @@ class _Shard:
             op = self.init if name == self.table.name else self.state_init[name]
             self.store[name] = array = grown(array, end)
             array[rows] = _init_rows(op, ids, self.table.dim)
-        self.dirty = grown(self.dirty, end)
-        self.dirty[rows] = False
+        self.stamp = grown(self.stamp, end)
+        self.stamp[rows] = 0
         self.carried = grown(self.carried, end)
         self.touch(rows)
         return rows
 
     def touch(self, rows: np.ndarray) -> None:
         """``rows`` (distinct) changed and were carried by a push (or made)."""
-        new = rows[~self.dirty[rows]]
-        self.dirty[new] = True
+        new = rows[self.stamp[rows] != self.epoch]
+        self.stamp[new] = self.epoch
         self.changed.append(new)
         self.carried[rows] = self.saves
 
@@ -256,22 +264,33 @@ class _Shard:
     def _drop_rows(self, rows: np.ndarray) -> None:
         ids = self.index.row_ids()[rows]
         self.index.remove(ids)
-        self.dirty[rows] = False
+        self.stamp[rows] = 0
         self.removed.append(ids)
 
     def install(self, ids: np.ndarray, arrays: dict[str, np.ndarray]) -> None:
-        """Set the rows of ``ids`` (made if new) to ``arrays`` (a loaded save's)."""
+        """Set the rows of ``ids`` (made if new) to ``arrays`` (worker 0's first rows in GEO mode)."""
         at = self.made(ids, self.rows(ids))
         for name, values in arrays.items():
             self.store[name][at] = values
 
+    def adopt(self, rows: Replayed) -> None:
+        """Hold ``rows`` (a loaded save's, this shard empty): its index and arrays as they are, every row saved."""
+        self.index = rows.index
+        self.store = {name: rows.arrays[name] for name in self.store}
+        self.stamp = np.zeros(self.index.end, np.int32)
+        self.carried = np.zeros(self.index.end, np.int32)
+        self.set_sighted(rows.pending, rows.counts)
+
     def dirty_rows(self) -> tuple[np.ndarray, np.ndarray]:
         """The rows changed since the last complete save and their ids, by id."""
-        rows = np.unique(self.changed.view())
-        rows = rows[self.dirty[rows]]
+        rows = self.changed.view()
+        rows = rows[self.stamp[rows] >= self.clean]
         ids = self.index.row_ids()[rows]
         order = np.argsort(ids)
-        return rows[order], ids[order]
+        rows, ids = rows[order], ids[order]
+        once = np.ones(len(ids), bool)  # a save begun and never completed leaves a row logged twice
+        once[1:] = ids[1:] != ids[:-1]
+        return rows[once], ids[once]
 
     def removed_ids(self) -> np.ndarray:
         """The ids dropped since the last complete save and not made again, ascending."""
@@ -293,35 +312,22 @@ class _Shard:
         self.sightings = np.zeros(self.pending.end, np.int64)
         self.sightings[at] = counts[out]
 
-    def forget_changes(self) -> None:
-        """Nothing changed since the last save (the rows just loaded from it)."""
-        self.dirty[self.changed.view()] = False
-        self.changed.keep(np.zeros(0, np.int64))
-        self.removed.keep(np.zeros(0, np.int64))
-
     def begin_save(self) -> None:
-        """A save wrote the dirty rows and the removed ids as they are now."""
-        rows, ids = self.dirty_rows()
-        self.saving = (rows, ids)
-        self.saving_removed = self.removed.count
+        """A save writes the rows and the removed ids as they are now: what changes from now on is the next
+        interval's."""
+        self.saving = (self.epoch, self.changed.count, self.removed.count)
+        self.epoch += 1
 
     def commit_save(self) -> None:
-        """The save in progress is complete: its rows are saved; a save interval passed (shrink counts it)."""
-        rows, ids = self.saving
-        self.dirty[rows[self.index.row_ids()[rows] == ids]] = False  # a row handed to another id since stays
-        changed = self.changed.view()
-        self.changed.keep(changed[self.dirty[changed]])
-        self.removed.keep(self.removed.view()[self.saving_removed :])
-        self.saving, self.saving_removed = (np.zeros(0, np.int64), np.zeros(0, np.int64)), 0
+        """The save in progress (if any) is complete: the rows it wrote are saved (not those changed since it
+        began); a save interval passed (shrink counts it)."""
+        if self.saving is not None:
+            epoch, changed, removed = self.saving
+            self.clean = epoch + 1
+            self.changed.keep(self.changed.view()[changed:])
+            self.removed.keep(self.removed.view()[removed:])
+            self.saving = None
         self.saves += 1
-
-
-def _init_rows(op: Operator, ids: np.ndarray, dim: int) -> np.ndarray:
-    """Rows of an initializer op for ``ids``: drawn one by one with :func:`row_seed` for a random op."""
-    if lookup(op.type).random:
-        seed = int(op.attrs.get("seed", 0))
-        return np.concatenate([_run_init(op, (1, dim), row_seed(seed, i)) for i in ids.tolist()])
-    return _run_init(op, (len(ids), dim))
 
 
 class ParameterServer:
@@ -536,11 +542,6 @@ class ParameterServer:
         with self._dense_lock:
             return {n: np.array(self.scope.get(n), copy=True) for n in names}
 
-    def declares(self, names: Sequence[str]) -> list[str]:
-        """Which of ``names`` this server's program declares."""
-        block = self.program.global_block()
-        return [n for n in names if block.has_var(n)]
-
     def init_values(self, values: dict[str, np.ndarray]) -> None:
         """Set variables this server declares (worker 0's loaded optimizer state); others are refused."""
         block = self.program.global_block()
@@ -563,10 +564,12 @@ class ParameterServer:
                 path = Path(directory) / "tables" / name / f"{kind}-{self.index:03d}-of-{self.servers:03d}.npys"
                 shard.begin_save()
                 if delta:
-                    at, ids = shard.saving
+                    at, ids = shard.dirty_rows()
                     rows = {"ids": ids, **{k: v[at] for k, v in shard.store.items()}}
                 else:  # every row, as the shard holds them (written without a copy while no row is free)
                     rows = {"ids": shard.ids, **shard.arrays}
+                    if shard.index.free == 0:  # the rows in the index's order: its table, for a load to take
+                        rows["index_slots"] = shard.index.slots
                 pending, counts = shard.sighted()
                 arrays = {
                     **rows,
@@ -652,7 +655,8 @@ class ParameterServer:
 
     def load_tables(self, dirname: str, tables: dict[str, dict[str, Any]], names: Sequence[str] | None) -> None:
         """Load the rows of ``tables`` (a save's entries; only ``names`` when given) this server holds by the
-        rule ``id % servers``, from every shard of the save, whatever the number of servers that made it.
+        rule ``id % servers``, whatever the number of servers that made the save (one by as many servers: only
+        its own shards are read), the base and each delta replayed (:func:`~blockir.distributed.saves.replay`).
         Everything is read and checked before any shard of this server changes."""
         chosen = list(tables) if names is None else list(names)
         loaded = {}
@@ -669,33 +673,16 @@ class ParameterServer:
             missing = sorted(set(shard.store) - {name} - set(entry["states"]))
             if missing:
                 raise BlockirError(f"{dirname}: table {name!r} is saved without the optimizer state {missing}")
-            chain = [entry["shards"], *(d["shards"] for d in entry.get("deltas", ()))]  # the base, then each delta
-            saves = []
-            for shards in chain:
-                parts = [read_shard(dirname, name, entry, s) for s in shards]  # checked against the manifest
-                ids = np.concatenate([p["ids"] for p in parts])
-                mine = ids % self.servers == self.index
-                rows = {k: np.concatenate([p[k] for p in parts])[mine] for k in shard.store}
-                pending = np.concatenate([p["pending_ids"] for p in parts])
-                counts = np.concatenate([p["pending_counts"] for p in parts])
-                keep = pending % self.servers == self.index
-                removed = np.concatenate([p["removed_ids"] for p in parts])
-                removed = removed[removed % self.servers == self.index]
-                saves.append((ids[mine], rows, (pending[keep], counts[keep]), removed))
-            loaded[name] = saves
-        for name, saves in loaded.items():
-            for ids, _, _, _ in saves:
-                self._check_ids(self._table(name), ids)
-        for name, saves in loaded.items():
+            loaded[name] = replay(dirname, name, entry, list(shard.store), (self.index, self.servers))
+        fresh = {}
+        for name, rows in loaded.items():
             shard = self._table(name)
-            fresh = _Shard(shard.table, shard.init, shard.state_init)
-            for ids, rows, _, removed in saves:  # later saves' rows replace earlier ones; shrink's go
-                fresh.install(ids, rows)
-                fresh.drop(removed)
-            fresh.set_sighted(*saves[-1][2])  # the admission state as of the last save
-            fresh.forget_changes()  # what was loaded is saved
+            fresh[name] = _Shard(shard.table, shard.init, shard.state_init)
+            fresh[name].adopt(rows)
+            self._check_ids(fresh[name], fresh[name].ids)
+        for name, shard in fresh.items():
             with self._table_locks[name]:
-                self.shards[name] = fresh
+                self.shards[name] = shard
 
     def finish(self, worker: int) -> None:
         """Worker ``worker`` is done (``fleet.stop_worker``)."""
@@ -793,7 +780,7 @@ class ParameterServer:
             if self.mode == "geo":  # deltas: added
                 for name, delta in dense.items():
                     self.scope.get(name)[...] += delta.reshape(self.scope.get(name).shape)
-            elif len(dense) == len(self.blocks):  # every block (a worker's every push): their ops in one run
+            elif dense and len(dense) == len(self.blocks):  # every block (a worker's every push): one run
                 self._executor.run(self._dense_program, feed=feed, scope=self.scope)
             else:
                 for name in dense:

@@ -13,6 +13,13 @@ recorded. Writes ``OUT/ray.json``: the failures of each scenario's launch and th
 runs ``blockir launch --backend ray`` itself (:data:`LAUNCHES`), each starting its own cluster in a temporary
 directory of its own, and writes ``OUT/launches.json``: each launch's exit status, output, what it left in its
 temporary directory, and the listeners its worker 0 saw while the cluster ran.
+
+    ... exec python -m tests.distributed.ray_driver --nodes OUT
+
+starts a cluster of two Ray nodes on this machine (``ray.cluster_utils.Cluster``: two raylets, each a node with
+a resource of its own) and launches ``scripts/nodes.py`` on it, the server and worker 0 on the first node,
+worker 1 on the second; the workers write how they reach the server (``OUT/nodes-worker-K.json``), the driver
+the launch's failures and the listeners (``OUT/nodes.json``).
 """
 
 from __future__ import annotations
@@ -24,6 +31,7 @@ import signal
 import subprocess
 import sys
 import tempfile
+import time
 from pathlib import Path
 from typing import Any
 
@@ -57,9 +65,12 @@ def main(out: Path) -> None:
 
 # A short script: each role prints a line to stdout, one to stderr and an unfinished one; worker 0 also the
 # listeners (ss -ltnH) while its cluster runs. With ``fail``, the server raises a blockir error and worker 0 calls
-# os._exit(7); with ``wait``, every role waits (for the launcher to be terminated).
+# os._exit(7); with ``wait``, every role waits (for the launcher to be terminated); with ``token DIR``, worker 0
+# first writes its cluster's address and Ray token (from its environment) into DIR/cluster.json, then every role
+# waits.
 SCRIPT = """\
-import subprocess, sys, os, time
+import json, subprocess, sys, os, time
+import ray
 from blockir.distributed import fleet
 from blockir.errors import BlockirError
 fleet.init()
@@ -75,17 +86,56 @@ if sys.argv[1:] == ["fail"] and me == "server 0":
 if sys.argv[1:] == ["fail"] and me == "worker 0":
     sys.stdout.flush()
     os._exit(7)
-if sys.argv[1:] == ["wait"]:
+if sys.argv[1:2] == ["token"] and me == "worker 0":
+    cluster = {"address": ray.get_runtime_context().gcs_address, "token": os.environ.get("RAY_AUTH_TOKEN")}
+    where = os.path.join(sys.argv[2], "cluster.json")
+    with open(os.open(where + ".part", os.O_WRONLY | os.O_CREAT, 0o600), "w") as f:
+        json.dump(cluster, f)
+    os.rename(where + ".part", where)
+if sys.argv[1:2] in (["wait"], ["token"]):
     print(flush=True)
     time.sleep(600)  # until the launcher is sent SIGTERM
 """
+
+# A Ray client joining the cluster at argv[1] (with the Ray authentication of its environment).
+CLIENT = "import ray, sys; ray.init(address=sys.argv[1]); print(ray.cluster_resources()); ray.shutdown()"
 
 # name -> the launcher's options, the script's arguments
 LAUNCHES = {
     "ends-well": (["--servers", "1", "--workers", "2"], []),
     "fails-keeping-logs": (["--servers", "1", "--workers", "1", "--keep-logs"], ["fail"]),
     "terminated": (["--servers", "1", "--workers", "1"], ["wait"]),  # sent SIGTERM once a role printed
+    "token": (["--servers", "1", "--workers", "1"], ["token"]),  # Ray clients try it, then SIGTERM
 }
+
+
+def _clients(cluster: dict[str, str]) -> dict[str, Any]:
+    """Ray clients joining the launcher's cluster: with no token, with a wrong one, with its token (at once)."""
+    bare = {k: v for k, v in os.environ.items() if not k.startswith("RAY_AUTH_")}
+    envs = {
+        "no token": bare,
+        "a wrong token": dict(bare, RAY_AUTH_MODE="token", RAY_AUTH_TOKEN="0" * 64),
+        "its token": dict(bare, RAY_AUTH_MODE="token", RAY_AUTH_TOKEN=cluster["token"]),
+    }
+    clients = {
+        name: subprocess.Popen(
+            [sys.executable, "-c", CLIENT, cluster["address"]],
+            env=env,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        for name, env in envs.items()
+    }
+    found = {}
+    for name, client in clients.items():
+        try:
+            stdout, stderr = client.communicate(timeout=120)
+        except subprocess.TimeoutExpired:
+            client.kill()
+            stdout, stderr = client.communicate()
+        found[name] = {"status": client.returncode, "stdout": stdout[-2000:], "stderr": stderr[-4000:]}
+    return found
 
 
 def launches(out: Path) -> None:
@@ -93,17 +143,29 @@ def launches(out: Path) -> None:
     script.write_text(SCRIPT)
     report: dict[str, Any] = {}
     for name, (options, args) in LAUNCHES.items():
+        if args == ["token"]:
+            args = ["token", str(out)]
         tmp = Path(tempfile.mkdtemp(prefix="bl-", dir="/tmp"))  # short: Ray's socket paths live under it
         try:
             env = dict(os.environ, TMPDIR=str(tmp))
             command = [sys.executable, "-m", "blockir.cli", "launch", "--backend", "ray", *options, str(script), *args]
             launcher = subprocess.Popen(command, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-            if args == ["wait"]:
+            clients = None
+            if args[0:1] == ["wait"]:
                 assert launcher.stdout is not None
                 launcher.stdout.readline()  # a role runs: the cluster is up
                 launcher.send_signal(signal.SIGTERM)
+            elif args[0:1] == ["token"]:
+                written = out / "cluster.json"
+                deadline = time.monotonic() + 180
+                while not written.exists() and launcher.poll() is None and time.monotonic() < deadline:
+                    time.sleep(0.2)
+                if written.exists():
+                    clients = _clients(json.loads(written.read_text()))
+                launcher.send_signal(signal.SIGTERM)
             stdout, stderr = launcher.communicate(timeout=240)
             report[name] = {
+                "clients": clients,
                 "status": launcher.returncode,
                 "stdout": stdout,
                 "stderr": stderr,
@@ -116,8 +178,37 @@ def launches(out: Path) -> None:
     (out / "launches.json").write_text(json.dumps(report))
 
 
+NODES = {"server 0": {"node-0": 1.0}, "worker 0": {"node-0": 1.0}, "worker 1": {"node-1": 1.0}}  # role -> resources
+
+
+def nodes(out: Path) -> None:
+    from ray.cluster_utils import Cluster
+
+    os.environ.update(loopback_env())
+    tmp = tempfile.mkdtemp(prefix="bl-", dir="/tmp")  # short: Ray's socket paths live under it
+    os.environ["RAY_TMPDIR"] = tmp  # the nodes' session files, and the cluster's address file, go there
+    common = {"num_cpus": 1, "include_dashboard": False, "node_ip_address": "127.0.0.1"}
+    try:
+        cluster = Cluster(initialize_head=True, head_node_args={**common, "resources": {"node-0": 4}})
+        try:
+            cluster.add_node(**common, resources={"node-1": 4})
+            ray.init(address=cluster.address, namespace=NAMESPACE)
+            failures = launch(
+                scenarios.SCRIPTS / "nodes.py", 1, 2, [str(out)], backend="ray", timeout=120, resources=NODES
+            ).failures
+            listeners = subprocess.run(["ss", "-ltnpH"], capture_output=True, text=True, check=True).stdout
+        finally:
+            ray.shutdown()
+            cluster.shutdown()
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    (out / "nodes.json").write_text(json.dumps({"failures": failures, "listeners": listeners.splitlines()}))
+
+
 if __name__ == "__main__":
     if sys.argv[1] == "--launches":
         launches(Path(sys.argv[2]))
+    elif sys.argv[1] == "--nodes":
+        nodes(Path(sys.argv[2]))
     else:
         main(Path(sys.argv[1]))

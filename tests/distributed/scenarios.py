@@ -28,6 +28,17 @@ SCRIPTS = Path(__file__).parent / "scripts"
 ASYNC_EPOCHS, ASYNC_DOCS, HELDOUT_DOCS = 1, 16000, 4000  # enough to come near the corpus's best accuracy
 
 
+def sync_dense_role() -> Any:
+    """A test script's role on the dense model in sync mode (SGD 0.1): ``fleet.init`` and ``minimize`` done; the
+    loss."""
+    fleet.init()
+    loss = ps_models.build("dense")
+    strategy = fleet.DistributedStrategy()
+    strategy.a_sync = False
+    fleet.distributed_optimizer(bir.optimizer.SGD(0.1), strategy).minimize(loss)
+    return loss
+
+
 def serve_or_start_worker() -> bir.Executor | None:
     """A fleet role's start in a test script: a server serves until the workers stop (None); a worker runs the
     startup program and ``init_worker`` (its executor)."""

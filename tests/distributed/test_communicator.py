@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from concurrent.futures import Future
 from typing import Any
 
@@ -15,13 +15,14 @@ import numpy as np
 import pytest
 
 import blockir as bir
-from blockir.distributed.communicator import Communicator, _merge_rows, _sum_distinct
+from blockir.distributed.api import SERVER_METHODS, ParameterServerAPI, ServerHandle
+from blockir.distributed.communicator import AsyncCommunicator, _merge_rows, _sum_distinct
 from blockir.distributed.server import ParameterServer
 from blockir.parallel.async_executor import _looking_ahead
 from tests.distributed.test_server import TABLE, _split
 
 
-class _Handle:
+class _Handle(ServerHandle):
     """Server ``server`` in this process; the requests ``gated`` holds answer once ``gate`` is set."""
 
     def __init__(self, server: ParameterServer) -> None:
@@ -30,10 +31,11 @@ class _Handle:
         self.gate = threading.Event()
         self.gated: set[int] = set()  # ids whose pull_sparse waits for the gate
 
-    def submit(self, method: str, *args: Any) -> Future:
-        self.calls.append(method)
+    def submit(self, method: Callable[..., Any], *args: Any, **kwargs: Any) -> Future:
+        name = SERVER_METHODS[method]
+        self.calls.append(name)
         future: Future = Future()
-        if method == "pull_sparse" and self.gated & set(np.asarray(args[1]).tolist()):
+        if method is ParameterServerAPI.pull_sparse and self.gated & set(np.asarray(args[1]).tolist()):
 
             def later() -> None:
                 self.gate.wait(10)
@@ -41,14 +43,14 @@ class _Handle:
 
             threading.Thread(target=later, daemon=True).start()
         else:
-            future.set_result(getattr(self.server, method)(*args))
+            future.set_result(getattr(self.server, name)(*args, **kwargs))
         return future
 
     def close(self) -> None:
         """Nothing to release: the server is in this process."""
 
 
-_made: list[Communicator] = []
+_made: list[AsyncCommunicator] = []
 
 
 @pytest.fixture(autouse=True)
@@ -59,11 +61,11 @@ def _stopped() -> Iterator[None]:
         _made.pop().stop()
 
 
-def _async(pull_every: int = 1, prefetch: int = 0, queue_size: int | None = 16) -> tuple[Communicator, _Handle]:
+def _async(pull_every: int = 1, prefetch: int = 0, queue_size: int | None = 16) -> tuple[AsyncCommunicator, _Handle]:
     """A worker's communicator and the handle of its one server, which holds the dense parameters' first values."""
     split, startup = _split(1)
     handle = _Handle(ParameterServer(0, split, startup, "async", timeout=5))
-    mine = Communicator(split, [handle], 0, "async", pull_every=pull_every, queue_size=queue_size, prefetch=prefetch)
+    mine = AsyncCommunicator(split, [handle], 0, pull_every=pull_every, queue_size=queue_size, prefetch=prefetch)
     _made.append(mine)
     scope = bir.Scope()
     bir.Executor("cpu").run(startup, scope=scope)
@@ -110,8 +112,30 @@ def test_with_pull_every_1_every_step_is_pushed_even_when_steps_queue_up() -> No
     np.testing.assert_allclose(handle.server.pull_sparse(TABLE, ids), start - 0.5 * 3, rtol=1e-6)
 
 
-def test_the_queue_holds_two_windows_by_default() -> None:
-    for pull_every, size in ((1, 4), (2, 4), (8, 16)):
+@pytest.mark.timeout(30)
+def test_stale_steps_count_the_steps_the_dense_values_a_recv_gives_lack() -> None:
+    mine, handle = _async(pull_every=1)
+    ids = np.array([1], np.int64)
+    handle.server._lock.acquire()  # the server is busy: no exchange answers, the worker trains on its first values
+    try:
+        for _ in range(3):
+            mine.push({}, [(TABLE, ids, np.ones((1, 4), np.float32))], 1)
+            assert mine.pull_dense([]) is None
+    finally:
+        handle.server._lock.release()
+    assert mine.stats["stale_steps"] == 1 + 2 + 3
+    deadline = time.monotonic() + 10
+    while (fresh := mine._fresh) is None or fresh[0] < 3:  # the three exchanges answered
+        assert time.monotonic() < deadline
+        time.sleep(0.001)
+    assert mine.pull_dense([]) is not None and mine.stats["stale_steps"] == 6  # values of all 3 steps: none lacked
+    mine.push({}, [(TABLE, ids, np.ones((1, 4), np.float32))], 1)
+    mine.stop()
+    assert mine.pull_dense([]) is not None and mine.stats["stale_steps"] == 6
+
+
+def test_the_queue_holds_one_window_by_default() -> None:
+    for pull_every, size in ((1, 1), (2, 2), (8, 8)):
         mine, _ = _async(pull_every=pull_every, queue_size=None)
         assert mine._queue.maxsize == size
 
@@ -132,7 +156,7 @@ def test_the_rows_of_prefetch_over_2_batches_are_asked_for_in_one_request() -> N
     mine.stop()
 
 
-def _next_window(mine: Communicator, ids: np.ndarray) -> None:
+def _next_window(mine: AsyncCommunicator, ids: np.ndarray) -> None:
     """Push a step with the gradient of ``ids`` (pull_every 1: a window) and wait until its exchange refreshed
     the cache."""
     mine.push({}, [(TABLE, ids, np.ones((len(ids), 4), np.float32))], 1)

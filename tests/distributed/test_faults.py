@@ -6,6 +6,7 @@ clearly when it will not come back; fleet.save_inference_model exports a model t
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from concurrent.futures import Future
 from pathlib import Path
 from typing import Any
@@ -15,7 +16,8 @@ import pytest
 
 import blockir as bir
 from blockir.distributed import fleet
-from blockir.distributed.communicator import Communicator, ServerLost
+from blockir.distributed.api import SERVER_METHODS, ServerControl, ServerHandle, ServerLost
+from blockir.distributed.communicator import SyncCommunicator
 from blockir.distributed.launch import launch
 from blockir.distributed.server import ParameterServer
 from blockir.errors import BlockirError
@@ -102,34 +104,34 @@ def test_a_restarted_server_restores_exactly_what_the_checkpoint_holds(tmp_path:
     assert any(".block" in n for names in compared.values() for n in names)  # a cut parameter's state too
 
 
-class _Flaky:
+class _Flaky(ServerHandle):
     """A handle to ``server`` that is lost for its first ``lost`` requests (then answers as ``life``)."""
 
     def __init__(self, server: ParameterServer, lost: int, life: dict[str, Any], final: bool = False) -> None:
         self.server, self.lost, self.life, self.final = server, lost, life, final
         self.calls: list[str] = []
 
-    def submit(self, method: str, *args: Any) -> Future:
-        self.calls.append(method)
+    def submit(self, method: Callable[..., Any], *args: Any, **kwargs: Any) -> Future:
+        self.calls.append(SERVER_METHODS[method])
         future: Future = Future()
         if self.lost:
             self.lost -= 1
             future.set_exception(ServerLost("the actor died", final=self.final))
-        elif method == "incarnation":
+        elif method is ServerControl.incarnation:
             future.set_result(self.life)
         else:
-            future.set_result(getattr(self.server, method)(*args))
+            future.set_result(getattr(self.server, SERVER_METHODS[method])(*args, **kwargs))
         return future
 
     def close(self) -> None:
         pass
 
 
-def _communicator(lost: int, life: dict[str, Any], final: bool = False, timeout: float = 5.0) -> Communicator:
+def _communicator(lost: int, life: dict[str, Any], final: bool = False, timeout: float = 5.0) -> SyncCommunicator:
     split, startup = _split(1)
     server = ParameterServer(0, split, startup, "sync", timeout=5)
     handle = _Flaky(server, 0, {"restart": 0, "checkpoint": None, "step": None, "version": None}, final)
-    mine = Communicator(split, [handle], 0, "sync", timeout=timeout)
+    mine = SyncCommunicator(split, [handle], 0, timeout=timeout)
     mine.know_servers()
     handle.lost, handle.life = lost, life
     return mine

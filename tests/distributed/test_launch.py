@@ -123,3 +123,64 @@ def test_a_script_is_read_as_python_reads_it(tmp_path: Path, capsys: pytest.Capt
     status, out, err = _launch([str(script)], capsys)
     assert (status, err) == (0, "")
     assert sorted(out.splitlines()) == ["[server 0] caf\u00e9", "[worker 0] caf\u00e9"]
+
+
+def test_a_cluster_the_launcher_starts_has_token_authentication_unless_the_environment_says_otherwise() -> None:
+    from blockir.distributed.launch import cluster_env
+
+    first, second = cluster_env({}), cluster_env({})
+    assert first["RAY_AUTH_MODE"] == "token" and first["RAY_USAGE_STATS_ENABLED"] == "0"
+    assert len(first["RAY_AUTH_TOKEN"]) == 64 and first["RAY_AUTH_TOKEN"] != second["RAY_AUTH_TOKEN"]  # per launch
+    assert "RAY_AUTH_TOKEN" not in cluster_env({"RAY_AUTH_TOKEN_PATH": "/secret"})  # the user's token stands
+    assert cluster_env({"RAY_AUTH_TOKEN": "mine"})["RAY_AUTH_MODE"] == "token"
+    for settled in (cluster_env({"RAY_AUTH_MODE": "disabled"}), cluster_env({}, ray_imported=True)):
+        assert "RAY_AUTH_MODE" not in settled and "RAY_AUTH_TOKEN" not in settled
+
+
+# Runs `launch(SCRIPT, backend="ray")` where importing ray records the environment at that moment and fails.
+_RAY_IMPORT_SEES = """\
+import json, os, sys
+seen = {}
+class Watch:
+    def find_spec(self, name, path=None, target=None):
+        if name == "ray":
+            seen.update({k: os.environ.get(k) for k in ("RAY_AUTH_MODE", "RAY_AUTH_TOKEN", "RAY_USAGE_STATS_ENABLED")})
+            raise ModuleNotFoundError("No module named 'ray'", name="ray")
+sys.meta_path.insert(0, Watch())
+from blockir.distributed.launch import launch
+from blockir.errors import BlockirError
+try:
+    launch(sys.argv[1], 1, 1, backend="ray", address=sys.argv[2] or None)
+except BlockirError as e:
+    print(json.dumps({"seen": seen, "error": str(e)}))
+"""
+
+
+@pytest.mark.parametrize("address", ["", "10.0.0.9:6379"])
+def test_the_launcher_sets_rays_authentication_before_ray_is_imported(tmp_path: Path, address: str) -> None:
+    """Ray 2.60 reads RAY_AUTH_MODE when it is imported: a launch starting its own cluster has token
+    authentication and its token in the environment by then; one joining a cluster (--address) sets nothing."""
+    import json
+    import os
+    import subprocess
+
+    script = tmp_path / "roles.py"
+    script.write_text("print('never run')\n")
+    env = {k: v for k, v in os.environ.items() if not k.startswith("RAY_")}
+    env["PYTHONPATH"] = str(Path(__file__).resolve().parents[2])
+    done = subprocess.run(
+        [sys.executable, "-c", _RAY_IMPORT_SEES, str(script), address],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert done.returncode == 0, done.stderr
+    report = json.loads(done.stdout)
+    assert "needs Ray" in report["error"]
+    seen = report["seen"]
+    if address:
+        assert seen == {"RAY_AUTH_MODE": None, "RAY_AUTH_TOKEN": None, "RAY_USAGE_STATS_ENABLED": None}
+    else:
+        assert seen["RAY_AUTH_MODE"] == "token" and len(seen["RAY_AUTH_TOKEN"]) == 64
+        assert seen["RAY_USAGE_STATS_ENABLED"] == "0"

@@ -63,6 +63,14 @@ def ray_launches(tmp_path_factory: pytest.TempPathFactory) -> dict:
     return json.loads((out / "launches.json").read_text())
 
 
+@pytest.fixture(scope="module")
+def ray_nodes(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """What ray_driver.nodes wrote: a launch on a cluster of two Ray nodes (two raylets on this machine)."""
+    out = tmp_path_factory.mktemp("nodes")
+    _in_namespace(out, f"--nodes {out}", 400)
+    return out
+
+
 def _report(out: Path) -> dict:
     return json.loads((out / "ray.json").read_text())
 
@@ -93,6 +101,31 @@ def test_workers_reach_a_server_over_a_unix_socket_on_its_node_and_tcp_from_anot
     listeners = [entry.split(":") for entry in report["tcp_listeners"]]
     assert ["0100007F", f"{report['other_node_port']:04X}"] in listeners
     assert {host for host, _ in listeners} <= LOOPBACK_HEX, listeners
+
+
+def test_on_two_ray_nodes_a_worker_on_the_servers_node_talks_a_unix_socket_and_one_on_another_tcp(
+    ray_nodes: Path,
+) -> None:
+    """Roles placed by the launcher's resources on a cluster of two Ray nodes: each of a worker's connections is
+    a Unix socket when the server is on its node, TCP (on loopback here) when not, as both ends read it from the
+    socket: the server's listeners serve each of the worker's connections, of the same kind, from the same
+    peer. The cluster listens on loopback only."""
+    report = json.loads((ray_nodes / "nodes.json").read_text())
+    assert report["failures"] == {}
+    _check_on_loopback(report["listeners"])
+    placed = set()
+    for k in range(2):
+        worker = json.loads((ray_nodes / f"nodes-worker-{k}.json").read_text())
+        server = worker["server"]
+        same_node = worker["node"] == server["node"]
+        placed.add(same_node)
+        mine = {tuple(c) for c in worker["connections"]}
+        assert mine, f"worker {k} has no data-plane connection"
+        assert {kind for kind, _ in mine} == {"unix" if same_node else "tcp"}, (k, worker)
+        assert mine <= {tuple(c) for c in server["connections"]}, (k, worker)  # connection by connection
+        if not same_node:
+            assert all(end.startswith("127.0.0.1:") for _, end in mine), mine
+    assert placed == {True, False}  # worker 0 on the server's node, worker 1 on the other
 
 
 RAY_PREFIX = re.compile(r"\((server|worker) \d+ pid=\d+\)")  # what Ray puts before a line it forwards
@@ -137,6 +170,20 @@ def test_ray_launch_tells_each_failure_in_one_line_and_keep_logs_keeps_the_sessi
     ]
     assert len(kept) == 1 and kept[0].split(" are in ")[1].startswith(run["tmpdir"] + "/blockir-ray-")
     assert run["left_sessions"], run["left"]
+
+
+def test_the_cluster_a_launch_starts_refuses_a_ray_client_without_its_token(ray_launches: dict) -> None:
+    """``blockir launch --backend ray`` without ``--address`` starts its cluster with Ray's token authentication
+    and a token of its own: a Ray client with no token or a wrong one is refused, one with the launch's joins."""
+    run = ray_launches["token"]
+    assert run["status"] == -15, run["stderr"]
+    clients = run["clients"]
+    assert clients is not None, run["stderr"]
+    assert clients["its token"]["status"] == 0, clients["its token"]
+    for name in ("no token", "a wrong token"):
+        refused = clients[name]
+        assert refused["status"] != 0, (name, refused)
+        assert re.search(r"(?i)authenticat|token", refused["stderr"]), (name, refused["stderr"])
 
 
 @pytest.mark.parametrize(("model", "optimizer"), scenarios.SYNC_CASES)

@@ -13,9 +13,8 @@ from typing import Any, cast
 import numpy as np
 import pytest
 
-from blockir.distributed.api import ParameterServerAPI
+from blockir.distributed.api import ParameterServerAPI, ServerLost
 from blockir.distributed.backend import InProcessBackend
-from blockir.distributed.communicator import ServerLost
 from blockir.distributed.server import ParameterServer
 from blockir.distributed.wire import WireClient, WireServer, new_token
 from blockir.errors import BlockirError

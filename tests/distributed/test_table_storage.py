@@ -8,6 +8,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -163,3 +164,185 @@ def test_pushes_to_two_tables_from_two_threads_equal_the_same_pushes_one_after_t
         ids, rows = alone.table_rows(name)
         again, rows_again = together.table_rows(name)
         np.testing.assert_array_equal(rows_again[np.argsort(again)], rows[np.argsort(ids)])
+
+
+def test_a_paddle_style_worker_running_its_own_startup_program_allocates_no_distributed_table() -> None:
+    """A [10^9, 16] table (60 GB in full): the worker runs ``default_startup_program()`` itself, as Paddle's
+    parameter-server scripts do, which ``minimize`` rewrote in place; it trains a step on ids at both ends."""
+    from blockir.distributed import fleet
+    from blockir.distributed.launch import launch
+
+    seen: dict[str, object] = {}
+
+    def script() -> None:
+        fleet.init()
+        ids = bir.layers.data("ids", [-1, 1], dtype="int64")
+        emb = bir.layers.embedding(ids, size=[10**9, 16], is_sparse=True)
+        loss = bir.layers.mean(bir.layers.fc(emb, 1))
+        strategy = fleet.DistributedStrategy()
+        strategy.a_sync = True
+        fleet.distributed_optimizer(bir.optimizer.SGD(0.1), strategy).minimize(loss)
+        if fleet.is_server():
+            fleet.init_server()
+            fleet.run_server()
+            seen["rows"] = fleet.server().table_size(TABLE)
+            return
+        exe = bir.Executor("cpu")
+        exe.run(bir.default_startup_program())
+        fleet.init_worker()
+        feed = {"ids": np.array([[0], [10**9 - 1]], np.int64)}
+        seen["loss"] = exe.run(fleet.main_program, feed=feed, fetch_list=[loss])[0]
+        seen["scope"] = bir.global_scope().find_var(TABLE)
+        seen["rewritten"] = fleet.startup_program is bir.default_startup_program()
+        fleet.stop_worker()
+
+    result = launch(script, 1, 1, timeout=60)
+    assert result.ok, result.failures
+    assert seen["scope"] is None and seen["rewritten"] is True
+    assert np.isfinite(seen["loss"]).all() and seen["rows"] == 2
+
+
+def _saved(srv: ParameterServer, base: Path, chain: list[dict], delta: bool) -> dict:
+    """Save ``srv``'s table into a new directory under ``base`` (``delta``: as a delta after ``chain``); its
+    manifest entry with the chain so far (the server's save left uncommitted)."""
+    directory = base / f"g{len(list(base.iterdir()))}"
+    directory.mkdir()
+    written = srv.save_shards(str(directory), delta)[TABLE]
+    shard = {k: (Path(v).relative_to(base).as_posix() if k == "file" else v) for k, v in written.items()}
+    chain.append({k: v for k, v in shard.items() if k != "states"})
+    table = srv.shards[TABLE].table
+    entry = {"height": table.height, "dim": table.dim, "dtype": table.dtype, "servers": 1, "rule": "id % servers"}
+    return entry | {"states": written["states"], "shards": [chain[0]], "deltas": [{"shards": [s]} for s in chain[1:]]}
+
+
+def _loaded(base: Path, entry: dict, height: int) -> dict[int, np.ndarray]:
+    fresh = _server(height)
+    fresh.load_tables(str(base), {TABLE: entry}, None)
+    ids, rows = fresh.table_rows(TABLE)
+    return dict(zip(ids.tolist(), rows, strict=True))
+
+
+def _rows(srv: ParameterServer) -> dict[int, np.ndarray]:
+    ids, rows = srv.table_rows(TABLE)
+    return dict(zip(ids.tolist(), rows, strict=True))
+
+
+def _same(got: dict[int, np.ndarray], want: dict[int, np.ndarray]) -> None:
+    assert sorted(got) == sorted(want)
+    for i, row in want.items():
+        np.testing.assert_array_equal(got[i], row)
+
+
+def test_a_row_changed_while_a_save_completes_is_in_the_next_delta(tmp_path: Path) -> None:
+    srv, chain = _server(100), []
+    grad = np.ones((10, 4), np.float32)
+    srv.push(0, {}, {TABLE: (np.arange(10, dtype=np.int64), grad)})
+    _saved(srv, tmp_path, chain, delta=False)
+    srv.push(0, {}, {TABLE: (np.array([3], dtype=np.int64), grad[:1])})  # after the rows were written
+    srv.commit_save()  # the save completes: 3's new value is not in it
+    assert srv.shards[TABLE].dirty_rows()[1].tolist() == [3]
+    srv.push(0, {}, {TABLE: (np.array([4], dtype=np.int64), grad[:1])})
+    _saved(srv, tmp_path, list(chain), delta=True)  # a save that never completes (no commit)
+    srv.push(0, {}, {TABLE: (np.array([4, 5], dtype=np.int64), grad[:2])})
+    entry = _saved(srv, tmp_path, chain, delta=True)  # 3, 4 (logged twice) and 5, once each
+    assert chain[-1]["rows"] == 3
+    _same(_loaded(tmp_path, entry, 100), _rows(srv))
+
+
+_steps = st.lists(
+    st.one_of(
+        st.tuples(st.just("push"), st.lists(st.integers(0, 60), min_size=1, max_size=12)),
+        st.tuples(st.just("pull"), st.lists(st.integers(0, 60), min_size=1, max_size=12)),
+        st.tuples(st.just("shrink"), st.integers(1, 2)),
+        st.tuples(st.just("save"), st.booleans()),
+    ),
+    max_size=14,
+)
+
+
+@settings(max_examples=40, deadline=None)
+@given(_steps)
+def test_a_chain_of_a_base_and_deltas_loads_as_the_table_was_when_it_was_saved(steps: list) -> None:
+    """Pushes, pulls, shrinks and saves (each complete) in any order: a load of the last base and the deltas after it
+    holds the rows the table held at the last save, and a reshard of it the same."""
+    import tempfile
+
+    from blockir.distributed.saves import replay
+
+    srv, chain, entry, want = _server(61), [], None, None
+    with tempfile.TemporaryDirectory() as tmp:
+        base = Path(tmp)
+        for kind, arg in steps:
+            if kind == "push":
+                ids = np.array(arg, np.int64)
+                srv.push(0, {}, {TABLE: (ids, np.full((len(ids), 4), 0.25, np.float32))})
+            elif kind == "pull":
+                srv.pull_sparse(TABLE, np.array(arg, np.int64))
+            elif kind == "shrink":
+                srv.shrink(arg)
+            else:
+                delta = arg and entry is not None
+                base = base if delta else Path(tempfile.mkdtemp(dir=tmp))
+                entry = _saved(srv, base, chain if delta else (chain := []), delta)
+                srv.commit_save()
+                want, saved_in = _rows(srv), base
+        if entry is None:
+            return
+        _same(_loaded(saved_in, entry, 61), want)
+        done = replay(saved_in, TABLE, entry, [TABLE])
+        live = done.index.live_rows()
+        _same(dict(zip(done.index.row_ids()[live].tolist(), done.arrays[TABLE][live], strict=True)), want)
+
+
+def test_a_shard_holding_another_servers_id_is_refused_naming_it(tmp_path: Path) -> None:
+    from blockir.errors import BlockirError
+
+    srv, chain = _server(100), []
+    srv.push(0, {}, {TABLE: (np.arange(4, dtype=np.int64), np.ones((4, 4), np.float32))})
+    entry = _saved(srv, tmp_path, chain, delta=False)
+    two = entry | {"servers": 2, "shards": [chain[0], chain[0]]}  # shard 0 of 2 holds ids 1 and 3 too
+    main, startup = bir.Program(), bir.Program()
+    with bir.program_guard(main, startup), bir.unique_name.guard():
+        ids = bir.layers.data("ids", [-1, 1], dtype="int64")
+        bir.optimizer.Adagrad(0.1).minimize(bir.layers.mean(bir.layers.embedding(ids, size=[100, 4], is_sparse=True)))
+    server0 = ParameterServer(0, split(main, 2, 1), startup, "async")
+    with pytest.raises(BlockirError, match=r"shard g0/.* of server 0 of 2 holds id 1 \('ids'\), which the rule"):
+        server0.load_tables(str(tmp_path), {TABLE: two}, None)
+
+
+def test_an_index_restored_from_its_saved_table_finds_every_id_and_a_wrong_table_is_not_taken() -> None:
+    rng = np.random.default_rng(5)
+    ids = rng.permutation(10**6)[:5000].astype(np.int64)
+    index = IdIndex()
+    index.add(ids)
+    index.remove(ids[:100])
+    index.add(ids[:100][::-1])  # the free rows reused: none free, tombstones left in the table
+    assert index.free == 0
+    row_ids = index.row_ids().copy()
+    again = IdIndex.restored(row_ids, index.slots.copy())
+    assert again is not None and len(again) == 5000
+    np.testing.assert_array_equal(again.find(ids), index.find(ids))
+    again.add(np.array([10**6 + 1], np.int64))  # and it goes on growing
+    assert again.find(np.array([10**6 + 1]))[0] == 5000
+    wrong = {
+        "another id": np.where(row_ids == row_ids[7], row_ids[8], row_ids),  # an id twice, one missing
+        "fewer rows": row_ids[:-1],
+    }
+    for what, table_ids in wrong.items():
+        assert IdIndex.restored(table_ids, index.slots.copy()) is None, what
+    assert IdIndex.restored(row_ids, index.slots[:-1].copy()) is None  # not a power of two
+    bad = index.slots.copy()
+    bad[np.flatnonzero(bad >= 0)[0]] = 5000  # a slot naming a row that is not there
+    assert IdIndex.restored(row_ids, bad) is None
+
+
+def test_a_load_takes_the_index_saved_with_a_full_save(tmp_path: Path) -> None:
+    srv, chain = _server(10**6), []
+    ids = np.random.default_rng(1).permutation(10**6)[:3000].astype(np.int64)
+    srv.push(0, {}, {TABLE: (ids, np.ones((3000, 4), np.float32))})
+    entry = _saved(srv, tmp_path, chain, delta=False)
+    assert "index_slots" in chain[0]["arrays"]
+    fresh = _server(10**6)
+    fresh.load_tables(str(tmp_path), {TABLE: entry}, None)
+    np.testing.assert_array_equal(fresh.shards[TABLE].index.slots, srv.shards[TABLE].index.slots)
+    _same(_rows(fresh), _rows(srv))

@@ -558,3 +558,33 @@ def test_an_address_prints_where_it_is() -> None:
     assert str(Address("unix", path="\0x")) == "unix:@x"
     assert str(Address("tcp", host="::1", port=5)) == "tcp:[::1]:5"
     assert str(Address("tcp", host="127.0.0.1", port=5)) == "tcp:127.0.0.1:5"
+
+
+@pytest.mark.parametrize("kind", ["unix", "tcp"])
+@pytest.mark.timeout(30)
+def test_each_end_reports_each_connection_with_its_kind_and_the_same_peer(kind: str, token: bytes) -> None:
+    """The kind is read from each socket; the client names its end as the server names its peer, so the two lists
+    match connection by connection (the multi-node test on Ray checks the data plane this way)."""
+    made = WireServer.unix(Echo(), token, interface=EchoAPI) if kind == "unix" else None
+    made = made or WireServer.tcp(Echo(), token, "127.0.0.1", interface=EchoAPI)
+    with made as server, WireClient(server.address, token, interface=EchoAPI, pool_size=3) as client:
+        _report_each_connection(server, client)
+
+
+def _report_each_connection(server: WireServer, client: WireClient) -> None:
+    busy = [client.submit(EchoAPI.wait, 0.2) for _ in range(2)]  # two calls in flight: two connections
+    for call in busy:
+        call.result(5)
+    mine = client.connections()
+    assert len(mine) == 2 and {kind for kind, _ in mine} == {server.address.kind}
+    if server.address.kind == "unix":
+        assert {peer for _, peer in mine} == {f"pid {os.getpid()}"}
+    deadline = time.monotonic() + 5
+    while sorted(server.connections()) != sorted(mine):  # a connection is listed once past its handshake
+        assert time.monotonic() < deadline, (server.connections(), mine)
+        time.sleep(0.01)
+    client.close()
+    while server.connections():  # and gone once closed
+        assert time.monotonic() < deadline, server.connections()
+        time.sleep(0.01)
+    assert client.connections() == []

@@ -129,6 +129,16 @@ def _recv_all(sock: socket.socket, n: int) -> bytes:
     return data
 
 
+def _kind(sock: socket.socket) -> Literal["unix", "tcp"]:
+    """What a connected socket is, read from the socket itself."""
+    return "unix" if sock.family == socket.AF_UNIX else "tcp"
+
+
+def _end(address: Any) -> str:
+    """A TCP end (``getsockname``, ``getpeername``) as ``host:port``."""
+    return f"[{address[0]}]:{address[1]}" if ":" in address[0] else f"{address[0]}:{address[1]}"
+
+
 def _remove_socket_dir(directory: str) -> None:
     shutil.rmtree(directory, ignore_errors=True)
 
@@ -173,6 +183,7 @@ class WireServer:
         self._closed = threading.Event()
         self._lock = threading.Lock()
         self._connections: dict[socket.socket, threading.Thread] = {}
+        self._peers: dict[socket.socket, str] = {}  # the connections past the handshake, and who is at the other end
         self._cleanup = weakref.finalize(self, _remove_socket_dir, socket_dir) if socket_dir else None
         self._accepting = threading.Thread(target=self._accept, name=f"wire-accept {address}", daemon=True)
         self._accepting.start()
@@ -264,11 +275,19 @@ class WireServer:
                 self._connections[sock] = thread
             thread.start()
 
-    def _describe(self, sock: socket.socket, peer: Any) -> str:
+    def connections(self) -> list[tuple[str, str]]:
+        """The connections it serves (past the handshake): each one's kind, read from its socket, and its peer
+        (``pid N`` on a Unix socket, from ``SO_PEERCRED``; ``host:port`` on TCP), as
+        :meth:`WireClient.connections` names its own end."""
+        with self._lock:
+            return [(_kind(sock), peer) for sock, peer in self._peers.items()]
+
+    def _describe(self, sock: socket.socket, peer: Any) -> tuple[str, str]:
+        """The peer as :meth:`connections` names it (``pid N``, ``host:port``), and as the log does."""
         if self.address.kind == "unix":
             pid, uid = _peer_uid(sock)
-            return f"pid {pid} (uid {uid})"
-        return f"{peer[0]}:{peer[1]}"
+            return f"pid {pid}", f"pid {pid} (uid {uid})"
+        return _end(peer), _end(peer)
 
     def _handshake(self, sock: socket.socket) -> None:
         _buffers(sock).settimeout(self.handshake_timeout)
@@ -304,8 +323,10 @@ class WireServer:
     def _serve(self, sock: socket.socket, peer: Any) -> None:
         who = f"{peer}"
         try:
-            who = self._describe(sock, peer)
+            name, who = self._describe(sock, peer)
             self._handshake(sock)
+            with self._lock:
+                self._peers[sock] = name
             set_stall(sock, self.frame_timeout)
             while True:
                 frame = receive(sock, self.limits, self._lookup)
@@ -330,6 +351,7 @@ class WireServer:
             sock.close()
             with self._lock:
                 self._connections.pop(sock, None)
+                self._peers.pop(sock, None)
 
 
 def _shutdown(sock: socket.socket) -> None:
@@ -460,6 +482,15 @@ class WireClient:
             return future
         connection.send(buffers)
         return future
+
+    def connections(self) -> list[tuple[str, str]]:
+        """Its open connections: each one's kind, read from its socket, and this end as the server names its
+        peer (``pid N`` on a Unix socket, ``host:port`` on TCP: :meth:`WireServer.connections`)."""
+        with self._lock:
+            live = [c.sock for c in self._connections if c.failure is None]
+        return [
+            (_kind(sock), f"pid {os.getpid()}" if _kind(sock) == "unix" else _end(sock.getsockname())) for sock in live
+        ]
 
     def _register(self, request: int, future: Future, method: Method) -> _Connection:
         with self._lock:

@@ -9,21 +9,19 @@ from pathlib import Path
 from typing import cast
 
 import ray
-from ps_models import batch, build
+from ps_models import batch
 
-import blockir as bir
 from blockir.distributed import fleet
 from blockir.distributed.api import ParameterServerAPI
 from blockir.distributed.ray_backend import RayHandle
 from blockir.distributed.wire import Address, ConnectionLost, WireClient, new_token
-from tests.distributed.scenarios import serve_or_start_worker  # the tests run it with the checkout on PYTHONPATH
+from tests.distributed.scenarios import (  # the tests run it with the checkout on PYTHONPATH
+    serve_or_start_worker,
+    sync_dense_role,
+)
 
 out = Path(sys.argv[1])
-fleet.init()
-loss = build("dense")
-strategy = fleet.DistributedStrategy()
-strategy.a_sync = False
-fleet.distributed_optimizer(bir.optimizer.SGD(0.1), strategy).minimize(loss)
+loss = sync_dense_role()
 
 
 def tcp_listeners() -> list[str]:
@@ -58,7 +56,7 @@ if exe is not None:
         "other_node_host": tcp.host,
         "other_node_port": tcp.port,
         "version_over_tcp": version,
-        "server_version": fleet.communicator().call(0, "version"),
+        "server_version": fleet.communicator().transport.call(0, ParameterServerAPI.version),
         "wrong_token_refused": refused,
         "tcp_listeners": tcp_listeners(),
     }
