@@ -69,14 +69,22 @@ def _check_calibratable(program: Program) -> None:
 
 def _scratch_scope(program: Program, scope: Scope, batch: int) -> Scope:
     """A scope holding copies of the persistables ``scope`` has for ``program``, and zeros (each ``-1``
-    dimension ``batch``) for the dense ones it lacks."""
+    dimension ``batch``) for the dense ones it lacks or holds in a shape the program does not declare (a value
+    of another program's variable of that name)."""
     scratch = Scope()
     for var in program.list_vars():
         if not var.persistable:
             continue
         found = scope.find_var(var.name)
-        if found is not None and found.is_initialized():
-            scratch.set(var.name, copy.deepcopy(found.get_tensor()), found.device)
+        value = found.get_tensor() if found is not None and found.is_initialized() else None
+        shape = getattr(value, "shape", None)
+        fits = (
+            var.shape is None
+            or shape is None
+            or (len(shape) == len(var.shape) and all(d < 0 or d == n for d, n in zip(var.shape, shape)))
+        )
+        if found is not None and value is not None and fits:
+            scratch.set(var.name, copy.deepcopy(value), found.device)
         elif var.kind is VarKind.LOD_TENSOR and var.shape is not None and var.dtype:
             scratch.set(var.name, np.zeros([batch if d < 0 else d for d in var.shape], var.dtype))
     return scratch
