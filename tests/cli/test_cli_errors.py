@@ -8,9 +8,11 @@ from __future__ import annotations
 
 import io
 import json
+import os
 import signal
 import subprocess
 import sys
+import time
 import zipfile
 from pathlib import Path
 
@@ -20,6 +22,7 @@ import pytest
 import blockir as bir
 from blockir.cli import main
 from blockir.ir import Program
+from blockir.ir.proto_io import save_program
 from tests.cli.adversarial import Case, check_bad_input
 
 
@@ -276,8 +279,16 @@ def test_bad_path_gives_one_line_and_status_2(
     check_bad_input(make, message, model_dir, tmp_path, capsys)
 
 
-def _interrupt(argv: list[str], cwd: Path, after: str) -> subprocess.CompletedProcess[str]:
-    """Run ``blockir ARGV`` in a process, send it SIGINT (Ctrl-C) once its stdout shows ``after``."""
+def _cpu_seconds(pid: int) -> float:
+    """The CPU time process ``pid`` has used (user and system, from ``/proc/PID/stat``)."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def _interrupt(argv: list[str], cwd: Path, after: str, cpu: float = 0.0) -> subprocess.CompletedProcess[str]:
+    """Run ``blockir ARGV`` in a process, send it SIGINT (Ctrl-C) once its stdout shows ``after`` (a line that
+    starts with it), or, ``after`` empty, once it has used ``cpu`` seconds of CPU (a command that prints nothing
+    while it runs: past its start-up, it is in the run)."""
 
     def sigint_default() -> None:  # a shell's background job starts with SIGINT ignored; a terminal's does not
         signal.signal(signal.SIGINT, signal.SIG_DFL)
@@ -293,7 +304,12 @@ def _interrupt(argv: list[str], cwd: Path, after: str) -> subprocess.CompletedPr
     try:
         out = []
         assert proc.stdout is not None
-        for line in proc.stdout:
+        if not after:
+            deadline = time.monotonic() + 120
+            while _cpu_seconds(proc.pid) < cpu and proc.poll() is None and time.monotonic() < deadline:
+                time.sleep(0.05)
+            proc.send_signal(signal.SIGINT)
+        for line in proc.stdout if after else ():
             out.append(line)
             if after in line:
                 proc.send_signal(signal.SIGINT)
@@ -306,6 +322,21 @@ def _interrupt(argv: list[str], cwd: Path, after: str) -> subprocess.CompletedPr
 
 def test_ctrl_c_in_demo_is_one_line_and_status_130(tmp_path: Path) -> None:
     done = _interrupt(["demo", "--epochs", "100000", "--workdir", str(tmp_path / "demo")], tmp_path, "the model")
+    assert (done.returncode, done.stderr) == (130, "blockir: interrupted\n")
+
+
+def test_ctrl_c_in_a_loop_that_never_ends_is_one_line_and_status_130(tmp_path: Path) -> None:
+    """``blockir run`` of a program whose ``while`` never ends (issue 36): Ctrl-C stops it, one line, 130."""
+    main, startup = bir.Program(), bir.Program()
+    with bir.program_guard(main, startup):
+        i = bir.layers.fill_constant([1], "int64", 0)
+        n = bir.layers.fill_constant([1], "int64", 2**62)
+        cond = bir.layers.less_than(i, n)
+        with bir.layers.While(cond).block():
+            bir.layers.increment(i)
+            bir.layers.less_than(i, n, cond=cond)
+    save_program(main, tmp_path / "forever.pb")
+    done = _interrupt(["run", str(tmp_path / "forever.pb"), "--fetch", i.name], tmp_path, "", cpu=3.0)
     assert (done.returncode, done.stderr) == (130, "blockir: interrupted\n")
 
 
