@@ -42,8 +42,8 @@ def paddle_python() -> str:
     return python
 
 
-def _paddle(python: str, *args: str) -> None:
-    done = subprocess.run([python, str(SIDE), *args], capture_output=True, text=True, timeout=500)
+def _paddle(python: str, *args: str, timeout: float = 500) -> None:
+    done = subprocess.run([python, str(SIDE), *args], capture_output=True, text=True, timeout=timeout)
     assert done.returncode == 0, done.stderr[-4000:]
 
 

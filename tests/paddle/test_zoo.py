@@ -17,13 +17,13 @@ import blockir as bir
 from tests.paddle.test_paddle import _paddle, paddle_python  # noqa: F401  (the fixture)
 from tests.paddle.zoo_check import REFUSED, TOLERANCE, relative, run_saved
 
-pytestmark = pytest.mark.paddle
+pytestmark = [pytest.mark.paddle, pytest.mark.timeout(2400)]  # Paddle builds ~170 models in one process
 
 
 @pytest.fixture(scope="module")
 def zoo(paddle_python: str, tmp_path_factory: pytest.TempPathFactory) -> Path:  # noqa: F811
     out = tmp_path_factory.mktemp("zoo")
-    _paddle(paddle_python, "zoo", str(out))
+    _paddle(paddle_python, "zoo", str(out), timeout=1800)
     return out
 
 
