@@ -17,6 +17,7 @@ from collections.abc import Callable
 RUNS = 3
 AT_LEAST = 0.2  # seconds of CPU the smaller input must take
 RATIO = 3.0
+RETRIES = 3  # rounds of RUNS pairs at most: quadratic work fails every round, a slow spell of the process not
 
 
 def _timed(work: Callable[[], object]) -> float:
@@ -42,14 +43,20 @@ def assert_linear(make: Callable[[int], Callable[[], object]], n: int, what: str
     """``make(n)`` prepares an input of size ``n`` (untimed) and returns the work to time on it (each call doing
     all of it again). ``n`` doubles until the work takes :data:`AT_LEAST`; then the work on ``n`` and on ``2 * n``
     is timed :data:`RUNS` times each, alternately (so that both see the machine as it is), and the least time on
-    ``2 * n`` must be less than :data:`RATIO` times the least on ``n``."""
+    ``2 * n`` must be less than :data:`RATIO` times the least on ``n``; when it is not, up to :data:`RETRIES` - 1
+    more rounds of pairs are timed and the least times over all of them decide (in the full suite's process, a
+    heap grown by earlier tests made one round of an otherwise linear test measure 3.7x)."""
     while _timed(work := make(n)) < AT_LEAST:
         if n >= limit:
             raise AssertionError(f"{what}: too fast to measure at n={n} (raise n)")
         n *= 2
     double = make(2 * n)
-    times = [(_timed(work), _timed(double)) for _ in range(RUNS)]
-    small, large = min(t for t, _ in times), min(t for _, t in times)
+    times: list[tuple[float, float]] = []
+    for _ in range(RETRIES):  # a ratio over the bound is measured again (RUNS more pairs) before it fails
+        times += [(_timed(work), _timed(double)) for _ in range(RUNS)]
+        small, large = min(t for t, _ in times), min(t for _, t in times)
+        if large < RATIO * small:
+            return
     assert large < RATIO * small, (
         f"{what}: {small:.3f} s at n={n}, {large:.3f} s at n={2 * n} ({large / small:.1f}x): not linear"
     )
