@@ -2,6 +2,7 @@
 and HEFT on simulated machines.
 
     python benchmarks/bench_place.py [--part measured,prediction,simulated] [--repeats 3] [--graphs 200]
+                                     [--chart docs/img/place_simulated.png]
 
 1. **measured** (``cpu:0``, ``cpu:1``; BLAS one thread, as one per device): per program, the executor with
    ``BuildStrategy.auto_place`` (costs from a calibration at the batch run) against all on one device and a
@@ -16,7 +17,8 @@ and HEFT on simulated machines.
    and each single device, then refined) against the optimum by exhaustive search over 3^10 placements, each
    scored in upward-rank order, per communication-to-computation ratio and heterogeneity (goal: within 10% on
    90% of the graphs); DAGs of 200 to 5,000 tasks on 8 devices against all on the fastest, round-robin and
-   random; and the pass's running time on a 5,000-op program (goal: at most 2 s).
+   random; and the pass's running time on a 5,000-op program (goal: at most 2 s). ``--chart``: the simulated
+   results as a PNG (matplotlib), the chart of docs/placement.md.
 """
 
 from __future__ import annotations
@@ -253,46 +255,145 @@ def exhaustive(graph: TaskGraph, devices: list[str], order: list[int]) -> float:
     return float(finish.max(axis=1).min())
 
 
-def simulated(graphs: int, tasks: int) -> None:
+CCRS = (0.1, 1.0, 10.0)  # communication-to-computation ratios
+HETEROGENEITIES = (0.1, 0.5, 1.0)
+SIZES = (200, 1000, 5000)  # tasks of the large DAGs
+
+
+def _per_cell(graphs: int) -> int:
+    """Graphs per (ccr, heterogeneity) cell: at least ``graphs`` over the 9 cells."""
+    return max(1, -(-graphs // 9))
+
+
+def against_optimum(graphs: int, tasks: int) -> dict[tuple[float, float], list[float]]:
+    """Per (ccr, heterogeneity): on each of :func:`_per_cell` random DAGs of ``tasks`` tasks on 3 devices, the
+    pass's choice's makespan over the optimum's."""
     devices = ["d0", "d1", "d2"]
-    per = max(1, graphs // 9)
-    print(f"3. simulated: {per * 9} random DAGs of {tasks} tasks on 3 devices against exhaustive search")
-    within = total = 0
-    for seed, (ccr, h) in enumerate(itertools.product((0.1, 1.0, 10.0), (0.1, 0.5, 1.0))):
-        ratios = []
+    per = _per_cell(graphs)
+    ratios: dict[tuple[float, float], list[float]] = {}
+    for seed, (ccr, h) in enumerate(itertools.product(CCRS, HETEROGENEITIES)):
+        ratios[ccr, h] = []
         for k in range(per):
             graph = random_task_graph(random.Random(seed * 100_000 + k), tasks, devices, ccr, h)
             _, order, ours = chosen(graph, devices)
-            ratios.append(ours / exhaustive(graph, devices, order))
-        close = sum(r <= 1.1 for r in ratios)
-        within, total = within + close, total + len(ratios)
-        print(f"   ccr {ccr:>4}, heterogeneity {h}: within 10% on {close}/{len(ratios)}, worst {max(ratios):.3f}x")
-    print(f"   all: within 10% of the optimum on {within}/{total} ({within / total:.0%}; goal 90%)")
+            ratios[ccr, h].append(ours / exhaustive(graph, devices, order))
+    return ratios
+
+
+def against_others() -> dict[int, tuple[float, dict[str, float]]]:
+    """Per size of :data:`SIZES`: HEFT's running time on a random DAG on 8 devices, and the makespans of all on
+    the fastest device, round-robin and random over HEFT's."""
     eight = [f"d{i}" for i in range(8)]
-    for n in (200, 1000, 5000):
+    found = {}
+    for n in SIZES:
         graph = random_task_graph(random.Random(n), n, eight, 1.0, 1.0)
         start = time.perf_counter()
         schedule = heft(graph, eight)
         seconds = time.perf_counter() - start
         order = schedule.order
-        fastest = min(eight, key=lambda d: sum(c[d] for c in graph.costs))
+        fastest = min(eight, key=lambda d: sum(c[d] for c in graph.costs))  # noqa: B023 - used at once
         rng = random.Random(0)
+        ours = list_schedule(graph, schedule.device, order)
         others = {
-            "fastest": list_schedule(graph, [fastest] * n, order),
+            "all on the fastest": list_schedule(graph, [fastest] * n, order),
             "round-robin": list_schedule(graph, [eight[i % 8] for i in range(n)], order),
             "random": list_schedule(graph, [rng.choice(eight) for _ in range(n)], order),
         }
-        ours = list_schedule(graph, schedule.device, order)
-        vs = ", ".join(f"{name} {m / ours:.2f}x" for name, m in others.items())
-        print(f"   {n} tasks on 8 devices: HEFT {seconds:.2f} s; the others' makespans over HEFT's: {vs}")
+        found[n] = seconds, {name: m / ours for name, m in others.items()}
+    return found
+
+
+def pass_seconds() -> tuple[int, float]:
+    """The ``auto-place`` pass's own running time (``passes.run`` without snapshots or verification) on a program
+    of eight chains of 625 small matmuls over 8 devices of different speeds: its ops and seconds."""
     big = branches([625] * 8, 16)  # 5,007 ops
-    costs = Path(tempfile.mkdtemp()) / "costs.json"
-    speeds = {f"cpu:{i}": DeviceSpeed(1e9 * (1 + i / 4), 1e9, 1e-5) for i in range(8)}  # cpu:0 is the host
-    CostModel(SYNTHETIC, 64, speeds, {"cpu->cpu": Link(2e-5, 1e9)}).save(costs)
-    devices = ",".join(f"cpu:{i}" for i in range(8))
-    start = time.perf_counter()
-    bir.passes.run(big, f"auto-place{{devices={devices} costs={costs}}}", snapshots=False, verify=False)
-    print(f"   the pass on {len(big.global_block().ops)} ops over 8 devices: {time.perf_counter() - start:.2f} s")
+    with tempfile.TemporaryDirectory() as tmp:
+        costs = Path(tmp) / "costs.json"
+        speeds = {f"cpu:{i}": DeviceSpeed(1e9 * (1 + i / 4), 1e9, 1e-5) for i in range(8)}  # cpu:0 is the host
+        CostModel(SYNTHETIC, 64, speeds, {"cpu->cpu": Link(2e-5, 1e9)}).save(costs)
+        devices = ",".join(f"cpu:{i}" for i in range(8))
+        start = time.perf_counter()
+        bir.passes.run(big, f"auto-place{{devices={devices} costs={costs}}}", snapshots=False, verify=False)
+        return len(big.global_block().ops), time.perf_counter() - start
+
+
+def simulated(graphs: int, tasks: int, chart_path: str = "") -> None:
+    per = _per_cell(graphs)
+    print(f"3. simulated: {per * 9} random DAGs of {tasks} tasks on 3 devices against exhaustive search")
+    optimum = against_optimum(graphs, tasks)
+    for (ccr, h), ratios in optimum.items():
+        close = sum(r <= 1.1 for r in ratios)
+        print(f"   ccr {ccr:>4}, heterogeneity {h}: within 10% on {close}/{len(ratios)}, worst {max(ratios):.3f}x")
+    within = sum(r <= 1.1 for ratios in optimum.values() for r in ratios)
+    total = sum(len(ratios) for ratios in optimum.values())
+    print(f"   all: within 10% of the optimum on {within}/{total} ({within / total:.0%}; goal 90%)")
+    others = against_others()
+    for n, (seconds, ratios) in others.items():
+        vs = ", ".join(f"{name} {r:.2f}x" for name, r in ratios.items())
+        print(f"   {n} tasks on 8 devices: HEFT {seconds:.2f} s; the others' makespans over HEFT's: {vs}")
+    ops, seconds = pass_seconds()
+    print(f"   the pass on {ops} ops over 8 devices: {seconds:.2f} s (goal: at most 2 s)")
+    if chart_path:
+        chart(Path(chart_path), optimum, others, tasks)
+
+
+def chart(
+    path: Path,
+    optimum: dict[tuple[float, float], list[float]],
+    others: dict[int, tuple[float, dict[str, float]]],
+    tasks: int,
+) -> None:
+    """The simulated results as a PNG: HEFT against the optimum per ratio and heterogeneity; against the others."""
+    import matplotlib  # the dev extra's
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, (left, right) = plt.subplots(1, 2, figsize=(11, 4.2))
+    width = 0.8 / len(HETEROGENEITIES)
+    for k, h in enumerate(HETEROGENEITIES):
+        for g, ccr in enumerate(CCRS):
+            excess = [100 * (r - 1) for r in optimum[ccr, h]]
+            med, x = statistics.median(excess), g + (k - (len(HETEROGENEITIES) - 1) / 2) * width
+            left.bar(x, med, width, color=f"C{k}", label=f"heterogeneity {h}" if g == 0 else None)
+            left.errorbar(x, med, yerr=[[0], [max(excess) - med]], color="black", capsize=3)
+            _label(left, f"{sum(e <= 10 for e in excess)}/{len(excess)}", x, max(excess))
+    left.axhline(10, color="black", linestyle="--", linewidth=1, label="10% over the optimum")
+    left.set_xticks(range(len(CCRS)), [f"ccr {c:g}" for c in CCRS])
+    left.set(
+        ylabel="makespan over the optimum's (%)",
+        ylim=(0, 1.3 * max(100 * (r - 1) for ratios in optimum.values() for r in ratios)),
+        title=f"HEFT vs exhaustive search, {tasks} tasks on 3 devices\n"
+        "(median, bar to the worst; above: graphs within 10%)",
+    )
+    left.legend(fontsize=8, loc="upper right")
+    sizes = list(others)
+    names = list(others[sizes[0]][1])
+    width = 0.8 / len(names)
+    for k, name in enumerate(names):
+        x = [g + (k - (len(names) - 1) / 2) * width for g in range(len(sizes))]
+        ratio = [others[n][1][name] for n in sizes]
+        right.bar(x, ratio, width, color=f"C{k + 3}", label=name)
+        for xi, r in zip(x, ratio):
+            _label(right, f"{r:.2f}", xi, r)
+    right.axhline(1.0, color="black", linestyle="--", linewidth=1, label="HEFT = 1")
+    right.set_xticks(range(len(sizes)), [f"{n:,} tasks" for n in sizes])
+    right.set(
+        ylabel="makespan over HEFT's",
+        ylim=(0, 1.35 * max(r for _, ratios in others.values() for r in ratios.values())),
+        title="HEFT vs simple placements, random DAGs on 8 devices\n(ccr 1, heterogeneity 1)",
+    )
+    right.legend(fontsize=8, loc="upper center", ncols=4)
+    fig.tight_layout()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=100)
+    plt.close(fig)
+    print(f"chart: {path}")
+
+
+def _label(ax: Any, text: str, x: float, y: float) -> None:
+    """``text`` just above the point (``x``, ``y``) of ``ax``."""
+    ax.annotate(text, (x, y), xytext=(0, 3), textcoords="offset points", ha="center", fontsize=7)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -303,6 +404,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--batch", type=int, default=512)
     parser.add_argument("--graphs", type=int, default=200)
     parser.add_argument("--tasks", type=int, default=10)
+    parser.add_argument("--chart", default="", help="write the simulated results here (a PNG; matplotlib)")
     args = parser.parse_args(argv)
     parts = set(args.part.split(","))
     with threadpool_limits(1):
@@ -311,7 +413,7 @@ def main(argv: list[str] | None = None) -> int:
         if "prediction" in parts:
             prediction(args.batch // 4, args.runs)
         if "simulated" in parts:
-            simulated(args.graphs, args.tasks)
+            simulated(args.graphs, args.tasks, args.chart)
     return 0
 
 

@@ -29,6 +29,7 @@ import numpy as np
 
 import blockir as bir
 from blockir.distributed.server import ParameterServer
+from blockir.io.manifest import ShardEntry, TableEntry
 from blockir.io.persistence import save_sharded, saved_tables
 from blockir.passes.distribute import split
 
@@ -57,28 +58,13 @@ def timed(fn, key: str) -> float:  # type: ignore[no-untyped-def]
     return time.perf_counter() - start
 
 
-def entries(srv: ParameterServer, base: Path, directory: Path, delta: bool, before: dict | None) -> dict:
+def entries(srv: ParameterServer, base: Path, directory: Path, delta: bool, before: TableEntry | None) -> dict:
     written = srv.save_shards(str(directory), delta)[TABLE]
-    shard = {
-        "file": Path(written["file"]).relative_to(base).as_posix(),
-        "rows": written["rows"],
-        "crc32": written["crc32"],
-        "arrays": written["arrays"],
-    }
+    shard = ShardEntry.written(Path(written["file"]).relative_to(base).as_posix(), written)
     if delta and before is not None:
-        return {TABLE: {**before, "deltas": [*before.get("deltas", []), {"shards": [shard]}]}}
+        return {TABLE: before.with_delta((shard,))}
     table = srv.shards[TABLE].table
-    return {
-        TABLE: {
-            "height": table.height,
-            "dim": table.dim,
-            "dtype": table.dtype,
-            "servers": 1,
-            "rule": "id % servers",
-            "states": written["states"],
-            "shards": [shard],
-        }
-    }
+    return {TABLE: TableEntry(table.height, table.dim, table.dtype, 1, tuple(written["states"]), (shard,))}
 
 
 def raw_write(path: Path, arrays: list[np.ndarray]) -> None:

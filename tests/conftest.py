@@ -17,11 +17,12 @@ from tests.runtime import schemas as runtime_schemas
 # What the library registers; test-only ops and passes come and go with the fixtures that use them.
 LIBRARY_OPS, LIBRARY_PASSES = set(registered()), set(registered_passes())
 
-# CI: bounded examples, no deadline (2 shared cores make timings noisy).
+# CI: bounded examples, no deadline (2 shared cores make timings noisy); dev: more examples, for the tests that take
+# their number from the profile (the costly round trips and fuzzers of tests/ir among them).
 settings.register_profile(
-    "ci", max_examples=300, deadline=None, derandomize=True, suppress_health_check=[HealthCheck.too_slow]
+    "ci", max_examples=100, deadline=None, derandomize=True, suppress_health_check=[HealthCheck.too_slow]
 )
-settings.register_profile("dev", max_examples=100, deadline=None)
+settings.register_profile("dev", max_examples=300, deadline=None)
 settings.load_profile("ci" if os.environ.get("CI") else os.environ.get("HYPOTHESIS_PROFILE", "dev"))
 
 

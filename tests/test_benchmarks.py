@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import hashlib
 import importlib.util
+import os
 import sys
 from pathlib import Path
 from types import ModuleType
@@ -135,3 +136,49 @@ def test_the_transformer_step_starts_where_torchs_does() -> None:
     data = bench.transformer_data(batch=2)
     ours, theirs = bench.blockir_transformer(*data), bench.torch_transformer(torch, *data)
     np.testing.assert_allclose([ours(), ours()], [theirs(), theirs()], rtol=2e-4, atol=1e-5)
+
+
+def test_proc_cpu_counts_the_cpu_of_the_processes_under_this_one() -> None:
+    """What bench_ray_floor and bench_ps count as daemons: the CPU a process under this one spent between two
+    snapshots (a child busy for 0.3 s), and nothing of it once that process is left out."""
+    import subprocess
+
+    proc_cpu = load_benchmark("proc_cpu")
+    busy = "import time\nend = time.process_time() + 0.3\nwhile time.process_time() < end: pass\ninput()"
+    child = subprocess.Popen([sys.executable, "-c", busy], stdin=subprocess.PIPE)
+    try:
+        before = proc_cpu.Snapshot.of({})
+        while proc_cpu.cpu_seconds(child.pid) < 0.3:
+            assert child.poll() is None
+        under = proc_cpu.descendants(os.getpid())
+        assert child.pid in under and under[child.pid].startswith("python")
+        after = proc_cpu.Snapshot.of(under)
+        assert after.since(before) >= 0.3
+        assert after.since(before, leave_out=[child.pid]) < 0.3
+    finally:
+        child.communicate(b"\n", timeout=30)
+
+
+def test_bench_ps_bounds_a_setup_by_its_cores_and_by_each_parts_thread() -> None:
+    """bench_ps's bound: B x min(C / (w + c + s + r), W / w, W / c, S / s), a part with no CPU (sync mode's
+    communicator) no limit."""
+    bench = load_benchmark("bench_ps")
+    run = {"w": 0.004, "c": 0.001, "s": 0.002, "r": 0.001, "batch": 32}
+    assert np.isclose(bench.bound(run, 1, 2, 2), 32 * 2 / 0.008)  # the cores
+    assert np.isclose(bench.bound(run, 1, 1, 2), 32 * 1 / 0.004)  # one trainer
+    assert np.isclose(bench.bound(dict(run, s=0.006, c=0.0), 1, 2, 4), 32 / 0.006)  # one server
+
+
+def test_bench_onnx_times_a_light_model_against_onnxruntime_and_an_import(capsys: pytest.CaptureFixture[str]) -> None:
+    """bench_onnx (issue 38's goals 2 and 3) in tiny rounds: a light model run in blockir and onnxruntime, timed
+    with its ratio and its outputs' difference; the large model's import timed, of the nodes asked for."""
+    pytest.importorskip("onnxruntime")
+    bench = load_benchmark("bench_onnx")
+    bench.main(["--models", "light", "--light", "shufflenet", "--rounds", "1", "--turn", "0.01"])
+    out = capsys.readouterr().out
+    (row,) = [line.split() for line in out.splitlines() if line.startswith("light shufflenet")]
+    assert float(row[2]) > 0 and float(row[3]) > 0 and row[4].endswith("x")  # ms, ms, ratio
+    assert float(row[-1]) <= 1e-2  # blockir computes onnxruntime's outputs
+    assert "summary: blockir up to" in out
+    bench.main(["--import-nodes", "50", "--rounds", "1"])
+    assert "import of a 50-node model, 1 loads:" in capsys.readouterr().out

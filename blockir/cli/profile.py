@@ -34,7 +34,6 @@ def command(args: argparse.Namespace) -> int:
         build_strategy=strategy,
         runs=args.runs,
     )
-    model.programs.append(f"{program.digest()}@{model.batch}")
     model.save(args.output)
     print(
         f"wrote {args.output}: {len(model.ops)} op entries measured over {args.runs} runs at batch {model.batch} "

@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 import sys
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 
@@ -104,6 +104,33 @@ def load_persistables(args: argparse.Namespace, program: blockir.Program, exe: b
     return scope
 
 
+class _OnnxNames(NamedTuple):
+    blockir: dict[str, str]  # every value's name in the ONNX file -> its blockir name
+    outputs: dict[str, str]  # the blockir name of each graph output -> its name in the file
+
+
+def _onnx_names(args: argparse.Namespace) -> _OnnxNames:
+    """How the names of an ONNX model's file map to its program's (empty for other programs): ``--fetch`` takes
+    the file's names and the outputs are keyed by them, as ``--feed`` takes them."""
+    if Path(args.program).suffix != ONNX_SUFFIX:
+        return _OnnxNames({}, {})
+    model = onnx_model(args.program)
+    return _OnnxNames(model.names, dict(zip(model.fetches, model.onnx_fetches)))
+
+
+def _save_npz(path: str, arrays: dict[str, np.ndarray]) -> None:
+    """``np.savez`` of ``arrays`` (atomically), for any key: an ONNX name may be ``file`` or ``allow_pickle``,
+    which ``np.savez`` takes as its own arguments."""
+    import zipfile
+
+    from blockir.ir.proto_io import atomic_file
+
+    with atomic_file(path) as f, zipfile.ZipFile(f, "w", zipfile.ZIP_STORED, allowZip64=True) as archive:
+        for name, value in arrays.items():
+            with archive.open(f"{name}.npy", "w", force_zip64=True) as entry:
+                np.lib.format.write_array(entry, value, allow_pickle=False)
+
+
 def add_inputs(p: argparse.ArgumentParser) -> None:
     """The options naming what a run reads: --params, --feed, --lod, --fetch."""
     p.add_argument(
@@ -141,7 +168,8 @@ def command(args: argparse.Namespace) -> int:
         args.place, scheduler=args.scheduler, num_threads=args.threads, check_nan_inf=args.check_nan_inf
     )
     scope = load_persistables(args, program, exe)
-    fetch = args.fetch or None
+    onnx_names = _onnx_names(args)
+    fetch = [onnx_names.blockir.get(n, n) for n in args.fetch] or None
     fetch_ops = sorted(
         (op for op in program.global_block().ops if lowering_of(op.type) is Lowering.FETCH),
         key=lambda op: op.attrs.get("col", 0),
@@ -152,13 +180,10 @@ def command(args: argparse.Namespace) -> int:
         values = exe.run(program, feed=feeds(args), fetch_list=fetch, scope=scope, trace=args.trace)
     if args.trace is not None:
         print(f"wrote the trace to {args.trace} (open it in https://ui.perfetto.dev)", file=sys.stderr)
-    names = fetch or [op.input("X")[0] for op in fetch_ops]
+    names = args.fetch or [onnx_names.outputs.get(n, n) for n in (op.input("X")[0] for op in fetch_ops)]
     arrays = {name: np.asarray(value) for name, value in zip(names, values)}
     if args.out is not None:
-        from blockir.ir.proto_io import atomic_file
-
-        with atomic_file(args.out) as f:
-            np.savez(f, **arrays)  # type: ignore[arg-type]  # numpy's stub takes **arrays for allow_pickle
+        _save_npz(args.out, arrays)
         print(f"wrote {', '.join(arrays)} to {args.out}")
         return 0
     for name, value in arrays.items():

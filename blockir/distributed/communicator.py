@@ -86,6 +86,7 @@ from typing import Any, ClassVar, Concatenate, Generic, ParamSpec, TypeVar, cast
 import numpy as np
 
 from blockir.distributed.api import ParameterServerAPI, Reply, ServerHandle, ServerLost
+from blockir.distributed.index import IdIndex, grown
 from blockir.errors import BlockirError
 from blockir.ops.values import add_rows
 from blockir.passes.distribute import DenseBlock, Split
@@ -524,15 +525,16 @@ class AsyncCommunicator(Communicator):
         uniq, inverse = np.unique(np.asarray(ids, np.int64), return_inverse=True)
         with self._lock:
             rows, missing = self._cache.lookup(table, uniq)
-        if missing.size and self._take_prefetched(table, missing):
+        if missing.any() and self._take_prefetched(table, uniq[missing]):
             with self._lock:
                 rows, missing = self._cache.lookup(table, uniq, note=False)
-        if missing.size:
-            got = self._pull_rows(table, missing, 0, waited=True)
+        if missing.any():
+            wanted = uniq[missing]
+            got = self._pull_rows(table, wanted, 0, waited=True)
             with self._lock:
-                self._cache.insert(table, missing, got)
+                self._cache.insert(table, wanted, got)
             rows = rows.astype(got.dtype, copy=False)
-            rows[np.searchsorted(uniq, missing)] = got
+            rows[missing] = got
         return rows[inverse]
 
     def prefetch(self, table: str, ids: np.ndarray) -> None:
@@ -796,7 +798,9 @@ def new_communicator(
 
 
 class _RowCache:
-    """Async mode: the rows a worker pulled, by table (sorted ids, their rows), the ids the current window
+    """Async mode: the rows a worker pulled, by table (in an array at the rows an id index hands out, the
+    server's :class:`~blockir.distributed.index.IdIndex`: a step costs what its ids do, whatever the cache holds),
+    the ids the current window
     of ``pull_every`` steps used, and those of the batches read ahead (noted) in the last ``windows`` windows;
     the communicator thread replaces it at the window's end. Not thread-safe: every call holds the
     communicator's lock.
@@ -817,7 +821,7 @@ class _RowCache:
     """
 
     def __init__(self, dims: dict[str, int], windows: int) -> None:
-        self.ids = {t: np.zeros(0, np.int64) for t in dims}
+        self.index = {t: IdIndex() for t in dims}  # id -> its row of `rows`
         self.rows = {t: np.zeros((0, d), np.float32) for t, d in dims.items()}
         self.used: dict[str, list[np.ndarray]] = {t: [] for t in dims}
         self.noted: collections.deque[dict[str, list[np.ndarray]]] = collections.deque(maxlen=windows)
@@ -828,36 +832,35 @@ class _RowCache:
         self.noted[-1][table].append(uniq)
 
     def lookup(self, table: str, uniq: np.ndarray, note: bool = True) -> tuple[np.ndarray, np.ndarray]:
-        """Rows for the sorted distinct ``uniq`` (zeros where missing), and the missing ids; notes them used
+        """Rows for the distinct ``uniq`` (zeros where missing), and which are missing (a mask); notes them used
         (unless ``note`` is False: a second lookup of the same ids)."""
         if note:
             self.used[table].append(uniq)
-        ids, rows = self.ids[table], self.rows[table]
-        out = np.zeros((len(uniq), rows.shape[1]), rows.dtype)
-        if not len(ids):
-            return out, uniq
-        at = np.minimum(np.searchsorted(ids, uniq), len(ids) - 1)
-        hit = ids[at] == uniq
-        out[hit] = rows[at[hit]]
-        return out, uniq[~hit]
+        at = self.index[table].find(uniq)
+        missing = at < 0
+        rows = self.rows[table]
+        out = rows[np.where(missing, 0, at)] if len(rows) else np.zeros((len(uniq), rows.shape[1]), rows.dtype)
+        out[missing] = 0
+        return out, missing
 
     def missing(self, table: str, uniq: np.ndarray) -> np.ndarray:
-        """Of the sorted distinct ``uniq``, the ids the cache lacks."""
-        return uniq[~np.isin(uniq, self.ids[table])]
+        """Of the distinct ``uniq``, the ids the cache lacks."""
+        return uniq[self.index[table].find(uniq) < 0]
 
     def insert(self, table: str, ids: np.ndarray, rows: np.ndarray) -> None:
-        """Add the rows of ``ids`` it lacks; a row it has is kept (rule 4)."""
-        have = np.isin(ids, self.ids[table])
-        if have.any():
-            ids, rows = ids[~have], rows[~have]
-        all_ids = np.concatenate([self.ids[table], ids])
-        order = np.argsort(all_ids, kind="stable")
-        self.ids[table] = all_ids[order]
-        self.rows[table] = np.concatenate([self.rows[table].astype(rows.dtype, copy=False), rows])[order]
+        """Add the rows of the distinct ``ids`` it lacks; a row it has is kept (rule 4)."""
+        index = self.index[table]
+        new = index.find(ids) < 0
+        at = index.add(ids[new])
+        held = self.rows[table]
+        if held.dtype != rows.dtype:
+            held = held.astype(rows.dtype)
+        self.rows[table] = held = grown(held, index.end)
+        held[at] = rows[new]
 
     def take_used(self) -> dict[str, np.ndarray]:
         """The ids the window used or that batches read ahead will use (those to refresh; the others leave the
-        cache); a new window starts."""
+        cache), sorted; a new window starts."""
         parts = {t: list(p) for t, p in self.used.items()}
         for noted in self.noted:
             for t, p in noted.items():
@@ -867,16 +870,18 @@ class _RowCache:
         return {t: np.unique(np.concatenate(p)) for t, p in parts.items() if p}
 
     def replace(self, fresh: dict[str, tuple[np.ndarray, np.ndarray]]) -> None:
-        """The refreshed rows, and the rows used since the refresh began that it did not cover."""
-        for table in self.ids:
-            old_ids, old_rows = self.ids[table], self.rows[table]
-            ids, rows = fresh.get(table, (old_ids[:0], old_rows[:0]))
-            recent_parts = self.used[table] + self.noted[-1][table]
-            recent = np.concatenate(recent_parts) if recent_parts else old_ids[:0]
-            keep = np.isin(old_ids, recent) & ~np.isin(old_ids, ids)
-            self.ids[table], self.rows[table] = ids, rows
-            if keep.any():
-                self.insert(table, old_ids[keep], old_rows[keep])
+        """The refreshed rows (distinct ids), and the rows used since the refresh began that it did not cover."""
+        for table in self.index:
+            old, old_rows = self.index[table], self.rows[table]
+            ids, rows = fresh.get(table, (np.zeros(0, np.int64), old_rows[:0]))
+            self.index[table], self.rows[table] = IdIndex(), old_rows[:0]
+            self.insert(table, ids, rows)
+            recent = self.used[table] + self.noted[-1][table]
+            if recent:
+                kept = np.unique(np.concatenate(recent))
+                at = old.find(kept)
+                held = at >= 0
+                self.insert(table, kept[held], old_rows[at[held]])  # those refreshed are kept as refreshed
 
 
 def _nbytes(value: Any) -> int:
@@ -894,14 +899,18 @@ def _join(parts: list[np.ndarray]) -> np.ndarray:
 
 
 def _merge_rows(ids: np.ndarray, rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """Duplicate ids summed, ids sorted."""
-    uniq, inverse = np.unique(ids, return_inverse=True)
-    if len(uniq) == len(ids):
-        order = np.argsort(ids, kind="stable")
-        return ids[order], rows[order]
-    out = np.zeros((len(uniq), rows.shape[1]), rows.dtype)
+    """Duplicate ids summed, ids sorted (one sort of the ids)."""
+    order = np.argsort(ids)
+    ordered = ids[order]
+    first = np.ones(len(ids), bool)
+    first[1:] = ordered[1:] != ordered[:-1]
+    if first.all():
+        return ordered, rows[order]
+    inverse = np.empty(len(ids), np.int64)
+    inverse[order] = np.cumsum(first) - 1
+    out = np.zeros((int(np.count_nonzero(first)), rows.shape[1]), rows.dtype)
     add_rows(out, inverse, rows)
-    return uniq, out
+    return ordered[first], out
 
 
 def _merge_sparse(sparse: list[tuple[str, np.ndarray, np.ndarray]]) -> dict[str, tuple[np.ndarray, np.ndarray]]:

@@ -63,6 +63,7 @@ from blockir.distributed.communicator import Communicator, GeoCommunicator, new_
 from blockir.distributed.role import Role
 from blockir.distributed.server import ParameterServer
 from blockir.errors import BlockirError
+from blockir.io.manifest import ShardEntry, TableEntry
 from blockir.io.persistence import MANIFEST_FILE, is_persistable, save_sharded, saved_tables
 from blockir.io.persistence import save_inference_model as save_model
 from blockir.ir import Program, Variable
@@ -414,35 +415,23 @@ def _save(state: _Fleet, scope: Any, dirname: str | os.PathLike[str], program: P
     before = saved_tables(dirname) if mode == 1 and tables else {}
     base = Path(dirname).resolve()
     for name in tables:
-        if mode == 1 and (name not in before or before[name]["servers"] != len(mine.handles)):
+        if mode == 1 and (name not in before or before[name].servers != len(mine.handles)):
             raise BlockirError(
                 f"save_persistables: a delta save (mode=1) of table {name!r} needs a full save of it by "
                 f"{len(mine.handles)} servers in {str(dirname)!r} first"
             )
 
-    def shards(directory: Path) -> dict[str, dict[str, Any]]:
+    def shards(directory: Path) -> dict[str, TableEntry]:
         written = mine.transport.call_all_once(ServerControl.save_shards, str(directory), mode == 1)
         entries = {}
         for name, table in tables.items():
-            saved = [
-                {
-                    k: Path(w[name]["file"]).relative_to(base).as_posix() if k == "file" else w[name][k]
-                    for k in ("file", "arrays", "rows", "crc32")
-                }
-                for w in written
-            ]
+            files = [Path(w[name]["file"]).relative_to(base).as_posix() for w in written]
+            saved = tuple(ShardEntry.written(file, w[name]) for file, w in zip(files, written, strict=True))
             if mode == 1:
-                entries[name] = {**before[name], "deltas": [*before[name].get("deltas", []), {"shards": saved}]}
+                entries[name] = before[name].with_delta(saved)
             else:
-                entries[name] = {
-                    "height": table.height,
-                    "dim": table.dim,
-                    "dtype": table.dtype,
-                    "servers": len(written),
-                    "rule": "id % servers",
-                    "states": written[0][name]["states"],
-                    "shards": saved,
-                }
+                states = tuple(written[0][name]["states"])
+                entries[name] = TableEntry(table.height, table.dim, table.dtype, len(written), states, saved)
         return entries
 
     save_sharded(dirname, values, shards, {"step": mine.steps, "versions": versions})

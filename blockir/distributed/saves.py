@@ -20,6 +20,7 @@ writes nothing where it is refused.
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import secrets
 import shutil
@@ -32,6 +33,7 @@ import numpy as np
 
 from blockir.distributed.index import IdIndex, grown
 from blockir.errors import BlockirError
+from blockir.io.manifest import ShardEntry, TableEntry
 from blockir.io.persistence import (
     MANIFEST_FILE,
     SHARD_EXTRAS,
@@ -69,18 +71,13 @@ def checkpoint_info(dirname: str | os.PathLike[str]) -> dict[str, Any]:
     return info
 
 
-def _chain(entry: dict[str, Any]) -> list[list[dict[str, Any]]]:
-    """A table's shards save by save: the base, then each delta."""
-    return [entry["shards"], *(delta["shards"] for delta in entry.get("deltas", ()))]
-
-
-def _checked_tables(base: Path) -> dict[str, tuple[dict[str, Any], int]]:
+def _checked_tables(base: Path) -> dict[str, tuple[TableEntry, int]]:
     """A save's tables (their manifest entries) and the bytes of each one's shards, every claim checked that can
     be without reading the shards' data (the manifest's as it is read, each shard's by its headers and size),
     and what the writer recorded."""
     checkpoint_info(base)
     return {
-        name: (entry, sum(check_shard(base, name, entry, shard) for shards in _chain(entry) for shard in shards))
+        name: (entry, sum(check_shard(base, name, entry, shard) for shards in entry.chain() for shard in shards))
         for name, entry in saved_tables(base).items()
     }
 
@@ -99,17 +96,17 @@ def inspect(dirname: str | os.PathLike[str], verify: bool = False) -> dict[str, 
     tables = {}
     for name, (entry, size) in checked.items():
         tables[name] = {
-            "shape": [entry["height"], entry["dim"]],
-            "dtype": entry["dtype"],
-            "servers": entry["servers"],
-            "rule": entry["rule"],
-            "states": entry["states"],
-            "rows": [shard["rows"] for shard in entry["shards"]],
-            "deltas": [[shard["rows"] for shard in delta["shards"]] for delta in entry.get("deltas", ())],
+            "shape": [entry.height, entry.dim],
+            "dtype": entry.dtype,
+            "servers": entry.servers,
+            "rule": entry.rule,
+            "states": list(entry.states),
+            "rows": [shard.rows for shard in entry.shards],
+            "deltas": [[shard.rows for shard in delta] for delta in entry.deltas],
             "bytes": size,
         }
     for name, (entry, _) in checked.items() if verify else ():
-        for shards in _chain(entry):
+        for shards in entry.chain():
             for shard in shards:
                 read_shard(base, name, entry, shard)
     dense = {name: describe_value(value) for name, value in saved_values(base).items()}
@@ -158,7 +155,7 @@ class Replayed:
 def replay(
     dirname: str | os.PathLike[str],
     name: str,
-    entry: dict[str, Any],
+    entry: TableEntry,
     names: Sequence[str],
     part: tuple[int, int] | None = None,
 ) -> Replayed:
@@ -171,11 +168,11 @@ def replay(
     are its arrays as read (no copy where one shard holds them all), under the id index saved with them when
     that shard holds one (a full save's: ``index_slots``, checked whole before it is used) and no id is left
     out, else an index built over them; each delta costs what its rows do."""
-    saved, where = entry["servers"], Path(dirname) / MANIFEST_FILE
+    saved, where = entry.servers, Path(dirname) / MANIFEST_FILE
     index = IdIndex()
-    arrays = {key: np.zeros((0, entry["dim"]), entry["dtype"]) for key in names}
+    arrays = {key: np.zeros((0, entry.dim), entry.dtype) for key in names}
     pending, counts = np.zeros(0, np.int64), np.zeros(0, np.int64)
-    for shards in _chain(entry):
+    for shards in entry.chain():
         chosen = [part[0]] if part is not None and part[1] == saved else range(saved)
         parts = []
         for k in chosen:
@@ -184,7 +181,7 @@ def replay(
                 stray = held[key][held[key] % saved != k]
                 if stray.size:
                     raise BlockirError(
-                        f"{where}: table {name!r}: shard {shards[k]['file']} of server {k} of {saved} holds id "
+                        f"{where}: table {name!r}: shard {shards[k].file} of server {k} of {saved} holds id "
                         f"{stray[0]} ({key!r}), which the rule id % servers puts on server {stray[0] % saved}"
                     )
             parts.append(held)
@@ -219,7 +216,7 @@ def replay(
 
 
 def _check_distinct(
-    dirname: str | os.PathLike[str], shards: list[dict[str, Any]], chosen: Sequence[int], parts: list[dict[str, Any]]
+    dirname: str | os.PathLike[str], shards: Sequence[ShardEntry], chosen: Sequence[int], parts: list[dict[str, Any]]
 ) -> None:
     """No shard of ``parts`` (read from ``shards[k]`` for ``k`` in ``chosen``) holds an id twice."""
     for k, held in zip(chosen, parts, strict=True):
@@ -251,10 +248,10 @@ def reshard(src: str | os.PathLike[str], dst: str | os.PathLike[str], servers: i
     made = next((p for p in reversed(target.parents) if not p.exists()), None)  # the first directory made for dst
     tmp = target.parent / f".{target.name}.{secrets.token_hex(6)}.tmp"
 
-    def shards(directory: Path) -> dict[str, dict[str, Any]]:
+    def shards(directory: Path) -> dict[str, TableEntry]:
         entries = {}
         for name, entry in tables.items():
-            done = replay(src, name, entry, [name, *entry["states"]])
+            done = replay(src, name, entry, [name, *entry.states])
             at = done.index.live_rows()
             at = at[np.argsort(done.index.row_ids()[at])]  # by id
             ids, rows = done.index.row_ids()[at], {key: array[at] for key, array in done.arrays.items()}
@@ -270,11 +267,8 @@ def reshard(src: str | os.PathLike[str], dst: str | os.PathLike[str], servers: i
                     "pending_counts": counts[waiting],
                     "removed_ids": np.zeros(0, np.int64),
                 }
-                cut.append({"file": path.relative_to(tmp.resolve()).as_posix(), **write_shard(path, arrays)})
-            entries[name] = {key: v for key, v in entry.items() if key != "deltas"} | {
-                "servers": servers,
-                "shards": cut,
-            }
+                cut.append(ShardEntry.written(path.relative_to(tmp.resolve()).as_posix(), write_shard(path, arrays)))
+            entries[name] = dataclasses.replace(entry, servers=servers, shards=tuple(cut), deltas=())
         return entries
 
     try:

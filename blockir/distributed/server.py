@@ -44,7 +44,7 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -56,7 +56,8 @@ from blockir.distributed.index import IdIndex, grown
 from blockir.distributed.saves import Replayed, checkpoint_info, replay
 from blockir.distributed.seeded import SAMPLERS, SIGHTING, first_rows, uniforms
 from blockir.errors import BlockirError
-from blockir.io.persistence import saved_tables, saved_values, write_shard
+from blockir.io.manifest import TableEntry
+from blockir.io.persistence import ArrayParts, saved_tables, saved_values, write_shard
 from blockir.ir import Operator, Program
 from blockir.ir.schema import GRAD_SUFFIX, KernelContext, lookup
 from blockir.ops.values import add_rows
@@ -134,6 +135,71 @@ class _Log:
         self.count = len(values)
 
 
+class _FullSave:
+    """A full save of a shard being written while pushes go on: the shard's rows as they were when it began (a
+    consistent cut), read a part at a time. It keeps the arrays as they were then (an array that grows is
+    replaced by a larger copy, so the one kept is not written again) and, before a row of them is changed in
+    place (an update, ``shrink``), its values then, once (:meth:`keep`): what it holds beyond the shard is the
+    rows changed while it is written, those the next delta holds. Every call holds the table's lock."""
+
+    PART_BYTES = 16 << 20  # about the bytes of one part of an array read under the lock
+
+    def __init__(self, shard: _Shard) -> None:
+        self.end = shard.index.end
+        self.live = shard._live()  # the rows saved, ascending
+        self.count = self.end if isinstance(self.live, slice) else len(self.live)
+        self.arrays = {"ids": shard.index.row_ids(), **{n: a[: self.end] for n, a in shard.store.items()}}
+        self.kept = np.zeros(self.end, bool)  # rows whose values then are in `old`
+        self.group = min(self._part_rows(name) for name in self.arrays)  # `old` is by rows // group
+        self.old: dict[int, list[tuple[np.ndarray, dict[str, np.ndarray]]]] = {}
+
+    def _part_rows(self, name: str) -> int:
+        return max(1, self.PART_BYTES // max(1, self.arrays[name][:1].nbytes))
+
+    def keep(self, shard: _Shard, rows: np.ndarray) -> None:
+        """``rows`` (distinct) of ``shard`` are about to change in place: keep the values they had when the save
+        began (those of rows it saves and has not kept yet)."""
+        rows = rows[rows < self.end]
+        rows = rows[~self.kept[rows]]
+        if not rows.size:
+            return
+        self.kept[rows] = True
+        rows = np.sort(rows)
+        values = {"ids": shard.index.row_ids()[rows], **{n: a[rows] for n, a in shard.store.items()}}
+        cuts = np.flatnonzero(np.diff(rows // self.group)) + 1
+        for part in np.split(np.arange(len(rows)), cuts):
+            at = rows[part]
+            self.old.setdefault(int(at[0] // self.group), []).append((at, {n: v[part] for n, v in values.items()}))
+
+    def parts(self, name: str, lock: threading.Lock) -> ArrayParts:
+        """The array ``name`` (``ids``, or a variable's rows) as the save began, a part at a time, each read
+        under ``lock``."""
+        array = self.arrays[name]
+        return ArrayParts(array.dtype, (self.count, *array.shape[1:]), self._read(name, lock))
+
+    def _read(self, name: str, lock: threading.Lock) -> Iterator[np.ndarray]:
+        array, step = self.arrays[name], self._part_rows(name)
+        for start in range(0, self.count, step):
+            with lock:
+                if isinstance(self.live, slice):
+                    rows: np.ndarray | slice = slice(start, min(start + step, self.count))
+                    first, last = start, min(start + step, self.count) - 1
+                else:
+                    rows = self.live[start : start + step]
+                    first, last = int(rows[0]), int(rows[-1])
+                part = array[rows].copy() if isinstance(rows, slice) else array[rows]
+                for k in range(first // self.group, last // self.group + 1):
+                    for at, values in self.old.get(k, ()):
+                        hit = (at >= first) & (at <= last)
+                        if isinstance(rows, slice):
+                            part[at[hit] - first] = values[name][hit]
+                        else:
+                            pos = np.searchsorted(rows, at[hit])
+                            mine = rows[np.minimum(pos, len(rows) - 1)] == at[hit]
+                            part[pos[mine]] = values[name][hit][mine]
+            yield part
+
+
 class _Shard:
     """This server's rows of one sparse table: values and optimizer state per admitted id, grown on demand.
 
@@ -170,6 +236,7 @@ class _Shard:
         self.sightings = np.zeros(0, np.int64)
         # a save in progress: its interval, and how many of `changed` and `removed` it saw (None: none)
         self.saving: tuple[int, int, int] | None = None
+        self.writing: list[_FullSave] = []  # full saves being written
 
     def __len__(self) -> int:
         return len(self.index)
@@ -261,7 +328,14 @@ class _Shard:
         rows = self.rows(ids)
         self._drop_rows(np.unique(rows[rows >= 0]))
 
+    def changing(self, rows: np.ndarray) -> None:
+        """``rows`` (distinct) are about to change in place: every full save being written keeps them as they
+        were when it began."""
+        for save in self.writing:
+            save.keep(self, rows)
+
     def _drop_rows(self, rows: np.ndarray) -> None:
+        self.changing(rows)
         ids = self.index.row_ids()[rows]
         self.index.remove(ids)
         self.stamp[rows] = 0
@@ -270,6 +344,7 @@ class _Shard:
     def install(self, ids: np.ndarray, arrays: dict[str, np.ndarray]) -> None:
         """Set the rows of ``ids`` (made if new) to ``arrays`` (worker 0's first rows in GEO mode)."""
         at = self.made(ids, self.rows(ids))
+        self.changing(np.unique(at))
         for name, values in arrays.items():
             self.store[name][at] = values
 
@@ -556,29 +631,39 @@ class ParameterServer:
         row (``delta``: only the rows changed since the last complete save) with its optimizer state, and the
         admission state of the ids not yet admitted (their sightings), so that no load forgets them. Per
         table, the shard's manifest entry. The rows count as saved once :meth:`commit_save` says the save is
-        complete."""
+        complete.
+
+        Each table's rows are those it held at one moment (a consistent cut): a delta's are gathered under the
+        table's lock; a full save takes its lock for a moment to begin and then a part of an array at a time
+        (:class:`_FullSave`), so that pulls and pushes go on while it writes; a row they change is in the next
+        delta."""
         entries = {}
         for name in self.shards:
+            kind = "delta" if delta else "base"
+            path = Path(directory) / "tables" / name / f"{kind}-{self.index:03d}-of-{self.servers:03d}.npys"
+            lock, whole = self._table_locks[name], None
             with self._holding(name) as shard:
-                kind = "delta" if delta else "base"
-                path = Path(directory) / "tables" / name / f"{kind}-{self.index:03d}-of-{self.servers:03d}.npys"
                 shard.begin_save()
+                rows: dict[str, np.ndarray | ArrayParts]
                 if delta:
                     at, ids = shard.dirty_rows()
                     rows = {"ids": ids, **{k: v[at] for k, v in shard.store.items()}}
-                else:  # every row, as the shard holds them (written without a copy while no row is free)
-                    rows = {"ids": shard.ids, **shard.arrays}
+                else:  # every row, as the shard holds them, a part at a time
+                    whole = _FullSave(shard)
+                    shard.writing.append(whole)
+                    rows = {key: whole.parts(key, lock) for key in ("ids", *shard.store)}
                     if shard.index.free == 0:  # the rows in the index's order: its table, for a load to take
-                        rows["index_slots"] = shard.index.slots
+                        rows["index_slots"] = shard.index.slots.copy()
                 pending, counts = shard.sighted()
-                arrays = {
-                    **rows,
-                    "pending_ids": pending,
-                    "pending_counts": counts,
-                    "removed_ids": shard.removed_ids() if delta else np.zeros(0, np.int64),
-                }
-                entry = write_shard(path, arrays)
-                entries[name] = {"file": str(path), "states": [k for k in shard.store if k != name], **entry}
+                removed = shard.removed_ids() if delta else np.zeros(0, np.int64)
+                states = [k for k in shard.store if k != name]
+            try:
+                arrays = {**rows, "pending_ids": pending, "pending_counts": counts, "removed_ids": removed}
+                entries[name] = {"file": str(path), "states": states, **write_shard(path, arrays)}
+            finally:
+                if whole is not None:
+                    with lock:
+                        shard.writing.remove(whole)
         return entries
 
     def commit_save(self) -> None:
@@ -653,8 +738,11 @@ class ParameterServer:
                 dropped[name] = shard.shrink(threshold)
         return dropped
 
-    def load_tables(self, dirname: str, tables: dict[str, dict[str, Any]], names: Sequence[str] | None) -> None:
-        """Load the rows of ``tables`` (a save's entries; only ``names`` when given) this server holds by the
+    def load_tables(
+        self, dirname: str, tables: Mapping[str, TableEntry | dict[str, Any]], names: Sequence[str] | None
+    ) -> None:
+        """Load the rows of ``tables`` (a save's entries, or their JSON, checked as a manifest's; only ``names``
+        when given) this server holds by the
         rule ``id % servers``, whatever the number of servers that made the save (one by as many servers: only
         its own shards are read), the base and each delta replayed (:func:`~blockir.distributed.saves.replay`).
         Everything is read and checked before any shard of this server changes."""
@@ -662,15 +750,15 @@ class ParameterServer:
         loaded = {}
         for name in chosen:
             shard = self._table(name)
-            entry = tables.get(name)
-            if entry is None:
+            if name not in tables:
                 raise BlockirError(f"{dirname}: the save has no table {name!r} (it has {sorted(tables)})")
-            if entry["dim"] != shard.table.dim or entry["dtype"] != shard.table.dtype:
+            entry = TableEntry.from_json(tables[name], dirname, name)
+            if entry.dim != shard.table.dim or entry.dtype != shard.table.dtype:
                 raise BlockirError(
-                    f"{dirname}: table {name!r} is saved as {entry['dtype']}[-1, {entry['dim']}], the program "
+                    f"{dirname}: table {name!r} is saved as {entry.dtype}[-1, {entry.dim}], the program "
                     f"declares {shard.table.dtype}[{shard.table.height}, {shard.table.dim}]"
                 )
-            missing = sorted(set(shard.store) - {name} - set(entry["states"]))
+            missing = sorted(set(shard.store) - {name} - set(entry.states))
             if missing:
                 raise BlockirError(f"{dirname}: table {name!r} is saved without the optimizer state {missing}")
             loaded[name] = replay(dirname, name, entry, list(shard.store), (self.index, self.servers))
@@ -806,6 +894,7 @@ class ParameterServer:
             grad = np.zeros((len(uniq), shard.table.dim), values.dtype)
             add_rows(grad, inverse, kept)
         name = shard.table.name
+        shard.changing(uniq)
         if self.mode == "geo":
             shard.store[name][uniq] += grad
             return

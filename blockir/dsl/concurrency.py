@@ -166,21 +166,11 @@ def channel_close(ch: core.Variable) -> None:
 
 
 @contextlib.contextmanager
-def _sub_block() -> Iterator[Block]:
-    program = framework.default_main_program()
-    block = program.create_block()
-    try:
-        yield block
-    finally:
-        program.rollback()
-
-
-@contextlib.contextmanager
 def go(name: str | None = None) -> Iterator[Block]:
     """Ops built inside run as a go block: concurrently, on their own thread, in a child scope. The run
     that starts it returns once it has finished. It shares values with the rest of the program through
     channels and persistable variables; the temporaries it reads are taken when ``go`` runs."""
-    with _sub_block() as block:
+    with framework.sub_block() as block:
         yield block
     parent = framework.default_main_program().current_block()
     reads = [parent.find_var_recursive(n) for n in outer_temporaries(block)]
@@ -212,7 +202,7 @@ class Select:
         self.kinds.append(kind)
         self.case_channel.append(channel)
         self.counts.append(count)
-        with _sub_block() as block:
+        with framework.sub_block() as block:
             self.blocks.append(block)
             yield yielded
 

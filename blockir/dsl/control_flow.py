@@ -87,15 +87,14 @@ def _step_scopes(block: Block) -> Variable:
 
 
 @contextlib.contextmanager
-def _sub_block() -> Iterator[tuple[Block, Block]]:
-    """A new sub-block of the block being built, current inside: (that block, the sub-block)."""
-    program = _program()
-    parent = program.current_block()
-    block = program.create_block()
-    try:
-        yield parent, block
-    finally:
-        program.rollback()
+def _op_block(append: Callable[[Block, Block, list[str], list[str]], None]) -> Iterator[Block]:
+    """A new sub-block of the block being built, current inside; when it ends, ``append(parent, sub, reads,
+    writes)`` appends the op that runs it to the block around it (``reads``, ``writes``: its
+    :func:`_outer_accesses`)."""
+    parent = _program().current_block()
+    with framework.sub_block() as sub:
+        yield sub
+    append(parent, sub, *_outer_accesses(sub))
 
 
 def _check_condition(helper: LayerHelper, var: Any, arg: str) -> core.Variable:
@@ -114,12 +113,11 @@ class While:
         self.cond_var = _check_condition(self.helper, cond, "cond")
         self.is_test = bool(is_test)
 
-    @contextlib.contextmanager
-    def block(self) -> Iterator[Block]:
+    def block(self) -> contextlib.AbstractContextManager[Block]:
         """Build the loop's block inside; the ``while`` op is appended when it ends."""
-        with _sub_block() as (parent, sub):
-            yield sub
-        reads, writes = _outer_accesses(sub)
+        return _op_block(self._append)
+
+    def _append(self, parent: Block, sub: Block, reads: list[str], writes: list[str]) -> None:
         if self.cond_var.name not in writes:
             raise self.helper.error(
                 f"the loop's block never updates its condition {self.cond_var.name!r}, so it would never end "
@@ -157,12 +155,11 @@ class ConditionalBlock:
         self.inputs = list(inputs)
         self.is_scalar_condition = bool(is_scalar_condition)
 
-    @contextlib.contextmanager
-    def block(self) -> Iterator[Block]:
+    def block(self) -> contextlib.AbstractContextManager[Block]:
         """Build the block inside; the ``conditional_block`` op is appended when it ends."""
-        with _sub_block() as (parent, sub):
-            yield sub
-        reads, writes = _outer_accesses(sub)
+        return _op_block(self._append)
+
+    def _append(self, parent: Block, sub: Block, reads: list[str], writes: list[str]) -> None:
         framework.append_op(
             parent,
             "conditional_block",
@@ -173,19 +170,23 @@ class ConditionalBlock:
         )
 
 
+def _new_like(block: Block, helper: LayerHelper, var: core.Variable) -> Variable:
+    """A new variable of ``block`` (named after ``helper``'s layer) of ``var``'s kind, dtype, shape and LoD level."""
+    like = Variable(
+        unique_name.generate(f"{helper.name}.out"),
+        kind=var.kind,
+        dtype=var.dtype,
+        shape=var.shape,
+        lod_level=var.lod_level,
+    )
+    return block.add_var(like)
+
+
 def _copy_to_parent(var: Any, parent: Block, helper: LayerHelper) -> Any:
     """A branch's result copied into a new variable of the block around the branch."""
     if not isinstance(var, core.Variable):
         raise helper.error(f"a branch must return variables (or lists, tuples, dicts of them), got {var!r}")
-    out = parent.add_var(
-        Variable(
-            unique_name.generate(f"{helper.name}.out"),
-            kind=var.kind,
-            dtype=var.dtype,
-            shape=var.shape,
-            lod_level=var.lod_level,
-        )
-    )
+    out = _new_like(parent, helper, var)
     framework.append_op(_program().current_block(), "assign", {"X": [var]}, {"Out": [out]}, layer="cond")
     return out
 
@@ -224,16 +225,7 @@ def select_input(inputs: list[core.Variable], mask: core.Variable) -> Variable:
     for k, var in enumerate(inputs):
         helper.check_variable(var, f"inputs[{k}]")
     helper.check_variable(mask, "mask")
-    first = inputs[0]
-    out = helper.block.add_var(
-        Variable(
-            unique_name.generate(f"{helper.name}.out"),
-            kind=first.kind,
-            dtype=first.dtype,
-            shape=first.shape,
-            lod_level=first.lod_level,
-        )
-    )
+    out = _new_like(helper.block, helper, inputs[0])
     helper.append_op("select_input", {"X": list(inputs), "Mask": [mask]}, {"Out": [out]})
     return out
 

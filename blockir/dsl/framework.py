@@ -106,6 +106,18 @@ def current_name_scope() -> str:
     return _current_scope().full_name()
 
 
+@contextlib.contextmanager
+def sub_block() -> Iterator[Block]:
+    """A new sub-block of the default main program's current block, current inside the ``with`` (the ops of a
+    loop, a branch, a go block)."""
+    program = default_main_program()
+    block = program.create_block()
+    try:
+        yield block
+    finally:
+        program.rollback()
+
+
 def derive_seed(program_seed: int, op_type: str, output: str) -> int:
     """A seed in [1, 2**31 - 1] for a random op, from the program seed and the op's output name.
 

@@ -12,19 +12,8 @@ import math
 from collections.abc import Sequence
 from typing import Any
 
-from blockir.dsl import framework, math_layers
-from blockir.dsl.control_flow import (
-    ConditionalBlock,
-    Switch,
-    While,
-    array_length,
-    array_read,
-    array_write,
-    cond,
-    create_array,
-    increment,
-    tensor_array_to_tensor,
-)
+from blockir.dsl import control_flow, framework, math_layers
+from blockir.dsl.control_flow import *  # noqa: F403  (its __all__, re-exported: control flow and tensor arrays)
 from blockir.dsl.entry import CountFilterEntry, ProbabilityEntry
 from blockir.dsl.initializer import Constant, Normal
 from blockir.dsl.layer_helper import LayerHelper
@@ -106,18 +95,7 @@ __all__ = [
     "transpose",
     "unsqueeze",
 ]
-__all__ += [  # control flow and tensor arrays: blockir.dsl.control_flow
-    "ConditionalBlock",
-    "Switch",
-    "While",
-    "array_length",
-    "array_read",
-    "array_write",
-    "cond",
-    "create_array",
-    "increment",
-    "tensor_array_to_tensor",
-]
+__all__ += control_flow.__all__
 __all__ += math_layers.__all__  # activations, math, comparisons, indexing: served by __getattr__ below
 
 _POOL_TYPES = ("SUM", "AVERAGE", "SQRT", "MAX", "LAST", "FIRST")

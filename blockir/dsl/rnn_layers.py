@@ -61,22 +61,7 @@ def lstm(
         steps = (tensor_shape(helper.check_variable(input, "input")) or (-1,))[0]
         if steps >= 0 and steps != _positive(helper, max_len, "max_len"):
             raise helper.error(f"max_len {max_len} is not the number of time steps of input (dim 0: {steps})")
-    out, states = _rnn(
-        helper,
-        "LSTM",
-        input,
-        [init_h, init_c],
-        hidden_size,
-        num_layers,
-        dropout_prob,
-        is_bidirec,
-        is_test,
-        default_initializer,
-        seed,
-        sequence_length,
-        param_attr,
-        bias_attr,
-    )
+    out, states = _rnn(helper, "LSTM", [init_h, init_c], locals())
     return out, states[0], states[1]
 
 
@@ -98,23 +83,7 @@ def gru(
     """A multi-layer GRU over ``input`` ``[T, B, I]`` (time-major): ``(out, last_h)``; arguments as
     :func:`lstm`'s. Gates ``r, z, n`` as cuDNN (and ``paddle.nn.GRU``): ``n = tanh(x W_in + b_in + r * (h W_hn
     + b_hn))``, ``h = z * h + (1 - z) * n``."""
-    helper = LayerHelper("gru", name)
-    out, states = _rnn(
-        helper,
-        "GRU",
-        input,
-        [init_h],
-        hidden_size,
-        num_layers,
-        dropout_prob,
-        is_bidirec,
-        is_test,
-        default_initializer,
-        seed,
-        sequence_length,
-        param_attr,
-        bias_attr,
-    )
+    out, states = _rnn(LayerHelper("gru", name), "GRU", [init_h], locals())
     return out, states[0]
 
 
@@ -140,22 +109,7 @@ def simple_rnn(
     helper = LayerHelper("simple_rnn", name)
     if activation not in ("tanh", "relu"):
         raise helper.error(f"activation must be 'tanh' or 'relu', got {activation!r}")
-    out, states = _rnn(
-        helper,
-        f"RNN_{activation.upper()}",
-        input,
-        [init_h],
-        hidden_size,
-        num_layers,
-        dropout_prob,
-        is_bidirec,
-        is_test,
-        default_initializer,
-        seed,
-        sequence_length,
-        param_attr,
-        bias_attr,
-    )
+    out, states = _rnn(helper, f"RNN_{activation.upper()}", [init_h], locals())
     return out, states[0]
 
 
@@ -166,26 +120,16 @@ def _positive(helper: LayerHelper, value: Any, arg: str) -> int:
 
 
 def _rnn(
-    helper: LayerHelper,
-    mode: str,
-    input: core.Variable,
-    initial: list[core.Variable | None],
-    hidden_size: int,
-    num_layers: int,
-    dropout_prob: float,
-    is_bidirec: bool,
-    is_test: bool,
-    default_initializer: Initializer | None,
-    seed: int | None,
-    sequence_length: core.Variable | None,
-    param_attr: Any,
-    bias_attr: Any,
+    helper: LayerHelper, mode: str, initial: list[core.Variable | None], args: dict[str, Any]
 ) -> tuple[Variable, list[Variable]]:
-    """The rnn op of ``mode`` and its parameters; its output and final states."""
+    """The rnn op of ``mode`` and its parameters, from ``args``, the arguments of the layer function (``lstm``,
+    ``gru`` or ``simple_rnn``: they share their names); its output and final states."""
+    input, seed, dropout_prob, is_bidirec = args["input"], args["seed"], args["dropout_prob"], args["is_bidirec"]
+    sequence_length = args["sequence_length"]
     helper.check_variable(input, "input")
     helper.check_float(input, "input")
-    hidden = _positive(helper, hidden_size, "hidden_size")
-    layers = _positive(helper, num_layers, "num_layers")
+    hidden = _positive(helper, args["hidden_size"], "hidden_size")
+    layers = _positive(helper, args["num_layers"], "num_layers")
     if isinstance(dropout_prob, bool) or not isinstance(dropout_prob, (int, float)) or not 0 <= dropout_prob <= 1:
         raise helper.error(f"dropout_prob must be a number in [0, 1], got {dropout_prob!r}")
     if seed is not None and (isinstance(seed, bool) or not isinstance(seed, int)):
@@ -196,9 +140,8 @@ def _rnn(
             f"input {input.name!r} must be [time steps, batch, input size] with the input size known, got {list(shape)}"
         )
     dirs = 2 if is_bidirec else 1
-    weights = _parameters(
-        helper, mode, shape[2], hidden, layers, dirs, dtype, default_initializer, param_attr, bias_attr
-    )
+    attrs = {arg: ParamAttr.to_attr(args[arg]) for arg in ("param_attr", "bias_attr")}
+    weights = _parameters(helper, mode, shape[2], hidden, layers, dirs, dtype, args["default_initializer"], attrs)
     states = []
     for i, state in enumerate(initial[: state_count(mode)]):
         if state is None:
@@ -231,7 +174,7 @@ def _rnn(
             "num_layers": layers,
             "mode": mode,
             "seed": seed,
-            "is_test": bool(is_test),
+            "is_test": bool(args["is_test"]),
         },
     )
     return out, finals
@@ -246,11 +189,10 @@ def _parameters(
     dirs: int,
     dtype: str,
     default_initializer: Initializer | None,
-    param_attr: Any,
-    bias_attr: Any,
+    attrs: dict[str, Any],
 ) -> list[Parameter]:
-    """WeightList's parameters, in its order: every W_ih, W_hh by layer and direction, then every b_ih, b_hh."""
-    attrs = {"param_attr": ParamAttr.to_attr(param_attr), "bias_attr": ParamAttr.to_attr(bias_attr)}
+    """WeightList's parameters, in its order: every W_ih, W_hh by layer and direction, then every b_ih, b_hh
+    (``attrs``: the ParamAttrs of ``param_attr`` and ``bias_attr``)."""
     for arg, attr in attrs.items():
         if attr is False:
             raise helper.error(

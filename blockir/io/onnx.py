@@ -25,9 +25,10 @@ Export (:func:`write_model`, ``save_inference_model(..., format="onnx")``) is in
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -35,7 +36,8 @@ from typing import Any
 import numpy as np
 
 from blockir.errors import BlockirError
-from blockir.ir import Operator, Program
+from blockir.ir import Block, Operator, Program, Variable
+from blockir.ir.core import block_reads_writes
 from blockir.ir.dtypes import DTYPE_TO_PROTO, VarKind
 from blockir.ir.proto_io import open_regular, os_errors, read_limited
 from blockir.ir.schema import KernelContext, Lowering, lookup
@@ -67,12 +69,15 @@ ONNX_DTYPES: dict[int, str] = {
     1: "float32",
     2: "uint8",
     3: "int8",
+    4: "uint16",
     5: "int16",
     6: "int32",
     7: "int64",
     9: "bool",
     10: "float16",
     11: "float64",
+    12: "uint32",
+    13: "uint64",
     14: "complex64",
     15: "complex128",
 }
@@ -214,7 +219,7 @@ class Node:
         found = self.const(i)
         if found is not None:
             return found.dtype.name
-        dtype = self.graph.block.var(self.x(i)).dtype
+        dtype = self.graph.find(self.x(i)).dtype
         return dtype or "float32"
 
     def shape(self, i: int) -> tuple[int, ...] | None:
@@ -222,7 +227,7 @@ class Node:
         found = self.const(i)
         if found is not None:
             return tuple(found.shape)
-        shape = self.graph.block.var(self.x(i)).shape
+        shape = self.graph.find(self.x(i)).shape
         return None if shape is None else tuple(shape)
 
     def rank(self, i: int) -> int:
@@ -268,7 +273,7 @@ class Node:
         outs = {k: [v] if isinstance(v, str) else list(v) for k, v in outputs.items()}
         for names in outs.values():
             for name in names:
-                if not block.has_var(name):
+                if not self.graph.known(name):
                     block.create_var(name)
         op = block.append_op(type, ins, outs, dict(attrs or {}))
         op.set_attr("op_pass", IMPORT_PASS)
@@ -286,7 +291,7 @@ class Node:
         return out
 
     def cast(self, x: str, dtype: str, out: str | None = None) -> str:
-        src = self.graph.block.var(x).dtype
+        src = self.graph.find(x).dtype
         if src == dtype and out is None:
             return x
         out = out or self.tmp("cast")
@@ -300,6 +305,63 @@ class Node:
 
     def refuse(self, reason: str) -> Refused:
         return Refused(reason)
+
+    @contextlib.contextmanager
+    def building(self, block: Block) -> Iterator[None]:
+        """Ops made inside go to ``block`` (a sub-block the node made)."""
+        outer, self.graph.block = self.graph.block, block
+        try:
+            yield
+        finally:
+            self.graph.block = outer
+
+    def control(self, type: str, block: Block, inputs: Mapping[str, Any], attrs: Mapping[str, Any]) -> Operator:
+        """Append the control-flow op ``type`` (``while``, ``conditional_block``) running ``block``: ``inputs``
+        (its condition slot) and, as its inputs and outputs, the outer variables the block reads and writes."""
+        reads, writes = block_reads_writes(block)
+        scopes = self.graph.names.fresh(f"{self.y_base()}.scopes")
+        self.graph.block.create_var(scopes, kind=VarKind.STEP_SCOPES)
+        condition = {n for names in inputs.values() for n in ([names] if isinstance(names, str) else names)}
+        slot_in, slot_scope = ("X", "StepScopes") if type == "while" else ("Input", "Scope")
+        ins = {**inputs, slot_in: sorted((reads | writes if type == "while" else reads) - condition)}
+        outs = {"Out": sorted(writes), slot_scope: scopes}
+        return self.emit(type, ins, outs, {"sub_block": block.idx, **attrs})
+
+    def sub_block(self) -> Block:
+        """A new, empty sub-block of the block being built."""
+        program = self.graph.block.program
+        block = program.create_block(parent_idx=self.graph.block.idx)
+        program.rollback()
+        return block
+
+    def subgraph(self, attr: str, bound: Sequence[str], block: Block | None = None) -> tuple[Block, list[str]]:
+        """Import the graph attribute ``attr`` into ``block`` (by default a new sub-block of the block being
+        built): its inputs are the blockir variables ``bound`` (in order), the values of the graphs around it
+        it reads are seen as they are (a sub-block reads its parents' variables). Returns the block and the
+        blockir variables of the subgraph's outputs."""
+        body = self.attrs.get(attr)
+        if body is None:
+            raise Refused(f"attribute {attr!r} (a graph) is missing")
+        if len(body.input) != len(bound):
+            raise Refused(f"its {attr} takes {len(body.input)} inputs, the node gives it {len(bound)}")
+        graph, outer = self.graph, self.graph.block
+        block = block or self.sub_block()
+        graph.block = block
+        try:
+            for info, name in zip(body.input, bound):
+                graph.names.of[info.name] = name
+            for t in body.initializer:
+                graph.consts[t.name] = _tensor(t, f"initializer {t.name!r} of {attr}")
+            problems, needs = _convert_nodes(graph, body.node, set())
+            if problems:
+                more = f" (and {len(problems) - 1} more)" if len(problems) > 1 else ""
+                error = NeedsConstant if needs else Refused
+                message = f"in its {attr}: {problems[0]}{more}"
+                raise error(message, needs) if error is NeedsConstant else Refused(message)
+            outputs = [graph.var_of(info.name) for info in body.output]
+        finally:
+            graph.block = outer
+        return block, outputs
 
 
 Converter = Callable[[Node], None]
@@ -319,25 +381,37 @@ class _Graph:
         self.values: dict[str, np.ndarray] = {}  # the same, for the constants of folded ops too
         self.expected: dict[str, str] = {}  # ONNX value name -> the dtype ONNX gives it
 
+    def known(self, name: str) -> bool:
+        """Whether blockir variable ``name`` is in the block being built or a block around it."""
+        block: Block | None = self.block
+        while block is not None:
+            if block.has_var(name):
+                return True
+            block = block.parent_block
+        return False
+
+    def find(self, name: str) -> Variable:
+        return self.block.find_var_recursive(name)
+
     def var_of(self, onnx_name: str) -> str:
         name = self.names.of.get(onnx_name)
-        if name is not None and self.block.has_var(name):
+        if name is not None and self.known(name):
             return name
         value = self.consts.get(onnx_name)
         if value is None:
             raise Refused(f"input {onnx_name!r} is neither a graph input, an initializer nor an earlier node's output")
         name = name or self.names.bind(onnx_name)
-        self.block.create_var(
-            name, shape=list(value.shape), dtype=value.dtype.name, persistable=True, kind=VarKind.LOD_TENSOR
-        )
+        root = self.block.program.global_block()  # constants live in the outermost block (a subgraph's too)
+        fields = {"shape": list(value.shape), "dtype": value.dtype.name, "persistable": True}
+        root.create_var(name, kind=VarKind.LOD_TENSOR, **fields)
         self.values[name] = value
-        if self.block is self.program.global_block():
+        if root is self.program.global_block():
             self.params[name] = value
         return name
 
     def out_var(self, onnx_name: str) -> str:
         name = self.names.of.get(onnx_name) or self.names.bind(onnx_name)
-        if not self.block.has_var(name):
+        if not self.known(name):
             self.block.create_var(name)
         return name
 
@@ -396,7 +470,10 @@ def _evaluate(block: Any, values: dict[str, Any]) -> None:
                 values[names[0]] = value
 
 
-_NEVER_FOLD = frozenset({"RandomNormal", "RandomUniform", "RandomNormalLike", "RandomUniformLike", "Bernoulli"})
+# random ops, and ops with subgraphs (which read values of the graph around them that are no inputs of theirs)
+_NEVER_FOLD = frozenset(
+    {"RandomNormal", "RandomUniform", "RandomNormalLike", "RandomUniformLike", "Bernoulli", "If", "Loop", "Scan"}
+)
 
 
 def _value_dtypes(model: Any) -> dict[str, str]:
@@ -466,26 +543,18 @@ def import_model(
     """Import an ONNX ``ModelProto`` (see the module docstring). ``constants`` fixes the values of graph
     inputs that ops need as constants (the backend passes a run's fed shapes, specializing on them); those
     inputs are then no feeds. All unsupported nodes are listed at once in one :class:`BlockirError`."""
-    from blockir.io.onnx_ops import rule_for
-
-    onnx = onnx_module()
     opset = _opset(model, where)
     g = model.graph
     _check_order(g, where)
     graph = _Graph(opset)
     graph.expected = _value_dtypes(model)
     problems: list[str] = []
-    needs: list[str] = []
     failed: set[str] = set()  # values a reported problem leaves undefined (their readers are not reported)
     for t in g.initializer:
         try:
-            dtype_name(t.data_type, f"initializer {t.name!r}")
-            graph.consts[t.name] = onnx.numpy_helper.to_array(t)
+            graph.consts[t.name] = _tensor(t, f"initializer {t.name!r}")
         except Refused as e:
             problems.append(str(e))
-            failed.add(t.name)
-        except Exception as e:  # noqa: BLE001  # onnx's reader reports malformed tensors in its own types
-            problems.append(f"initializer {t.name!r} is malformed: {e}")
             failed.add(t.name)
     fixed = dict(constants or {})
     initialized = {t.name for t in g.initializer}
@@ -511,7 +580,37 @@ def import_model(
         graph.block.create_var(name, shape=_shape_of(info), dtype=dtype, need_check_feed=True)
         feeds.append(name)
         onnx_feeds.append(info.name)
-    for k, proto in enumerate(g.node):
+    found, needs = _convert_nodes(graph, g.node, failed)
+    problems.extend(found)
+    if problems:
+        raise _listed(where, problems, needs)
+    fetches, onnx_fetches = [], []
+    for info in g.output:
+        fetches.append(graph.var_of(info.name))
+        onnx_fetches.append(info.name)
+    FeedFetch(feeds=tuple(feeds), targets=tuple(fetches)).run(graph.program)
+    names = dict(graph.names.of)
+    return OnnxModel(graph.program, graph.params, feeds, fetches, onnx_feeds, onnx_fetches, opset, names, where)
+
+
+def _tensor(t: Any, what: str) -> np.ndarray:
+    """The value of TensorProto ``t`` (``what`` names it in errors)."""
+    dtype_name(t.data_type, what)
+    try:
+        return np.asarray(onnx_module().numpy_helper.to_array(t))
+    except Exception as e:  # noqa: BLE001  # onnx's reader reports malformed tensors in its own types
+        raise Refused(f"{what} is malformed: {e}") from None
+
+
+def _convert_nodes(graph: _Graph, nodes: Sequence[Any], failed: set[str]) -> tuple[list[str], list[str]]:
+    """Convert ``nodes`` into the block being built (folding those of constant inputs); the problems met, each
+    naming its node, and the names of the inputs wanted as constants. ``failed``: values already undefined
+    (their readers are not reported)."""
+    from blockir.io.onnx_ops import rule_for
+
+    problems: list[str] = []
+    needs: list[str] = []
+    for k, proto in enumerate(nodes):
         label = f"node {_node_name(proto, k)}"
         if failed.intersection(proto.input):
             failed.update(proto.output)
@@ -520,7 +619,7 @@ def import_model(
         if proto.domain not in ("", "ai.onnx"):
             problems.append(f"{label}: domain {proto.domain!r} (blockir imports the default ONNX domain)")
             continue
-        rule = rule_for(proto.op_type, opset)
+        rule = rule_for(proto.op_type, graph.opset)
         if isinstance(rule, str):
             problems.append(f"{label}: {rule}")
             continue
@@ -535,15 +634,7 @@ def import_model(
             problems.append(f"{label}: {_first_line(e)}")
         except BlockirError as e:
             problems.append(f"{label}: {_first_line(e)}")
-    if problems:
-        raise _listed(where, problems, needs)
-    fetches, onnx_fetches = [], []
-    for info in g.output:
-        fetches.append(graph.var_of(info.name))
-        onnx_fetches.append(info.name)
-    FeedFetch(feeds=tuple(feeds), targets=tuple(fetches)).run(graph.program)
-    names = dict(graph.names.of)
-    return OnnxModel(graph.program, graph.params, feeds, fetches, onnx_feeds, onnx_fetches, opset, names, where)
+    return problems, needs
 
 
 def _first_line(e: BaseException) -> str:
@@ -572,9 +663,9 @@ def _fix_dtypes(graph: _Graph, node: Node) -> None:
     for onnx_name in node.outputs:
         want = graph.expected.get(onnx_name)
         name = graph.names.of.get(onnx_name)
-        if not onnx_name or want is None or name is None or not graph.block.has_var(name):
+        if not onnx_name or want is None or name is None or not graph.known(name):
             continue
-        have = graph.block.var(name).dtype
+        have = graph.find(name).dtype
         if have is not None and have != want:
             graph.names.of[onnx_name] = node.cast(name, want, out=graph.names.fresh(f"{name}.{want}"))
 

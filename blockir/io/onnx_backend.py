@@ -9,7 +9,8 @@
 whose ``run`` feeds the inputs, in the graph's input order, and returns the outputs in the graph's output
 order. A model whose ops need, as constants, values it takes as inputs (a ``Reshape`` whose shape is fed, a
 ``Slice`` whose starts are) is imported at its first run with those inputs' values fixed, and again whenever
-they change: blockir specializes the program on them, as a JIT compiler does.
+they change: blockir specializes the program on them, as a JIT compiler does. A value computed from inputs
+fixes the inputs it is computed from (traced through the graph, not through Shape and Size).
 """
 
 from __future__ import annotations
@@ -49,12 +50,28 @@ def _place(device: str) -> str:
     return "cpu"
 
 
-def _fixable(error: UnsupportedModelError, inputs: set[str]) -> tuple[str, ...]:
-    """The graph inputs whose values would let the import go on: ``error``'s problems are all inputs wanted as
-    constants, and they are among ``inputs`` (empty when another problem stands)."""
-    if not error.needs or len(error.needs) != len(error.problems) or not set(error.needs) <= inputs:
+def _fixable(error: UnsupportedModelError, inputs: set[str], graph: Any) -> tuple[str, ...]:
+    """The graph inputs whose values would let the import go on: ``error``'s problems are all values wanted as
+    constants, each among ``inputs`` or computed from some of them (then those, traced back through ``graph``'s
+    nodes; a Shape or Size reads only its input's shape, known at import); empty when another problem stands or
+    no such input is left to fix."""
+    if not error.needs or len(error.needs) != len(error.problems):
         return ()
-    return tuple(dict.fromkeys(error.needs))
+    producers = {out: node for node in graph.node for out in node.output if out}
+    found: dict[str, None] = {}
+    pending, seen = list(error.needs), set()
+    while pending:
+        name = pending.pop()
+        if name in seen:
+            continue
+        seen.add(name)
+        node = producers.get(name)
+        if node is not None:
+            if node.op_type not in ("Shape", "Size"):
+                pending.extend(i for i in node.input if i)
+        elif name in inputs:
+            found[name] = None
+    return tuple(found)
 
 
 def _array(value: Any) -> np.ndarray:
@@ -82,7 +99,7 @@ class BlockirRep(BackendRep):
                 self.imported = import_model(self.model, self.where, constants=self.fixed)
                 return self.imported
             except UnsupportedModelError as e:
-                more = _fixable(e, set(self.inputs) - set(self.needs))
+                more = _fixable(e, set(self.inputs) - set(self.needs), self.model.graph)
                 if not more:
                     raise
                 self.needs += more
@@ -113,7 +130,7 @@ class BlockirBackend(Backend):
             imported: OnnxModel | None = import_model(model, where)
             needs: tuple[str, ...] = ()
         except UnsupportedModelError as e:
-            needs = _fixable(e, {i.name for i in model.graph.input})
+            needs = _fixable(e, {i.name for i in model.graph.input}, model.graph)
             if not needs:
                 raise
             imported = None

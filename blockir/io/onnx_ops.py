@@ -1,5 +1,5 @@
 """The ONNX op table: one row per ONNX op and opset range, naming the blockir ops it becomes and how its
-attributes convert, and the ONNX ops refused with the reason (:data:`REFUSED`).
+attributes convert.
 
 A row's converter receives a :class:`blockir.io.onnx.Node` and appends blockir ops; it raises
 :class:`~blockir.io.onnx.Refused` (an attribute value or input blockir cannot honour, saying which) or
@@ -16,9 +16,10 @@ from typing import Any, cast
 import numpy as np
 
 from blockir.io.onnx import Converter, Node, Refused, dtype_name
-from blockir.ir.dtypes import DTYPE_TO_PROTO
+from blockir.ir import Variable
+from blockir.ir.dtypes import DTYPE_TO_PROTO, VarKind
 
-__all__ = ["REFUSED", "RULES", "OpRule", "rule_for"]
+__all__ = ["RULES", "OpRule", "rule_for"]
 
 _NEWEST = 1 << 30
 _INT_MAX = (1 << 63) - 1
@@ -72,7 +73,31 @@ def _legacy_axis(n: Node) -> int:
     return int(n.attr("axis", -1)) if n.opset < 7 and n.attr("broadcast", 0) else -1
 
 
-_NARROW = {"int8": "int32", "int16": "int32", "uint8": "int32"}  # integers blockir's kernels compute widened
+# integers blockir's kernels compute widened: exact, but for uint64 (as int64: exact modulo 2**64 for Add, Sub and
+# Mul; ordered by _ordered for the comparisons, Max, Min and TopK; Div and Mod exact below 2**63)
+_NARROW = {
+    "int8": "int32",
+    "int16": "int32",
+    "uint8": "int32",
+    "uint16": "int32",
+    "uint32": "int64",
+    "uint64": "int64",
+}
+
+
+def _ordered(n: Node, x: str, dtype: str) -> str:
+    """``x`` (of ``dtype``) widened so that the signed order of the result is ``x``'s order: uint64 as int64 with
+    its top bit flipped; :func:`_unordered` undoes it."""
+    wide = n.cast(x, _NARROW[dtype])
+    if dtype != "uint64":
+        return wide
+    return n.binary("bitwise_xor", wide, n.constant(np.int64(-(1 << 63))))
+
+
+def _unordered(n: Node, x: str, dtype: str, out: str) -> None:
+    if dtype == "uint64":
+        x = n.binary("bitwise_xor", x, n.constant(np.int64(-(1 << 63))))
+    n.cast(x, dtype, out=out)
 
 
 def _binary(type: str) -> Converter:
@@ -95,15 +120,18 @@ def _variadic(type: str) -> Converter:
         if len(names) == 1:
             n.emit("assign", {"X": names[0]}, {"Out": n.y()})
             return
-        narrow = _NARROW.get(n.dtype(0))
-        if narrow is not None:
-            names = [n.cast(name, narrow) for name in names]
+        dtype, ordered = n.dtype(0), type != "elementwise_add"  # Max and Min compare; Sum adds (modulo)
+        narrow = dtype in _NARROW
+        if narrow:
+            names = [_ordered(n, name, dtype) if ordered else n.cast(name, _NARROW[dtype]) for name in names]
         acc = names[0]
         for k, name in enumerate(names[1:], 1):
-            last = k == len(names) - 1 and narrow is None
+            last = k == len(names) - 1 and not narrow
             acc = n.binary(type, acc, name, out=n.y() if last else None)
-        if narrow is not None:
-            n.cast(acc, n.dtype(0), out=n.y())
+        if narrow and ordered:
+            _unordered(n, acc, dtype, n.y())
+        elif narrow:
+            n.cast(acc, dtype, out=n.y())
 
     return convert
 
@@ -117,13 +145,18 @@ def _mean(n: Node) -> None:
 
 
 def _round(n: Node) -> None:
-    """Half to even (blockir's round, as Paddle's, rounds half away from zero)."""
-    x = n.x(0)
+    _round_even(n, n.x(0), n.dtype(0), n.y())
+
+
+def _round_even(n: Node, x: str, dtype: str, out: str | None = None) -> str:
+    """``x`` (of float ``dtype``) rounded half to even (blockir's round, as Paddle's, rounds half away from zero)."""
     away = n.unary("round", x)
     even = n.unary("scale", n.unary("round", n.unary("scale", x, {"scale": 0.5})), {"scale": 2.0})
     frac = n.unary("abs", n.binary("elementwise_sub", x, n.unary("floor", x)))
-    half = n.binary("equal", frac, n.constant(np.asarray(0.5, n.dtype(0))))
-    n.emit("where", {"Condition": half, "X": even, "Y": away}, {"Out": n.y()})
+    half = n.binary("equal", frac, n.constant(np.asarray(0.5, dtype)))
+    out = out or n.tmp("round")
+    n.emit("where", {"Condition": half, "X": even, "Y": away}, {"Out": out})
+    return out
 
 
 def _neg(n: Node) -> None:
@@ -140,8 +173,18 @@ def _pow(n: Node) -> None:
 
 
 def _mod(n: Node) -> None:
-    if n.attr("fmod", 0) and n.dtype(0).startswith("int"):
-        raise Refused("fmod=1 on integers (C's remainder; blockir's elementwise_mod is Python's)")
+    if n.attr("fmod", 0) and "int" in n.dtype(0):  # C's remainder: Python's, less y where the signs differ
+        dtype = n.dtype(0)
+        x, y = (n.cast(n.x(i), _NARROW[dtype]) if dtype in _NARROW else n.x(i) for i in (0, 1))
+        r = n.binary("elementwise_mod", x, y)
+        zero = n.constant(np.zeros((), n.graph.find(r).dtype))
+        signs = n.binary("logical_xor", n.binary("less_than", r, zero), n.binary("less_than", x, zero))
+        fix = n.binary("logical_and", n.binary("not_equal", r, zero), signs)
+        out = n.tmp("fmod") if dtype in _NARROW else n.y()
+        n.emit("where", {"Condition": fix, "X": n.binary("elementwise_sub", r, y), "Y": r}, {"Out": out})
+        if dtype in _NARROW:
+            n.cast(out, dtype, out=n.y())
+        return
     if n.attr("fmod", 0):
         x, y = n.x(0), n.x(1)
         q = n.binary("elementwise_div", x, y)
@@ -167,13 +210,33 @@ def _clip(n: Node) -> None:
     lo, hi = -np.inf, np.inf
     if n.opset < 11:
         lo, hi = float(n.attr("min", lo)), float(n.attr("max", hi))
+    elif n.dtype(0) not in ("float32", "float64") or any(n.has(i) and n.const(i) is None for i in (1, 2)):
+        _clip_bounds(n)
+        return
     else:
         for i, slot in ((1, "Min"), (2, "Max")):
             if n.has(i):
                 inputs[slot] = n.cast(n.x(i), n.dtype(0))
-    if n.dtype(0) != "float32" and n.dtype(0) != "float64" and n.opset >= 11:
-        raise Refused(f"Clip on {n.dtype(0)} (blockir's clip takes floating-point bounds)")
+        bounds = [float(n.const(i).reshape(-1)[0]) if n.has(i) else None for i in (1, 2)]  # type: ignore[union-attr]
+        if bounds[0] is not None and bounds[1] is not None and bounds[0] > bounds[1]:
+            _clip_bounds(n)  # min > max: every value becomes max
+            return
     n.emit("clip", inputs, {"Out": n.y()}, {"min": lo, "max": hi})
+
+
+def _clip_bounds(n: Node) -> None:
+    """Clip as Min(max, Max(x, min)) (ONNX's definition: max wins where min > max), integers widened."""
+    dtype = n.dtype(0)
+    narrow = dtype in _NARROW
+    acc = _ordered(n, n.x(0), dtype) if narrow else n.x(0)
+    for i, type in ((1, "elementwise_max"), (2, "elementwise_min")):
+        if n.has(i):
+            bound = n.cast(n.x(i), dtype)
+            acc = n.binary(type, acc, _ordered(n, bound, dtype) if narrow else bound)
+    if narrow:
+        _unordered(n, acc, dtype, n.y())
+    else:
+        n.cast(acc, dtype, out=n.y())
 
 
 def _gelu(n: Node) -> None:
@@ -213,6 +276,12 @@ def _hard_swish(n: Node) -> None:
 
 def _swish(n: Node) -> None:
     n.emit("swish", {"X": n.x(0)}, {"Out": n.y()}, {"beta": float(n.attr("alpha", 1.0))})
+
+
+def _swiglu(n: Node) -> None:
+    """Swish_alpha(A) * B (A and B of one shape)."""
+    gate = n.unary("swish", n.x(0), {"beta": float(n.attr("alpha", 1.0))})
+    n.binary("elementwise_mul", gate, n.x(1), out=n.y())
 
 
 def _thresholded_relu(n: Node) -> None:
@@ -275,6 +344,10 @@ def _cast(n: Node) -> None:
 
 
 def _cast_like(n: Node) -> None:
+    value = n.const(0)
+    if value is not None and n.const(1) is None and n.graph.find(n.x(1)).dtype:  # only input 1's dtype read
+        n.graph.consts[n.outputs[0]] = value.astype(n.dtype(1))  # a constant, as Pad's constant_value must be
+        return
     n.cast(n.x(0), n.dtype(1), out=n.y())
 
 
@@ -299,24 +372,32 @@ def _shape(n: Node) -> None:
 
 
 def _size(n: Node) -> None:
+    shape = n.shape(0)
+    if shape is not None and -1 not in shape:  # known at import: a constant
+        n.graph.consts[n.outputs[0]] = np.asarray(int(np.prod(shape)), "int64")
+        return
     n.emit("size", {"Input": n.x(0)}, {"Out": n.y()})
 
 
 def _reshape(n: Node) -> None:
-    shape = n.const(1) if n.opset >= 5 else np.asarray(n.attr("shape"))
+    allowzero = n.opset >= 5 and n.attr("allowzero", 0)
+    shape = n.value(1, "shape with allowzero=1") if allowzero else n.const(1) if n.opset >= 5 else n.attr("shape")
     if shape is not None:
         dims = _ints(shape)
-        if n.attr("allowzero", 0) and 0 in dims:
+        if allowzero and 0 in dims:
             if -1 in dims:
                 raise Refused("allowzero=1 with both 0 and -1 in the shape")
-        elif 0 in dims:
+            src = n.shape(0)
+            if src is not None and -1 not in src and 0 not in src:
+                raise Refused(f"allowzero=1: shape {dims} has no element, input 0 of shape {list(src)} has some")
+            n.graph.consts[n.outputs[0]] = np.zeros(dims, n.dtype(0))  # a 0 dim kept: an empty tensor
+            return
+        if 0 in dims:
             src = n.shape(0)
             if src is not None:
                 dims = [src[i] if d == 0 and i < len(src) and src[i] != -1 else d for i, d in enumerate(dims)]
         n.emit("reshape2", {"X": n.x(0)}, {"Out": n.y(), "XShape": n.tmp("xshape")}, {"shape": dims})
         return
-    if n.attr("allowzero", 0):
-        raise Refused("allowzero=1 with a shape computed at run time")
     n.emit("reshape2", {"X": n.x(0), "Shape": n.cast(n.x(1), "int64")}, {"Out": n.y(), "XShape": n.tmp("xshape")})
 
 
@@ -363,6 +444,11 @@ def _transpose(n: Node) -> None:
 def _concat(n: Node) -> None:
     names = [n.x(i) for i in range(len(n.inputs)) if n.has(i)]
     n.emit("concat", {"X": names}, {"Out": n.y()}, {"axis": int(n.attr("axis", 1 if n.opset < 4 else 0))})
+
+
+def _einsum(n: Node) -> None:
+    names = [n.x(i) for i in range(len(n.inputs))]
+    n.emit("einsum", {"Operands": names}, {"Out": n.y()}, {"equation": n.attr("equation")})
 
 
 def _split(n: Node) -> None:
@@ -424,6 +510,9 @@ def _slice(n: Node) -> None:
         starts, ends = list(n.attr("starts")), list(n.attr("ends"))
         axes = list(n.attr("axes", range(len(starts))))
         steps = [1] * len(starts)
+    elif (n.const(1) is None or n.const(2) is None) and (not n.has(4) or set(_ints(n.value(4, "steps"))) == {1}):
+        _slice_at_run_time(n)
+        return
     else:
         starts, ends = _ints(n.value(1, "starts")), _ints(n.value(2, "ends"))
         axes = _ints(n.value(3, "axes")) if n.has(3) else list(range(len(starts)))
@@ -444,6 +533,18 @@ def _slice(n: Node) -> None:
         out = n.y() if k == len(axes) - 1 else n.tmp("slice")
         n.emit("index_select", {"X": index, "Index": n.constant(picked.astype("int64"))}, {"Out": out}, {"dim": a})
         index = out
+
+
+def _slice_at_run_time(n: Node) -> None:
+    """Slice of steps 1 whose starts or ends are computed: slice's StartsTensor and EndsTensor."""
+    count = n.shape(1)
+    if count is None or len(count) != 1 or count[0] == -1:
+        raise Refused("Slice with computed starts of unknown length")
+    axes = _ints(n.value(3, "axes")) if n.has(3) else list(range(count[0]))
+    rank = n.rank(0)
+    inputs = {"Input": n.x(0), "StartsTensor": n.cast(n.x(1), "int64"), "EndsTensor": n.cast(n.x(2), "int64")}
+    attrs = {"axes": [_axis(a, rank) for a in axes], "starts": [0] * len(axes), "ends": [0] * len(axes)}
+    n.emit("slice", inputs, {"Out": n.y()}, attrs)
 
 
 def _gather(n: Node) -> None:
@@ -501,9 +602,19 @@ def _scatter_elements(n: Node) -> None:
 
 
 def _gather_nd(n: Node) -> None:
-    if n.attr("batch_dims", 0):
-        raise Refused("batch_dims other than 0")
-    n.emit("gather_nd", {"X": n.x(0), "Index": n.x(1)}, {"Out": n.y()})
+    """gather_nd; with batch_dims b, each index tuple prefixed with the b batch coordinates of its position."""
+    batch = int(n.attr("batch_dims", 0))
+    index = n.x(1)
+    if batch:
+        shape = n.shape(1)
+        if shape is None or -1 in shape:
+            raise Refused("batch_dims with indices of a shape known only at run time")
+        coords = np.moveaxis(np.indices(shape[:batch]), 0, -1)  # [B..., b]: each position's batch coordinates
+        coords = coords.reshape(*shape[:batch], *[1] * (len(shape) - 1 - batch), batch)
+        coords = np.broadcast_to(coords, (*shape[:-1], batch)).astype(n.dtype(1))
+        index = n.tmp("index")
+        n.emit("concat", {"X": [n.constant(coords), n.x(1)]}, {"Out": index}, {"axis": -1})
+    n.emit("gather_nd", {"X": n.x(0), "Index": index}, {"Out": n.y()})
 
 
 def _expand(n: Node) -> None:
@@ -545,6 +656,9 @@ def _tile(n: Node) -> None:
 
 def _where(n: Node) -> None:
     cond, x, y = n.x(0), n.x(1), n.x(2)
+    dtype = n.dtype(1)
+    wide = _NARROW.get(dtype, dtype)  # blockir's where and fill_any_like compute narrow integers widened
+    x, y = n.cast(x, wide), n.cast(y, wide)
     shapes = [n.shape(i) for i in range(3)]
     if any(s is None for s in shapes) or len({tuple(s) for s in shapes if s is not None}) != 1:
         zero_x = n.tmp("zeros")
@@ -552,12 +666,15 @@ def _where(n: Node) -> None:
         zero_y = n.tmp("zeros")
         n.emit("fill_any_like", {"X": y}, {"Out": zero_y}, {"value": 0.0, "dtype": -1})
         base = n.binary("elementwise_add", zero_x, zero_y)
-        c = n.cast(cond, n.dtype(1))
+        c = n.cast(cond, wide)
         c = n.binary("elementwise_add", c, n.binary("elementwise_add", base, n.binary("elementwise_mul", base, base)))
         cond = n.cast(c, "bool")
         x = n.binary("elementwise_add", x, base)
         y = n.binary("elementwise_add", y, base)
-    n.emit("where", {"Condition": cond, "X": x, "Y": y}, {"Out": n.y()})
+    out = n.y() if wide == dtype else n.tmp("where")
+    n.emit("where", {"Condition": cond, "X": x, "Y": y}, {"Out": out})
+    if wide != dtype:
+        n.cast(out, dtype, out=n.y())
 
 
 def _range(n: Node) -> None:
@@ -697,57 +814,172 @@ def _conv(n: Node) -> None:
     _lowered(n, made, dims, n.y())
 
 
+def _col2im(n: Node) -> None:
+    image, block = _ints(n.value(1, "image_shape")), _ints(n.value(2, "block_shape"))
+    if len(image) != 2 or len(block) != 2:
+        raise Refused(f"a {len(image)}-D image: Paddle's fold (col2im) is 2-D")
+    attrs = {
+        "output_sizes": image,
+        "kernel_sizes": block,
+        "strides": list(n.attr("strides", [1, 1])),
+        "paddings": list(n.attr("pads", [0, 0, 0, 0])),  # [h begin, w begin, h end, w end]: Paddle's order
+        "dilations": list(n.attr("dilations", [1, 1])),
+    }
+    n.emit("fold", {"X": n.x(0)}, {"Y": n.y()}, attrs)
+
+
+def _grid_sample(n: Node) -> None:
+    mode = n.attr("mode", "bilinear" if n.opset < 20 else "linear")
+    if mode in ("bicubic", "cubic"):
+        raise Refused(f"mode {mode!r}: Paddle's grid_sampler interpolates bilinear or nearest, not cubic")
+    shape, dtype = n.shape(0), n.dtype(0)
+    if shape is None or len(shape) not in (4, 5):
+        raise Refused(f"X of rank {'unknown' if shape is None else len(shape)}: grid_sampler samples 4-D and 5-D X")
+    if dtype not in ("float16", "float32", "float64"):
+        raise Refused(f"X of {dtype}: grid_sampler samples floats")
+    attrs = {
+        "mode": "nearest" if mode == "nearest" else "bilinear",
+        "padding_mode": n.attr("padding_mode", "zeros"),
+        "align_corners": bool(n.attr("align_corners", 0)),
+    }
+    n.emit("grid_sampler", {"X": n.x(0), "Grid": n.cast(n.x(1), dtype)}, {"Output": n.y()}, attrs)
+
+
 def _conv_transpose(n: Node) -> None:
     w = n.shape(1)
     if w is None:
         raise Refused("a weight of unknown rank")
     kernel = list(n.attr("kernel_shape", w[2:]))
     attrs, dims = _spatial(n, kernel)
-    if dims != 2:
-        raise Refused(f"{dims}-D ConvTranspose (blockir's op is 2-D)")
-    if attrs["padding_algorithm"] != "EXPLICIT":
-        raise Refused(f"auto_pad {n.attr('auto_pad')!r}")
+    auto_pad = n.attr("auto_pad", "NOTSET")
+    attrs["padding_algorithm"] = "EXPLICIT"
+    if auto_pad == "VALID":
+        attrs["paddings"] = [0, 0, 0, 0]
     attrs["groups"] = int(n.attr("group", 1))
-    attrs["output_padding"] = list(n.attr("output_padding", []))
-    if n.attr("output_shape") is not None:
-        shape = n.shape(0)
+    extra = list(n.attr("output_padding", [0] * dims))
+    shape = n.shape(0)
+    target = n.attr("output_shape")
+    if target is None and auto_pad in ("SAME_UPPER", "SAME_LOWER") and shape is not None:
+        target = [size * s for size, s in zip(shape[2:], attrs["strides"][-dims:])]
+    if target is not None:
         if shape is None or -1 in shape[2:]:
-            raise Refused("output_shape with an input whose spatial dims are known only at run time")
-        target = list(n.attr("output_shape"))[-dims:]
+            raise Refused("output_shape or auto_pad SAME of an input whose spatial dims are known only at run time")
         pads = []
-        for k, (size, kk, s, d) in enumerate(zip(shape[2:], kernel, attrs["strides"], attrs["dilations"])):
-            op_ = attrs["output_padding"][k] if attrs["output_padding"] else 0
-            total = s * (size - 1) + op_ + ((kk - 1) * d + 1) - target[k]
-            first = total // 2 if n.attr("auto_pad", "NOTSET") != "SAME_UPPER" else total - total // 2
-            pads += [first, total - first]
-        attrs["paddings"] = pads
-    out = n.tmp("convt") if n.has(2) else n.y()
-    n.emit("conv2d_transpose", {"Input": n.x(0), "Filter": n.x(1)}, {"Output": out}, attrs)
+        strides, dilations, target = attrs["strides"][-dims:], attrs["dilations"][-dims:], list(target)[-dims:]
+        for k, (size, kk, s, d) in enumerate(zip(shape[2:], kernel, strides, dilations)):
+            total = s * (size - 1) + extra[k] + ((kk - 1) * d + 1) - target[k]
+            if total < 0:  # a larger output than the strides give: zeros after, as output_padding
+                extra[k] -= total
+                total = 0
+            first = total // 2 if auto_pad == "SAME_UPPER" else total - total // 2
+            pads.append((first, total - first))
+        pads = [(0, 0), *pads] if dims == 1 else pads
+        attrs["paddings"] = [pads[0][0], pads[0][1], pads[1][0], pads[1][1]]
+    elif auto_pad in ("SAME_UPPER", "SAME_LOWER"):
+        raise Refused("auto_pad SAME of an input of unknown rank")
+    attrs["output_padding"] = [0, *extra] if dims == 1 else extra
+    made = n.tmp("convt")
+    n.emit("conv2d_transpose", {"Input": _lifted(n, 0, dims), "Filter": _lifted(n, 1, dims)}, {"Output": made}, attrs)
     if n.has(2):
-        n.binary("elementwise_add", out, n.x(2), out=n.y(), attrs={"axis": 1})
+        made = n.binary("elementwise_add", made, n.x(2), attrs={"axis": 1})
+    _lowered(n, made, dims, n.y())
+
+
+def _pool_attrs(n: Node, kind: str) -> tuple[dict[str, Any], int, list[int]]:
+    """pool2d's attributes for MaxPool, AveragePool or LpPool (its average); the spatial dims; the kernel."""
+    kernel = list(n.attr("kernel_shape"))
+    attrs, dims = _spatial(n, kernel)
+    if any(d != 1 for d in attrs.pop("dilations")):
+        raise Refused("dilations other than 1")
+    if attrs["padding_algorithm"] == "SAME":
+        raise Refused("auto_pad SAME of an input whose spatial dims are known only at run time")
+    attrs.update(
+        pooling_type=kind,
+        ksize=[1, *kernel] if dims == 1 else kernel,
+        ceil_mode=bool(n.attr("ceil_mode", 0)) and _ceil_adds_a_window(n, attrs, kernel),
+        exclusive=not n.attr("count_include_pad", 0),
+    )
+    return attrs, dims, kernel
+
+
+def _ceil_adds_a_window(n: Node, attrs: dict[str, Any], kernel: list[int]) -> bool:
+    """Whether ceil_mode gives more windows than floor on some axis once, as ONNX does, a last window starting
+    in the far padding is dropped (Paddle's pool2d keeps it); True when a size is known only at run time."""
+    shape = n.shape(0)
+    if shape is None or -1 in shape[2:]:
+        return True
+    pads = attrs["paddings"][-2 * len(kernel) :]
+    for k, (size, window) in enumerate(zip(shape[2:], kernel)):
+        stride, before, after = attrs["strides"][-len(kernel) + k], pads[2 * k], pads[2 * k + 1]
+        span = size + before + after - window
+        ceil = -(-span // stride) + 1
+        if (ceil - 1) * stride >= size + before:
+            ceil -= 1
+        if ceil > span // stride + 1:
+            return True
+    return False
 
 
 def _pool(kind: str) -> Converter:
     def convert(n: Node) -> None:
-        if n.wants(1):
-            raise Refused("the Indices output")
-        kernel = list(n.attr("kernel_shape"))
-        attrs, dims = _spatial(n, kernel)
-        if any(d != 1 for d in attrs.pop("dilations")):
-            raise Refused("dilations other than 1")
-        if attrs["padding_algorithm"] == "SAME":
-            raise Refused("auto_pad SAME of an input whose spatial dims are known only at run time")
-        attrs.update(
-            pooling_type=kind,
-            ksize=[1, *kernel] if dims == 1 else kernel,
-            ceil_mode=bool(n.attr("ceil_mode", 0)),
-            exclusive=not n.attr("count_include_pad", 0),
-        )
+        attrs, dims, _ = _pool_attrs(n, kind)
         made = n.tmp("pool")
-        n.emit("pool2d", {"X": _lifted(n, 0, dims)}, {"Out": made}, attrs)
+        dtype = n.dtype(0)
+        if n.wants(1):
+            _max_pool_with_indices(n, attrs, dims, made)
+        elif dtype in ("float16", "float32", "float64"):
+            n.emit("pool2d", {"X": _lifted(n, 0, dims)}, {"Out": made}, attrs)
+        elif kind == "max":  # integers: the maximum of their float64 values, exact up to 2^53
+            n.emit("pool2d", {"X": n.cast(_lifted(n, 0, dims), "float64")}, {"Out": made}, attrs)
+            made = n.cast(made, dtype)
+        else:
+            raise Refused(f"AveragePool of {dtype}")
         _lowered(n, made, dims, n.y())
 
     return convert
+
+
+def _max_pool_with_indices(n: Node, attrs: dict[str, Any], dims: int, made: str) -> None:
+    """MaxPool's Indices: max_pool2d_with_index's Mask (h * W + w in each image; w * H + h with storage_order 1,
+    column-major) plus the image's offset in the flattened input."""
+    shape = n.shape(0)
+    pads = attrs["paddings"]
+    if dims != 2 or shape is None or -1 in shape or pads[0] != pads[1] or pads[2] != pads[3]:
+        raise Refused("the Indices output of other than a 2-D pool of known shape with symmetric pads")
+    if attrs["padding_algorithm"] != "EXPLICIT":
+        raise Refused(f"the Indices output with auto_pad {n.attr('auto_pad')!r}")
+    mask = n.tmp("mask")
+    n.emit(
+        "max_pool2d_with_index",
+        {"X": n.x(0)},
+        {"Out": made, "Mask": mask},
+        {k: attrs[k] for k in ("ksize", "strides", "ceil_mode")} | {"paddings": [pads[0], pads[2]]},
+    )
+    batch, channels, height, width = shape
+    offsets = (np.arange(batch * channels, dtype="int64") * height * width).reshape(batch, channels, 1, 1)
+    index = n.cast(mask, "int64")
+    if n.attr("storage_order", 0):
+        w = n.constant(np.asarray(width, "int64"))
+        column = n.binary("elementwise_mul", n.binary("elementwise_mod", index, w), n.constant(np.asarray(height)))
+        index = n.binary("elementwise_add", column, n.binary("elementwise_floordiv", index, w))
+    n.binary("elementwise_add", index, n.constant(offsets), out=n.y(1))
+
+
+def _lp_pool(n: Node) -> None:
+    """(the sum of |x|^p over each window)^(1/p): the average pool of |x|^p (padding counted) times the
+    window's size."""
+    attrs, dims, kernel = _pool_attrs(n, "avg")
+    attrs["exclusive"] = False
+    p = float(n.attr("p", 2))
+    powered = n.unary("pow", n.unary("abs", n.x(0)), {"factor": p})
+    lifted = powered
+    if dims == 1:
+        lifted = n.tmp("2d")
+        n.emit("unsqueeze2", {"X": powered}, {"Out": lifted, "XShape": n.tmp("xshape")}, {"axes": [2]})
+    mean = n.unary("pool2d", lifted, attrs)
+    total = n.unary("scale", mean, {"scale": float(np.prod(kernel))})
+    made = n.unary("pow", total, {"factor": 1.0 / p})
+    _lowered(n, made, dims, n.y())
 
 
 def _global_pool(kind: str) -> Converter:
@@ -761,6 +993,9 @@ def _global_pool(kind: str) -> Converter:
 
 
 def _batch_norm(n: Node) -> None:
+    if n.opset >= 14 and n.attr("training_mode", 0):
+        _batch_norm_training(n)
+        return
     if n.attr("training_mode", 0) or any(n.wants(i) for i in range(1, 5)) or n.attr("is_test", 1) == 0 and n.opset < 7:
         raise Refused("training mode (blockir imports inference models)")
     if n.opset < 9 and n.attr("spatial", 1) != 1:
@@ -771,6 +1006,21 @@ def _batch_norm(n: Node) -> None:
         {"X": n.x(0), "Scale": n.x(1), "Bias": n.x(2), "Mean": n.x(3), "Variance": n.x(4)},
         {"Y": n.y(), **outs},
         {"epsilon": float(n.attr("epsilon", 1e-5)), "is_test": True, "use_global_stats": True},
+    )
+
+
+def _batch_norm_training(n: Node) -> None:
+    """training_mode=1 (opset 14 on): normalized by the batch's statistics over every dim but the channels; the
+    running mean and variance (outputs 1, 2) updated as input * momentum + batch's * (1 - momentum)."""
+    outs = {slot: n.tmp(slot) for slot in ("SavedMean", "SavedVariance", "ReserveSpace")}
+    for i, slot in ((1, "MeanOut"), (2, "VarianceOut")):
+        outs[slot] = n.y(i) if n.wants(i) else n.tmp(slot)
+    attrs = {"epsilon": float(n.attr("epsilon", 1e-5)), "momentum": float(n.attr("momentum", 0.9))}
+    n.emit(
+        "batch_norm",
+        {"X": n.x(0), "Scale": n.x(1), "Bias": n.x(2), "Mean": n.x(3), "Variance": n.x(4)},
+        {"Y": n.y(), **outs},
+        {**attrs, "is_test": False, "use_global_stats": False},
     )
 
 
@@ -830,11 +1080,11 @@ def _nll(n: Node, scores: str, target: str, out: str) -> None:
     """NegativeLogLikelihoodLoss of ``scores`` (N, C, d...) at ``target`` (N, d...) into ``out``; weight input 2."""
     reduction = n.attr("reduction", "mean")
     ignore = n.attr("ignore_index")
-    dtype = n.graph.block.var(scores).dtype or "float32"
+    dtype = n.graph.find(scores).dtype or "float32"
     safe = target
     mask = None
     if ignore is not None:
-        keep = n.binary("not_equal", target, n.constant(np.asarray(ignore, n.graph.block.var(target).dtype)))
+        keep = n.binary("not_equal", target, n.constant(np.asarray(ignore, n.graph.find(target).dtype)))
         mask = n.cast(keep, dtype)
         zero = n.tmp("zero")
         n.emit("fill_any_like", {"X": target}, {"Out": zero}, {"value": 0.0, "dtype": -1})
@@ -933,10 +1183,12 @@ def _one_hot(n: Node) -> None:
     rank = n.rank(0)
     axis = _axis(int(n.attr("axis", -1)), rank + 1)
     index = n.cast(n.x(0), "int64")
-    wrapped = n.tmp("index")  # negative indices count from depth
-    n.emit("elementwise_mod", {"X": index, "Y": n.constant(np.asarray(depth, "int64"))}, {"Out": wrapped}, {"axis": -1})
-    hot = n.tmp("hot")
-    n.emit("one_hot_v2", {"X": wrapped}, {"Out": hot}, {"depth": depth, "dtype": DTYPE_TO_PROTO[n.dtype(2)]})
+    # negative indices count from depth; one outside [-depth, depth) matches no position (every value off)
+    below = n.cast(n.binary("less_than", index, n.constant(np.asarray(0, "int64"))), "int64")
+    wrapped = n.binary("elementwise_add", index, n.binary("elementwise_mul", below, n.constant(np.int64(depth))))
+    column = n.tmp("index")
+    n.emit("unsqueeze2", {"X": wrapped}, {"Out": column, "XShape": n.tmp("xshape")}, {"axes": [-1]})
+    hot = n.cast(n.binary("equal", column, n.constant(np.arange(depth, dtype="int64"))), n.dtype(2))
     off, on = n.tmp("off"), n.tmp("on")
     n.emit("slice", {"Input": values}, {"Out": off}, {"axes": [0], "starts": [0], "ends": [1]})
     n.emit("slice", {"Input": values}, {"Out": on}, {"axes": [0], "starts": [1], "ends": [2]})
@@ -981,13 +1233,17 @@ def _lp_normalization(n: Node) -> None:
     axis = int(n.attr("axis", -1))
     norm = n.tmp("norm")
     n.emit("p_norm", {"X": n.x(0)}, {"Out": norm}, {"porder": float(p), "axis": axis, "keepdim": True, "epsilon": 0.0})
-    n.binary("elementwise_div", n.x(0), norm, out=n.y())
+    zero = n.cast(n.binary("equal", norm, n.constant(np.asarray(0, n.dtype(0)))), n.dtype(0))
+    n.binary("elementwise_div", n.x(0), n.binary("elementwise_add", norm, zero), out=n.y())  # 0 where the norm is
 
 
 def _scatter_nd(n: Node) -> None:
     reduction = n.attr("reduction", "none")
     if reduction == "add":
         n.emit("scatter_nd_add", {"X": n.x(0), "Index": n.x(1), "Updates": n.x(2)}, {"Out": n.y()})
+        return
+    if reduction in ("mul", "max", "min"):
+        _scatter_nd_reduce(n, {"mul": "mul", "max": "amax", "min": "amin"}[reduction])
         return
     if reduction != "none":
         raise Refused(f"reduction {reduction!r}")
@@ -1001,6 +1257,30 @@ def _scatter_nd(n: Node) -> None:
         "elementwise_sub", n.binary("elementwise_add", zeros, n.unary("scale", zeros, {"scale": 0.0, "bias": 1.0})), hit
     )
     n.binary("elementwise_add", n.binary("elementwise_mul", n.x(0), miss), placed, out=n.y())
+
+
+def _scatter_nd_reduce(n: Node, reduce: str) -> None:
+    """ScatterND with a reduction as put_along_axis on the data seen as [P, R] (P the positions the index
+    tuples address, each a row of R values): each tuple becomes its row number."""
+    shape, index_shape = n.shape(0), n.shape(1)
+    if shape is None or index_shape is None or -1 in shape or -1 in index_shape:
+        raise Refused("a reduction on data or indices of a shape known only at run time")
+    depth = index_shape[-1]
+    rows, width, count = int(np.prod(shape[:depth])), int(np.prod(shape[depth:])), int(np.prod(index_shape[:-1]))
+    strides = np.cumprod((*shape[1:depth], 1)[::-1])[::-1].astype("int64")
+    index = n.cast(n.x(1), "int64")
+    wrapped = n.binary("elementwise_mod", index, n.constant(np.asarray(shape[:depth], "int64")))  # negative: from end
+    scaled = n.binary("elementwise_mul", wrapped, n.constant(strides))
+    row = n.unary("reduce_sum", scaled, {"dim": [-1], "keep_dim": True})
+    flat_row, rows_index = n.tmp("row"), n.tmp("rows")
+    n.emit("reshape2", {"X": row}, {"Out": flat_row, "XShape": n.tmp("xshape")}, {"shape": [count, 1]})
+    n.emit("expand_v2", {"X": flat_row}, {"Out": rows_index}, {"shape": [count, width]})
+    data, values, result = n.tmp("data"), n.tmp("values"), n.tmp("result")
+    n.emit("reshape2", {"X": n.x(0)}, {"Out": data, "XShape": n.tmp("xshape")}, {"shape": [rows, width]})
+    n.emit("reshape2", {"X": n.x(2)}, {"Out": values, "XShape": n.tmp("xshape")}, {"shape": [count, width]})
+    inputs = {"Input": data, "Index": rows_index, "Value": values}
+    n.emit("put_along_axis", inputs, {"Result": result}, {"Axis": 0, "Reduce": reduce, "broadcast": False})
+    n.emit("reshape2", {"X": result}, {"Out": n.y(), "XShape": n.tmp("xshape")}, {"shape": list(shape)})
 
 
 def _lrn(n: Node) -> None:
@@ -1094,6 +1374,32 @@ def _softmax(type: str) -> Converter:
     return convert
 
 
+_BOOL_REDUCTION = {"reduce_max": "reduce_any", "reduce_min": "reduce_all"}
+# ONNX's value of a reduction over no element (its identity) where numpy's has none: (float, bool) values; an
+# integer's is its dtype's least (max) or greatest (min) value
+_EMPTY_REDUCTION = {"reduce_max": (-np.inf, False), "reduce_min": (np.inf, True), "logsumexp": (-np.inf, False)}
+
+
+def _reduces_nothing(n: Node, dims: list[int], keep: bool, type: str) -> bool:
+    """For a reduction over dims of which one is known to be empty (input 0 of known shape): the output filled
+    with the reduction's identity (ONNX's value over an empty set); False (nothing done) otherwise."""
+    shape = n.shape(0)
+    if shape is None or -1 in shape or all(shape[d] for d in dims):
+        return False
+    dtype = n.dtype(0)
+    value, truth = _EMPTY_REDUCTION[type]
+    if dtype == "bool":
+        fill: Any = np.bool_(truth)
+    elif np.issubdtype(np.dtype(dtype), np.integer):
+        info = np.iinfo(dtype)
+        fill = np.asarray(info.min if value < 0 else info.max, dtype)
+    else:
+        fill = np.asarray(value, dtype)
+    out = [1 if d in dims else s for d, s in enumerate(shape) if keep or d not in dims]
+    n.graph.consts[n.outputs[0]] = np.full(out, fill, dtype)
+    return True
+
+
 def _reduce(type: str, since: int, pre: str = "", post: str = "") -> Converter:
     """ReduceX: ``pre`` (abs, square) applied first, ``post`` (sqrt, log) after; axes an input from opset
     ``since``."""
@@ -1112,11 +1418,16 @@ def _reduce(type: str, since: int, pre: str = "", post: str = "") -> Converter:
             attrs.update(dim=list(range(rank)), reduce_all=True)
         else:
             attrs.update(dim=[_axis(a, rank) for a in axes], reduce_all=False)
+        if type in _EMPTY_REDUCTION and _reduces_nothing(n, attrs["dim"], attrs["keep_dim"], type):
+            return
+        op = type
+        if n.dtype(0) == "bool" and type in _BOOL_REDUCTION:
+            op = _BOOL_REDUCTION[type]
         if type == "logsumexp":
             attrs = {"axis": attrs["dim"], "keepdim": attrs["keep_dim"], "reduce_all": attrs["reduce_all"]}
         scalar = not n.attr("keepdims", 1) and (axes is None or len({_axis(a, rank) for a in axes}) == rank)
         out = n.tmp(type) if post or scalar else n.y()
-        n.emit(type, {"X": x}, {"Out": out}, attrs)
+        n.emit(op, {"X": x}, {"Out": out}, attrs)
         if post:
             out = n.unary(post, out, out=None if scalar else n.y())
         if scalar:  # Fluid's reductions of every dim give [1], ONNX's a 0-D value
@@ -1154,7 +1465,13 @@ def _topk(n: Node) -> None:
     attrs = {"k": k, "axis": axis, "largest": bool(n.attr("largest", 1)), "sorted": bool(n.attr("sorted", 1))}
     values = n.y(0) if n.wants(0) else n.tmp("values")
     indices = n.y(1) if n.wants(1) else n.tmp("indices")
-    n.emit("top_k_v2", {"X": n.x(0)}, {"Out": values, "Indices": indices}, attrs)
+    dtype = n.dtype(0)
+    if dtype not in _NARROW:
+        n.emit("top_k_v2", {"X": n.x(0)}, {"Out": values, "Indices": indices}, attrs)
+        return
+    wide = n.tmp("values")
+    n.emit("top_k_v2", {"X": _ordered(n, n.x(0), dtype)}, {"Out": wide, "Indices": indices}, attrs)
+    _unordered(n, wide, dtype, values)
 
 
 def _cumsum(n: Node) -> None:
@@ -1214,9 +1531,20 @@ def _resize_inputs(n: Node) -> tuple[np.ndarray | None, np.ndarray | None, np.nd
     return roi, scales, sizes
 
 
-def _resize_matrix(n: Node, size: int, out: int, scale: float, roi: tuple[float, float] | None) -> np.ndarray:
+def _resize_matrix(
+    n: Node,
+    size: int,
+    out: int,
+    scale: float,
+    roi: tuple[float, float] | None,
+    extrapolation: float | None = None,
+    binding: tuple[int, int] | None = None,
+) -> np.ndarray:
     """The (size, out) matrix W with resize(x) = x @ W along one axis: ONNX's reference evaluator resizing the
-    identity, so every mode, coordinate transformation, cubic coefficient and antialias is ONNX's own."""
+    identity, so every mode, coordinate transformation, cubic coefficient and antialias is ONNX's own
+    (``extrapolation``: another extrapolation_value than the node's). ``binding``: with a keep_aspect_ratio_policy,
+    the (size, requested size) of the axis whose ratio decides the common scale, resized beside this one (``out``
+    then this axis's requested size) so that the evaluator picks that scale itself."""
     from blockir.io.onnx import onnx_module
 
     onnx = onnx_module()
@@ -1224,9 +1552,11 @@ def _resize_matrix(n: Node, size: int, out: int, scale: float, roi: tuple[float,
 
     helper = onnx.helper
     attrs = {k: v for k, v in n.attrs.items() if k not in ("axes", "keep_aspect_ratio_policy")}
+    if extrapolation is not None:
+        attrs["extrapolation_value"] = extrapolation
     if n.op_type == "Upsample" or n.opset < 11:
         attrs["coordinate_transformation_mode"] = "asymmetric"
-        if attrs.get("mode", "nearest") == "nearest":
+        if n.attr("mode", "nearest") == "nearest":  # n.attr decodes the bytes a string attribute holds
             attrs["nearest_mode"] = "floor"
         attrs.pop("scales", None)
     opset = max(n.opset, 11)
@@ -1237,6 +1567,12 @@ def _resize_matrix(n: Node, size: int, out: int, scale: float, roi: tuple[float,
         feeds["scales"] = np.asarray([1.0, scale], "float32")
     else:
         feeds["sizes"] = np.asarray([size, out], "int64")
+    if binding is not None:  # X [size, size, binding size]: the identity on axis 1, constant along axis 2
+        feeds["X"] = np.repeat(feeds["X"][:, :, None], binding[0], axis=2)
+        feeds["sizes"] = np.asarray([out, binding[1]], "int64")
+        if roi is not None:
+            feeds["roi"] = np.asarray([roi[0], 0.0, roi[1], 1.0], "float64")
+        attrs.update(axes=[1, 2], keep_aspect_ratio_policy=n.attr("keep_aspect_ratio_policy"))
     names = [k if k in feeds else "" for k in ("X", "roi", "scales", "sizes")]
     while not names[-1]:
         names.pop()
@@ -1254,7 +1590,23 @@ def _resize_matrix(n: Node, size: int, out: int, scale: float, roi: tuple[float,
     )
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)])
     outputs = cast("list[Any]", ReferenceEvaluator(model).run(None, feeds))  # onnx types it loosely
-    return np.asarray(outputs[0])
+    return np.asarray(outputs[0]) if binding is None else np.asarray(outputs[0])[:, :, 0]
+
+
+def _aspect_binding(n: Node, dims: list[int], sizes: np.ndarray | None) -> tuple[int, int] | None:
+    """With keep_aspect_ratio_policy not_larger (not_smaller) and sizes: the (size, requested size) of the axis of
+    least (greatest) ratio, whose ratio is the scale of every axis; None for stretch."""
+    policy = n.attr("keep_aspect_ratio_policy", "stretch")
+    if policy == "stretch" or sizes is None:
+        return None
+    if policy not in ("not_larger", "not_smaller"):
+        raise Refused(f"keep_aspect_ratio_policy {policy!r}")
+    if -1 in dims:
+        raise Refused(f"keep_aspect_ratio_policy {policy!r} on dims {dims}, some known only at run time")
+    requested = _ints(sizes)
+    ratios = [r / d for r, d in zip(requested, dims)]
+    k = ratios.index(min(ratios) if policy == "not_larger" else max(ratios))
+    return dims[k], requested[k]
 
 
 def _resize(n: Node) -> None:
@@ -1263,13 +1615,12 @@ def _resize(n: Node) -> None:
     shape = n.shape(0)
     if shape is None:
         raise Refused("an input of unknown rank")
-    if n.attr("keep_aspect_ratio_policy", "stretch") != "stretch":
-        raise Refused(f"keep_aspect_ratio_policy {n.attr('keep_aspect_ratio_policy')!r}")
     rank = len(shape)
     axes = [_axis(a, rank) for a in n.attr("axes", range(rank))]
     roi, scales, sizes = _resize_inputs(n)
     if scales is None and sizes is None:
         raise Refused("neither scales nor sizes")
+    binding = _aspect_binding(n, [shape[a] for a in axes], sizes)
     x = n.x(0)
     nearest = n.attr("mode", "nearest") == "nearest"
     if not nearest and n.dtype(0) not in ("float32", "float64", "float16"):
@@ -1280,17 +1631,27 @@ def _resize(n: Node) -> None:
         out = int(_ints(sizes)[k]) if sizes is not None else -1
         scale = float(np.asarray(scales).reshape(-1)[k]) if scales is not None else 1.0
         span = (float(roi.reshape(-1)[k]), float(roi.reshape(-1)[k + len(axes)])) if roi is not None else None
+        if binding is not None:
+            if binding[1] != binding[0]:  # a common scale other than 1 (else every axis is kept)
+                steps.append((a, _resize_matrix(n, size, out, scale, span, binding=binding), np.zeros(0, bool)))
+            continue
         if out == size or (out < 0 and scale == 1.0 and span is None):
             continue
         if size == -1:
             raise Refused(f"resizing dim {a}, whose size is known only at run time")
-        steps.append((a, _resize_matrix(n, size, out, scale, span)))
+        w = _resize_matrix(n, size, out, scale, span)
+        outside = np.zeros(w.shape[1], bool)
+        if n.attr("coordinate_transformation_mode") == "tf_crop_and_resize":  # columns the extrapolation fills
+            outside = np.any(w != _resize_matrix(n, size, out, scale, span, extrapolation=1.0 + w.max()), axis=0)
+            w[:, outside] = 0.0
+        steps.append((a, w, outside))
     if not steps:
         n.emit("assign", {"X": x}, {"Out": n.y()})
         return
-    for k, (a, w) in enumerate(steps):
+    extrapolated = float(n.attr("extrapolation_value", 10.0))
+    for k, (a, w, outside) in enumerate(steps):
         last = k == len(steps) - 1
-        result = n.y() if last else n.tmp("resize")
+        result = n.tmp("resize") if not last or outside.any() else n.y()
         if nearest:
             picked = np.argmax(w, axis=0).astype("int64")
             n.emit("index_select", {"X": x, "Index": n.constant(picked)}, {"Out": result}, {"dim": a})
@@ -1303,28 +1664,948 @@ def _resize(n: Node) -> None:
             n.emit("transpose2", {"X": x}, {"Out": moved, "XShape": n.tmp("xshape")}, {"axis": perm})
             n.emit("matmul_v2", {"X": moved, "Y": n.constant(w.astype(n.dtype(0)))}, {"Out": done})
             n.emit("transpose2", {"X": done}, {"Out": result, "XShape": n.tmp("xshape")}, {"axis": perm})
+        if outside.any():  # result * inside + extrapolation_value * outside, along axis a
+            along = (-1,) + (1,) * (rank - 1 - a)
+            inside = n.constant((~outside).astype(n.dtype(0)).reshape(along))
+            fill = n.constant((outside * extrapolated).astype(n.dtype(0)).reshape(along))
+            kept = n.binary("elementwise_mul", result, inside)
+            result = n.binary("elementwise_add", kept, fill, out=n.y() if last else None)
         x = result
 
 
 def _compare(type: str) -> Converter:
     def convert(n: Node) -> None:
-        x, y = n.x(0), n.x(1)
-        narrow = _NARROW.get(n.dtype(0))
-        if narrow is not None:
-            x, y = n.cast(x, narrow), n.cast(y, narrow)
+        x, y, dtype = n.x(0), n.x(1), n.dtype(0)
+        if dtype in _NARROW:
+            x, y = _ordered(n, x, dtype), _ordered(n, y, dtype)
         n.emit(type, {"X": x, "Y": y}, {"Out": n.y()}, {"axis": _legacy_axis(n)})
 
     return convert
 
 
+def _unique(n: Node) -> None:
+    axis = n.attr("axis")
+    attrs = {
+        "axis": [] if axis is None else [_axis(int(axis), n.rank(0))], "is_sorted": bool(n.attr("sorted", 1)),
+        "return_index": True, "return_inverse": True, "return_counts": True, "dtype": DTYPE_TO_PROTO["int64"],
+    }  # fmt: skip
+    outs = {slot: n.y(k) if n.wants(k) else n.tmp(slot) for k, slot in enumerate(("Out", "Indices", "Index", "Counts"))}
+    n.emit("unique", {"X": n.x(0)}, outs, attrs)
+
+
+def _non_max_suppression(n: Node) -> None:
+    slots = ("Boxes", "Scores", "MaxOutputBoxesPerClass", "IouThreshold", "ScoreThreshold")
+    inputs = {slot: n.x(i) for i, slot in enumerate(slots) if n.has(i)}
+    attrs = {"center_point_box": int(n.attr("center_point_box", 0))}
+    n.emit("non_max_suppression", inputs, {"SelectedIndices": n.y()}, attrs)
+
+
+def _tfidf_vectorizer(n: Node) -> None:
+    names = ("mode", "min_gram_length", "max_gram_length", "max_skip_count", "ngram_counts", "ngram_indexes")
+    attrs = {name: n.attr(name) for name in (*names, "pool_int64s", "weights") if n.attr(name) is not None}
+    if n.attr("pool_strings") is not None:
+        raise Refused("a pool of strings")
+    n.emit("tfidf_vectorizer", {"X": n.x(0)}, {"Y": n.y()}, attrs)
+
+
+def _compress(n: Node) -> None:
+    """index_select of the positions where the condition holds (where_index), along axis (of X flattened
+    without one)."""
+    found, index, x = n.tmp("found"), n.tmp("index"), n.x(0)
+    n.emit("where_index", {"Condition": n.cast(n.x(1), "bool")}, {"Out": found})
+    n.emit("reshape2", {"X": found}, {"Out": index, "XShape": n.tmp("xshape")}, {"shape": [-1]})
+    axis = n.attr("axis")
+    if axis is None:
+        x = n.tmp("flat")
+        n.emit("reshape2", {"X": n.x(0)}, {"Out": x, "XShape": n.tmp("xshape")}, {"shape": [-1]})
+    dim = 0 if axis is None else _axis(axis, n.rank(0))
+    n.emit("index_select", {"X": x, "Index": index}, {"Out": n.y()}, {"dim": dim})
+
+
+def _bitcast(n: Node) -> None:
+    dtype = dtype_name(int(n.attr("to")), "its target type")
+    n.emit("bitcast", {"X": n.x(0)}, {"Out": n.y()}, {"dtype": DTYPE_TO_PROTO[dtype]})
+
+
+def _bit_shift(n: Node) -> None:
+    direction = n.attr("direction", "")
+    if direction not in ("LEFT", "RIGHT"):
+        raise Refused(f"direction {direction!r} (LEFT or RIGHT)")
+    type = "bitwise_left_shift" if direction == "LEFT" else "bitwise_right_shift"
+    n.emit(type, {"X": n.x(0), "Y": n.x(1)}, {"Out": n.y()}, {"is_arithmetic": True})
+
+
 def _logical(type: str) -> Converter:
     def convert(n: Node) -> None:
-        if type == "logical_not":
+        if type in ("logical_not", "bitwise_not"):
             n.emit(type, {"X": n.x(0)}, {"Out": n.y()})
         else:
             n.emit(type, {"X": n.x(0), "Y": n.x(1)}, {"Out": n.y()})
 
     return convert
+
+
+# -- attention -----------------------------------------------------------------------------------
+
+
+def _attention(n: Node) -> None:
+    scale = n.attr("scale")
+    if scale is not None and float(scale) == 0.0:
+        raise Refused("scale 0 (blockir's attention reads 0 as 1 / sqrt(head size))")
+    precision = n.attr("softmax_precision")
+    attrs = {
+        "scale": 0.0 if scale is None else float(scale),
+        "is_causal": bool(n.attr("is_causal", 0)),
+        "q_num_heads": int(n.attr("q_num_heads", 0)),
+        "kv_num_heads": int(n.attr("kv_num_heads", 0)),
+        "softcap": float(n.attr("softcap", 0.0)),
+        "softmax_dtype": "" if precision is None else dtype_name(int(precision), "its softmax_precision"),
+        "qk_matmul_output_mode": int(n.attr("qk_matmul_output_mode", 0)),
+        "left_window_size": int(n.attr("left_window_size", -1)),
+        "right_window_size": int(n.attr("right_window_size", -1)),
+    }
+    n.emit(
+        "attention",
+        _given(n, ("Q", "K", "V", "AttnMask", "PastKey", "PastValue", "NonpadKVSeqlen")),
+        _wanted(n, ("Y", "PresentKey", "PresentValue", "QKMatmulOutput")),
+        attrs,
+    )
+
+
+def _given(n: Node, slots: tuple[str, ...]) -> dict[str, str]:
+    """The blockir op's input slots for the node's inputs given (by position; "" for an input read otherwise)."""
+    return {slot: n.x(i) for i, slot in enumerate(slots) if slot and n.has(i)}
+
+
+def _wanted(n: Node, slots: tuple[str, ...]) -> dict[str, str]:
+    """The blockir op's output slots for the node's outputs wanted (by position)."""
+    return {slot: n.y(i) for i, slot in enumerate(slots) if n.wants(i)}
+
+
+# -- quantization: compositions in float (float64 where integer sums must be exact) --------------------------
+
+
+def _along(n: Node, i: int, like: int, axis: int, block: int, dtype: str) -> str:
+    """Input ``i`` (a scale or zero point: one value, one per index of ``axis`` of input ``like``, or one per
+    ``block`` indices there) as ``dtype``, broadcastable against input ``like``."""
+    shape, rank = n.shape(i) or (), n.rank(like)
+    value = n.cast(n.x(i), dtype)
+    if int(np.prod(shape)) == 1 and not block:
+        return value
+    axis = _axis(axis, rank)
+    if block:
+        dim = (n.shape(like) or ())[axis]
+        if dim == -1:
+            raise Refused("blocked quantization along a dim known only at run time")
+        index = n.constant((np.arange(dim) // block).astype("int64"))
+        return _index_select(n, value, index, axis)
+    out = n.tmp("along")
+    n.emit("reshape2", {"X": value}, {"Out": out, "XShape": n.tmp("xshape")}, {"shape": [-1] + [1] * (rank - axis - 1)})
+    return out
+
+
+def _index_select(n: Node, x: str, index: str, dim: int) -> str:
+    out = n.tmp("select")
+    n.emit("index_select", {"X": x, "Index": index}, {"Out": out}, {"dim": dim})
+    return out
+
+
+def _quant_dtype(n: Node, zero_point: int) -> str:
+    if n.has(zero_point):
+        return n.dtype(zero_point)
+    code = n.attr("output_dtype", 0)
+    return dtype_name(int(code), "its output_dtype") if code else "uint8"
+
+
+def _saturated(n: Node, x: str, dtype: str, out: str) -> None:
+    """Float ``x`` (integral values) clipped to the range of integer ``dtype`` and cast to it."""
+    if not np.issubdtype(np.dtype(dtype), np.integer):
+        raise Refused(f"quantizing to {dtype}")
+    info = np.iinfo(dtype)
+    n.cast(n.unary("clip", x, {"min": float(info.min), "max": float(info.max)}), dtype, out=out)
+
+
+def _quantize_linear(n: Node) -> None:
+    if n.attr("precision", 0):
+        raise Refused("the precision attribute")
+    axis, block = int(n.attr("axis", 1)), int(n.attr("block_size", 0))
+    dtype = _quant_dtype(n, 2)
+    scaled = n.binary("elementwise_div", n.cast(n.x(0), "float32"), _along(n, 1, 0, axis, block, "float32"))
+    q = _round_even(n, scaled, "float32")
+    if n.has(2):
+        q = n.binary("elementwise_add", q, _along(n, 2, 0, axis, block, "float32"))
+    _saturated(n, q, dtype, n.y())
+
+
+def _dequantize_linear(n: Node) -> None:
+    axis, block = int(n.attr("axis", 1)), int(n.attr("block_size", 0))
+    code = n.attr("output_dtype", 0)
+    dtype = dtype_name(int(code), "its output_dtype") if code else n.dtype(1)
+    x = n.cast(n.x(0), "float32")
+    if n.has(2):
+        x = n.binary("elementwise_sub", x, _along(n, 2, 0, axis, block, "float32"))
+    y = n.binary("elementwise_mul", x, _along(n, 1, 0, axis, block, "float32"))
+    n.cast(y, dtype, out=n.y())
+
+
+def _dynamic_quantize_linear(n: Node) -> None:
+    """y_scale = (max(x, 0) - min(x, 0)) / 255 (1 / 255 when that range is 0), y_zero_point =
+    saturate(round(-min(x, 0) / y_scale)), y = saturate(round(x / y_scale) + y_zero_point), as uint8."""
+    x, zero = n.cast(n.x(0), "float32"), n.constant(np.zeros((), "float32"))
+    whole = {"dim": [0], "keep_dim": False, "reduce_all": True}
+    bounds = []
+    for type, bound in (("reduce_min", "elementwise_min"), ("reduce_max", "elementwise_max")):
+        whole_x = n.tmp(type)  # 0-d, as ONNX's scale and zero point
+        n.emit("reshape2", {"X": n.unary(type, x, whole)}, {"Out": whole_x, "XShape": n.tmp("xshape")}, {"shape": []})
+        bounds.append(n.binary(bound, whole_x, zero))
+    low, high = bounds
+    span, empty = n.binary("elementwise_sub", high, low), n.tmp("span")
+    one = n.constant(np.ones((), "float32"))
+    n.emit("where", {"Condition": n.binary("equal", span, zero), "X": one, "Y": span}, {"Out": empty})
+    scale = n.binary("elementwise_div", empty, n.constant(np.asarray(255.0, "float32")), out=n.y(1))
+    point = _round_even(n, n.binary("elementwise_div", n.unary("scale", low, {"scale": -1.0}), scale), "float32")
+    point = n.unary("clip", point, {"min": 0.0, "max": 255.0})
+    n.cast(point, "uint8", out=n.y(2))
+    q = n.binary("elementwise_add", _round_even(n, n.binary("elementwise_div", x, scale), "float32"), point)
+    _saturated(n, q, "uint8", n.y(0))
+
+
+def _centred(n: Node, i: int, zero_point: int, trailing: int = 0) -> str:
+    """Integer input ``i`` less its zero point (input ``zero_point``, if any), as float64 (exact). ``trailing``: a
+    1-D zero point holds one value per index of the dim that many dims before the last (A's rows in
+    MatMulInteger: 1; a convolution's output channels: 3)."""
+    x = n.cast(n.x(i), "float64")
+    if not n.has(zero_point):
+        return x
+    point = n.cast(n.x(zero_point), "float64")
+    shape = n.shape(zero_point) or ()
+    if trailing and len(shape) == 1 and shape[0] != 1:
+        column = n.tmp("point")
+        attrs = {"shape": [-1] + [1] * trailing}
+        n.emit("reshape2", {"X": point}, {"Out": column, "XShape": n.tmp("xshape")}, attrs)
+        point = column
+    return n.binary("elementwise_sub", x, point)
+
+
+def _matmul_integer(n: Node) -> None:
+    product = n.tmp("product")
+    n.emit("matmul_v2", {"X": _centred(n, 0, 2, trailing=1), "Y": _centred(n, 1, 3)}, {"Out": product})
+    n.cast(product, "int32", out=n.y())
+
+
+def _qlinear_matmul(n: Node) -> None:
+    """(A - a_zero_point) @ (B - b_zero_point) exact in float64, times a_scale * b_scale / y_scale (computed in the
+    scales' dtype), rounded half to even, plus y_zero_point, saturated."""
+    product = n.tmp("product")
+    n.emit("matmul_v2", {"X": _centred(n, 0, 2, trailing=1), "Y": _centred(n, 3, 5)}, {"Out": product})
+    _requantized(n, product)
+
+
+def _requantized(n: Node, product: str, axis: int = -1) -> None:
+    """``product`` (float64, the integer result) times x_scale * w_scale / y_scale (inputs 1, 4, 6, in the scales'
+    dtype; w_scale broadcast at ``axis``), rounded half to even, plus y_zero_point (input 7), saturated."""
+    scales = n.binary("elementwise_mul", n.x(4), n.cast(n.x(1), n.dtype(4)))
+    ratio = n.binary("elementwise_div", scales, n.cast(n.x(6), n.dtype(4)))
+    scaled = n.binary("elementwise_mul", product, n.cast(ratio, "float64"), attrs={"axis": axis})
+    y = n.binary("elementwise_add", _round_even(n, scaled, "float64"), n.cast(n.x(7), "float64"))
+    _saturated(n, y, n.dtype(7), n.y())
+
+
+def _integer_conv(n: Node, x: int, x_point: int, w: int, w_point: int) -> str:
+    """The convolution of the integer inputs less their zero points, exact in float64 (2-D)."""
+    shape = n.shape(w)
+    if shape is None:
+        raise Refused("a weight of unknown rank")
+    attrs, dims = _spatial(n, list(n.attr("kernel_shape", shape[2:])))
+    if dims != 2:
+        raise Refused(f"{dims}-D {n.op_type} (blockir's op is 2-D)")
+    made = n.tmp("conv")
+    inputs = {"Input": _centred(n, x, x_point), "Filter": _centred(n, w, w_point, trailing=3)}
+    n.emit("conv2d", inputs, {"Output": made}, {**attrs, "groups": int(n.attr("group", 1))})
+    return made
+
+
+def _conv_integer(n: Node) -> None:
+    n.cast(_integer_conv(n, 0, 2, 1, 3), "int32", out=n.y())
+
+
+def _qlinear_conv(n: Node) -> None:
+    product = _integer_conv(n, 0, 2, 3, 5)
+    if n.has(8):
+        product = n.binary("elementwise_add", product, n.cast(n.x(8), "float64"), attrs={"axis": 1})
+    _requantized(n, product, axis=1 if int(np.prod(n.shape(4) or ())) > 1 else -1)
+
+
+# -- recurrent ops: Paddle's rnn ---------------------------------------------------------------------
+
+# ONNX op -> (rnn's mode, ONNX's gate blocks in Paddle's order, the default activations)
+_RECURRENT = {
+    "LSTM": ("LSTM", (0, 2, 3, 1), ("Sigmoid", "Tanh", "Tanh")),  # ONNX i, o, f, c -> Paddle i, f, c, o
+    "GRU": ("GRU", (1, 0, 2), ("Sigmoid", "Tanh")),  # ONNX z, r, h -> Paddle r, z, n
+    "RNN": ("RNN_TANH", (0,), ("Tanh",)),
+}
+
+
+def _recurrent_mode(n: Node) -> str:
+    mode, _, defaults = _RECURRENT[n.op_type]
+    activations = tuple(n.attr("activations", ()) or ()) or defaults
+    activations = tuple(a.decode() if isinstance(a, bytes) else a for a in activations)
+    if n.op_type == "RNN" and activations in (("Relu",), ("Relu", "Relu")):
+        return "RNN_RELU"
+    if activations not in (defaults, defaults * 2):
+        raise Refused(f"activations {list(activations)} (rnn's cell computes {list(defaults)})")
+    for name in ("clip", "activation_alpha", "activation_beta"):
+        if n.attr(name) is not None:
+            raise Refused(f"the {name} attribute (rnn's cells have none)")
+    if n.attr("input_forget", 0):
+        raise Refused("input_forget=1 (rnn's LSTM has independent input and forget gates)")
+    if n.op_type == "LSTM" and n.has(7) and np.any(n.value(7, "peepholes")):
+        raise Refused("peepholes (rnn's LSTM has none)")
+    return mode
+
+
+def _recurrent(n: Node) -> None:
+    """Onto Paddle's rnn (time-major, gates in cuDNN's order, one weight per tensor): the weights reordered at
+    import (they must be constants), a reverse direction as a forward one over the input flipped in time."""
+    mode = _recurrent_mode(n)
+    if n.op_type == "GRU" and not n.attr("linear_before_reset", 0):
+        _gru_reset_first(n)
+        return
+    order = _RECURRENT[n.op_type][1]
+    direction = n.attr("direction", "forward")
+    hidden, batchwise = int(n.attr("hidden_size")), bool(n.attr("layout", 0))
+    w, r = n.value(1, "W"), n.value(2, "R")
+    dirs = w.shape[0]
+    gates = len(order)
+    bias = n.value(3, "B") if n.has(3) else np.zeros((dirs, 2 * gates * hidden), w.dtype)
+    if direction == "reverse" and n.has(4):
+        raise Refused("direction reverse with sequence_lens")
+
+    def paddle(m: np.ndarray) -> np.ndarray:  # gate blocks (rows of H) in Paddle's order
+        return np.concatenate([m[k * hidden : (k + 1) * hidden] for k in order])
+
+    weights = [n.constant(paddle(m[d])) for d in range(dirs) for m in (w, r)]
+    weights += [n.constant(paddle(half)) for d in range(dirs) for half in np.split(bias[d], 2)]
+    x = n.x(0)
+    if batchwise:
+        x = _transposed(n, x, [1, 0, 2])
+    shape = n.shape(0)
+    if shape is None or shape[1 - batchwise] == -1:
+        raise Refused("a batch size known only at run time (the initial states are made at import)")
+    batch = shape[1 - batchwise]
+    states = []
+    for k in range(2 if mode == "LSTM" else 1):
+        slot = 5 + k
+        states.append(
+            (_transposed(n, n.x(slot), [1, 0, 2]) if batchwise else n.x(slot))
+            if n.has(slot)
+            else n.constant(np.zeros((dirs, batch, hidden), w.dtype))
+        )
+    if direction == "reverse":
+        x = n.unary("flip", x, {"axis": [0]})
+    out = n.tmp("out")
+    finals = [n.tmp("state") for _ in states]
+    inputs: dict[str, Any] = {"Input": x, "PreState": states, "WeightList": weights}
+    if n.has(4):
+        inputs["SequenceLength"] = n.cast(n.x(4), "int32")
+    attrs = {
+        "mode": mode, "hidden_size": hidden, "input_size": int(w.shape[2]), "num_layers": 1,
+        "is_bidirec": direction == "bidirectional", "is_test": True, "dropout_prob": 0.0,
+    }  # fmt: skip
+    outputs = {"Out": out, "State": finals, "Reserve": n.tmp("reserve"), "DropoutState": n.tmp("dropout")}
+    n.emit("rnn", inputs, outputs, attrs)
+    if direction == "reverse":
+        out = n.unary("flip", out, {"axis": [0]})
+    if n.wants(0):  # [T, B, D * H] -> [T, D, B, H] (layout 1: [B, T, D, H])
+        split = n.tmp("split")
+        n.emit("reshape2", {"X": out}, {"Out": split, "XShape": n.tmp("xshape")}, {"shape": [0, 0, dirs, hidden]})
+        _transposed(n, split, [1, 0, 2, 3] if batchwise else [0, 2, 1, 3], n.y(0))
+    for k, final in enumerate(finals, 1):
+        if n.wants(k):
+            _transposed(n, final, [1, 0, 2], n.y(k)) if batchwise else n.emit("assign", {"X": final}, {"Out": n.y(k)})
+
+
+def _gru_reset_first(n: Node) -> None:
+    """GRU with linear_before_reset=0 (n = tanh(x W_h + (r * h) R_h + b), which rnn's cell cannot compute): per
+    direction a while loop over time of the cell's ops (the input's projection made for every step before it), a
+    step past a sequence's length keeping the state and giving zeros."""
+    hidden, batchwise = int(n.attr("hidden_size")), bool(n.attr("layout", 0))
+    w, r = n.value(1, "W"), n.value(2, "R")
+    dirs, dtype = w.shape[0], w.dtype
+    bias = n.value(3, "B") if n.has(3) else np.zeros((dirs, 6 * hidden), dtype)
+    x = _transposed(n, n.x(0), [1, 0, 2]) if batchwise else n.x(0)
+    shape = n.shape(0)
+    if shape is None or shape[1 - batchwise] == -1:
+        raise Refused("a batch size known only at run time (the initial states are made at import)")
+    batch = shape[1 - batchwise]
+    full, length = n.tmp("shape"), n.tmp("length")
+    n.emit("shape", {"Input": x}, {"Out": full})
+    n.emit("slice", {"Input": full}, {"Out": length}, {"axes": [0], "starts": [0], "ends": [1]})
+    length = n.cast(length, "int64")
+    lengths = n.cast(n.x(4), "int64") if n.has(4) else None
+    backward = [n.attr("direction", "forward") == "reverse"] if dirs == 1 else [False, True]
+    outs, finals = [], []
+    for d in range(dirs):
+        projected = n.tmp("projected")  # x W^T + Wb: [T, B, 3H]
+        n.emit("matmul_v2", {"X": x, "Y": n.constant(w[d].T.copy())}, {"Out": projected})
+        projected = n.binary("elementwise_add", projected, n.constant(bias[d, : 3 * hidden]))
+        h = n.unary("assign", _initial_h(n, d, batch, hidden, dtype, batchwise))
+        step = n.unary("assign", n.constant(np.zeros(1, "int64")))
+        cond = n.binary("less_than", step, length)
+        array = n.graph.names.fresh(f"{n.y_base()}.steps")  # of [B, H] tensors
+        n.graph.block.create_var(array, kind=VarKind.LOD_TENSOR_ARRAY, dtype=dtype.name, shape=[batch, hidden])
+        block = n.sub_block()
+        with n.building(block):
+            t = n.binary("elementwise_sub", n.unary("scale", length, {"bias": -1.0}), step) if backward[d] else step
+            picked, xw = n.tmp("picked"), n.tmp("xw")
+            n.emit("gather", {"X": projected, "Index": t}, {"Out": picked}, {"axis": 0})
+            n.emit("squeeze2", {"X": picked}, {"Out": xw, "XShape": n.tmp("xshape")}, {"axes": [0]})
+            hr = _matmul_t(n, h, r[d, : 2 * hidden])
+            hr = n.binary("elementwise_add", hr, n.constant(bias[d, 3 * hidden : 5 * hidden]))
+            gates = n.unary("sigmoid", n.binary("elementwise_add", _columns(n, xw, 0, 2 * hidden), hr))
+            z, reset = _columns(n, gates, 0, hidden), _columns(n, gates, hidden, 2 * hidden)
+            rh = _matmul_t(n, n.binary("elementwise_mul", reset, h), r[d, 2 * hidden :])
+            candidate = n.binary("elementwise_add", rh, n.constant(bias[d, 5 * hidden :]))
+            candidate = n.binary("elementwise_add", _columns(n, xw, 2 * hidden, 3 * hidden), candidate)
+            candidate = n.unary("tanh", candidate)
+            kept = n.binary("elementwise_mul", z, n.binary("elementwise_sub", h, candidate))
+            new = n.binary("elementwise_add", candidate, kept)  # (1 - z) * candidate + z * h
+            y = new
+            if lengths is not None:  # valid: [B, 1], 1 where t < the sequence's length
+                valid = n.unary("unsqueeze2", n.cast(n.binary("less_than", t, lengths), dtype.name), {"axes": [1]})
+                y = n.binary("elementwise_mul", new, valid)
+                invalid = n.unary("scale", valid, {"scale": -1.0, "bias": 1.0})
+                new = n.binary("elementwise_add", y, n.binary("elementwise_mul", h, invalid))
+            n.emit("write_to_array", {"X": y, "I": t}, {"Out": array})
+            n.emit("assign", {"X": new}, {"Out": h})
+            n.emit("increment", {"X": step}, {"Out": step}, {"step": 1.0})
+            n.binary("less_than", step, length, out=cond)
+        n.control("while", block, {"Condition": cond}, {"is_test": True})
+        stacked = n.tmp("stacked")
+        _stacked(n, array, stacked)
+        outs.append(stacked)
+        finals.append(h)
+    if n.wants(0):  # [T, D, B, H] (layout 1: [B, T, D, H])
+        joined = n.tmp("joined") if batchwise else n.y(0)
+        n.emit("stack", {"X": outs}, {"Y": joined}, {"axis": 1})
+        if batchwise:
+            _transposed(n, joined, [2, 0, 1, 3], n.y(0))
+    if n.wants(1):
+        n.emit("stack", {"X": finals}, {"Y": n.y(1)}, {"axis": 1 if batchwise else 0})
+
+
+def _initial_h(n: Node, d: int, batch: int, hidden: int, dtype: np.dtype, batchwise: bool) -> str:
+    if not n.has(5):
+        return n.constant(np.zeros((batch, hidden), dtype))
+    picked = n.tmp("h0")
+    axis = [int(batchwise)]  # initial_h is [D, B, H] (layout 1: [B, D, H])
+    attrs = {"axes": axis, "starts": [d], "ends": [d + 1], "decrease_axis": axis}
+    n.emit("slice", {"Input": n.x(5)}, {"Out": picked}, attrs)
+    return picked
+
+
+def _matmul_t(n: Node, x: str, weight: np.ndarray) -> str:
+    """x @ weight^T (weight a constant)."""
+    out = n.tmp("matmul")
+    n.emit("matmul_v2", {"X": x, "Y": n.constant(weight.T.copy())}, {"Out": out})
+    return out
+
+
+def _columns(n: Node, x: str, start: int, end: int) -> str:
+    out = n.tmp("columns")
+    n.emit("slice", {"Input": x}, {"Out": out}, {"axes": [1], "starts": [start], "ends": [end]})
+    return out
+
+
+def _transposed(n: Node, x: str, perm: list[int], out: str | None = None) -> str:
+    out = out or n.tmp("transposed")
+    n.emit("transpose2", {"X": x}, {"Out": out, "XShape": n.tmp("xshape")}, {"axis": perm})
+    return out
+
+
+# -- control flow: subgraphs as sub-blocks ----------------------------------------------------------
+
+
+def _outer(n: Node, hint: str, like: Variable | None = None, kind: VarKind = VarKind.LOD_TENSOR) -> str:
+    """A new variable of the block the node is in (``like``'s dtype and shape)."""
+    name = n.graph.names.fresh(f"{n.y_base()}.{hint}")
+    fields: dict[str, Any] = {"kind": kind}
+    if like is not None:
+        fields.update(dtype=like.dtype, shape=like.shape)
+    n.graph.block.create_var(name, **fields)
+    return name
+
+
+def _if(n: Node) -> None:
+    """Each branch a conditional_block (the else branch's on the negated condition) assigning its outputs to
+    variables outside it; select_input picks the results of the branch that ran. A condition known at import
+    imports the branch it takes alone, in the node's block."""
+    known = n.const(0)
+    if known is not None:
+        attr = "then_branch" if bool(known.reshape(-1)[0]) else "else_branch"
+        names = [o.name for o in n.attrs[attr].output]
+        _, outputs = n.subgraph(attr, [], n.graph.block)
+        for k, (name, out) in enumerate(zip(names, outputs)):
+            if name in n.graph.consts:
+                n.graph.consts[n.outputs[k]] = n.graph.consts[name]
+            elif n.wants(k):
+                n.emit("assign", {"X": out}, {"Out": n.y(k)})
+        return
+    cond = n.x(0) if n.dtype(0) == "bool" else n.cast(n.x(0), "bool")
+    results = []
+    for attr, pred in (("else_branch", n.unary("logical_not", cond)), ("then_branch", cond)):
+        block, outputs = n.subgraph(attr, [])
+        made = [_outer(n, attr, block.find_var_recursive(like)) for like in outputs]
+        with n.building(block):
+            for out, name in zip(outputs, made):
+                n.emit("assign", {"X": out}, {"Out": name})
+        n.control("conditional_block", block, {"Cond": pred}, {"is_scalar_condition": True})
+        results.append(made)
+    mask = n.cast(cond, "int32")
+    for k, (no, yes) in enumerate(zip(*results)):
+        if n.wants(k):
+            n.emit("select_input", {"X": [no, yes], "Mask": mask}, {"Out": n.y(k)})
+
+
+def _carry(n: Node, outputs: list[str], states: list[str]) -> None:
+    """``states = outputs`` at the end of a loop's iteration (through copies where an output is a state)."""
+    sources = [n.unary("assign", o) if o in states else o for o in outputs]
+    for source, state in zip(sources, states):
+        n.emit("assign", {"X": source}, {"Out": state})
+
+
+def _stacked(n: Node, array: str, out: str, axis: int = 0, reverse: bool = False, rank: int = 1) -> None:
+    """The tensors of tensor array ``array`` stacked on a new dim ``axis`` of the ``rank`` dims of the result (in
+    reverse order with ``reverse``)."""
+    stacked = n.tmp("stacked") if reverse or axis else out
+    outs = {"Out": stacked, "OutIndex": n.tmp("index")}
+    n.emit("tensor_array_to_tensor", {"X": array}, outs, {"axis": 0, "use_stack": True})
+    if reverse:
+        flipped = n.tmp("flipped") if axis else out
+        n.emit("flip", {"X": stacked}, {"Out": flipped}, {"axis": [0]})
+        stacked = flipped
+    if axis:
+        perm = [*range(1, axis + 1), 0, *range(axis + 1, rank)]
+        n.emit("transpose2", {"X": stacked}, {"Out": out, "XShape": n.tmp("xshape")}, {"axis": perm})
+
+
+def _finish_loop(n: Node, block: Any, outputs: list[str], states: list[str], step: str) -> list[str]:
+    """End the loop's block: its scan outputs written to tensor arrays at ``step`` (returned), ``states`` given
+    the block's ``outputs`` (the first ``len(states)``), ``step`` incremented."""
+    scans = outputs[len(states) :]
+    arrays = [_outer(n, "scan", block.find_var_recursive(v), VarKind.LOD_TENSOR_ARRAY) for v in scans]
+    with n.building(block):
+        for value, array in zip(scans, arrays):
+            n.emit("write_to_array", {"X": value, "I": step}, {"Out": array})
+        _carry(n, outputs[: len(states)], states)
+        n.emit("increment", {"X": step}, {"Out": step}, {"step": 1.0})
+    return arrays
+
+
+def _loop(n: Node) -> None:
+    """A while loop: the iteration count, the condition and the loop-carried values are variables its block
+    updates at the end of each iteration; the scan outputs are tensor arrays, stacked after it."""
+    step = n.unary("assign", n.constant(np.zeros((), "int64")))
+    limit = n.x(0) if n.has(0) else None
+    cond = _outer(n, "cond")
+    go = n.unary("assign", n.x(1)) if n.has(1) else n.constant(np.ones((), bool))
+    if limit is not None:
+        go = n.binary("logical_and", go, n.binary("less_than", step, limit))
+    n.emit("assign", {"X": go}, {"Out": cond})
+    states = [n.unary("assign", n.x(i)) for i in range(2, len(n.inputs))]
+    block, outputs = n.subgraph("body", [step, cond, *states])
+    if len(outputs) < 1 + len(states):
+        raise Refused(f"its body gives {len(outputs)} outputs for {len(states)} loop-carried values and the condition")
+    arrays = _finish_loop(n, block, outputs, [cond, *states], step)
+    if limit is not None:
+        with n.building(block):
+            n.binary("logical_and", cond, n.binary("less_than", step, limit), out=cond)
+    n.control("while", block, {"Condition": cond}, {"is_test": True})
+    for k, state in enumerate(states):
+        if n.wants(k):
+            n.emit("assign", {"X": state}, {"Out": n.y(k)})
+    for k, array in enumerate(arrays, len(states)):
+        if n.wants(k):
+            _stacked(n, array, n.y(k))
+
+
+def _scan(n: Node) -> None:
+    """A while loop over the scan axis (:func:`_scan_loop`). Opset 8's batched form: one loop per batch entry
+    (a batch size known at import), their results stacked."""
+    scanned = int(n.attr("num_scan_inputs"))
+    first = len(n.inputs) - scanned
+    if n.opset >= 9:
+        in_axes = [_axis(a, n.rank(first + k)) for k, a in enumerate(n.attr("scan_input_axes", [0] * scanned))]
+        in_reverse = list(n.attr("scan_input_directions", [0] * scanned))
+        xs = [n.x(i) for i in range(first, len(n.inputs))]
+        finals, outs = _scan_loop(n, [n.x(i) for i in range(first)], xs, in_axes, in_reverse)
+        for k, value in enumerate([*finals, *outs]):
+            if n.wants(k):
+                n.emit("assign", {"X": value}, {"Out": n.y(k)})
+        return
+    if n.has(0):
+        raise Refused("sequence_lens (opset 8)")
+    shape = n.shape(first)
+    if shape is None or shape[0] == -1:
+        raise Refused("a batch size known only at run time (opset 8's batched Scan)")
+    reverse = list(n.attr("directions", [0] * scanned))
+    per_batch = []
+    for b in range(shape[0]):
+        entry = [_entry(n, n.x(i), b) for i in range(1, len(n.inputs))]
+        finals, outs = _scan_loop(n, entry[: first - 1], entry[first - 1 :], [0] * scanned, reverse)
+        per_batch.append([*finals, *outs])
+    for k, values in enumerate(zip(*per_batch)):
+        if n.wants(k):
+            n.emit("stack", {"X": list(values)}, {"Y": n.y(k)}, {"axis": 0})
+
+
+def _entry(n: Node, x: str, b: int) -> str:
+    """Entry ``b`` of ``x``'s first dim."""
+    out = n.tmp("entry")
+    n.emit("slice", {"Input": x}, {"Out": out}, {"axes": [0], "starts": [b], "ends": [b + 1], "decrease_axis": [0]})
+    return out
+
+
+def _scan_loop(
+    n: Node, initial: list[str], xs: list[str], in_axes: list[int], in_reverse: list[int]
+) -> tuple[list[str], list[str]]:
+    """A while loop over the scan axis of ``xs``: each iteration gathers one slice of each, the states (from
+    ``initial``) are variables its block updates, the scan outputs tensor arrays stacked (moved, reversed by the
+    node's scan_output_axes and scan_output_directions) after it. The final states and the scan outputs."""
+    states = [n.unary("assign", x) for x in initial]
+    shape, length = n.tmp("shape"), n.tmp("length")
+    n.emit("shape", {"Input": xs[0]}, {"Out": shape})
+    n.emit("slice", {"Input": shape}, {"Out": length}, {"axes": [0], "starts": [in_axes[0]], "ends": [in_axes[0] + 1]})
+    length = n.cast(length, "int64")
+    step = n.unary("assign", n.constant(np.zeros(1, "int64")))
+    cond = _outer(n, "cond")
+    n.binary("less_than", step, length, out=cond)
+    block = n.sub_block()
+    slices = []
+    with n.building(block):
+        back = n.binary("elementwise_sub", n.unary("scale", length, {"bias": -1.0}), step)
+        for k, (axis, reverse) in enumerate(zip(in_axes, in_reverse)):
+            one = n.tmp("slice")
+            n.emit("gather", {"X": xs[k], "Index": back if reverse else step}, {"Out": one}, {"axis": axis})
+            slices.append(n.tmp("item"))
+            n.emit("squeeze2", {"X": one}, {"Out": slices[-1], "XShape": n.tmp("xshape")}, {"axes": [axis]})
+    _, outputs = n.subgraph("body", [*states, *slices], block)
+    arrays = _finish_loop(n, block, outputs, states, step)
+    with n.building(block):
+        n.binary("less_than", step, length, out=cond)
+    n.control("while", block, {"Condition": cond}, {"is_test": True})
+    out_axes = list(n.attr("scan_output_axes", [0] * len(arrays)))
+    out_reverse = list(n.attr("scan_output_directions", [0] * len(arrays)))
+    outs = []
+    for k, array in enumerate(arrays):
+        rank = len(block.find_var_recursive(outputs[len(states) + k]).shape or ()) + 1
+        outs.append(n.tmp("scanned"))
+        _stacked(n, array, outs[-1], _axis(out_axes[k], rank), bool(out_reverse[k]), rank)
+    return states, outs
+
+
+def _linear_attention(n: Node) -> None:
+    if n.attr("q_num_heads") is None or n.attr("kv_num_heads") is None:
+        raise Refused("q_num_heads or kv_num_heads missing (both are required)")
+    attrs = {
+        "q_num_heads": int(n.attr("q_num_heads")),
+        "kv_num_heads": int(n.attr("kv_num_heads")),
+        "scale": float(n.attr("scale", 0.0)),
+        "update_rule": n.attr("update_rule", "gated_delta"),
+    }  # chunk_size: a hint for chunked kernels, no effect on the result
+    inputs = _given(n, ("Query", "Key", "Value", "PastState", "Decay", "Beta"))
+    n.emit("linear_attention", inputs, _wanted(n, ("Output", "PresentState")), attrs)
+
+
+def _rotary_embedding(n: Node) -> None:
+    attrs = {
+        "interleaved": bool(n.attr("interleaved", 0)),
+        "rotary_embedding_dim": int(n.attr("rotary_embedding_dim", 0)),
+        "num_heads": int(n.attr("num_heads", 0)),
+    }
+    n.emit("rotary_embedding", _given(n, ("X", "CosCache", "SinCache", "PositionIds")), {"Out": n.y()}, attrs)
+
+
+_WINDOWS = {  # cosine-sum coefficients a_k of w[n] = sum_k (-1)^k a_k cos(2 pi k n / N)
+    "HannWindow": (0.5, 0.5),
+    "HammingWindow": (25 / 46, 21 / 46),
+    "BlackmanWindow": (0.42, 0.5, 0.08),
+}
+
+
+def _window(n: Node) -> None:
+    """A window of the constant size (N = size when periodic, else size - 1): a constant made at import."""
+    size = int(n.value(0, "size").reshape(-1)[0])
+    span = size if n.attr("periodic", 1) else size - 1
+    angle = 2 * np.pi * np.arange(size, dtype="float64") / span
+    value = sum((-1) ** k * a * np.cos(k * angle) for k, a in enumerate(_WINDOWS[n.op_type]))
+    dtype = dtype_name(int(n.attr("output_datatype", 1)), "its output_datatype")
+    n.graph.consts[n.outputs[0]] = np.asarray(value, "float64").astype(dtype)
+
+
+def _reverse_sequence(n: Node) -> None:
+    """take_along_axis of X along time at index t + (t < L) * (L - 1 - 2t): the first L steps of each batch
+    entry reversed (L its sequence length), the others kept. The time dim must be known at import."""
+    rank, shape = n.rank(0), n.shape(0) or ()
+    time, batch = _axis(int(n.attr("time_axis", 0)), rank), _axis(int(n.attr("batch_axis", 1)), rank)
+    if shape[time] == -1:
+        raise Refused(f"a time dim (axis {time}) known only at run time")
+    along = [1] * rank
+    along[time] = shape[time]
+    steps = np.arange(shape[time], dtype="int64").reshape(along)
+    per_batch = [1] * rank
+    per_batch[batch] = -1
+    lengths = n.tmp("lengths")
+    n.emit(
+        "reshape2",
+        {"X": n.cast(n.x(1), "int64")},
+        {"Out": lengths, "XShape": n.tmp("xshape")},
+        {"shape": per_batch},
+    )
+    t = n.constant(steps)
+    inside = n.cast(n.binary("less_than", t, lengths), "int64")
+    flip = n.binary("elementwise_mul", inside, n.binary("elementwise_sub", lengths, n.constant(2 * steps + 1)))
+    index = n.binary("elementwise_add", t, flip)
+    n.emit("take_along_axis", {"Input": n.x(0), "Index": index}, {"Result": n.y()}, {"Axis": time})
+
+
+def _tensor_scatter(n: Node) -> None:
+    """put_along_axis of update into past_cache along ``axis`` at write_indices[b] + s (modulo the cache's length
+    with mode circular) for step s of batch entry b. The update's sequence dim must be known at import."""
+    rank, shape = n.rank(0), n.shape(1) or ()
+    axis = _axis(int(n.attr("axis", -2)), rank)
+    if axis == 0 or shape[axis] == -1:
+        raise Refused(f"axis {axis}: the batch axis, or a sequence dim known only at run time")
+    along = [1] * rank
+    along[axis] = shape[axis]
+    index = n.constant(np.arange(shape[axis], dtype="int64").reshape(along))
+    if n.has(2):
+        per_batch = [1] * rank
+        per_batch[0] = -1
+        starts = n.tmp("starts")
+        shaped = {"Out": starts, "XShape": n.tmp("xshape")}
+        n.emit("reshape2", {"X": n.cast(n.x(2), "int64")}, shaped, {"shape": per_batch})
+        index = n.binary("elementwise_add", index, starts)
+    mode = n.attr("mode", "linear")
+    if mode == "circular":
+        length = (n.shape(0) or ())[axis]
+        if length == -1:
+            raise Refused("mode circular with a cache length known only at run time")
+        index = n.binary("elementwise_mod", index, n.constant(np.asarray(length, "int64")))
+    elif mode != "linear":
+        raise Refused(f"mode {mode!r}")
+    inputs = {"Input": n.x(0), "Index": index, "Value": n.x(1)}
+    n.emit("put_along_axis", inputs, {"Result": n.y()}, {"Axis": axis, "Reduce": "assign", "broadcast": True})
+
+
+def _max_unpool(n: Node) -> None:
+    """X's values put at I (flat indices into the tensor of the shape the pooling inverts: (in - 1) * stride +
+    kernel - pads per spatial dim) in zeros, as put_along_axis on the flat tensors; then padded at the end of
+    each dim to output_shape when given (as ONNX's reference does). Shapes known at import."""
+    shape = n.shape(0)
+    if shape is None or -1 in shape:
+        raise Refused(f"input 0 of shape {shape} (a shape known at import is needed)")
+    kernel = [int(k) for k in n.attr("kernel_shape")]
+    dims = len(kernel)
+    strides = [int(s) for s in n.attr("strides", [1] * dims)]
+    pads = [int(p) for p in n.attr("pads", [0] * 2 * dims)]
+    spatial = [(shape[2 + d] - 1) * strides[d] - pads[d] - pads[dims + d] + kernel[d] for d in range(dims)]
+    inverted = [*shape[:2], *spatial]
+    wanted = _ints(n.value(2, "output_shape")) if n.has(2) else inverted
+    if len(wanted) != len(inverted) or any(w < d for w, d in zip(wanted, inverted)):
+        raise Refused(f"output_shape {wanted} smaller than the unpooled shape {inverted}")
+    flat_x, flat_i, zeros, spread = n.tmp("x"), n.tmp("index"), n.tmp("zeros"), n.tmp("spread")
+    n.emit("reshape2", {"X": n.x(0)}, {"Out": flat_x, "XShape": n.tmp("xshape")}, {"shape": [1, -1]})
+    n.emit("reshape2", {"X": n.cast(n.x(1), "int64")}, {"Out": flat_i, "XShape": n.tmp("xshape")}, {"shape": [1, -1]})
+    blank = np.zeros(1, n.dtype(0))[0]
+    n.emit("fill_constant", {}, {"Out": zeros}, _fill_attrs([1, int(np.prod(inverted))], n.dtype(0), blank))
+    put = {"Axis": 1, "Reduce": "assign", "broadcast": False}
+    n.emit("put_along_axis", {"Input": zeros, "Index": flat_i, "Value": flat_x}, {"Result": spread}, put)
+    same = wanted == inverted
+    unpooled = n.y() if same else n.tmp("unpooled")
+    n.emit("reshape2", {"X": spread}, {"Out": unpooled, "XShape": n.tmp("xshape")}, {"shape": inverted})
+    if not same:
+        pairs = [v for w, d in zip(wanted, inverted) for v in (0, w - d)]
+        n.emit("pad", {"X": unpooled}, {"Out": n.y()}, {"paddings": pairs, "pad_value": 0.0})
+
+
+def _roi_align(n: Node) -> None:
+    """Paddle's roi_align over X's image of each region (gathered by batch_indices, one region per image):
+    coordinate_transformation_mode half_pixel is its aligned, output_half_pixel not; mode avg only."""
+    if n.attr("mode", "avg") != "avg":
+        raise Refused(f"mode {n.attr('mode')!r} (roi_align averages; ONNX's max of weighted corners has no op)")
+    transform = n.attr("coordinate_transformation_mode", "half_pixel" if n.opset >= 16 else "output_half_pixel")
+    if transform not in ("half_pixel", "output_half_pixel"):
+        raise Refused(f"coordinate_transformation_mode {transform!r}")
+    images, ones = n.tmp("images"), n.tmp("rois_num")
+    n.emit("gather", {"X": n.x(0), "Index": n.cast(n.x(2), "int64")}, {"Out": images}, {"axis": 0})
+    n.emit("fill_any_like", {"X": n.x(2)}, {"Out": ones}, {"value": 1.0, "dtype": DTYPE_TO_PROTO["int32"]})
+    attrs = {
+        "spatial_scale": float(n.attr("spatial_scale", 1.0)),
+        "pooled_height": int(n.attr("output_height", 1)),
+        "pooled_width": int(n.attr("output_width", 1)),
+        "sampling_ratio": int(n.attr("sampling_ratio", 0)),
+        "aligned": transform == "half_pixel",
+    }
+    n.emit("roi_align", {"X": images, "ROIs": n.x(1), "RoisNum": ones}, {"Out": n.y()}, attrs)
+
+
+def _mean_variance_normalization(n: Node) -> None:
+    """(X - E[X]) / (sqrt(E[X^2] - E[X]^2) + 1e-9) over ``axes`` (default 0, 2, 3), as ONNX's function."""
+    rank = n.rank(0)
+    dims = {"dim": [_axis(a, rank) for a in n.attr("axes", [0, 2, 3])], "keep_dim": True, "reduce_all": False}
+    x = n.x(0)
+    mean = n.unary("reduce_mean", x, dims)
+    variance = n.binary("elementwise_sub", n.unary("reduce_mean", n.unary("square", x), dims), n.unary("square", mean))
+    eps = n.constant(np.asarray(1e-9, n.dtype(0)))
+    std = n.binary("elementwise_add", n.unary("sqrt", variance), eps)
+    n.binary("elementwise_div", n.binary("elementwise_sub", x, mean), std, out=n.y())
+
+
+def _det(n: Node) -> None:
+    n.emit("determinant", {"Input": n.x(0)}, {"Out": n.y()})
+
+
+def _eye_like(n: Node) -> None:
+    """Ones on diagonal k of a 2-D input of known shape, zeros elsewhere: a constant made at import."""
+    shape = n.shape(0)
+    if shape is None or len(shape) != 2 or -1 in shape:
+        raise Refused(f"input 0 of shape {shape} (a 2-D shape known at import is needed)")
+    dtype = dtype_name(int(n.attr("dtype")), "its dtype") if "dtype" in n.attrs else n.dtype(0)
+    n.graph.consts[n.outputs[0]] = np.eye(shape[0], shape[1], int(n.attr("k", 0)), dtype=dtype)
+
+
+def _scalar_input(n: Node, i: int, what: str, default: int) -> int:
+    return int(n.value(i, what).reshape(-1)[0]) if n.has(i) else default
+
+
+def _dft(n: Node) -> None:
+    rank = n.rank(0)
+    axis = _scalar_input(n, 2, "axis", -2) if n.opset >= 20 else int(n.attr("axis", 1))
+    attrs = {
+        "axis": _axis(axis, rank),
+        "inverse": bool(n.attr("inverse", 0)),
+        "onesided": bool(n.attr("onesided", 0)),
+        "dft_length": _scalar_input(n, 1, "dft_length", 0),
+    }
+    if attrs["axis"] == rank - 1:
+        raise Refused("axis the last dim (it holds the real and imaginary parts)")
+    n.emit("dft", {"X": n.x(0)}, {"Out": n.y()}, attrs)
+
+
+def _stft(n: Node) -> None:
+    window = n.shape(2) if n.has(2) else None
+    length = _scalar_input(n, 3, "frame_length", window[0] if window else -1)
+    if length <= 0:
+        raise Refused("neither frame_length nor a window of known length")
+    attrs = {
+        "frame_step": _scalar_input(n, 1, "frame_step", 0),
+        "frame_length": length,
+        "onesided": bool(n.attr("onesided", 1)),
+    }
+    n.emit("stft", _given(n, ("Signal", "", "Window")), {"Out": n.y()}, attrs)
+
+
+def _group_norm(n: Node) -> None:
+    """Opset 21: Scale and Bias per channel, as Paddle's group_norm; opset 18: per group, repeated over the
+    group's channels."""
+    groups = int(n.attr("num_groups"))
+    scale, bias = n.x(1), n.x(2)
+    if n.opset < 21:
+        shape = n.shape(0)
+        if shape is None or len(shape) < 2 or shape[1] == -1:
+            raise Refused("per-group scale and bias (opset 18) of an input whose channels are unknown")
+        index = n.constant(np.arange(shape[1], dtype="int64") // (shape[1] // groups))
+        scale, bias = n.tmp("scale"), n.tmp("bias")
+        n.emit("gather", {"X": n.x(1), "Index": index}, {"Out": scale}, {"axis": 0})
+        n.emit("gather", {"X": n.x(2), "Index": index}, {"Out": bias}, {"axis": 0})
+    outs = {slot: n.tmp(slot) for slot in ("Mean", "Variance")}
+    attrs = {"epsilon": float(n.attr("epsilon", 1e-5)), "groups": groups}
+    n.emit("group_norm", {"X": n.x(0), "Scale": scale, "Bias": bias}, {"Y": n.y(), **outs}, attrs)
+
+
+def _center_crop_pad(n: Node) -> None:
+    """Each named axis cut to the target size around its centre (the extra start on the left), or padded with
+    zeros around it (the extra pad on the right): a slice, then a pad, of the known input shape."""
+    shape = n.shape(0)
+    target = _ints(n.value(1, "shape"))
+    if shape is None:
+        raise Refused("an input of unknown rank")
+    axes = [_axis(a, len(shape)) for a in n.attr("axes", range(len(shape)))]
+    starts, ends, pads = [], [], [0] * (2 * len(shape))
+    for a, size in zip(axes, target):
+        if shape[a] == -1:
+            raise Refused(f"dim {a}, known only at run time")
+        if size < shape[a]:
+            starts.append((shape[a] - size) // 2)
+            ends.append(starts[-1] + size)
+        else:
+            pads[2 * a] = (size - shape[a]) // 2
+            pads[2 * a + 1] = size - shape[a] - pads[2 * a]
+    cut = [a for a, size in zip(axes, target) if size < shape[a]]
+    x = n.x(0)
+    if cut:
+        x = n.tmp("crop")
+        n.emit("slice", {"Input": n.x(0)}, {"Out": x}, {"axes": cut, "starts": starts, "ends": ends})
+    n.emit("pad", {"X": x}, {"Out": n.y()}, {"paddings": pads, "pad_value": 0.0})
+
+
+def _affine_grid(n: Node) -> None:
+    """theta [N, k, k + 1] times the homogeneous coordinates (x, y[, z], 1) in [-1, 1] of every point of the
+    constant size's k spatial dims: a constant [points, k + 1] matrix by theta^T, reshaped [N, ..., k]."""
+    size = _ints(n.value(1, "size"))[2:]
+    if len(size) not in (2, 3):
+        raise Refused(f"a size of {len(size)} spatial dims (2 or 3 here)")
+    if n.attr("align_corners", 0):
+        axes = [np.linspace(-1.0, 1.0, s) for s in size]
+    else:
+        axes = [(2 * np.arange(s) + 1) / s - 1 for s in size]
+    mesh = np.meshgrid(*axes, indexing="ij")
+    base = np.stack([*mesh[::-1], np.ones(size)], axis=-1).reshape(-1, len(size) + 1)
+    flat = n.tmp("grid")
+    n.emit(
+        "matmul_v2",
+        {"X": n.constant(base.astype(n.dtype(0))), "Y": n.x(0)},
+        {"Out": flat},
+        {"trans_x": False, "trans_y": True},
+    )
+    n.emit("reshape2", {"X": flat}, {"Out": n.y(), "XShape": n.tmp("xshape")}, {"shape": [0, *size, len(size)]})
+
+
+def _causal_conv_with_state(n: Node) -> None:
+    """A depthwise 1-D convolution over [B, C, L] whose left context is past_state (zeros when absent): the
+    input and its context concatenated, conv2d over it seen 1 high, bias, optional SiLU; present_state the
+    context's last k - 1 positions."""
+    activation = n.attr("activation", "none")
+    if activation not in ("none", "silu", "swish"):
+        raise Refused(f"activation {activation!r}")
+    w = n.shape(1)
+    if w is None or len(w) != 3 or w[2] == -1 or n.rank(0) != 3:
+        raise Refused("an input other than [B, C, L] or a weight other than [C, 1, k] of known k")
+    channels, k = w[0], w[2]
+    if n.has(3):
+        padded = n.tmp("padded")
+        n.emit("concat", {"X": [n.x(3), n.x(0)]}, {"Out": padded}, {"axis": 2})
+    else:
+        padded = n.unary("pad", n.x(0), {"paddings": [0, 0, 0, 0, k - 1, 0], "pad_value": 0.0})
+    image, kernel = n.tmp("image"), n.tmp("kernel")
+    n.emit("unsqueeze2", {"X": padded}, {"Out": image, "XShape": n.tmp("xshape")}, {"axes": [2]})
+    n.emit("unsqueeze2", {"X": n.x(1)}, {"Out": kernel, "XShape": n.tmp("xshape")}, {"axes": [2]})
+    conv = n.tmp("conv")
+    attrs = {"strides": [1, 1], "paddings": [0, 0, 0, 0], "dilations": [1, 1], "groups": channels}
+    n.emit("conv2d", {"Input": image, "Filter": kernel}, {"Output": conv}, attrs)
+    out = _squeezed(n, conv, 2)
+    if n.has(2):
+        out = n.binary("elementwise_add", out, n.x(2), attrs={"axis": 1})
+    if activation == "none":
+        n.emit("assign", {"X": out}, {"Out": n.y()})
+    else:
+        n.emit("silu", {"X": out}, {"Out": n.y()})
+    if n.wants(1):
+        # the last k - 1 positions: a slice from -(k - 1), or nothing for k = 1
+        end = (1 << 31) - 1
+        start = -(k - 1) if k > 1 else end
+        n.emit("slice", {"Input": padded}, {"Out": n.y(1)}, {"axes": [2], "starts": [start], "ends": [end]})
 
 
 # -- the table -----------------------------------------------------------------------------------
@@ -1343,6 +2624,8 @@ def _rows() -> list[OpRule]:
         ("Sqrt", "sqrt"), ("Abs", "abs"), ("Reciprocal", "reciprocal"), ("Floor", "floor"), ("Ceil", "ceil"),
 ("Sin", "sin"), ("Cos", "cos"), ("Tan", "tan"), ("Atan", "atan"), ("Erf", "erf"),
         ("Sign", "sign"), ("Softsign", "softsign"), ("Mish", "mish"),
+        ("Asin", "asin"), ("Acos", "acos"), ("Sinh", "sinh"), ("Cosh", "cosh"), ("Asinh", "asinh"),
+        ("Acosh", "acosh"), ("Atanh", "atanh"),
     ):  # fmt: skip
         add(onnx, 1, _unary(bir), (bir,))
     add("Elu", 1, _unary_attrs("elu", {"alpha": ("alpha", 1.0)}), ("elu",))
@@ -1381,6 +2664,32 @@ def _rows() -> list[OpRule]:
         add(onnx, 1, _compare(bir), (bir,))
     for onnx, bir in (("And", "logical_and"), ("Or", "logical_or"), ("Xor", "logical_xor"), ("Not", "logical_not")):
         add(onnx, 1, _logical(bir), (bir,))
+    for onnx, bir in (
+        ("BitwiseAnd", "bitwise_and"), ("BitwiseOr", "bitwise_or"), ("BitwiseXor", "bitwise_xor"),
+        ("BitwiseNot", "bitwise_not"),
+    ):  # fmt: skip
+        add(onnx, 18, _logical(bir), (bir,))
+    add("BitShift", 11, _bit_shift, ("bitwise_left_shift", "bitwise_right_shift"))
+    add("QuantizeLinear", 10, _quantize_linear, ("elementwise_div", "round", "where", "clip", "cast"))
+    add("DequantizeLinear", 10, _dequantize_linear, ("elementwise_sub", "elementwise_mul", "cast"))
+    add("DynamicQuantizeLinear", 11, _dynamic_quantize_linear, ("reduce_min", "reduce_max", "round", "clip", "cast"))
+    add("MatMulInteger", 10, _matmul_integer, ("cast", "elementwise_sub", "matmul_v2"), note="in float64 (exact)")
+    add("QLinearMatMul", 10, _qlinear_matmul, ("matmul_v2", "elementwise_mul", "round", "clip", "cast"))
+    add("Unique", 11, _unique, ("unique",))
+    add("NonMaxSuppression", 10, _non_max_suppression, ("non_max_suppression",), note="not exported to Paddle")
+    add("TfIdfVectorizer", 9, _tfidf_vectorizer, ("tfidf_vectorizer",), note="integers; not exported to Paddle")
+    add("Compress", 9, _compress, ("where_index", "reshape2", "index_select"))
+    add("BitCast", 26, _bitcast, ("bitcast",), note="not exported to Paddle")
+    add("Scatter", 9, _scatter_elements, ("put_along_axis",), until=10)
+    for onnx in _RECURRENT:
+        add(onnx, 7, _recurrent, ("rnn", "flip", "transpose2", "reshape2"), note="constant weights")
+    add("ConvInteger", 10, _conv_integer, ("cast", "elementwise_sub", "conv2d"), note="2-D; in float64 (exact)")
+    add("QLinearConv", 10, _qlinear_conv, ("conv2d", "elementwise_mul", "round", "clip", "cast"), note="2-D")
+    add("If", 1, _if, ("conditional_block", "logical_not", "assign", "select_input"), note="branches as sub-blocks")
+    loop_ops = ("while", "write_to_array", "increment", "tensor_array_to_tensor")
+    add("Loop", 1, _loop, loop_ops, note="body as a sub-block")
+    scan_ops = ("while", "gather", "write_to_array", "tensor_array_to_tensor")
+    add("Scan", 8, _scan, scan_ops, note="body as a sub-block; opset 8: a batch size known at import")
     add("Where", 9, _where, ("where",))
     add("Constant", 1, _constant, (), note="a constant (folded)")
     add("ConstantOfShape", 9, _constant_of_shape, ("fill_constant",))
@@ -1399,26 +2708,36 @@ def _rows() -> list[OpRule]:
     add("Gather", 1, _gather, ("gather", "reshape2"))
     add("GatherElements", 11, _gather_elements, ("take_along_axis",))
     add("ScatterElements", 11, _scatter_elements, ("put_along_axis",))
-    add("GatherND", 11, _gather_nd, ("gather_nd",))
+    add("GatherND", 11, _gather_nd, ("gather_nd", "concat"))
     add("Expand", 8, _expand, ("expand_v2", "fill_constant", "elementwise_mul"))
     add("Tile", 6, _tile, ("tile",))
     add("Range", 11, _range, ("range",))
     add("Pad", 1, _pad, ("pad", "pad3d"))
     add("MatMul", 1, _matmul, ("matmul_v2",))
+    add("Einsum", 12, _einsum, ("einsum",))
     add("Gemm", 1, _gemm, ("matmul_v2", "scale", "elementwise_add"))
     add("Conv", 1, _conv, ("conv2d", "elementwise_add"), note="2-D")
     add("ConvTranspose", 1, _conv_transpose, ("conv2d_transpose", "elementwise_add"), note="2-D")
-    add("MaxPool", 1, _pool("max"), ("pool2d",), note="2-D, no Indices output, no dilations")
+    add("Col2Im", 18, _col2im, ("fold",), note="2-D; constant image_shape and block_shape")
+    add("GridSample", 16, _grid_sample, ("grid_sampler", "cast"), note="4-D and 5-D; linear and nearest")
+    add(
+        "MaxPool",
+        1,
+        _pool("max"),
+        ("pool2d", "max_pool2d_with_index"),
+        note="1-D and 2-D, no dilations; Indices of symmetric pads",
+    )
+    add("LpPool", 1, _lp_pool, ("abs", "pow", "pool2d", "scale"), note="1-D and 2-D, no dilations")
     add("AveragePool", 1, _pool("avg"), ("pool2d",), note="2-D, no dilations")
     add("GlobalMaxPool", 1, _global_pool("max"), ("pool2d",))
     add("GlobalAveragePool", 1, _global_pool("avg"), ("pool2d",))
-    add("BatchNormalization", 1, _batch_norm, ("batch_norm",), note="inference")
+    add("BatchNormalization", 1, _batch_norm, ("batch_norm",), note="inference; training_mode from opset 14")
     add("InstanceNormalization", 1, _instance_norm, ("instance_norm",))
     add("LayerNormalization", 17, _layer_norm, ("layer_norm", "elementwise_mul", "elementwise_add"))
     add("NegativeLogLikelihoodLoss", 12, _nll_loss, ("take_along_axis", "gather", "reduce_sum", "elementwise_div"))
     add("SoftmaxCrossEntropyLoss", 12, _softmax_cross_entropy, ("log_softmax", "take_along_axis", "reduce_sum"))
     add("Hardmax", 1, _hardmax, ("arg_max", "one_hot_v2", "transpose2"))
-    add("OneHot", 9, _one_hot, ("one_hot_v2", "elementwise_mul", "elementwise_add", "transpose2"))
+    add("OneHot", 9, _one_hot, ("less_than", "unsqueeze2", "equal", "elementwise_mul", "elementwise_add", "transpose2"))
     add("IsNaN", 9, _is_nan, ("not_equal",))
     add("IsInf", 10, _is_inf, ("equal", "logical_or"))
     add("CumProd", 26, _cumprod, ("cumprod",))
@@ -1447,21 +2766,38 @@ def _rows() -> list[OpRule]:
     add("SpaceToDepth", 1, _space_to_depth, ("reshape2", "transpose2"))
     add("Resize", 10, _resize, ("index_select", "matmul_v2", "transpose2"), note="inputs of known shape")
     add("Upsample", 7, _resize, ("index_select", "matmul_v2", "transpose2"), until=9)
+    add("Attention", 23, _attention, ("attention",))
+    add("LinearAttention", 27, _linear_attention, ("linear_attention",))
+    add("RotaryEmbedding", 23, _rotary_embedding, ("rotary_embedding",))
+    add("GroupNormalization", 18, _group_norm, ("group_norm", "gather"))
+    add("CenterCropPad", 18, _center_crop_pad, ("slice", "pad"), note="inputs of known shape")
+    add("AffineGrid", 20, _affine_grid, ("matmul_v2", "reshape2"), note="a constant size")
+    add("DFT", 17, _dft, ("dft",))
+    add("STFT", 17, _stft, ("stft",))
+    for window in _WINDOWS:
+        add(window, 17, _window, (), note="a constant of the constant size")
+    add("EyeLike", 9, _eye_like, (), note="a constant of the input's known shape")
+    revseq_ops = ("reshape2", "less_than", "elementwise_mul", "take_along_axis")
+    add("ReverseSequence", 10, _reverse_sequence, revseq_ops, note="a time dim known at import")
+    mvn_ops = ("reduce_mean", "square", "sqrt", "elementwise_sub", "elementwise_div")
+    add("MeanVarianceNormalization", 9, _mean_variance_normalization, mvn_ops)
+    scatter_ops = ("reshape2", "elementwise_add", "elementwise_mod", "put_along_axis")
+    add("TensorScatter", 24, _tensor_scatter, scatter_ops, note="a sequence dim known at import")
+    unpool_ops = ("reshape2", "fill_constant", "put_along_axis", "pad")
+    add("MaxUnpool", 9, _max_unpool, unpool_ops, note="shapes known at import")
+    add("RoiAlign", 10, _roi_align, ("gather", "fill_any_like", "roi_align"), note="mode avg")
+    add("SwiGLU", 28, _swiglu, ("swish", "elementwise_mul"))
+    add("Det", 11, _det, ("determinant",))
+    add(
+        "CausalConvWithState",
+        27,
+        _causal_conv_with_state,
+        ("concat", "pad", "conv2d", "elementwise_add", "silu", "slice"),
+    )
     return rows
 
 
 RULES: tuple[OpRule, ...] = tuple(_rows())
-
-_CONTROL = "control flow: maps onto blockir's while and conditional_block ops once they exist"
-_RNN = "recurrent: maps onto blockir's rnn op once it exists"
-REFUSED: dict[str, str] = {
-    "Loop": _CONTROL,
-    "If": _CONTROL,
-    "Scan": _CONTROL,
-    "LSTM": _RNN,
-    "GRU": _RNN,
-    "RNN": _RNN,
-}
 
 
 @functools.cache
@@ -1474,8 +2810,6 @@ def _by_op() -> dict[str, list[OpRule]]:
 
 def rule_for(op_type: str, opset: int) -> OpRule | str:
     """The row for ``op_type`` at ``opset``, or why there is none."""
-    if op_type in REFUSED:
-        return REFUSED[op_type]
     rows = _by_op().get(op_type)
     if not rows:
         return "blockir has no op for it"

@@ -69,7 +69,7 @@ import struct
 import tokenize
 import zipfile
 import zlib
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
@@ -79,6 +79,8 @@ import numpy as np
 
 from blockir.errors import BlockirError
 from blockir.io import onnx, paddle
+from blockir.io.manifest import ELEMENT_KINDS as _ELEMENT_KINDS
+from blockir.io.manifest import SHARD_EXTRAS, ShardEntry, TableEntry
 from blockir.ir.core import Program, Variable
 from blockir.ir.defaults import default_main_program
 from blockir.ir.dtypes import VarKind
@@ -121,6 +123,9 @@ __all__ = [
     "check_distinct",
     "check_shard",
     "SHARD_EXTRAS",
+    "ArrayParts",
+    "ShardEntry",
+    "TableEntry",
     "save_inference_model",
     "save_sharded",
     "incomplete_saves",
@@ -138,6 +143,8 @@ PARAMS_DIR = "params"  # where save_inference_model puts one file per parameter 
 FLUID_MODEL_FILE = "__model__"  # Fluid 1.x's model file in its inference model directory
 MODEL_FORMATS = ("blockir", "paddle", "fluid", "onnx")  # save_inference_model's formats
 MANIFEST_FILE = "manifest.json"  # names the files of the last save, one file per variable
+TableWriter = Callable[[Path], Mapping[str, TableEntry | dict[str, Any]]]
+"""What writes a save's sparse tables into its generation directory and returns their entries (:func:`save_sharded`)."""
 MAX_INDEX_BYTES = 64 << 20
 """The largest manifest or bundle ``index.json`` read (64 MiB)."""
 _INDEX = "index.json"
@@ -147,7 +154,6 @@ _KINDS = ("dense", "lod_tensor", "selected_rows")
 _GENERATION = re.compile(r"gen-(\d+)")
 _NPY_MAGIC = b"\x93NUMPY"
 _NPY_MAX_HEADER = 10000  # the longest header numpy itself parses
-_ELEMENT_KINDS = "biufc"  # bool, integers, floats, complex: what tensors hold
 _NOT_SAVED = frozenset(
     {
         VarKind.FEED_MINIBATCH,
@@ -433,12 +439,11 @@ class _Manifest:
 
     generation: int
     vars: dict[str, dict[str, str]]  # name -> {"kind": one of _KINDS, "file": path relative to the directory}
-    tables: dict[str, dict[str, Any]] = field(default_factory=dict)  # name -> its entry (save_sharded)
+    tables: dict[str, TableEntry] = field(default_factory=dict)  # name -> its entry (save_sharded)
     info: dict[str, Any] = field(default_factory=dict)  # what the writer records about the save (save_sharded)
 
     def files(self) -> set[str]:
-        chains = [[e["shards"], *(d["shards"] for d in e.get("deltas", ()))] for e in self.tables.values()]
-        shards = {shard["file"] for chain in chains for shards in chain for shard in shards}
+        shards = {file for entry in self.tables.values() for file in entry.files()}
         return {entry["file"] for entry in self.vars.values()} | shards
 
 
@@ -471,95 +476,20 @@ def _read_manifest(base: Path) -> _Manifest | None:
     tables = doc.get("tables", {})
     if not isinstance(tables, dict):
         raise BlockirError(f"{where}: not a blockir manifest (bad tables)")
-    for name, table in tables.items():
-        _check_table_entry(base, where, name, table)
     info = doc.get("info", {})
     if not isinstance(info, dict):
         raise BlockirError(f"{where}: not a blockir manifest (bad info)")
-    return _Manifest(generation, entries, tables, info)
+    checked = {name: _table_entry(base, where, name, table) for name, table in tables.items()}
+    return _Manifest(generation, entries, checked, info)
 
 
-_TABLE_KEYS = {"height": int, "dim": int, "dtype": str, "servers": int, "rule": str, "states": list, "shards": list}
-SHARD_EXTRAS = ("pending_ids", "pending_counts", "removed_ids")
-"""What a table's shard holds besides its ``ids`` and rows (the table's and each state's): the ids seen and not
-admitted, their sightings, and the ids a delta removes; one-dimensional integer arrays."""
-_CRC32 = re.compile(r"[0-9a-f]{8}")
-
-
-def _is_count(value: Any) -> bool:
-    return isinstance(value, int) and not isinstance(value, bool) and value >= 0
-
-
-def _table_dtype(dtype: str) -> np.dtype | None:
-    """The numpy dtype a table's ``dtype`` names (its numpy name), None when it names no tensor element type."""
-    try:
-        found = np.dtype(dtype)
-    except (TypeError, ValueError, SyntaxError, OverflowError):  # numpy parses some strings as type expressions
-        return None
-    return found if found.name == dtype and found.kind in _ELEMENT_KINDS else None
-
-
-def _check_table_entry(base: Path, where: str, name: str, table: Any) -> None:
-    """A manifest's entry of a sparse table: every claim it makes that can be checked without its shards (types,
-    ranges, the shards' names and counts), as every reader of the save relies on them."""
-    if not isinstance(table, dict):
-        raise BlockirError(f"{where}: bad entry for table {name!r}")
-    for key, kind in _TABLE_KEYS.items():
-        value = table.get(key)
-        if not isinstance(value, kind) or isinstance(value, bool):
-            what = {int: "an integer", str: "a string", list: "a list"}[kind]
-            raise BlockirError(f"{where}: table {name!r}: {key} {value!r} is not {what}")
-    for key in ("height", "dim", "servers"):
-        if table[key] < 1:
-            raise BlockirError(f"{where}: table {name!r}: {key} {table[key]} is not 1 or more")
-    dtype = _table_dtype(table["dtype"])
-    if dtype is None:
-        raise BlockirError(f"{where}: table {name!r}: dtype {table['dtype']!r} is not a numpy tensor element type")
-    if table["height"] * table["dim"] * dtype.itemsize > np.iinfo(np.intp).max:
-        raise BlockirError(
-            f"{where}: table {name!r}: height {table['height']} and dim {table['dim']} of {dtype} make a table "
-            f"larger than any array (more than {np.iinfo(np.intp).max} bytes)"
-        )
-    if table["rule"] != "id % servers":
-        raise BlockirError(f"{where}: table {name!r}: rule {table['rule']!r} is not 'id % servers'")
-    states = table["states"]
-    if not all(isinstance(s, str) for s in states) or len(set(states)) != len(states):
-        raise BlockirError(f"{where}: table {name!r}: states {states!r} are not distinct variable names")
-    taken = [s for s in states if s in ("ids", name, *SHARD_EXTRAS)]
-    if taken:
-        raise BlockirError(f"{where}: table {name!r}: a state named {taken[0]!r}, the name of another array")
-    deltas = table.get("deltas", [])
-    if not isinstance(deltas, list) or not all(
-        isinstance(d, dict) and isinstance(d.get("shards"), list) for d in deltas
-    ):
-        raise BlockirError(f"{where}: bad deltas of table {name!r}")
-    required = ["ids", name, *states, *SHARD_EXTRAS]
-    for k, shards in enumerate([table["shards"], *(d["shards"] for d in deltas)]):
-        save = "base save" if k == 0 else f"delta {k}"
-        if len(shards) != table["servers"]:
-            raise BlockirError(f"{where}: table {name!r}: {len(shards)} shards of {table['servers']} servers ({save})")
-        for shard in shards:
-            if not isinstance(shard, dict) or not isinstance(shard.get("file"), str):
-                raise BlockirError(f"{where}: bad shard entry of table {name!r}: {shard!r}")
-            _inside(base, shard["file"], f"{where}: a shard of table {name!r},")
-            what = f"{where}: table {name!r}: shard {shard['file']!r}"
-            crc, rows, arrays = shard.get("crc32"), shard.get("rows"), shard.get("arrays")
-            if not isinstance(crc, str) or not _CRC32.fullmatch(crc):
-                raise BlockirError(f"{what}: crc32 {crc!r} is not 8 hexadecimal digits")
-            if not _is_count(rows):
-                raise BlockirError(f"{what}: rows {rows!r} is not a count (0 or more)")
-            if not isinstance(arrays, list) or not all(isinstance(a, str) for a in arrays):
-                raise BlockirError(f"{what}: arrays {arrays!r} is not a list of names")
-            missing = [a for a in required if a not in arrays]
-            if missing or len(set(arrays)) != len(arrays):
-                problem = f"lacks {missing[0]!r}" if missing else "names an array twice"
-                raise BlockirError(f"{what}: arrays {arrays!r} {problem}")
-        total = sum(shard["rows"] for shard in shards)
-        if total > table["height"]:
-            raise BlockirError(
-                f"{where}: table {name!r}: {total} rows in the shards of its {save}, more than its height "
-                f"{table['height']}"
-            )
+def _table_entry(base: Path, where: str, name: str, table: Any) -> TableEntry:
+    """The entry ``table`` (JSON, or a :class:`TableEntry`) of the table ``name`` as read from ``where``, checked
+    (:meth:`TableEntry.from_json`), every shard file it names inside ``base``."""
+    entry = TableEntry.from_json(table, where, name)
+    for file in sorted(entry.files()):
+        _inside(base, file, f"{where}: a shard of table {name!r},")
+    return entry
 
 
 def _write_manifest(base: Path, manifest: _Manifest) -> None:
@@ -568,7 +498,7 @@ def _write_manifest(base: Path, manifest: _Manifest) -> None:
         "version": _MANIFEST_VERSION,
         "generation": manifest.generation,
         "vars": manifest.vars,
-        **({"tables": manifest.tables} if manifest.tables else {}),  # a parameter server's save (save_sharded)
+        **({"tables": {name: t.to_json() for name, t in manifest.tables.items()}} if manifest.tables else {}),
         **({"info": manifest.info} if manifest.info else {}),
     }
     with atomic_file(base / MANIFEST_FILE) as f:
@@ -601,7 +531,7 @@ def _generations(base: Path) -> dict[int, Path]:
 def _save_files(
     dirname: str | os.PathLike[str],
     values: dict[str, Any],
-    shards: Callable[[Path], dict[str, dict[str, Any]]] | None = None,
+    shards: TableWriter | None = None,
     info: dict[str, Any] | None = None,
 ) -> None:
     """Save ``values`` one file each as a new generation, then point the manifest at it (see the module doc);
@@ -633,13 +563,13 @@ def _save_files(
             written.append(path)
         if shards is not None:
             for name, table in shards(gen_dir).items():
-                newest = table["deltas"][-1]["shards"] if table.get("deltas") else table["shards"]
-                for shard in newest:
-                    path = _inside(base, shard["file"], f"a shard of table {name!r}")
+                checked = _table_entry(base, f"{base / MANIFEST_FILE} (being written)", name, table)
+                for shard in checked.chain()[-1]:
+                    path = _inside(base, shard.file, f"a shard of table {name!r}")
                     if not path.is_relative_to(gen_dir):
                         raise BlockirError(f"a shard of table {name!r} was written outside the save: {path}")
                     written.append(path)
-                new.tables[name] = table
+                new.tables[name] = checked
         with os_errors(gen_dir, "write"):
             for directory in {d for path in written for d in path.parents if d.is_relative_to(gen_dir)} | {base}:
                 sync_dir(directory)
@@ -658,15 +588,14 @@ def _save_files(
 def save_sharded(
     dirname: str | os.PathLike[str],
     values: dict[str, Any],
-    shards: Callable[[Path], dict[str, dict[str, Any]]],
+    shards: TableWriter,
     info: dict[str, Any] | None = None,
 ) -> None:
     """A save by several writers (a parameter server's): ``values`` (name -> value) one file each as
     :func:`save_vars` writes them, and the sparse tables ``shards(gen_dir)`` writes into the save's new
     generation directory (each writer its shard files, synced), returning each table's manifest entry
-    (``height``, ``dim``, ``dtype``, ``servers``, ``rule`` = ``"id % servers"``, ``states``: the optimizer
-    state saved with each row, ``shards``: per server ``{"file": path relative to dirname, "arrays": [...],
-    "rows": n, "crc32": hex}``, the arrays ``ids``, the table's and each state's rows and :data:`SHARD_EXTRAS`).
+    (a :class:`TableEntry`, or its JSON, checked as a manifest's is read: its shards' files relative to
+    ``dirname``, each holding the arrays ``ids``, the table's and each state's rows and :data:`SHARD_EXTRAS`).
     ``info`` (JSON values) is recorded in the manifest (:func:`saved_info`). The manifest, naming everything,
     is written last: until then the previous save is the one that loads. Every reader checks the entries'
     claims as it reads the manifest, and each shard against them (:func:`check_shard`, :func:`read_shard`)."""
@@ -695,7 +624,7 @@ def incomplete_saves(dirname: str | os.PathLike[str]) -> list[str]:
     return sorted(p.name for p in _generations(base).values() if p.name not in named)
 
 
-def saved_tables(dirname: str | os.PathLike[str]) -> dict[str, dict[str, Any]]:
+def saved_tables(dirname: str | os.PathLike[str]) -> dict[str, TableEntry]:
     """The sparse tables a save holds (:func:`save_sharded`'s entries)."""
     return _save_manifest(dirname).tables
 
@@ -759,28 +688,47 @@ class _Checksumming:
         return f"{self.crc:08x}"
 
 
-def write_shard(path: Path, arrays: dict[str, np.ndarray]) -> dict[str, Any]:
-    """Write a table shard: ``arrays`` (``ids``, one array per saved array of the rows, and others) as ``.npy``
-    arrays one after the other, in a file created and synced, checksummed as it is written; its ``arrays``
-    (their order), ``rows`` and ``crc32`` for the manifest."""
+@dataclass
+class ArrayParts:
+    """An array :func:`write_shard` writes a part at a time, as its parts come (a parameter server's full save
+    reads each part of a table under the table's lock, so that pushes go on between parts): its ``dtype`` and
+    ``shape``, and ``parts``, arrays of rows that together hold its ``shape[0]`` rows, in order."""
+
+    dtype: np.dtype
+    shape: tuple[int, ...]
+    parts: Iterable[np.ndarray]
+
+
+def write_shard(path: Path, arrays: Mapping[str, np.ndarray | ArrayParts]) -> dict[str, Any]:
+    """Write a table shard: ``arrays`` (``ids``, one array per saved array of the rows, and others; each whole or
+    in :class:`ArrayParts`) as ``.npy`` arrays one after the other, in a file created and synced, checksummed as
+    it is written; its ``arrays`` (their order), ``rows`` and ``crc32`` for the manifest."""
     with _new_file(path) as f:
         hashing = _Checksumming(f)
-        for array in arrays.values():
-            array = np.ascontiguousarray(array)
-            if array.dtype.hasobject:
-                raise BlockirError(f"{path}: a shard holds numbers, not {array.dtype}")
-            np.lib.format.write_array_header_1_0(hashing, np.lib.format.header_data_from_array_1_0(array))
-            hashing.write(array.reshape(-1).view(np.uint8).data)  # the data as it is: no copy
-    return {"arrays": list(arrays), "rows": int(len(arrays["ids"])), "crc32": hashing.checksum}
+        for name, array in arrays.items():
+            dtype, shape = np.dtype(array.dtype), tuple(array.shape)
+            if dtype.hasobject:
+                raise BlockirError(f"{path}: a shard holds numbers, not {dtype}")
+            header = {"descr": np.lib.format.dtype_to_descr(dtype), "fortran_order": False, "shape": shape}
+            np.lib.format.write_array_header_1_0(hashing, header)
+            rows = 0
+            for part in [array] if isinstance(array, np.ndarray) else array.parts:
+                part = np.ascontiguousarray(part, dtype)
+                hashing.write(part.reshape(-1).view(np.uint8).data)  # the data as it is: no copy
+                rows += len(part)
+            if rows != shape[0]:
+                raise BlockirError(f"{path}: {name!r} came in parts of {rows} rows, not the {shape[0]} of its header")
+    ids = arrays["ids"]
+    return {"arrays": list(arrays), "rows": int(ids.shape[0]), "crc32": hashing.checksum}
 
 
 def _check_arrays(
-    dirname: str | os.PathLike[str], name: str, table: dict[str, Any], shard: dict[str, Any], held: dict[str, Any]
+    dirname: str | os.PathLike[str], name: str, table: TableEntry, shard: ShardEntry, held: dict[str, Any]
 ) -> None:
     """The dtypes and shapes of a shard's arrays (``held``: name -> (dtype, shape), from their headers or as read)
     against the claims of its manifest: ``rows`` ids, rows of the table's ``dim`` values of its ``dtype``."""
-    manifest, file = Path(dirname) / MANIFEST_FILE, shard["file"]
-    dtype = np.dtype(table["dtype"])
+    manifest, file = Path(dirname) / MANIFEST_FILE, shard.file
+    dtype = np.dtype(table.dtype)
     for array, (kind, shape) in held.items():
         holds = f"its shard {file} holds {array!r} as {kind}{list(shape)}"
         if array == "ids" or array in SHARD_EXTRAS:
@@ -789,14 +737,14 @@ def _check_arrays(
                     f"{_inside(dirname, file, 'a table shard')}: {array!r} is {kind}{list(shape)}, "
                     f"not a list of integer ids"
                 )
-        elif array == name or array in table["states"]:
+        elif array == name or array in table.states:
             if kind != dtype:
                 raise BlockirError(f"{manifest}: table {name!r} has dtype {dtype}, but {holds}")
-            if len(shape) != 2 or shape[1] != table["dim"]:
-                raise BlockirError(f"{manifest}: table {name!r} has dim {table['dim']}, but {holds}")
-        if array == "ids" or array == name or array in table["states"]:
-            if shape[0] != shard["rows"]:
-                raise BlockirError(f"{manifest}: table {name!r}: shard {file} has {shard['rows']} rows, but {holds}")
+            if len(shape) != 2 or shape[1] != table.dim:
+                raise BlockirError(f"{manifest}: table {name!r} has dim {table.dim}, but {holds}")
+        if array == "ids" or array == name or array in table.states:
+            if shape[0] != shard.rows:
+                raise BlockirError(f"{manifest}: table {name!r}: shard {file} has {shard.rows} rows, but {holds}")
     pending, counts = held["pending_ids"][1], held["pending_counts"][1]
     if pending != counts:
         raise BlockirError(
@@ -805,23 +753,23 @@ def _check_arrays(
         )
 
 
-def check_shard(dirname: str | os.PathLike[str], name: str, table: dict[str, Any], shard: dict[str, Any]) -> int:
+def check_shard(dirname: str | os.PathLike[str], name: str, table: TableEntry, shard: ShardEntry) -> int:
     """Check a shard of the table ``name`` (its manifest entry ``table``, the shard's ``shard``) against what the
     manifest claims, without reading its data: a regular file of exactly the arrays the manifest names, their
     headers giving its ``rows``, ``dim`` and ``dtype``. Its size in bytes; a :class:`BlockirError` naming the
     first claim it belies. (:func:`read_shard` also checks the checksum and the ids.)"""
-    path = _inside(dirname, shard["file"], "a table shard")
+    path = _inside(dirname, shard.file, "a table shard")
     where = str(path)
     held = {}
     with os_errors(path, "read"), open_regular(path) as f:
         size = os.fstat(f.fileno()).st_size
-        for array in shard["arrays"]:
+        for array in shard.arrays:
             shape, _, dtype, nbytes = _npy_header(cast(io.BufferedIOBase, f), size - f.tell(), f"{where}: {array}")
             held[array] = (dtype, shape)
             f.seek(nbytes, os.SEEK_CUR)
         left = size - f.tell()
     if left:
-        raise BlockirError(f"{where}: {left} bytes after the arrays its manifest names ({', '.join(shard['arrays'])})")
+        raise BlockirError(f"{where}: {left} bytes after the arrays its manifest names ({', '.join(shard.arrays)})")
     _check_arrays(dirname, name, table, shard, held)
     return size
 
@@ -829,47 +777,47 @@ def check_shard(dirname: str | os.PathLike[str], name: str, table: dict[str, Any
 def read_shard(
     dirname: str | os.PathLike[str],
     name: str,
-    table: dict[str, Any],
-    shard: dict[str, Any],
+    table: TableEntry,
+    shard: ShardEntry,
     distinct: bool = True,
 ) -> dict[str, np.ndarray]:
     """A shard of the table ``name`` (its manifest entry ``table``, the shard's ``shard``): its arrays by name
-    (``ids``, the rows of the table and of each state in ``table["states"]``, :data:`SHARD_EXTRAS`). Checked
+    (``ids``, the rows of the table and of each state in ``table.states``, :data:`SHARD_EXTRAS`). Checked
     as :func:`check_shard` does, then read once, checksummed as it is read (a checksum that differs from the
     manifest's is an error, and nothing read is returned), every id in ``0..height-1`` and (unless
     ``distinct`` is False: the caller checks it, :func:`check_distinct`) none twice."""
     check_shard(dirname, name, table, shard)
-    path = _inside(dirname, shard["file"], "a table shard")
+    path = _inside(dirname, shard.file, "a table shard")
     where = str(path)
     with os_errors(path, "read"), open_regular(path) as f:
         size = os.fstat(f.fileno()).st_size
         hashing = _Checksumming(f)
         arrays = {}
-        for array in shard["arrays"]:
+        for array in shard.arrays:
             arrays[array] = _read_npy(cast(io.BufferedIOBase, hashing), size - f.tell(), f"{where}: {array}")
         trailing = hashing.read()
-    if trailing or hashing.checksum != shard["crc32"]:
+    if trailing or hashing.checksum != shard.crc32:
         raise BlockirError(f"{where}: checksum mismatch (the shard changed or was cut short since it was saved)")
     _check_arrays(dirname, name, table, shard, {a: (v.dtype, v.shape) for a, v in arrays.items()})  # as read
     for array in ("ids", "pending_ids", "removed_ids"):
         ids = arrays[array]
-        if ids.size and not 0 <= ids.min() <= ids.max() < table["height"]:
+        if ids.size and not 0 <= ids.min() <= ids.max() < table.height:
             bad = ids.min() if ids.min() < 0 else ids.max()
             raise BlockirError(
-                f"{Path(dirname) / MANIFEST_FILE}: table {name!r} has height {table['height']}, but its shard "
-                f"{shard['file']} holds id {bad} ({array!r})"
+                f"{Path(dirname) / MANIFEST_FILE}: table {name!r} has height {table.height}, but its shard "
+                f"{shard.file} holds id {bad} ({array!r})"
             )
     if distinct:
         check_distinct(dirname, shard, arrays["ids"])
     return arrays
 
 
-def check_distinct(dirname: str | os.PathLike[str], shard: dict[str, Any], ids: np.ndarray) -> None:
+def check_distinct(dirname: str | os.PathLike[str], shard: ShardEntry, ids: np.ndarray) -> None:
     """An error naming the shard ``shard`` (its manifest entry) when its ``ids`` hold an id twice."""
     ids = np.sort(ids)
     twice = ids[1:][ids[1:] == ids[:-1]]
     if twice.size:
-        raise BlockirError(f"{_inside(dirname, shard['file'], 'a table shard')}: holds the row of id {twice[0]} twice")
+        raise BlockirError(f"{_inside(dirname, shard.file, 'a table shard')}: holds the row of id {twice[0]} twice")
 
 
 def _remove_stale(base: Path, manifest: _Manifest, files: list[Path]) -> None:

@@ -26,11 +26,14 @@ DTYPE_TO_PROTO: dict[str, int] = {
     "bfloat16": 22,
     "complex64": 23,
     "complex128": 24,
+    "uint16": 36,
+    "uint32": 37,
+    "uint64": 38,
 }
 PROTO_TO_DTYPE: dict[int, str] = {v: k for k, v in DTYPE_TO_PROTO.items()}
 DTYPES: tuple[str, ...] = tuple(DTYPE_TO_PROTO)
 FLOAT_DTYPES = frozenset({"float16", "bfloat16", "float32", "float64"})
-INT_DTYPES = frozenset({"int8", "int16", "int32", "int64", "uint8"})
+INT_DTYPES = frozenset({"int8", "int16", "int32", "int64", "uint8", "uint16", "uint32", "uint64"})
 
 
 class VarKind(enum.IntEnum):

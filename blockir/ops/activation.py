@@ -66,7 +66,10 @@ class Unary:
 
 
 def _sigmoid(xp: Any, x: Any) -> Any:
-    """1 / (1 + exp(-x)) as 0.5 tanh(x / 2) + 0.5: no overflow."""
+    """1 / (1 + exp(-x)) as 0.5 tanh(x / 2) + 0.5: no overflow; float16 computed in float32 (the sum's
+    cancellation in float16 loses 1e-3 relative near 0)."""
+    if x.dtype == xp.float16:
+        return _sigmoid(xp, x.astype(xp.float32)).astype(xp.float16)
     return 0.5 * xp.tanh(0.5 * x) + 0.5
 
 
@@ -306,6 +309,13 @@ UNARY: tuple[Unary, ...] = (
     Unary("cos", lambda xp, x, a: xp.cos(x), lambda xp, x, d, a: -d * xp.sin(x), doc="Out = cos(X)."),
     Unary("tan", lambda xp, x, a: xp.tan(x), lambda xp, x, d, a: d / (xp.cos(x) * xp.cos(x)), doc="Out = tan(X)."),
     Unary("atan", lambda xp, x, a: xp.arctan(x), lambda xp, x, d, a: d / (1 + x * x), doc="Out = atan(X)."),
+    Unary("asin", lambda xp, x, a: xp.arcsin(x), lambda xp, x, d, a: d / xp.sqrt(1 - x * x), doc="Out = asin(X)."),
+    Unary("acos", lambda xp, x, a: xp.arccos(x), lambda xp, x, d, a: -d / xp.sqrt(1 - x * x), doc="Out = acos(X)."),
+    Unary("sinh", lambda xp, x, a: xp.sinh(x), lambda xp, x, d, a: d * xp.cosh(x), doc="Out = sinh(X)."),
+    Unary("cosh", lambda xp, x, a: xp.cosh(x), lambda xp, x, d, a: d * xp.sinh(x), doc="Out = cosh(X)."),
+    Unary("asinh", lambda xp, x, a: xp.arcsinh(x), lambda xp, x, d, a: d / xp.sqrt(x * x + 1), doc="Out = asinh(X)."),
+    Unary("acosh", lambda xp, x, a: xp.arccosh(x), lambda xp, x, d, a: d / xp.sqrt(x * x - 1), doc="Out = acosh(X)."),
+    Unary("atanh", lambda xp, x, a: xp.arctanh(x), lambda xp, x, d, a: d / (1 - x * x), doc="Out = atanh(X)."),
     Unary(
         "erf",
         lambda xp, x, a: 1 - erfc(xp, x),

@@ -42,6 +42,7 @@ from __future__ import annotations
 from typing import Any
 
 from blockir.ir.attrs import AttrType
+from blockir.ir.core import Variable
 from blockir.ir.dtypes import VarKind
 from blockir.ir.schema import (
     EMPTY_VAR,
@@ -53,6 +54,7 @@ from blockir.ir.schema import (
     OpSchema,
     OpSpec,
     Slot,
+    Tensor,
 )
 from blockir.ops.common import NUMBERS, check_dtype, kernel_error, normalize_axis, numel, to_host
 from blockir.ops.values import LoDTensor, TensorArray
@@ -114,6 +116,18 @@ def _check_index(ctx: InferContext) -> None:
         ctx.fail(f"I {i.name!r} must hold one element, got shape {list(i.shape)}")
 
 
+def _output_like(ctx: InferContext, var: Variable | Tensor, index: int = 0) -> None:
+    """``Out`` (its ``index``-th variable) of ``var``'s shape, dtype and LoD level, when those are known."""
+    if var.shape is not None and var.dtype is not None:
+        ctx.set_output("Out", var.shape, var.dtype, lod_level=var.lod_level, index=index)
+
+
+def _check_step_scopes(ctx: InferContext, slot: str) -> None:
+    for var in ctx.outputs(slot):
+        if var.kind is not VarKind.STEP_SCOPES:
+            ctx.fail(f"{slot} {var.name!r} must be a step_scopes variable, not {var.kind.text}")
+
+
 # -- increment ------------------------------------------------------------------------------------------------
 
 
@@ -147,7 +161,7 @@ def _infer_write(ctx: InferContext) -> None:
     x = ctx.tensor("X")
     for out in ctx.outputs("Out"):
         if out.dtype is None or out.shape is None:
-            ctx.set_output("Out", x.shape, x.dtype, lod_level=x.lod_level)
+            _output_like(ctx, x)
 
 
 def _write_to_array(ctx: KernelContext, x: Any, i: Any, current: list[Any]) -> TensorArray:
@@ -188,9 +202,7 @@ def _infer_read(ctx: InferContext) -> None:
     _check_index(ctx)
     _check_arrays(ctx, "X")
     array = ctx.input("X")
-    like = ctx.inputs("X_W")[0] if ctx.has_input("X_W") else array
-    if like.shape is not None and like.dtype is not None:
-        ctx.set_output("Out", like.shape, like.dtype, lod_level=like.lod_level)
+    _output_like(ctx, ctx.inputs("X_W")[0] if ctx.has_input("X_W") else array)
 
 
 def _read_from_array(ctx: KernelContext, array: Any, i: Any, like: Any) -> Any:
@@ -256,16 +268,18 @@ def _infer_to_tensor(ctx: InferContext) -> None:
     ctx.set_output("OutIndex", (-1,), "int32")
 
 
-def _tensors(ctx: KernelContext, array: Any) -> list[Any]:
+def _tensors(ctx: KernelContext, array: Any) -> tuple[list[Any], int, bool]:
+    """The tensors of ``array`` (every position written), the axis they join along (non-negative) and whether
+    they are stacked (``use_stack``)."""
     if not array or any(v is None for v in array):
         raise kernel_error(ctx, "tensor_array_to_tensor: the array is empty or has positions never written")
-    return [v.data if isinstance(v, LoDTensor) else v for v in array]
+    tensors = [v.data if isinstance(v, LoDTensor) else v for v in array]
+    stack = bool(ctx.attrs["use_stack"])
+    return tensors, ctx.attrs["axis"] % (tensors[0].ndim + (1 if stack else 0)), stack
 
 
 def _tensor_array_to_tensor(ctx: KernelContext, array: Any) -> tuple[Any, Any]:
-    xp, tensors = ctx.xp, _tensors(ctx, array)
-    stack = ctx.attrs["use_stack"]
-    axis = ctx.attrs["axis"] % (tensors[0].ndim + (1 if stack else 0))
+    xp, (tensors, axis, stack) = ctx.xp, _tensors(ctx, array)
     out = xp.stack(tensors, axis=axis) if stack else xp.concatenate(tensors, axis=axis)
     sizes = [1 if stack else t.shape[axis] for t in tensors]
     return out, xp.asarray(sizes, dtype="int32")
@@ -277,9 +291,7 @@ def _grad_to_tensor(g: GradContext) -> list[OpSpec]:
 
 
 def _tensor_array_to_tensor_grad(ctx: KernelContext, array: Any, out: Any, dout: Any) -> TensorArray:
-    xp, tensors = ctx.xp, _tensors(ctx, array)
-    stack = ctx.attrs["use_stack"]
-    axis = ctx.attrs["axis"] % (tensors[0].ndim + (1 if stack else 0))
+    xp, (tensors, axis, stack) = ctx.xp, _tensors(ctx, array)
     if stack:
         return TensorArray(xp.take(dout, k, axis=axis) for k in range(len(tensors)))
     bounds, at = [], 0
@@ -327,8 +339,7 @@ def _branch(ctx: KernelContext, mask: Any, count: int) -> int:
 def _infer_select_input(ctx: InferContext) -> None:
     check_dtype(ctx, "Mask", frozenset({"int32", "int64"}))
     first = ctx.inputs("X")[0]
-    if first.shape is not None and first.dtype is not None:
-        ctx.set_output("Out", first.shape, first.dtype, lod_level=first.lod_level)
+    _output_like(ctx, first)
     if first.kind is not VarKind.LOD_TENSOR:
         for out in ctx.outputs("Out"):
             out.kind = first.kind
@@ -362,9 +373,8 @@ SELECT_INPUT = OpSchema(
 def _infer_select_output(ctx: InferContext) -> None:
     check_dtype(ctx, "Mask", frozenset({"int32", "int64"}))
     x = ctx.input("X")
-    if x.shape is not None and x.dtype is not None:
-        for k in range(len(ctx.outputs("Out"))):
-            ctx.set_output("Out", x.shape, x.dtype, lod_level=x.lod_level, index=k)
+    for k in range(len(ctx.outputs("Out"))):
+        _output_like(ctx, x, k)
 
 
 def _select_output(ctx: KernelContext, x: Any, mask: Any, current: list[Any]) -> list[Any]:
@@ -395,9 +405,7 @@ def _infer_while(ctx: InferContext) -> None:
     cond = ctx.tensor("Condition")
     if cond.dtype != "bool" or numel(cond.shape) not in (1, -1):
         ctx.fail(f"Condition {cond.name!r} must be a bool tensor of one element, got {cond.dtype}{list(cond.shape)}")
-    for var in ctx.outputs("StepScopes"):
-        if var.kind is not VarKind.STEP_SCOPES:
-            ctx.fail(f"StepScopes {var.name!r} must be a step_scopes variable, not {var.kind.text}")
+    _check_step_scopes(ctx, "StepScopes")
 
 
 WHILE = OpSchema(
@@ -438,9 +446,7 @@ def _infer_conditional(ctx: InferContext) -> None:
         for cond in ctx.tensors("Cond"):
             if numel(cond.shape) not in (1, -1):
                 ctx.fail(f"Cond {cond.name!r} must hold one element with is_scalar_condition, got {list(cond.shape)}")
-    for var in ctx.outputs("Scope"):
-        if var.kind is not VarKind.STEP_SCOPES:
-            ctx.fail(f"Scope {var.name!r} must be a step_scopes variable, not {var.kind.text}")
+    _check_step_scopes(ctx, "Scope")
 
 
 _CONDITIONAL_ATTRS = (AttrDef("sub_block", AttrType.BLOCK), AttrDef("is_scalar_condition", AttrType.BOOLEAN, False))

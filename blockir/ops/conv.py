@@ -1079,6 +1079,101 @@ MAX_POOL2D_WITH_INDEX = OpSchema(
     doc="Max pooling of NCHW X with the position of each maximum (Mask, int32 h * W + w); adaptive bins too.",
 )
 
+# -- fold (col2im as an op) --------------------------------------------------------------------------------
+
+_FOLD_ATTRS = (
+    AttrDef("output_sizes", AttrType.INTS),
+    AttrDef("kernel_sizes", AttrType.INTS),
+    AttrDef("strides", AttrType.INTS, [1, 1]),
+    AttrDef("paddings", AttrType.INTS, [0, 0, 0, 0]),
+    AttrDef("dilations", AttrType.INTS, [1, 1]),
+)
+
+
+def _fold_geometry(attrs: Mapping[str, Any], fail: Fail) -> ConvGeometry:
+    """The geometry of the sliding blocks of fold's image (``paddings`` [h, w] or [top, left, bottom, right],
+    Paddle's order); ``fail`` names an attribute that is not well formed or leaves no block."""
+    for name, low in (("output_sizes", 1), ("kernel_sizes", 1), ("strides", 1), ("dilations", 1)):
+        if len(attrs[name]) != 2 or any(v < low for v in attrs[name]):
+            fail(f"{name}={list(attrs[name])} must hold 2 values >= {low} (height, width)")
+    paddings = list(attrs["paddings"])
+    if len(paddings) not in (2, 4) or any(p < 0 for p in paddings):
+        fail(f"paddings={paddings} must hold 2 ([h, w]) or 4 ([top, left, bottom, right]) values >= 0")
+    before, after = (paddings, paddings) if len(paddings) == 2 else (paddings[:2], paddings[2:])
+    size, k, s, d = (list(attrs[n]) for n in ("output_sizes", "kernel_sizes", "strides", "dilations"))
+    blocks = [(size[a] + before[a] + after[a] - (d[a] * (k[a] - 1) + 1)) // s[a] + 1 for a in range(2)]
+    if min(blocks) < 1:
+        fail(f"kernel_sizes={k} with dilations={d} leave no block in output_sizes={size} padded by {paddings}")
+    # the far paddings grown to cover every tap, as conv2d's
+    far = [max(after[a], (blocks[a] - 1) * s[a] + d[a] * (k[a] - 1) + 1 - size[a] - before[a]) for a in range(2)]
+    return ConvGeometry(
+        ((before[0], far[0]), (before[1], far[1])), (d[0], d[1]), (s[0], s[1]), (k[0], k[1]), (blocks[0], blocks[1])
+    )
+
+
+def _check_fold_input(shape: Sequence[int], geo: ConvGeometry, fail: Fail) -> None:
+    taps, blocks = geo.ksize[0] * geo.ksize[1], geo.out[0] * geo.out[1]
+    if len(shape) != 3:
+        fail(f"X of shape {list(shape)} must be 3-D: [N, C * kernel height * kernel width, blocks]")
+    if shape[1] >= 0 and shape[1] % taps:
+        fail(f"X of shape {list(shape)}: dim 1 must be a multiple of the {taps} kernel taps")
+    if shape[2] >= 0 and shape[2] != blocks:
+        fail(f"X of shape {list(shape)} has {shape[2]} blocks; the attributes make {geo.out[0]} x {geo.out[1]}")
+
+
+def _infer_fold(ctx: InferContext) -> None:
+    x = check_dtype(ctx, "X", FLOATS)
+    geo = _fold_geometry(_infer_attrs(ctx, _FOLD_ATTRS), ctx.fail)
+    _check_fold_input(x.shape, geo, ctx.fail)
+    channels = x.shape[1] // (geo.ksize[0] * geo.ksize[1]) if x.shape[1] >= 0 else -1
+    ctx.set_output("Y", (x.shape[0], channels, *ctx.attr("output_sizes")), x.dtype)
+
+
+def _fold_setup(ctx: KernelContext, x: Any) -> tuple[ConvGeometry, tuple[int, ...]]:
+    """The geometry and Y's shape (NCHW)."""
+
+    def fail(message: str) -> NoReturn:
+        raise kernel_error(ctx, f"fold: {message}")
+
+    geo = _fold_geometry(ctx.attrs, fail)
+    _check_fold_input(x.shape, geo, fail)
+    return geo, (x.shape[0], x.shape[1] // (geo.ksize[0] * geo.ksize[1]), *ctx.attrs["output_sizes"])
+
+
+def _fold(ctx: KernelContext, x: Any) -> Any:
+    """Y: each block of X (columns [C * kh * kw] per block) added back at the image positions it covers."""
+    geo, shape = _fold_setup(ctx, x)
+    return col2im(ctx.xp, x.transpose(1, 0, 2), shape, geo, 1, False)
+
+
+def _fold_grad(ctx: KernelContext, x: Any, dy: Any) -> Any:
+    """X@GRAD: the blocks of Y@GRAD (unfold, im2col)."""
+    geo, _ = _fold_setup(ctx, x)
+    cols = im2col(ctx.xp, dy, geo, 1, False)
+    return ctx.xp.ascontiguousarray(cols.reshape(x.shape[1], x.shape[0], x.shape[2]).transpose(1, 0, 2))
+
+
+FOLD_GRAD = OpSchema(
+    "fold_grad",
+    inputs=(Slot("X"), Slot("Y@GRAD")),
+    outputs=(Slot("X@GRAD"),),
+    attrs=_FOLD_ATTRS,
+    infer=infer_grads("X"),
+    kernel=_fold_grad,
+    doc="Gradient of fold: the blocks of Y@GRAD (unfold).",
+)
+FOLD = OpSchema(
+    "fold",
+    inputs=(Slot("X"),),
+    outputs=(Slot("Y"),),
+    attrs=_FOLD_ATTRS,
+    infer=_infer_fold,
+    grad=lambda g: grad_op(g, FOLD_GRAD, ("X", "Y@GRAD"), ("X",)),
+    kernel=_fold,
+    doc="col2im: X [N, C * kh * kw, blocks] summed into the NCHW image of output_sizes, blocks sliding by "
+    "strides over it padded by paddings ([top, left, bottom, right]), taps spread by dilations.",
+)
+
 SCHEMAS: tuple[OpSchema, ...] = (
     CONV2D,
     CONV2D_GRAD,
@@ -1092,4 +1187,6 @@ SCHEMAS: tuple[OpSchema, ...] = (
     POOL2D_GRAD,
     MAX_POOL2D_WITH_INDEX,
     MAX_POOL2D_WITH_INDEX_GRAD,
+    FOLD,
+    FOLD_GRAD,
 )

@@ -1,6 +1,8 @@
 """Indexing ops with Paddle's semantics: ``gather``, ``gather_nd``, ``scatter``, ``scatter_nd_add``,
-``index_select``, ``index_sample``, ``take_along_axis``, ``one_hot_v2``, ``argsort`` and ``masked_select``, with
-their gradient ops where Paddle has one.
+``index_select``, ``index_sample``, ``take_along_axis``, ``one_hot_v2``, ``argsort``, ``masked_select`` and
+``unique``, with their gradient ops where Paddle has one; and ``non_max_suppression`` (ONNX's
+NonMaxSuppression, whose outputs Paddle's ``multiclass_nms`` ops do not give) and ``tfidf_vectorizer`` (ONNX's
+TfIdfVectorizer on integers), which Paddle lacks.
 
 Indices are int32 or int64; negative ones count from the end where Paddle's do (``index_select``,
 ``take_along_axis``), and indices out of range are the op's error (one read of the indices back to the host). A
@@ -19,6 +21,7 @@ from blockir.ir.dtypes import DTYPE_TO_PROTO
 from blockir.ir.schema import AttrDef, InferContext, KernelContext, OpSchema, Slot
 from blockir.ops.common import (
     ALL_DTYPES,
+    FLOATS,
     NUMBERS,
     check_dtype,
     compatible,
@@ -740,7 +743,220 @@ PUT_ALONG_AXIS = OpSchema(
     doc="Result = Input with Value put at Index along `Axis`, assigned or reduced (`Reduce`).",
 )
 
+# -- unique (Paddle's) ------------------------------------------------------------------------------------------
+
+_UNIQUE_ATTRS = (
+    AttrDef("dtype", AttrType.INT, DTYPE_TO_PROTO["int64"]),
+    AttrDef("return_index", AttrType.BOOLEAN, False),
+    AttrDef("return_inverse", AttrType.BOOLEAN, False),
+    AttrDef("return_counts", AttrType.BOOLEAN, False),
+    AttrDef("axis", AttrType.INTS, ()),
+    AttrDef("is_sorted", AttrType.BOOLEAN, False),
+)
+
+
+def _infer_unique(ctx: InferContext) -> None:
+    x = check_dtype(ctx, "X", ALL_DTYPES | {"int8", "int16", "uint8"})
+    dtype = dtype_attr(ctx, "dtype")
+    if dtype not in _INDEX_DTYPES:
+        ctx.fail(f"dtype={ctx.attr('dtype')} ({dtype}) must be int32 or int64")
+    axes = list(ctx.attr("axis"))
+    if len(axes) > 1:
+        ctx.fail(f"axis {axes} names more than one dim")
+    shape = [-1]
+    if axes:
+        axis = normalize_axis(ctx, axes[0], len(x.shape))
+        shape = [*x.shape[:axis], -1, *x.shape[axis + 1 :]]
+    ctx.set_output("Out", shape, x.dtype)
+    for slot in ("Indices", "Index", "Counts"):
+        if ctx.has_output(slot):
+            ctx.set_output(slot, (-1,), dtype)
+
+
+def _unique(ctx: KernelContext, x: Any) -> tuple[Any, Any, Any, Any]:
+    """The distinct values of X (or slices along ``axis``), sorted, or with ``is_sorted`` false in the order they
+    first occur; the index of each one's first occurrence, the index into Out of each entry of X, the counts."""
+    xp = ctx.xp
+    axes = list(ctx.attrs["axis"])
+    axis = axes[0] % x.ndim if axes else None
+    out, first, inverse, counts = xp.unique(x, return_index=True, return_inverse=True, return_counts=True, axis=axis)
+    inverse = inverse.reshape(-1)
+    if not ctx.attrs["is_sorted"]:
+        order = xp.argsort(first, kind="stable")
+        rank = xp.empty_like(order)
+        rank[order] = xp.arange(order.size)
+        out = xp.take(out, order, axis=0 if axis is None else axis)
+        first, counts, inverse = first[order], counts[order], rank[inverse]
+    dtype = np_dtype(ctx.attrs["dtype"])
+    return out, first.astype(dtype), inverse.astype(dtype), counts.astype(dtype)
+
+
+UNIQUE = OpSchema(
+    "unique",
+    inputs=(Slot("X", no_grad=True),),
+    outputs=(
+        Slot("Out"),
+        Slot("Indices", optional=True),
+        Slot("Index", optional=True),
+        Slot("Counts", optional=True),
+    ),
+    attrs=_UNIQUE_ATTRS,
+    infer=_infer_unique,
+    kernel=_unique,
+    doc="Out = the distinct values of X (flattened) or slices along axis, sorted (is_sorted) or in the order they "
+    "first occur; Indices: where each first occurs, Index: the position in Out of each entry, Counts: how often.",
+)
+
+# -- non_max_suppression (ONNX's NonMaxSuppression; Paddle's multiclass_nms differs: not exported to Paddle) -------
+
+
+def _infer_nms(ctx: InferContext) -> None:
+    boxes, scores = check_dtype(ctx, "Boxes", FLOATS), check_dtype(ctx, "Scores", FLOATS)
+    same_dtype(ctx, boxes, scores)
+    if len(boxes.shape) != 3 or boxes.shape[2] not in (4, -1) or len(scores.shape) != 3:
+        ctx.fail(f"Boxes {fmt(boxes)} must be [batch, boxes, 4] and Scores {fmt(scores)} [batch, classes, boxes]")
+    if not (compatible(boxes.shape[0], scores.shape[0]) and compatible(boxes.shape[1], scores.shape[2])):
+        ctx.fail(f"Boxes {fmt(boxes)} and Scores {fmt(scores)} disagree on the batch or the number of boxes")
+    ctx.set_output("SelectedIndices", (-1, 3), "int64")
+
+
+def _corners(xp: Any, boxes: Any, centred: bool) -> tuple[Any, Any, Any, Any]:
+    """x1, y1, x2, y2 (x1 <= x2, y1 <= y2) of boxes given as [y1, x1, y2, x2] corners (either diagonal) or as
+    [x_center, y_center, width, height] (``centred``)."""
+    a, b, c, d = (boxes[..., k] for k in range(4))
+    if centred:
+        return a - c / 2, b - d / 2, a + c / 2, b + d / 2
+    return xp.minimum(b, d), xp.minimum(a, c), xp.maximum(b, d), xp.maximum(a, c)
+
+
+def _overlaps(xp: Any, boxes: Any, centred: bool, threshold: float) -> Any:
+    """[B, N, N]: whether box i's IoU with box j (of the same batch) exceeds ``threshold``."""
+    x1, y1, x2, y2 = _corners(xp, boxes, centred)
+    area = (x2 - x1) * (y2 - y1)
+    width = xp.minimum(x2[:, :, None], x2[:, None, :]) - xp.maximum(x1[:, :, None], x1[:, None, :])
+    height = xp.minimum(y2[:, :, None], y2[:, None, :]) - xp.maximum(y1[:, :, None], y1[:, None, :])
+    inter = xp.where((width > 0) & (height > 0), width * height, 0)
+    union = area[:, :, None] + area[:, None, :] - inter
+    valid = (inter > 0) & (area[:, :, None] > 0) & (area[:, None, :] > 0) & (union > 0)
+    return valid & (inter > threshold * xp.where(union > 0, union, 1))
+
+
+def _one(value: Any, default: float) -> float:
+    return default if value is None or value.size == 0 else float(to_host(value).reshape(-1)[0])
+
+
+def _nms(ctx: KernelContext, boxes: Any, scores: Any, most: Any, iou: Any, least: Any) -> Any:
+    """Greedy suppression for every (batch, class) at once: the candidates visited in order of falling score
+    (ties: the lower box index first), one rank per step; a candidate is kept while its class keeps fewer than
+    ``most`` and no kept box overlaps it by more than ``iou``. [batch, class, box] rows by batch, class, rank."""
+    xp = ctx.xp
+    batch, classes, count = scores.shape
+    limit = min(max(int(_one(most, 0)), 0), count)
+    over = _overlaps(xp, boxes, bool(ctx.attrs["center_point_box"]), _one(iou, 0.0))
+    order = xp.argsort(-scores, axis=-1, kind="stable")
+    alive = scores > _one(least, -np.inf)
+    rank = xp.full(scores.shape, -1, np.int64)
+    kept = xp.zeros((batch, classes), np.int64)
+    bb, cc = xp.meshgrid(xp.arange(batch), xp.arange(classes), indexing="ij")
+    for k in range(count if limit else 0):
+        idx = order[:, :, k]
+        take = alive[bb, cc, idx] & (kept < limit)
+        rank[bb, cc, idx] = xp.where(take, k, rank[bb, cc, idx])
+        kept += take
+        alive &= ~(take[..., None] & over[bb, idx])
+        alive[bb, cc, idx] = False
+    b, c, i = xp.nonzero(rank >= 0)
+    picked = xp.lexsort(xp.stack((rank[b, c, i], c, b)))
+    return xp.stack((b, c, i), axis=1)[picked].astype(np.int64).reshape(-1, 3)
+
+
+NON_MAX_SUPPRESSION = OpSchema(
+    "non_max_suppression",
+    inputs=(
+        Slot("Boxes", no_grad=True),
+        Slot("Scores", no_grad=True),
+        Slot("MaxOutputBoxesPerClass", optional=True, no_grad=True),
+        Slot("IouThreshold", optional=True, no_grad=True),
+        Slot("ScoreThreshold", optional=True, no_grad=True),
+    ),
+    outputs=(Slot("SelectedIndices"),),
+    attrs=(AttrDef("center_point_box", AttrType.INT, 0),),
+    infer=_infer_nms,
+    kernel=_nms,
+    doc="ONNX's NonMaxSuppression: per batch and class, greedily the boxes of highest score (above "
+    "ScoreThreshold) that overlap no kept one by an IoU above IouThreshold, at most MaxOutputBoxesPerClass (absent: "
+    "none); rows [batch, class, box].",
+)
+
+# -- tfidf_vectorizer (ONNX's TfIdfVectorizer on integers; Paddle has none: not exported to Paddle) ---------------
+
+_TFIDF_ATTRS = (
+    AttrDef("mode", AttrType.STRING, "TF"),
+    AttrDef("min_gram_length", AttrType.INT, 1),
+    AttrDef("max_gram_length", AttrType.INT, 1),
+    AttrDef("max_skip_count", AttrType.INT, 0),
+    AttrDef("ngram_counts", AttrType.INTS, ()),
+    AttrDef("ngram_indexes", AttrType.INTS, ()),
+    AttrDef("pool_int64s", AttrType.LONGS, ()),
+    AttrDef("weights", AttrType.FLOATS, ()),
+)
+
+
+def _infer_tfidf(ctx: InferContext) -> None:
+    x = check_dtype(ctx, "X", _INDEX_DTYPES)
+    if ctx.attr("mode") not in ("TF", "IDF", "TFIDF"):
+        ctx.fail(f"mode {ctx.attr('mode')!r} is none of TF, IDF, TFIDF")
+    indexes, counts = list(ctx.attr("ngram_indexes")), list(ctx.attr("ngram_counts"))
+    if not indexes or not counts or len(x.shape) not in (1, 2):
+        ctx.fail(f"X {fmt(x)} must be [N] or [B, N], and ngram_counts and ngram_indexes must be given")
+    width = max(indexes) + 1
+    ctx.set_output("Y", (width,) if len(x.shape) == 1 else (x.shape[0], width), "float32")
+
+
+def _tfidf(ctx: KernelContext, x: Any) -> Any:
+    """Per row, how often each n-gram of the pool occurs (n from min_gram_length to max_gram_length, its items
+    1 to max_skip_count + 1 apart; unigrams counted once), placed at its ngram_indexes: TF the counts, IDF the
+    weights of the n-grams present, TFIDF counts times weights."""
+    xp, a = ctx.xp, ctx.attrs
+    rows = x.reshape(1, -1) if x.ndim == 1 else x
+    pool = np.asarray(a["pool_int64s"], np.int64)
+    starts = [*a["ngram_counts"], pool.size]
+    found = []
+    for size in range(1, len(starts)):
+        grams = xp.asarray(pool[starts[size - 1] : starts[size]].reshape(-1, size))
+        count = xp.zeros((rows.shape[0], grams.shape[0]), np.float32)
+        spacings = range(1, a["max_skip_count"] + 2) if size > 1 else (1,)
+        for gap in spacings if a["min_gram_length"] <= size <= a["max_gram_length"] else ():
+            length = rows.shape[1] - (size - 1) * gap
+            if length <= 0 or not grams.size:
+                continue
+            window = xp.stack([rows[:, j * gap : j * gap + length] for j in range(size)], axis=-1)
+            count += (window[:, :, None, :] == grams).all(axis=-1).sum(axis=1)
+        found.append(count)
+    counts = xp.concatenate(found, axis=1)
+    weights = xp.asarray(np.asarray(a["weights"] or [1.0] * counts.shape[1], np.float32))
+    values = {"TF": counts, "IDF": (counts > 0) * weights, "TFIDF": counts * weights}[a["mode"]]
+    indexes = np.asarray(a["ngram_indexes"], np.int64)
+    out = xp.zeros((rows.shape[0], int(indexes.max()) + 1), np.float32)
+    out[:, xp.asarray(indexes)] = values.astype(np.float32)
+    return out[0] if x.ndim == 1 else out
+
+
+TFIDF_VECTORIZER = OpSchema(
+    "tfidf_vectorizer",
+    inputs=(Slot("X", no_grad=True),),
+    outputs=(Slot("Y"),),
+    attrs=_TFIDF_ATTRS,
+    infer=_infer_tfidf,
+    kernel=_tfidf,
+    doc="ONNX's TfIdfVectorizer on integer tokens: the n-grams of the pool counted per row (with skips), as TF, "
+    "IDF or TFIDF, at their ngram_indexes.",
+)
+
 SCHEMAS: tuple[OpSchema, ...] = (
+    TFIDF_VECTORIZER,
+    NON_MAX_SUPPRESSION,
+    UNIQUE,
     GATHER,
     GATHER_GRAD,
     INDEX_SELECT,

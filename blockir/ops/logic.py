@@ -5,13 +5,17 @@ broadcast as the elementwise ops do (Paddle's ``axis``, :func:`blockir.ops.commo
 bool Out; the logical ops (``logical_and``, ``logical_or``, ``logical_xor``, ``logical_not``) take any dtype (nonzero
 is true), broadcast numpy's way and give a bool Out; ``where`` picks from X where Condition holds, else from Y, all
 three broadcast numpy's way. None but ``where`` has a gradient. Each comparison and logical op is a row of a table.
+The bitwise ops (``bitwise_and``, ``bitwise_or``, ``bitwise_xor``, ``bitwise_not``, ``bitwise_left_shift``,
+``bitwise_right_shift``: Paddle's) take integers (unsigned too) or, but the shifts, bools, and broadcast numpy's way.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 from blockir.ir.attrs import AttrType
+from blockir.ir.dtypes import INT_DTYPES
 from blockir.ir.schema import AttrDef, InferContext, KernelContext, OpSchema, Slot
 from blockir.ops.common import (
     ALL_DTYPES,
@@ -24,6 +28,7 @@ from blockir.ops.common import (
     infer_grads,
     kernel_error,
     same_dtype,
+    unary_family,
     unbroadcast,
 )
 
@@ -161,10 +166,85 @@ WHERE = OpSchema(
     doc="Out = X where Condition holds, else Y; the three broadcast numpy's way.",
 )
 
+# -- bitwise ops (Paddle's bitwise_and/or/xor/not and bitwise_left_shift/right_shift) --------------------------
+
+BITWISE = {"bitwise_and": "bitwise_and", "bitwise_or": "bitwise_or", "bitwise_xor": "bitwise_xor"}
+_BITWISE_DTYPES = INT_DTYPES | {"bool"}
+
+
+def _infer_bitwise(dtypes: frozenset[str]) -> Callable[[InferContext], None]:
+    def infer(ctx: InferContext) -> None:
+        x, y = check_dtype(ctx, "X", dtypes), check_dtype(ctx, "Y", dtypes)
+        same_dtype(ctx, x, y)
+        ctx.set_output("Out", _numpy_broadcast(ctx, "X", "Y"), x.dtype)
+
+    return infer
+
+
+def _bitwise(op_type: str, function: str) -> OpSchema:
+    return OpSchema(
+        op_type,
+        inputs=(Slot("X", no_grad=True), Slot("Y", no_grad=True)),
+        outputs=(Slot("Out"),),
+        infer=_infer_bitwise(_BITWISE_DTYPES),
+        kernel=lambda ctx, x, y: getattr(ctx.xp, function)(x, y),
+        doc=f"Out = {function}(X, Y) on integers or bools, broadcast numpy's way.",
+    )
+
+
+(BITWISE_NOT,) = unary_family(
+    "bitwise_not",
+    lambda ctx, x: ctx.xp.invert(x),
+    dtypes=_BITWISE_DTYPES,
+    doc="Out = ~X on integers (logical not on bools).",
+)
+
+
+def _shift(left: bool) -> Callable[..., Any]:
+    """X shifted by Y bits (numpy broadcasting). A shift below 0 or of the width or more gives 0 (right and
+    arithmetic: -1 for a negative X); is_arithmetic=False shifts a signed X right as its unsigned bits."""
+
+    def kernel(ctx: KernelContext, x: Any, y: Any) -> Any:
+        xp = ctx.xp
+        bits = x.dtype.itemsize * 8
+        valid = (y >= 0) & (y < bits)
+        unsigned = f"u{x.dtype.itemsize}"
+        by = xp.where(valid, y, 0).astype(unsigned)
+        arithmetic = ctx.attrs["is_arithmetic"] and x.dtype.kind == "i"
+        if left:
+            shifted = xp.left_shift(x.view(unsigned), by).view(x.dtype)
+            return xp.where(valid, shifted, x.dtype.type(0))
+        if arithmetic:
+            shifted = xp.right_shift(x, by.astype(x.dtype))
+            return xp.where(valid, shifted, xp.where(x < 0, x.dtype.type(-1), x.dtype.type(0)))
+        shifted = xp.right_shift(x.view(unsigned), by).view(x.dtype)
+        return xp.where(valid, shifted, x.dtype.type(0))
+
+    return kernel
+
+
+def _shift_op(op_type: str, left: bool) -> OpSchema:
+    return OpSchema(
+        op_type,
+        inputs=(Slot("X", no_grad=True), Slot("Y", no_grad=True)),
+        outputs=(Slot("Out"),),
+        attrs=(AttrDef("is_arithmetic", AttrType.BOOLEAN, True),),
+        infer=_infer_bitwise(INT_DTYPES),
+        kernel=_shift(left),
+        doc=f"Out = X {'<<' if left else '>>'} Y on integers, broadcast numpy's way; a shift below 0 or of X's width "
+        "or more gives 0 (-1 for a negative X shifted right arithmetically); is_arithmetic=False shifts signed "
+        "integers as their unsigned bits.",
+    )
+
+
 SCHEMAS: tuple[OpSchema, ...] = (
     *(_comparison(op_type, function) for op_type, function in COMPARISONS.items()),
     *(_logical(op_type, function) for op_type, function in LOGICAL.items()),
     LOGICAL_NOT,
     WHERE,
     WHERE_GRAD,
+    *(_bitwise(op_type, function) for op_type, function in BITWISE.items()),
+    BITWISE_NOT,
+    _shift_op("bitwise_left_shift", True),
+    _shift_op("bitwise_right_shift", False),
 )

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import functools
 import math
+import string
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -843,8 +844,9 @@ SCALE = OpSchema(
 _CAST_ATTRS = (AttrDef("in_dtype", AttrType.INT), AttrDef("out_dtype", AttrType.INT), *_MKLDNN)
 
 
-# cast converts between every dtype numpy has (the narrow integers too: what other kernels compute widened)
-_CAST_DTYPES = ALL_DTYPES | {"int8", "int16", "uint8", "complex64", "complex128"}
+# cast converts between every dtype numpy has (the narrow and unsigned integers too: what other kernels compute
+# widened); assign copies every one
+_CAST_DTYPES = ALL_DTYPES | {"int8", "int16", "uint8", "uint16", "uint32", "uint64", "complex64", "complex128"}
 
 
 def _infer_cast(ctx: InferContext) -> None:
@@ -892,7 +894,7 @@ CAST = OpSchema(
 
 
 def _infer_assign(ctx: InferContext) -> None:
-    x = check_dtype(ctx, "X", ALL_DTYPES)
+    x = check_dtype(ctx, "X", _CAST_DTYPES)
     ctx.set_output("Out", x.shape, x.dtype, lod_level=x.lod_level)
     for out in ctx.outputs("Out"):
         if out.kind is not x.kind:
@@ -1199,6 +1201,173 @@ FILL_CONSTANT = OpSchema(
     "(str_value when given, ValueTensor's when given); force_cpu asks placement for the host.",
 )
 
+# -- einsum ----------------------------------------------------------------------------------------------------
+
+_LETTERS = string.ascii_letters
+
+
+def einsum_terms(equation: str, ranks: Sequence[int]) -> tuple[list[str], str]:
+    """Each operand's subscripts and the output's for ``equation`` over operands of ``ranks``: ``...`` expanded to
+    letters of its own (right-aligned, shared by the operands as numpy broadcasts them), the implicit output (no
+    ``->``: the broadcast dims, then the letters used once, sorted) made explicit. ValueError says what is wrong."""
+    eq = "".join(equation.split())
+    lhs, arrow, rhs = eq.partition("->")
+    terms = lhs.split(",")
+    if len(terms) != len(ranks):
+        raise ValueError(f"equation {equation!r} has {len(terms)} operand terms for {len(ranks)} operands")
+    for term in [*terms, rhs]:
+        odd = set(term.replace("...", "", 1)) - set(_LETTERS)
+        if odd:
+            raise ValueError(f"equation {equation!r}: {''.join(sorted(odd))!r} in term {term!r} is not a subscript")
+    extra = []
+    for term, rank in zip(terms, ranks):
+        named = len(term.replace("...", ""))
+        if rank < named or (rank != named and "..." not in term):
+            raise ValueError(f"equation {equation!r}: term {term!r} does not fit an operand of rank {rank}")
+        extra.append(rank - named)
+    free = [c for c in _LETTERS if c not in eq]
+    broadcast = "".join(free[: max(extra, default=0)])
+    if len(broadcast) < max(extra, default=0):
+        raise ValueError(f"equation {equation!r}: too many dims under '...'")
+    expanded = [t.replace("...", broadcast[len(broadcast) - k :]) for t, k in zip(terms, extra)]
+    used = "".join(expanded)
+    if not arrow:
+        return expanded, broadcast + "".join(sorted(c for c in set(used) if used.count(c) == 1))
+    if broadcast and "..." not in rhs:
+        raise ValueError(f"equation {equation!r}: the output has no '...' for the operands' broadcast dims")
+    out = rhs.replace("...", broadcast)
+    if len(set(out)) != len(out) or not set(out) <= set(used):
+        raise ValueError(f"equation {equation!r}: output subscripts {rhs!r} repeat or name no operand dim")
+    return expanded, out
+
+
+def einsum_sizes(terms: Sequence[str], shapes: Sequence[Sequence[int]]) -> dict[str, int]:
+    """The size of each subscript (-1 unknown): the operands' dims of that letter, those of size 1 broadcast.
+    ValueError names two that differ."""
+    sizes: dict[str, int] = {}
+    for k, (term, shape) in enumerate(zip(terms, shapes)):
+        for c, d in zip(term, shape):
+            known = sizes.get(c, 1)
+            if known == 1 or (known < 0 and d not in (1, -1)):
+                sizes[c] = d
+            elif d not in (1, -1, known):
+                raise ValueError(f"subscript {c!r} is {known} in one operand and {d} in operand {k}")
+    return sizes
+
+
+# numpy's einsum contracts through BLAS only with ``optimize``; CuPy's contracts pair by pair with cuBLAS anyway
+
+
+def _einsum_plan(ctx: KernelContext, operands: Sequence[Any]) -> tuple[list[str], str, dict[str, int], list[Any]]:
+    """The terms, output subscripts and sizes, and the operands broadcast to those sizes (views)."""
+    try:
+        terms, out = einsum_terms(ctx.attrs["equation"], [x.ndim for x in operands])
+        sizes = einsum_sizes(terms, [x.shape for x in operands])
+    except ValueError as e:
+        raise kernel_error(ctx, f"einsum: {e}") from None
+    full = [ctx.xp.broadcast_to(x, tuple(sizes[c] for c in t)) for x, t in zip(operands, terms)]
+    return terms, out, sizes, full
+
+
+def _infer_einsum(ctx: InferContext) -> None:
+    xs = ctx.tensors("Operands")
+    if not xs:
+        ctx.fail("Operands is empty")
+    first = check_dtype(ctx, "Operands", NUMBERS)
+    for x in xs[1:]:
+        same_dtype(ctx, first, x)
+    try:
+        terms, out = einsum_terms(ctx.attr("equation"), [len(x.shape) for x in xs])
+        sizes = einsum_sizes(terms, [x.shape for x in xs])
+    except ValueError as e:
+        ctx.fail(f"{e} (operands {', '.join(fmt(x) for x in xs)})")
+    ctx.set_output("Out", [sizes[c] for c in out], first.dtype)
+    for i, x in enumerate(xs):
+        ctx.set_output("XShape", (0, *x.shape), x.dtype, index=i)
+        ctx.set_output("InnerCache", (0,), x.dtype, index=i)
+
+
+def _einsum(ctx: KernelContext, operands: list[Any]) -> tuple[Any, Any, Any]:
+    """Out = the Einstein sum of the operands; XShape ([0, *shape]) and InnerCache (empty) per operand."""
+    xp = ctx.xp
+    terms, out, _, full = _einsum_plan(ctx, operands)
+    result = xp.asarray(xp.einsum(f"{','.join(terms)}->{out}", *full, optimize=xp is np))
+    if len(operands) == 1:  # a transpose or diagonal is a view of the operand
+        result = result.copy()
+    xshape = [xp.empty((0, *x.shape), x.dtype) for x in operands] if ctx.wants[2] else None
+    cache = [xp.empty((0,), x.dtype) for x in operands] if ctx.wants[1] else None
+    return result.astype(operands[0].dtype, copy=False), cache, xshape
+
+
+def _on_diagonal(xp: Any, g: Any, term: str, sizes: dict[str, int], unused: Sequence[str]) -> Any:
+    """``g`` (indexed by the distinct letters of ``term``, in order) placed on the diagonals of an array
+    indexed by ``term`` (its repeated letters), zeros elsewhere: each repeat renamed and tied by an identity."""
+    renamed, eyes, spare = [], [], iter(unused)
+    for k, c in enumerate(term):
+        if c in term[:k]:
+            r = next(spare)
+            renamed.append(r)
+            index = xp.arange(sizes[c])
+            eyes.append((c + r, (index[:, None] == index).astype(g.dtype)))
+        else:
+            renamed.append(c)
+    subs = ",".join(["".join(dict.fromkeys(term)), *(s for s, _ in eyes)])
+    return xp.einsum(f"{subs}->{''.join(renamed)}", g, *(e for _, e in eyes))
+
+
+def _einsum_grad(ctx: KernelContext, operands: list[Any], dout: Any) -> list[Any] | None:
+    """dOperand i = the Einstein sum of dOut and the other operands over the letters of operand i (ones for
+    its letters nothing else has), put on its diagonals for repeated letters, summed where it broadcast."""
+    if not ctx.wants[0]:
+        return None
+    xp = ctx.xp
+    terms, out, sizes, full = _einsum_plan(ctx, operands)
+    unused = [c for c in _LETTERS if c not in "".join(terms)]
+    grads = []
+    for i, (x, term) in enumerate(zip(operands, terms)):
+        distinct = "".join(dict.fromkeys(term))
+        others = [(t, a) for j, (t, a) in enumerate(zip(terms, full)) if j != i]
+        seen = set(out).union(*(t for t, _ in others))
+        alone = [c for c in distinct if c not in seen]
+        subs = ",".join([out, *(t for t, _ in others), *alone])
+        ones = [xp.ones(sizes[c], dtype=dout.dtype) for c in alone]
+        g = xp.einsum(f"{subs}->{distinct}", dout, *(a for _, a in others), *ones, optimize=xp is np)
+        g = xp.asarray(g)
+        if len(distinct) < len(term):
+            g = _on_diagonal(xp, g, term, sizes, unused)
+        axes = tuple(k for k, c in enumerate(term) if x.shape[k] == 1 and sizes[c] != 1)
+        grads.append((g.sum(axis=axes, keepdims=True) if axes else g).astype(x.dtype))
+    return grads
+
+
+_EINSUM_ATTRS = (AttrDef("equation", AttrType.STRING),)
+
+EINSUM_GRAD = OpSchema(
+    "einsum_grad",
+    inputs=(Slot("Operands", duplicable=True), Slot("Out@GRAD")),
+    outputs=(Slot("Operands@GRAD", duplicable=True),),
+    attrs=_EINSUM_ATTRS,
+    infer=infer_grads("Operands"),
+    kernel=_einsum_grad,
+    doc="Gradient of einsum: each operand's an Einstein sum of dOut and the other operands.",
+)
+
+EINSUM = OpSchema(
+    "einsum",
+    inputs=(Slot("Operands", duplicable=True),),
+    outputs=(
+        Slot("Out"),
+        Slot("InnerCache", duplicable=True, optional=True, no_grad=True),
+        Slot("XShape", duplicable=True, optional=True, no_grad=True),
+    ),
+    attrs=_EINSUM_ATTRS,
+    infer=_infer_einsum,
+    grad=lambda g: grad_op(g, EINSUM_GRAD, ("Operands", "Out@GRAD"), ("Operands",)),
+    kernel=_einsum,
+    doc="The Einstein sum `equation` (numpy's notation: `...` broadcasts, no `->` sums letters used twice) of "
+    "Operands; InnerCache and XShape are Paddle's caches (empty here: the gradient reads Operands).",
+)
+
 SCHEMAS: tuple[OpSchema, ...] = (
     MUL,
     MUL_GRAD,
@@ -1248,4 +1417,6 @@ SCHEMAS: tuple[OpSchema, ...] = (
     ARG_MAX,
     ARG_MIN,
     FILL_CONSTANT,
+    EINSUM,
+    EINSUM_GRAD,
 )

@@ -12,10 +12,13 @@ import math
 from collections.abc import Callable
 from typing import Any
 
+import numpy as np
+
 from blockir.ir.attrs import AttrType
 from blockir.ir.dtypes import FLOAT_DTYPES, VarKind
 from blockir.ir.schema import EMPTY_VAR, AttrDef, GradContext, InferContext, KernelContext, OpSchema, OpSpec, Slot
 from blockir.ops.common import (
+    FLOATS,
     NUMBERS,
     Kernel,
     check_dtype,
@@ -28,6 +31,7 @@ from blockir.ops.common import (
     min_max,
     normalize_axis,
     numel,
+    same_dtype,
     to_host,
 )
 from blockir.ops.values import SelectedRows, add_rows
@@ -705,6 +709,421 @@ LOOKUP_TABLE_V2, LOOKUP_TABLE_V2_GRAD = _lookup_ops(
 )
 
 
+# -- attention (ONNX's Attention; no Paddle op: not exportable to Paddle) ---------------------------------------
+
+_ATTENTION_ATTRS = (
+    AttrDef("scale", AttrType.FLOAT, 0.0),  # 0: 1 / sqrt(head size)
+    AttrDef("is_causal", AttrType.BOOLEAN, False),
+    AttrDef("q_num_heads", AttrType.INT, 0),  # 3-D inputs only: heads of Q, and of K and V
+    AttrDef("kv_num_heads", AttrType.INT, 0),
+    AttrDef("softcap", AttrType.FLOAT, 0.0),  # > 0: scores become softcap * tanh(scores / softcap)
+    AttrDef("softmax_dtype", AttrType.STRING, ""),  # "": Q's dtype
+    AttrDef("qk_matmul_output_mode", AttrType.INT, 0),
+    AttrDef("left_window_size", AttrType.INT, -1),  # -1: unbounded
+    AttrDef("right_window_size", AttrType.INT, -1),
+)
+
+
+def _heads(ctx: InferContext, var: Any, heads_attr: str) -> tuple[int, int, int, int]:
+    """(batch, heads, sequence, head size) of a 3-D [B, S, heads * size] or 4-D [B, heads, S, size] input."""
+    shape = tuple(var.shape)
+    if len(shape) == 4:
+        return shape[0], shape[1], shape[2], shape[3]
+    heads = ctx.attr(heads_attr)
+    if len(shape) != 3 or heads <= 0:
+        ctx.fail(f"{fmt(var)} must be 4-D [B, heads, S, size], or 3-D [B, S, hidden] with {heads_attr} > 0")
+    return shape[0], heads, shape[1], -1 if shape[2] < 0 else shape[2] // heads
+
+
+def _infer_attention(ctx: InferContext) -> None:
+    q, k, v = (check_dtype(ctx, slot, FLOATS) for slot in ("Q", "K", "V"))
+    if not len(q.shape) == len(k.shape) == len(v.shape):
+        ctx.fail(f"Q {fmt(q)}, K {fmt(k)} and V {fmt(v)} must have one rank (3 or 4)")
+    batch, q_heads, q_len, _ = _heads(ctx, q, "q_num_heads")
+    _, kv_heads, kv_len, size = _heads(ctx, k, "kv_num_heads")
+    v_size = _heads(ctx, v, "kv_num_heads")[3]
+    if q_heads > 0 and kv_heads > 0 and q_heads % kv_heads:
+        ctx.fail(f"Q's {q_heads} heads must be a multiple of K's {kv_heads}")
+    if ctx.has_input("PastKey"):
+        past = ctx.tensor("PastKey").shape[2]
+        kv_len = -1 if past < 0 or kv_len < 0 else past + kv_len
+    if len(q.shape) == 3:
+        ctx.set_output("Y", (batch, q_len, -1 if min(q_heads, v_size) < 0 else q_heads * v_size), q.dtype)
+    else:
+        ctx.set_output("Y", (batch, q_heads, q_len, v_size), q.dtype)
+    ctx.set_output("PresentKey", (batch, kv_heads, kv_len, size), q.dtype)
+    ctx.set_output("PresentValue", (batch, kv_heads, kv_len, v_size), q.dtype)
+    ctx.set_output("QKMatmulOutput", (batch, q_heads, q_len, kv_len), q.dtype)
+
+
+def _split_heads(a: Any, heads: int) -> Any:
+    """[B, S, heads * size] -> [B, heads, S, size]."""
+    return a.reshape(a.shape[0], a.shape[1], heads, -1).transpose(0, 2, 1, 3)
+
+
+def _attention_bias(ctx: KernelContext, q: Any, kv_len: int, mask: Any, past: int, nonpad: Any) -> Any:
+    """The additive bias of the scores: the mask (boolean: 0 where true, -inf where false; padded with -inf
+    to the keys' length), then -inf where causality, the window or nonpad_kv_seqlen forbid a key."""
+    xp, a = ctx.xp, ctx.attrs
+    zero, ninf = q.dtype.type(0), q.dtype.type(-np.inf)
+    q_len = q.shape[2]
+    bias = xp.zeros((q_len, kv_len), q.dtype)
+    if mask is not None:
+        if mask.shape[-1] < kv_len:
+            widths = [(0, 0)] * (mask.ndim - 1) + [(0, kv_len - mask.shape[-1])]
+            mask = xp.pad(mask, widths, constant_values=False if mask.dtype == bool else -np.inf)
+        bias = bias + (xp.where(mask, zero, ninf) if mask.dtype == bool else mask.astype(q.dtype, copy=False))
+    left, right = a["left_window_size"], a["right_window_size"]
+    if a["is_causal"] or left >= 0 or right >= 0:
+        # a query at i attends a key at j when j - i is within [offset - left, offset + right], offset the keys
+        # before this block of queries: the past's length, or per batch nonpad_kv_seqlen - q_len
+        per_batch = nonpad is not None and past == 0
+        offset = (nonpad.reshape(-1, 1, 1) - q_len) if per_batch else past
+        ahead = xp.arange(kv_len).reshape(1, kv_len) - xp.arange(q_len).reshape(q_len, 1) - offset
+        allowed = xp.ones(ahead.shape, bool)
+        if a["is_causal"]:
+            allowed &= ahead <= 0
+        if left >= 0:
+            allowed &= -ahead <= left
+        if right >= 0:
+            allowed &= ahead <= right
+        allowed = allowed.reshape(-1, 1, q_len, kv_len) if per_batch else allowed
+        bias = bias + xp.where(allowed, zero, ninf)
+    if nonpad is not None:
+        keep = xp.arange(kv_len).reshape(1, kv_len) < nonpad.reshape(-1, 1)
+        bias = bias + xp.where(keep, zero, ninf).reshape(-1, 1, 1, kv_len)
+    return bias
+
+
+def _guarded_softmax(xp: Any, scores: Any) -> Any:
+    """Softmax over the last axis; a row of -inf only gives zeros (not NaN)."""
+    top = scores.max(axis=-1, keepdims=True)
+    exp = xp.exp(scores - xp.where(xp.isneginf(top), 0, top))
+    total = exp.sum(axis=-1, keepdims=True)
+    return exp / xp.where(total == 0, 1, total)
+
+
+def _attention(
+    ctx: KernelContext, q: Any, k: Any, v: Any, mask: Any, past_key: Any, past_value: Any, nonpad: Any
+) -> tuple[Any, Any, Any, Any]:
+    xp, a = ctx.xp, ctx.attrs
+    three_d = q.ndim == 3
+    if three_d:
+        q, k, v = (
+            _split_heads(q, a["q_num_heads"]),
+            _split_heads(k, a["kv_num_heads"]),
+            _split_heads(v, a["kv_num_heads"]),
+        )
+    if (past_key is None) != (past_value is None):
+        raise kernel_error(ctx, "PastKey and PastValue must be given together")
+    if past_key is not None:
+        k, v = xp.concatenate((past_key, k), axis=2), xp.concatenate((past_value, v), axis=2)
+    present_key, present_value = k, v
+    scale = a["scale"] or 1.0 / math.sqrt(q.shape[3])
+    root = q.dtype.type(math.sqrt(scale))  # Q and K each scaled by its root, as ONNX's function body does
+    bias = _attention_bias(ctx, q, k.shape[2], mask, 0 if past_key is None else past_key.shape[2], nonpad)
+    if q.shape[1] != k.shape[1]:
+        if q.shape[1] % k.shape[1]:
+            raise kernel_error(ctx, f"Q's {q.shape[1]} heads are not a multiple of K's {k.shape[1]}")
+        k, v = (xp.repeat(t, q.shape[1] // k.shape[1], axis=1) for t in (k, v))  # grouped-query: h0, h0, h1, ...
+    scores = xp.matmul(q * root, xp.swapaxes(k * root, -1, -2))
+    if a["softcap"] > 0:
+        scores = xp.tanh(scores / q.dtype.type(a["softcap"])) * q.dtype.type(a["softcap"])
+    biased = scores + bias
+    if a["softmax_dtype"]:
+        biased = biased.astype(a["softmax_dtype"])
+    probs = _guarded_softmax(xp, biased)
+    probs = xp.where(xp.isneginf(bias.max(axis=-1, keepdims=True)), 0, probs).astype(q.dtype)  # no key at all: 0
+    mode = a["qk_matmul_output_mode"]
+    qk = {2: biased.astype(q.dtype), 3: probs}.get(mode, scores) if ctx.wants[3] else None
+    y = xp.matmul(probs, v)
+    if three_d:
+        y = y.transpose(0, 2, 1, 3).reshape(y.shape[0], y.shape[2], -1)
+    return y, present_key, present_value, qk
+
+
+ATTENTION = OpSchema(
+    "attention",
+    inputs=(
+        Slot("Q"),
+        Slot("K"),
+        Slot("V"),
+        Slot("AttnMask", optional=True),
+        Slot("PastKey", optional=True),
+        Slot("PastValue", optional=True),
+        Slot("NonpadKVSeqlen", optional=True, no_grad=True),
+    ),
+    outputs=(
+        Slot("Y"),
+        Slot("PresentKey", optional=True),
+        Slot("PresentValue", optional=True),
+        Slot("QKMatmulOutput", optional=True),
+    ),
+    attrs=_ATTENTION_ATTRS,
+    infer=_infer_attention,
+    kernel=_attention,
+    doc="ONNX's Attention (opsets 23-25): softmax(Q K^T * scale + mask) V over heads, with a causal or "
+    "sliding-window mask, grouped-query heads, a KV cache (Past* in, Present* out), softcap and the scores "
+    "(QKMatmulOutput: 0 or 1 the scaled (softcapped) product, 2 with the mask added, 3 the probabilities). "
+    "Paddle has no such op.",
+)
+
+
+# -- linear_attention (ONNX's LinearAttention; no Paddle op) ------------------------------------------------------
+
+_UPDATE_RULES = {"linear": (False, False), "gated": (True, False), "delta": (False, True), "gated_delta": (True, True)}
+
+
+def _infer_linear_attention(ctx: InferContext) -> None:
+    q, k, v = (check_dtype(ctx, slot, FLOATS) for slot in ("Query", "Key", "Value"))
+    q_heads, kv_heads, rule = ctx.attr("q_num_heads"), ctx.attr("kv_num_heads"), ctx.attr("update_rule")
+    if rule not in _UPDATE_RULES:
+        ctx.fail(f"update_rule={rule!r} must be one of {', '.join(_UPDATE_RULES)}")
+    gating, delta = _UPDATE_RULES[rule]
+    for slot, needed in (("Decay", gating), ("Beta", delta)):
+        if ctx.has_input(slot) != needed:
+            ctx.fail(f"update_rule={rule!r} {'takes' if needed else 'takes no'} {slot}")
+    if q_heads <= 0 or kv_heads <= 0 or q_heads % kv_heads:
+        ctx.fail(f"q_num_heads={q_heads} must be a positive multiple of kv_num_heads={kv_heads}")
+    if not len(q.shape) == len(k.shape) == len(v.shape) == 3:
+        ctx.fail(f"Query {fmt(q)}, Key {fmt(k)} and Value {fmt(v)} must be 3-D [B, T, heads * size]")
+    key_size = -1 if q.shape[2] < 0 else q.shape[2] // q_heads
+    value_size = -1 if v.shape[2] < 0 else v.shape[2] // kv_heads
+    ctx.set_output("Output", (q.shape[0], q.shape[1], -1 if value_size < 0 else q_heads * value_size), q.dtype)
+    state_dtype = ctx.tensor("PastState").dtype if ctx.has_input("PastState") else q.dtype
+    ctx.set_output("PresentState", (q.shape[0], kv_heads, key_size, value_size), state_dtype)
+
+
+def _linear_attention(
+    ctx: KernelContext, query: Any, key: Any, value: Any, past: Any, decay: Any, beta: Any
+) -> tuple[Any, Any]:
+    """The recurrence S_t = exp(g_t) S_{t-1} + k_t (x) v'_t, v'_t = beta_t (v_t - S^T k_t) with delta
+    correction (else v_t), o_t = scale * q_t S_t (grouped query heads reading their KV head's state), one step
+    per position, in float32 at least."""
+    xp, a = ctx.xp, ctx.attrs
+    q_heads, kv_heads = a["q_num_heads"], a["kv_num_heads"]
+    gating, delta = _UPDATE_RULES[a["update_rule"]]
+    work = np.promote_types(query.dtype, np.float32)
+    batch, steps = query.shape[:2]
+    q, k, v = (_split_heads(t, h).astype(work) for t, h in ((query, q_heads), (key, kv_heads), (value, kv_heads)))
+    key_size, value_size = k.shape[3], v.shape[3]
+    if decay is not None:  # [B, T, kv heads] or [B, T, kv heads * key size] -> [B, kv heads, T, 1 or key size]
+        decay = _split_heads(decay, kv_heads).astype(work)
+    if beta is not None:  # [B, T, kv heads or 1] -> [B, kv heads or 1, T, 1]
+        beta = beta.reshape(batch, steps, -1, 1).transpose(0, 2, 1, 3).astype(work)
+    shape = (batch, kv_heads, key_size, value_size)
+    if past is not None and tuple(past.shape) != shape:
+        raise kernel_error(ctx, f"PastState of shape {list(past.shape)} must be {list(shape)}")
+    state = xp.zeros(shape, work) if past is None else past.astype(work)
+    scale = a["scale"] or 1.0 / math.sqrt(key_size)
+    out = xp.empty((batch, q_heads, steps, value_size), work)
+    for t in range(steps):
+        k_t, v_t = k[:, :, t], v[:, :, t]
+        if gating:
+            state = state * xp.exp(decay[:, :, t])[..., None]
+        if delta:
+            v_t = beta[:, :, t] * (v_t - xp.einsum("bhdm,bhd->bhm", state, k_t))
+        state = state + k_t[..., :, None] * v_t[..., None, :]
+        read = xp.repeat(state, q_heads // kv_heads, axis=1)
+        out[:, :, t] = scale * xp.einsum("bhd,bhdm->bhm", q[:, :, t], read)
+    output = out.transpose(0, 2, 1, 3).reshape(batch, steps, -1).astype(query.dtype)
+    return output, state.astype(query.dtype if past is None else past.dtype)
+
+
+LINEAR_ATTENTION = OpSchema(
+    "linear_attention",
+    inputs=(
+        Slot("Query"),
+        Slot("Key"),
+        Slot("Value"),
+        Slot("PastState", optional=True),
+        Slot("Decay", optional=True),
+        Slot("Beta", optional=True),
+    ),
+    outputs=(Slot("Output"), Slot("PresentState", optional=True)),
+    attrs=(
+        AttrDef("q_num_heads", AttrType.INT),
+        AttrDef("kv_num_heads", AttrType.INT),
+        AttrDef("scale", AttrType.FLOAT, 0.0),  # 0: 1 / sqrt(key head size)
+        AttrDef("update_rule", AttrType.STRING, "gated_delta"),
+    ),
+    infer=_infer_linear_attention,
+    kernel=_linear_attention,
+    doc="ONNX's LinearAttention (opset 27): a recurrent state [B, kv heads, dk, dv] updated per position by the "
+    "linear, gated (decay), delta (beta) or gated_delta rule and read by the queries; 3-D [B, T, heads * size] "
+    "inputs. Paddle has no such op.",
+)
+
+
+# -- rotary_embedding (ONNX's RotaryEmbedding; Paddle's fused_rotary_position_embedding differs) -------------------
+
+
+def _infer_rotary_embedding(ctx: InferContext) -> None:
+    x = check_dtype(ctx, "X", FLOATS)
+    for slot in ("CosCache", "SinCache"):
+        same_dtype(ctx, x, check_dtype(ctx, slot, FLOATS))
+    if len(x.shape) not in (3, 4) or (len(x.shape) == 3 and ctx.attr("num_heads") <= 0):
+        ctx.fail(f"X {fmt(x)} must be 4-D [B, heads, S, size], or 3-D [B, S, hidden] with num_heads > 0")
+    ctx.set_output("Out", x.shape, x.dtype)
+
+
+def _rotary_embedding(ctx: KernelContext, x: Any, cos: Any, sin: Any, position_ids: Any) -> Any:
+    """Rotate the first rotary_dim features of each head (pairs: halves, or neighbours when interleaved) by the
+    angles of the caches' rows at the positions (position_ids, else the caches are [B, S, rotary_dim / 2])."""
+    xp, a = ctx.xp, ctx.attrs
+    heads = x.transpose(0, 2, 1, 3) if x.ndim == 4 else x.reshape(x.shape[0], x.shape[1], a["num_heads"], -1)
+    dim = a["rotary_embedding_dim"] or heads.shape[3]
+    if position_ids is not None:
+        cos, sin = cos[position_ids], sin[position_ids]
+    if cos.shape[-1] != dim // 2 or sin.shape[-1] != dim // 2:
+        raise kernel_error(ctx, f"the caches' last dim {cos.shape[-1]} must be rotary_embedding_dim / 2 = {dim // 2}")
+    cos, sin = cos[:, :, None], sin[:, :, None]  # [B, S, 1, dim / 2]
+    rotated = heads[..., :dim]
+    if a["interleaved"]:
+        x1, x2 = rotated[..., 0::2], rotated[..., 1::2]
+        turned = xp.stack((cos * x1 - sin * x2, sin * x1 + cos * x2), axis=-1).reshape(rotated.shape)
+    else:
+        x1, x2 = rotated[..., : dim // 2], rotated[..., dim // 2 :]
+        turned = xp.concatenate((cos * x1 - sin * x2, sin * x1 + cos * x2), axis=-1)
+    out = xp.concatenate((turned, heads[..., dim:]), axis=-1).astype(x.dtype, copy=False)
+    return out.transpose(0, 2, 1, 3) if x.ndim == 4 else out.reshape(x.shape)
+
+
+ROTARY_EMBEDDING = OpSchema(
+    "rotary_embedding",
+    inputs=(Slot("X"), Slot("CosCache"), Slot("SinCache"), Slot("PositionIds", optional=True, no_grad=True)),
+    outputs=(Slot("Out"),),
+    attrs=(
+        AttrDef("interleaved", AttrType.BOOLEAN, False),
+        AttrDef("rotary_embedding_dim", AttrType.INT, 0),  # 0: the whole head
+        AttrDef("num_heads", AttrType.INT, 0),  # 3-D X only
+    ),
+    infer=_infer_rotary_embedding,
+    kernel=_rotary_embedding,
+    doc="ONNX's RotaryEmbedding (opset 23): rotary position embedding of 4-D [B, heads, S, size] or 3-D "
+    "[B, S, hidden] X by cos and sin caches ([max position, dim / 2] read at PositionIds [B, S], or [B, S, "
+    "dim / 2]). Paddle's fused_rotary_position_embedding has other inputs and layout.",
+)
+
+
+# -- dft and stft (ONNX's DFT and STFT: complex values as a last dim of 2; no Paddle op) ---------------------------
+
+
+def _complex(xp: Any, x: Any) -> Any:
+    """[..., 1] (real) or [..., 2] (real, imaginary) as complex values [...]."""
+    return x[..., 0] if x.shape[-1] == 1 else x[..., 0] + 1j * x[..., 1]
+
+
+def _pairs(xp: Any, z: Any, dtype: Any) -> Any:
+    """Complex values [...] as [..., 2] of ``dtype``."""
+    return xp.stack((z.real, z.imag), axis=-1).astype(dtype)
+
+
+def _check_signal(ctx: InferContext, slot: str) -> Any:
+    x = check_dtype(ctx, slot, FLOATS)
+    if len(x.shape) < 2 or x.shape[-1] not in (1, 2, -1):
+        ctx.fail(f"{slot} {fmt(x)} must end in a dim of 1 (real) or 2 (real, imaginary)")
+    return x
+
+
+def _dft_size(attrs: Any, size: int) -> int:
+    """The transform's length: dft_length, else the axis's size (2 (size - 1) for a one-sided inverse)."""
+    if attrs["dft_length"] > 0:
+        return int(attrs["dft_length"])
+    if size < 0:
+        return -1
+    return 2 * (size - 1) if attrs["inverse"] and attrs["onesided"] else size
+
+
+def _infer_dft(ctx: InferContext) -> None:
+    x = _check_signal(ctx, "X")
+    axis = normalize_axis(ctx, ctx.attr("axis"), len(x.shape) - 1)
+    length = _dft_size({k: ctx.attr(k) for k in ("dft_length", "inverse", "onesided")}, x.shape[axis])
+    shape = list(x.shape)
+    if ctx.attr("inverse"):
+        shape[axis], shape[-1] = length, 1 if ctx.attr("onesided") else 2
+    else:
+        shape[axis] = length // 2 + 1 if ctx.attr("onesided") and length >= 0 else length
+        shape[-1] = 2
+    ctx.set_output("Out", shape, x.dtype)
+
+
+def _dft(ctx: KernelContext, x: Any) -> Any:
+    """The discrete Fourier transform along ``axis``, or its inverse (normalized by 1/n); one-sided: the first
+    n / 2 + 1 bins of a forward transform, or the real signal of an inverse one from those bins."""
+    xp, a = ctx.xp, ctx.attrs
+    axis = a["axis"] % (x.ndim - 1)
+    n = _dft_size(a, x.shape[axis])
+    z = _complex(xp, x)
+    if not a["inverse"]:
+        out = xp.fft.fft(z, n=n, axis=axis)
+        return _pairs(xp, out[(slice(None),) * axis + (slice(0, n // 2 + 1),)] if a["onesided"] else out, x.dtype)
+    if a["onesided"]:
+        return xp.fft.irfft(z, n=n, axis=axis)[..., None].astype(x.dtype)
+    return _pairs(xp, xp.fft.ifft(z, n=n, axis=axis), x.dtype)
+
+
+DFT = OpSchema(
+    "dft",
+    inputs=(Slot("X"),),
+    outputs=(Slot("Out"),),
+    attrs=(
+        AttrDef("axis", AttrType.INT, 1),  # a dim of X before its last
+        AttrDef("inverse", AttrType.BOOLEAN, False),
+        AttrDef("onesided", AttrType.BOOLEAN, False),
+        AttrDef("dft_length", AttrType.INT, 0),  # 0: see _dft_size
+    ),
+    infer=_infer_dft,
+    kernel=_dft,
+    doc="ONNX's DFT: the (inverse, one-sided) discrete Fourier transform along axis of X [..., 1 or 2] "
+    "(real, or real and imaginary parts), zero-padded or cut to dft_length. Paddle's fft_c2c, fft_r2c and "
+    "fft_c2r take complex tensors, which blockir lacks.",
+)
+
+
+def _infer_stft(ctx: InferContext) -> None:
+    x = _check_signal(ctx, "Signal")
+    if len(x.shape) != 3:
+        ctx.fail(f"Signal {fmt(x)} must be [batch, length, 1 or 2]")
+    frame, step = ctx.attr("frame_length"), ctx.attr("frame_step")
+    if frame <= 0 or step <= 0:
+        ctx.fail(f"frame_length={frame} and frame_step={step} must be positive")
+    frames = -1 if x.shape[1] < 0 else (x.shape[1] - frame) // step + 1
+    bins = frame // 2 + 1 if ctx.attr("onesided") else frame
+    ctx.set_output("Out", (x.shape[0], frames, bins, 2), x.dtype)
+
+
+def _stft(ctx: KernelContext, signal: Any, window: Any) -> Any:
+    """The DFT of each frame (frame_length samples every frame_step, times Window), one-sided if asked."""
+    xp, a = ctx.xp, ctx.attrs
+    frame, step = a["frame_length"], a["frame_step"]
+    frames = (signal.shape[1] - frame) // step + 1
+    if frames <= 0:
+        raise kernel_error(ctx, f"a signal of {signal.shape[1]} samples holds no frame of {frame}")
+    at = (xp.arange(frames) * step)[:, None] + xp.arange(frame)  # [frames, frame_length]
+    z = _complex(xp, signal)[:, at]
+    if window is not None:
+        z = z * window
+    out = xp.fft.fft(z, axis=-1)
+    return _pairs(xp, out[..., : frame // 2 + 1] if a["onesided"] else out, signal.dtype)
+
+
+STFT = OpSchema(
+    "stft",
+    inputs=(Slot("Signal"), Slot("Window", optional=True)),
+    outputs=(Slot("Out"),),
+    attrs=(
+        AttrDef("frame_step", AttrType.INT),
+        AttrDef("frame_length", AttrType.INT),
+        AttrDef("onesided", AttrType.BOOLEAN, True),
+    ),
+    infer=_infer_stft,
+    kernel=_stft,
+    doc="ONNX's STFT: the DFT of each windowed frame of Signal [batch, length, 1 or 2] -> [batch, frames, "
+    "bins, 2]. Paddle's stft takes complex tensors and other parameters.",
+)
+
+
 SCHEMAS: tuple[OpSchema, ...] = (
     AUC,
     CROSS_ENTROPY,
@@ -719,4 +1138,9 @@ SCHEMAS: tuple[OpSchema, ...] = (
     LOOKUP_TABLE_GRAD,
     LOOKUP_TABLE_V2,
     LOOKUP_TABLE_V2_GRAD,
+    ATTENTION,
+    LINEAR_ATTENTION,
+    ROTARY_EMBEDDING,
+    DFT,
+    STFT,
 )

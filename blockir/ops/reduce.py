@@ -1,7 +1,7 @@
 """Reductions and scans beyond ``reduce_sum`` / ``reduce_mean`` (:mod:`blockir.ops.math`): ``reduce_max``,
 ``reduce_min``, ``reduce_prod``, ``reduce_all``, ``reduce_any`` (the ``reduce_*`` family of
-:func:`blockir.ops.common.reduce_family`), ``logsumexp``, ``p_norm``, ``cumsum`` and ``cumprod``, with their
-gradient ops where Paddle has one.
+:func:`blockir.ops.common.reduce_family`), ``logsumexp``, ``p_norm``, ``cumsum``, ``cumprod`` and
+``determinant``, with their gradient ops where Paddle has one.
 
 As the ``reduce_*`` family, a reduction over every dim gives ``[1]`` (Fluid's shape; Paddle 3 gives 0-D). Kernels
 are written once against ``ctx.xp`` and keep X's dtype.
@@ -19,6 +19,7 @@ from blockir.ops.common import (
     FLOATS,
     NUMBERS,
     check_dtype,
+    fmt,
     grad_op,
     infer_grads,
     normalize_axis,
@@ -381,3 +382,45 @@ SCHEMAS: tuple[OpSchema, ...] = (
     CUMPROD,
     CUMPROD_GRAD,
 )
+
+# -- determinant (Paddle's; each square matrix of the last two dims reduced to its determinant) -------------------
+
+_DET_DTYPES = frozenset({"float32", "float64"})
+
+
+def _infer_determinant(ctx: InferContext) -> None:
+    x = check_dtype(ctx, "Input", _DET_DTYPES)
+    shape = tuple(x.shape)
+    if len(shape) < 2 or (shape[-1] != shape[-2] and -1 not in shape[-2:]):
+        ctx.fail(f"Input {fmt(x)} must be square matrices [..., n, n]")
+    ctx.set_output("Out", shape[:-2], x.dtype)
+
+
+def _determinant_grad(ctx: KernelContext, x: Any, out: Any, dout: Any) -> Any:
+    """dOut * det(X) * inv(X)^T (zeros for a singular matrix, as Paddle's)."""
+    xp = ctx.xp
+    det = out.reshape(*out.shape, 1, 1)
+    n = xp.arange(x.shape[-1])
+    invertible = xp.where(det != 0, x, (n[:, None] == n).astype(x.dtype))  # a singular one's grad: 0 * inv(I)
+    return dout.reshape(det.shape) * det * xp.swapaxes(xp.linalg.inv(invertible), -1, -2)
+
+
+DETERMINANT_GRAD = OpSchema(
+    "determinant_grad",
+    inputs=(Slot("Input"), Slot("Out"), Slot("Out@GRAD")),
+    outputs=(Slot("Input@GRAD"),),
+    infer=infer_grads("Input"),
+    kernel=_determinant_grad,
+    doc="Gradient of determinant.",
+)
+DETERMINANT = OpSchema(
+    "determinant",
+    inputs=(Slot("Input"),),
+    outputs=(Slot("Out"),),
+    infer=_infer_determinant,
+    grad=lambda g: grad_op(g, DETERMINANT_GRAD, ("Input", "Out", "Out@GRAD"), ("Input",)),
+    kernel=lambda ctx, x: ctx.xp.linalg.det(x).astype(x.dtype, copy=False),
+    doc="Out = the determinant of each matrix of Input [..., n, n], of shape [...] (0-D for one matrix).",
+)
+
+SCHEMAS += (DETERMINANT, DETERMINANT_GRAD)

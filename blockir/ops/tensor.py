@@ -1,6 +1,6 @@
 """Tensor creation and replication with Paddle's semantics: ``shape``, ``size``, ``assign_value``,
 ``fill_any_like``, ``range``, ``linspace``, ``expand_v2``, ``expand_as_v2``, ``tile``, ``stack``, ``unstack``,
-``flip``, ``roll``, with gradient ops where Paddle has one.
+``flip``, ``roll``, with gradient ops where Paddle has one; and ``bitcast`` (ONNX's BitCast, which Paddle lacks).
 
 Values Paddle's programs may give as tensors (``Shape`` / ``expand_shapes_tensor``, ``RepeatTimes`` /
 ``repeat_times_tensor``, ``ShiftsTensor``) win over the attributes and are read when the op runs; inference then
@@ -677,7 +677,31 @@ WHERE_INDEX = OpSchema(
     "(Paddle's nonzero; ONNX's NonZero is its transpose).",
 )
 
+# -- bitcast (ONNX's BitCast; Paddle has no op of this meaning: not exported to Paddle) ------------------------
+
+_BITCAST_DTYPES = ALL_DTYPES | {"int8", "int16", "uint8", "uint16", "uint32", "uint64", "complex64", "complex128"}
+
+
+def _infer_bitcast(ctx: InferContext) -> None:
+    x = check_dtype(ctx, "X", _BITCAST_DTYPES)
+    dtype = dtype_attr(ctx, "dtype")
+    if np.dtype(dtype).itemsize != np.dtype(x.dtype).itemsize:
+        ctx.fail(f"dtype {dtype} is {np.dtype(dtype).itemsize} bytes wide, X's {x.dtype} {np.dtype(x.dtype).itemsize}")
+    ctx.set_output("Out", x.shape, dtype)
+
+
+BITCAST = OpSchema(
+    "bitcast",
+    inputs=(Slot("X", no_grad=True),),
+    outputs=(Slot("Out"),),
+    attrs=(AttrDef("dtype", AttrType.INT),),
+    infer=_infer_bitcast,
+    kernel=lambda ctx, x: ctx.xp.asarray(x).view(np_dtype(ctx.attrs["dtype"])),  # same width: any strides view
+    doc="Out = X's bits read as dtype (a proto VarType code of the same width), shape kept (ONNX's BitCast).",
+)
+
 SCHEMAS: tuple[OpSchema, ...] = (
+    BITCAST,
     TRIL_TRIU,
     TRIL_TRIU_GRAD,
     WHERE_INDEX,

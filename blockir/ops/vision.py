@@ -1,5 +1,5 @@
 """Vision ops with Paddle 3.3.1's semantics: the ``*_interp_v2`` resizes, ``pixel_shuffle`` and
-``pixel_unshuffle``, ``pad3d`` and ``pad``, ``affine_channel``, and their gradient ops.
+``pixel_unshuffle``, ``pad3d`` and ``pad``, ``affine_channel``, ``roi_align``, and their gradient ops.
 
 Resizing and padding are separable: along each spatial axis, output position ``o`` reads a few source
 positions ``index[o, t]`` with weights ``weight[o, t]`` (an :class:`_AxisMap`, computed on the host from the
@@ -32,6 +32,8 @@ Gradients are the adjoints of these forwards.
 
 from __future__ import annotations
 
+import functools
+import itertools
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, NoReturn
@@ -790,7 +792,176 @@ AFFINE_CHANNEL = OpSchema(
     doc="Out = X * Scale + Bias per channel (dim 1, or the last with NHWC).",
 )
 
-SCHEMAS = (
+# -- grid_sampler ---------------------------------------------------------------------------------------------
+
+_GRID_MODES = ("bilinear", "nearest")
+_GRID_PADDINGS = ("zeros", "border", "reflection")
+_GRID_ATTRS = (
+    AttrDef("mode", AttrType.STRING, "bilinear"),
+    AttrDef("padding_mode", AttrType.STRING, "zeros"),
+    AttrDef("align_corners", AttrType.BOOLEAN, True),
+    AttrDef("use_cudnn", AttrType.BOOLEAN, False),
+)
+
+
+def _reflect(xp: Any, x: Any, low: float, high: float) -> tuple[Any, Any]:
+    """``x`` reflected by the borders ``low`` and ``high`` (as often as it takes) into ``[low, high]``, and the
+    derivative of that (+1 or -1)."""
+    span = high - low
+    if span <= 0:
+        return xp.zeros_like(x), xp.zeros_like(x)
+    dist = xp.abs(x - low)
+    flips = xp.floor(dist / span)
+    even = flips % 2 == 0
+    reflected = xp.where(even, low + (dist - flips * span), high - (dist - flips * span))
+    return reflected, xp.where(even == (x >= low), 1.0, -1.0).astype(x.dtype)
+
+
+def _grid_source(xp: Any, g: Any, size: int, attrs: dict[str, Any]) -> tuple[Any, Any]:
+    """The position along an axis of ``size`` that normalised grid values ``g`` sample (nearest: rounded half to
+    even, ONNX's rule, before padding), moved inside by ``padding_mode`` but for zeros; and its derivative by g."""
+    align = attrs["align_corners"]
+    scale = (size - 1) / 2 if align else size / 2
+    x = (g + 1) * scale - (0.0 if align else 0.5)
+    grad = xp.full_like(x, scale)
+    if attrs["mode"] == "nearest":
+        x = xp.rint(x)
+    if attrs["padding_mode"] == "reflection":
+        x, sign = _reflect(xp, x, 0.0, size - 1.0) if align else _reflect(xp, x, -0.5, size - 0.5)
+        grad = grad * sign
+    if attrs["padding_mode"] != "zeros":
+        grad = xp.where((x > 0) & (x < size - 1), grad, 0.0)
+        x = xp.clip(x, 0, size - 1)
+    return x, grad
+
+
+@dataclass
+class _GridTap:
+    """One neighbour every output position reads: its flat spatial index into X (N, Q), weight (N, Q; 0 where it
+    falls outside X) and the weight's derivative by each axis' source position."""
+
+    index: Any
+    weight: Any
+    dweight: list[Any]
+
+
+def _grid_taps(xp: Any, spatial: Sequence[int], grid: Any, attrs: dict[str, Any]) -> tuple[list[_GridTap], list[Any]]:
+    """The taps of grid (N, *out, D; component 0 indexes X's last axis) into X's ``spatial`` dims, and the
+    derivative of each axis' source position by its grid component."""
+    d = len(spatial)
+    g = grid.reshape(grid.shape[0], -1, d)
+    sources = [_grid_source(xp, g[:, :, d - 1 - a], spatial[a], attrs) for a in range(d)]
+    options = []  # per axis: (integer position, weight, d weight / d position) of each neighbour
+    for pos, _ in sources:
+        if attrs["mode"] == "nearest":
+            options.append([(pos.astype(np.int64), xp.ones_like(pos), xp.zeros_like(pos))])
+        else:
+            low = xp.floor(pos)
+            frac = pos - low
+            low = low.astype(np.int64)
+            options.append([(low, 1 - frac, -xp.ones_like(pos)), (low + 1, frac, xp.ones_like(pos))])
+    taps = []
+    for combo in itertools.product(*options):
+        index, weight, valid = 0, 1.0, True
+        for a, (i, w, _) in enumerate(combo):
+            valid = valid & (i >= 0) & (i < spatial[a])
+            index = index * spatial[a] + xp.clip(i, 0, spatial[a] - 1)
+            weight = weight * w
+        dweight = []
+        for a in range(d):
+            others = [w for b, (_, w, _) in enumerate(combo) if b != a]
+            dweight.append(functools.reduce(lambda p, q: p * q, others, combo[a][2]) * valid)
+        taps.append(_GridTap(index, weight * valid, dweight))
+    return taps, [dsource for _, dsource in sources]
+
+
+def _grid_gather(xp: Any, xf: Any, index: Any) -> Any:
+    """``xf[n, c, index[n, q]]`` for every n, c, q: (N, C, Q)."""
+    n, c = xf.shape[:2]
+    return xf[xp.arange(n)[:, None, None], xp.arange(c)[None, :, None], index[:, None, :]]
+
+
+def _check_grid(ctx: KernelContext, x: Any, grid: Any) -> None:
+    if grid.ndim != x.ndim or grid.shape[0] != x.shape[0] or grid.shape[-1] != x.ndim - 2:
+        raise kernel_error(
+            ctx, f"grid_sampler: Grid {list(grid.shape)} does not fit X {list(x.shape)}: [N, *out, {x.ndim - 2}]"
+        )
+
+
+def _grid_sampler(ctx: KernelContext, x: Any, grid: Any) -> Any:
+    """Output[n, c, *o]: X[n, c] sampled at Grid[n, *o] (bilinear: the weighted neighbours; nearest: the nearest)."""
+    xp = ctx.xp
+    _check_grid(ctx, x, grid)
+    taps, _ = _grid_taps(xp, x.shape[2:], grid, ctx.attrs)
+    xf = x.reshape(x.shape[0], x.shape[1], -1)
+    out = sum(_grid_gather(xp, xf, t.index) * t.weight[:, None, :].astype(x.dtype) for t in taps)
+    return xp.asarray(out).reshape(*x.shape[:2], *grid.shape[1:-1]).astype(x.dtype, copy=False)
+
+
+def _grid_sampler_grad(ctx: KernelContext, x: Any, grid: Any, dout: Any) -> tuple[Any, Any]:
+    """X@GRAD: dOutput scattered back to the taps by their weights; Grid@GRAD: dOutput times the taps' values
+    times their weights' derivatives (0 for nearest), by the source positions' derivatives."""
+    xp = ctx.xp
+    _check_grid(ctx, x, grid)
+    taps, dsources = _grid_taps(xp, x.shape[2:], grid, ctx.attrs)
+    n, c = x.shape[:2]
+    xf, df = x.reshape(n, c, -1), dout.reshape(n, c, -1)
+    dx = dgrid = None
+    if ctx.wants[0]:
+        rows = (xp.arange(n)[:, None, None] * c + xp.arange(c)[None, :, None]) * xf.shape[2]
+        flat = xp.zeros(xf.size, dtype=np.float64)
+        for t in taps:
+            flat += xp.bincount((rows + t.index[:, None, :]).ravel(), (df * t.weight[:, None, :]).ravel(), xf.size)
+        dx = flat.reshape(x.shape).astype(x.dtype)
+    if ctx.wants[1]:
+        d = x.ndim - 2
+        dpos = [sum((_grid_gather(xp, xf, t.index) * df).sum(axis=1) * t.dweight[a] for t in taps) for a in range(d)]
+        dgrid = xp.stack([dpos[d - 1 - k] * dsources[d - 1 - k] for k in range(d)], axis=-1)
+        dgrid = dgrid.reshape(grid.shape).astype(grid.dtype)
+    return dx, dgrid
+
+
+def _infer_grid_sampler(ctx: InferContext) -> None:
+    x, grid = check_dtype(ctx, "X", FLOATS), check_dtype(ctx, "Grid", FLOATS)
+    same_dtype(ctx, x, grid)
+    if len(x.shape) not in (4, 5):
+        ctx.fail(f"X {fmt(x)} must be 4-D (N, C, H, W) or 5-D (N, C, D, H, W)")
+    d = len(x.shape) - 2
+    if (
+        len(grid.shape) != len(x.shape)
+        or not compatible(grid.shape[-1], d)
+        or not compatible(grid.shape[0], x.shape[0])
+    ):
+        ctx.fail(f"Grid {fmt(grid)} must be [N, *out, {d}] for X {fmt(x)}")
+    for name, allowed in (("mode", _GRID_MODES), ("padding_mode", _GRID_PADDINGS)):
+        if ctx.attr(name) not in allowed:
+            ctx.fail(f"{name}={ctx.attr(name)!r} is not one of {', '.join(allowed)}")
+    batch = x.shape[0] if x.shape[0] >= 0 else grid.shape[0]
+    ctx.set_output("Output", (batch, x.shape[1], *grid.shape[1:-1]), x.dtype)
+
+
+GRID_SAMPLER_GRAD = OpSchema(
+    "grid_sampler_grad",
+    inputs=(Slot("X"), Slot("Grid"), Slot("Output@GRAD")),
+    outputs=(Slot("X@GRAD"), Slot("Grid@GRAD")),
+    attrs=_GRID_ATTRS,
+    infer=infer_grads("X", "Grid"),
+    kernel=_grid_sampler_grad,
+    doc="Gradient of grid_sampler.",
+)
+GRID_SAMPLER = OpSchema(
+    "grid_sampler",
+    inputs=(Slot("X"), Slot("Grid")),
+    outputs=(Slot("Output"),),
+    attrs=_GRID_ATTRS,
+    infer=_infer_grid_sampler,
+    grad=lambda g: grad_op(g, GRID_SAMPLER_GRAD, ("X", "Grid", "Output@GRAD"), ("X", "Grid")),
+    kernel=_grid_sampler,
+    doc="X (NCHW or NCDHW) sampled at Grid's normalised positions ([-1, 1] spans X; component 0 is along W): "
+    "`mode` bilinear or nearest (half to even), `padding_mode` zeros, border or reflection, `align_corners`.",
+)
+
+SCHEMAS: tuple[OpSchema, ...] = (
     LINEAR_INTERP_V2,
     LINEAR_INTERP_V2_GRAD,
     BILINEAR_INTERP_V2,
@@ -811,4 +982,125 @@ SCHEMAS = (
     PAD_GRAD,
     AFFINE_CHANNEL,
     AFFINE_CHANNEL_GRAD,
+    GRID_SAMPLER,
+    GRID_SAMPLER_GRAD,
 )
+
+# -- roi_align (Paddle's: the average of bilinear samples over each bin of each region) ---------------------------
+
+_ROI_ALIGN_ATTRS = (
+    AttrDef("spatial_scale", AttrType.FLOAT, 1.0),
+    AttrDef("pooled_height", AttrType.INT, 1),
+    AttrDef("pooled_width", AttrType.INT, 1),
+    AttrDef("sampling_ratio", AttrType.INT, -1),
+    AttrDef("aligned", AttrType.BOOLEAN, False),
+)
+
+
+def _infer_roi_align(ctx: InferContext) -> None:
+    x, rois = check_dtype(ctx, "X", FLOATS), check_dtype(ctx, "ROIs", FLOATS)
+    same_dtype(ctx, x, rois)
+    if len(x.shape) != 4:
+        ctx.fail(f"X {fmt(x)} must be NCHW")
+    if len(rois.shape) != 2 or not compatible(rois.shape[1], 4):
+        ctx.fail(f"ROIs {fmt(rois)} must be [R, 4] boxes (x1, y1, x2, y2)")
+    if ctx.has_input("RoisNum"):
+        check_dtype(ctx, "RoisNum", frozenset({"int32", "int64"}))
+    if ctx.attr("pooled_height") < 1 or ctx.attr("pooled_width") < 1:
+        ctx.fail(f"pooled_height={ctx.attr('pooled_height')}, pooled_width={ctx.attr('pooled_width')} must be >= 1")
+    shape = [rois.shape[0], x.shape[1], ctx.attr("pooled_height"), ctx.attr("pooled_width")]
+    ctx.set_output("Out", shape, x.dtype)
+
+
+def _roi_axis(start: np.ndarray, extent: np.ndarray, grid: np.ndarray, pooled: int, length: int) -> np.ndarray:
+    """[R, pooled, length]: the bilinear weights of the samples of each bin along one axis, summed per position
+    (a sample beyond [-1, length] weighs nothing; one in [-1, 0] is taken at 0; one past length - 1 at it)."""
+    step = extent / pooled
+    i = np.arange(max(int(grid.max(initial=0)), 1))
+    at = (
+        start[:, None, None]
+        + np.arange(pooled)[None, :, None] * step[:, None, None]
+        + (i + 0.5)[None, None, :] * (step / np.maximum(grid, 1))[:, None, None]
+    )
+    valid = (i[None, None, :] < grid[:, None, None]) & (at >= -1.0) & (at <= length)
+    at = np.maximum(at, 0.0)
+    low = np.minimum(np.floor(at).astype(np.int64), length - 1)
+    high = np.minimum(low + 1, length - 1)
+    frac = np.where(low >= length - 1, 0.0, at - low) * valid
+    positions = np.arange(length)
+    weights = (low[..., None] == positions) * (valid - frac)[..., None] + (high[..., None] == positions) * frac[
+        ..., None
+    ]
+    return weights.sum(axis=2)
+
+
+def _roi_maps(ctx: KernelContext, x: Any, rois: Any, rois_num: Any) -> tuple[Any, Any, Any, Any]:
+    """Each region's image, its weights along H [R, ph, H] and along W [R, pw, W] (on the host, then X's device),
+    and its sample count [R, 1, 1, 1]: Out = Wy @ X[image] @ Wx^T / count."""
+    a, xp = ctx.attrs, ctx.xp
+    boxes = to_host(rois).astype(np.float64) * a["spatial_scale"] - (0.5 if a["aligned"] else 0.0)
+    if rois_num is None:
+        if x.shape[0] != 1:
+            raise kernel_error(ctx, f"roi_align: X has {x.shape[0]} images; RoisNum must say which regions are whose")
+        image = np.zeros(len(boxes), np.int64)
+    else:
+        counts = to_host(rois_num).reshape(-1).astype(np.int64)
+        if len(counts) != x.shape[0] or counts.sum() != len(boxes) or (counts < 0).any():
+            raise kernel_error(
+                ctx,
+                f"roi_align: RoisNum {counts.tolist()} does not split {len(boxes)} regions over {x.shape[0]} images",
+            )
+        image = np.repeat(np.arange(len(counts)), counts)
+    extent = boxes[:, 2:] - boxes[:, :2]  # (width, height)
+    if not a["aligned"]:
+        extent = np.maximum(extent, 1.0)
+    pooled = np.array([a["pooled_width"], a["pooled_height"]])
+    ratio = a["sampling_ratio"]
+    grid = np.full(extent.shape, ratio) if ratio > 0 else np.ceil(extent / pooled).astype(np.int64)
+    wx = _roi_axis(boxes[:, 0], extent[:, 0], grid[:, 0], int(pooled[0]), x.shape[3])
+    wy = _roi_axis(boxes[:, 1], extent[:, 1], grid[:, 1], int(pooled[1]), x.shape[2])
+    count = np.maximum(grid[:, 0] * grid[:, 1], 1).reshape(-1, 1, 1, 1)
+    return (
+        xp.asarray(image),
+        xp.asarray(wy[:, None].astype(x.dtype)),
+        xp.asarray(wx[:, None].astype(x.dtype)),
+        xp.asarray(count.astype(x.dtype)),
+    )
+
+
+def _roi_align(ctx: KernelContext, x: Any, rois: Any, rois_num: Any) -> Any:
+    image, wy, wx, count = _roi_maps(ctx, x, rois, rois_num)
+    return (wy @ x[image] @ ctx.xp.swapaxes(wx, -1, -2)) / count
+
+
+def _roi_align_grad(ctx: KernelContext, x: Any, rois: Any, rois_num: Any, dout: Any) -> Any:
+    """Each region's dOut / count spread back over its bilinear samples: Wy^T @ dOut @ Wx, summed per image."""
+    image, wy, wx, count = _roi_maps(ctx, x, rois, rois_num)
+    dx = ctx.xp.zeros(x.shape, dtype=dout.dtype)
+    add_rows(dx, image, ctx.xp.swapaxes(wy, -1, -2) @ (dout / count) @ wx, ctx.xp)
+    return dx
+
+
+ROI_ALIGN_GRAD = OpSchema(
+    "roi_align_grad",
+    inputs=(Slot("X"), Slot("ROIs"), Slot("RoisNum", optional=True), Slot("Out@GRAD")),
+    outputs=(Slot("X@GRAD"),),
+    attrs=_ROI_ALIGN_ATTRS,
+    infer=infer_grads("X"),
+    kernel=_roi_align_grad,
+    doc="Gradient of roi_align (X only; the regions take none, as Paddle's).",
+)
+ROI_ALIGN = OpSchema(
+    "roi_align",
+    inputs=(Slot("X"), Slot("ROIs", no_grad=True), Slot("RoisNum", optional=True, no_grad=True)),
+    outputs=(Slot("Out"),),
+    attrs=_ROI_ALIGN_ATTRS,
+    infer=_infer_roi_align,
+    grad=lambda g: grad_op(g, ROI_ALIGN_GRAD, ("X", "ROIs", "RoisNum", "Out@GRAD"), ("X",)),
+    kernel=_roi_align,
+    doc="Out [R, C, pooled_height, pooled_width]: each region of ROIs (x1, y1, x2, y2, times spatial_scale; less 0.5 "
+    "with aligned, else at least 1 wide) cut into bins, each the average of its sampling_ratio^2 bilinear samples "
+    "(ceil(bin size) per axis when sampling_ratio <= 0) of X's image (RoisNum: the regions per image, in order).",
+)
+
+SCHEMAS += (ROI_ALIGN, ROI_ALIGN_GRAD)

@@ -35,6 +35,7 @@ from __future__ import annotations
 
 import bisect
 import itertools
+import math
 import random
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -104,9 +105,15 @@ class TaskGraph:
     def ready(self, i: int, device: str, finish: Sequence[float], where: Sequence[str]) -> float:
         """When task ``i``'s inputs can be on ``device``, its predecessors having finished at ``finish`` on
         ``where``."""
-        ready = max((self.comm(b, src, device) for src, b in self.inputs[i]), default=0.0)
+        comm, ready = self.comm, 0.0
+        for src, nbytes in self.inputs[i]:
+            t = comm(nbytes, src, device)
+            if t > ready:
+                ready = t
         for p, nbytes in self.pred[i].items():
-            ready = max(ready, finish[p] + self.comm(nbytes, where[p], device))
+            t = finish[p] if where[p] == device else finish[p] + comm(nbytes, where[p], device)
+            if t > ready:
+                ready = t
         return ready
 
 
@@ -156,28 +163,72 @@ def heft(graph: TaskGraph, devices: Sequence[str], margin: float = MARGIN) -> He
     n = len(graph)
     rank = upward_ranks(graph, devices)
     result = Heft([""] * n, [0.0] * n, [0.0] * n, rank, [[] for _ in range(n)], [False] * n)
-    busy: dict[str, tuple[list[float], list[float]]] = {d: ([], []) for d in devices}  # sorted starts, ends
+    position = {d: k for k, d in enumerate(devices)}  # a pinned task may be on a device not among ``devices``
+    busy: dict[str, _Timeline] = {}
     for i in result.order:
         options: list[tuple[float, float, str]] = []  # (finish, start, device)
-        for d, w in graph.costs[i].items():  # a pinned task may be on a device not among ``devices``
-            start = _slot(*busy.setdefault(d, ([], [])), graph.ready(i, d, result.finish, result.device), w)
+        for d, w in graph.costs[i].items():
+            timeline = busy.get(d)
+            if timeline is None:
+                timeline = busy[d] = _Timeline()
+            start = timeline.slot(graph.ready(i, d, result.finish, result.device), w)
             options.append((start + w, start, d))
         if not options:
             raise BlockirError(f"task graph: task {i} has no device to run on")
-        options.sort(key=lambda o: (o[0], devices.index(o[2]) if o[2] in devices else len(devices)))
+        options.sort(key=lambda o: (o[0], position.get(o[2], len(devices))))
         finish, start, device = options[0]
         home = _home(graph, i, result.device)
         at_home = next((o for o in options if o[2] == home), None)
         if at_home is not None and device != home and at_home[0] - finish <= margin * graph.costs[i][home]:
             finish, start, device = at_home
             result.kept[i] = True
-        starts, ends = busy[device]
-        at = bisect.bisect(starts, start)
-        starts.insert(at, start)
-        ends.insert(at, finish)
+        busy[device].add(start, finish)
         result.device[i], result.start[i], result.finish[i] = device, start, finish
         result.options[i] = [(f, d) for f, _, d in options]
     return result
+
+
+class _Timeline:
+    """A device's busy intervals (sorted, disjoint: ``starts[k]`` to ``ends[k]``) and the idle gaps of positive
+    length between them (``gap_starts[g]`` to ``gap_ends[g]``; the first from minus infinity), so that a slot is
+    found by bisection: a list schedule leaves few gaps, which are all a task of positive length can fit in."""
+
+    def __init__(self) -> None:
+        self.starts: list[float] = []
+        self.ends: list[float] = []
+        self.gap_starts: list[float] = []
+        self.gap_ends: list[float] = []
+        self.end = -math.inf  # the end of the last interval
+
+    def slot(self, ready: float, w: float) -> float:
+        """The earliest start at or after ``ready`` of a ``w``-long idle gap (after the last interval at worst)."""
+        if w <= 0:  # fits between two touching intervals too
+            return _slot(self.starts, self.ends, ready, w)
+        for g in range(bisect.bisect_right(self.gap_ends, ready), len(self.gap_ends)):
+            start = max(ready, self.gap_starts[g])
+            if start + w <= self.gap_ends[g]:
+                return start
+        return max(ready, self.end)
+
+    def add(self, start: float, finish: float) -> None:
+        """Mark ``start`` to ``finish`` busy (a slot :meth:`slot` found)."""
+        # after the intervals starting there, a zero-length one before them: the ends stay sorted too
+        at = (bisect.bisect if finish > start else bisect.bisect_left)(self.starts, start)
+        self.starts.insert(at, start)
+        self.ends.insert(at, finish)
+        if start >= self.end:
+            if start > self.end:
+                self.gap_starts.append(self.end)
+                self.gap_ends.append(start)
+            self.end = finish
+            return
+        g = bisect.bisect_right(self.gap_starts, start) - 1  # the gap it is in, if any (none between touching ones)
+        if g < 0 or start > self.gap_ends[g]:
+            return
+        gs, ge = self.gap_starts[g], self.gap_ends[g]
+        parts = [p for p in ((gs, start), (finish, ge)) if p[1] > p[0]]
+        self.gap_starts[g : g + 1] = [p[0] for p in parts]
+        self.gap_ends[g : g + 1] = [p[1] for p in parts]
 
 
 def _slot(starts: list[float], ends: list[float], ready: float, w: float) -> float:
@@ -318,6 +369,9 @@ def simulate(program: Program, costs: CostModel) -> Schedule:
     return simulation.run(devices, lambda var: placement.var_home(var) or HOST)
 
 
+Times = tuple[list[float], list[float], int]  # each op's start and finish, and the number of copies
+
+
 class Simulation:
     """What :func:`simulate` needs of a program's global block, gathered once for many placements of it."""
 
@@ -328,55 +382,101 @@ class Simulation:
         self.inputs = [op.input_names() for op in self.ops]
         self.outputs = [op.output_names() for op in self.ops]
         self.copies = [bool((schema := find(op.type)) is not None and schema.device_attr) for op in self.ops]
-        self.vars = {name: _var(block, name) for names in self.inputs for name in names}
-        self.seconds: dict[tuple[int, str], float] = {}  # (op position, device) -> op_cost
+        written: set[str] = set()
+        self.vars: dict[str, Variable | None] = {}  # the values read before any op writes them (from ``home``)
+        for inputs, outputs in zip(self.inputs, self.outputs):
+            self.vars.update((name, _var(block, name)) for name in inputs if name not in written)
+            written.update(outputs)
+        self.nbytes = {name: costs.var_bytes(block, name) for names in self.inputs for name in names}
+        self.flat = [not op.sub_blocks() for op in self.ops]
+        self._seconds: list[dict[str, float]] = [{} for _ in self.ops]  # per op position: device -> op_cost
+        self._by_work: dict[tuple[float, float, str, str], float] = {}  # (CostModel.work, device) -> op_cost
+        self._work: list[tuple[float, float, str] | None] = [None] * len(self.ops)  # per op: CostModel.work
+
+    def seconds(self, k: int, device: str) -> float:
+        """:func:`op_cost` of the op at position ``k`` on ``device`` (remembered; one answer for the ops of no
+        sub-block that do the same work: what the cost model answers by)."""
+        found = self._seconds[k].get(device)
+        if found is None:
+            op = self.ops[k]
+            if self.flat[k]:
+                work = self._work[k]
+                if work is None:
+                    work = self._work[k] = self.costs.work(op)
+                memo = (*work, device)
+                found = self._by_work.get(memo)
+                if found is None:
+                    found = self._by_work[memo] = op_cost(self.costs, op, device)
+            else:
+                found = op_cost(self.costs, op, device)
+            self._seconds[k][device] = found
+        return found
 
     def run(self, devices: Sequence[str], home: Callable[[Variable], str]) -> Schedule:
         """The predicted run with op ``k`` on ``devices[k]``; ``home(var)``: where a value nobody wrote yet is."""
-        costs, block = self.costs, self.block
+        return self.schedule(devices, self.times(devices, home))
+
+    def schedule(self, devices: Sequence[str], times: Times) -> Schedule:
+        """The run with op ``k`` on ``devices[k]`` that :meth:`times` predicted ``times`` of."""
+        starts, finishes, count = times
+        ops = [ScheduledOp(op.id, op.type, *row) for op, row in zip(self.ops, zip(devices, starts, finishes))]
+        return Schedule(ops, count)
+
+    def makespan(self, devices: Sequence[str], home: Callable[[Variable], str]) -> float:
+        """:meth:`run`'s makespan, without building its schedule."""
+        return max(self.times(devices, home)[1], default=0.0)
+
+    def times(self, devices: Sequence[str], home: Callable[[Variable], str]) -> Times:
+        """Each op's start and finish in :meth:`run`, and how many values are copied."""
+        copy_seconds, nbytes, seconds, values = self.costs.copy_seconds, self.nbytes, self.seconds, self.vars
         free: dict[str, float] = {}
         at: dict[str, tuple[float, str]] = {}  # value -> (ready, device) of its current version
         copied: dict[str, dict[str, float]] = {}  # value -> device -> when its copy is there
         read_done: dict[str, float] = {}  # value -> when its current version's last reader finishes
-        ops: list[ScheduledOp] = []
+        starts: list[float] = []
+        finishes: list[float] = []
         count = 0
-        for k, op in enumerate(self.ops):
+        for k, (inputs, outputs, is_copy) in enumerate(zip(self.inputs, self.outputs, self.copies)):
             device = devices[k]
-            ready = max((read_done.get(n, 0.0) for n in self.outputs[k]), default=0.0)
-            for name in self.inputs[k]:
-                if name in at:
-                    t, where = at[name]
-                else:
-                    var = self.vars[name]
+            ready = 0.0
+            for name in outputs:  # the readers of what it overwrites are done
+                t = read_done.get(name, 0.0)
+                if t > ready:
+                    ready = t
+            for name in inputs:
+                found = at.get(name)
+                if found is None:
+                    var = values[name]
                     t, where = 0.0, home(var) if var is not None else HOST
+                else:
+                    t, where = found
                 if where != device:
-                    nbytes = costs.var_bytes(block, name)
-                    if self.copies[k]:  # a copy op: on its own stream, the link's time
+                    if is_copy:  # a copy op: on its own stream, the link's time
                         count += 1
-                        t += costs.copy_seconds(nbytes, where, device)
+                        t += copy_seconds(nbytes[name], where, device)
                     else:
                         copies = copied.setdefault(name, {})
                         if device not in copies:
-                            copies[device] = t + costs.copy_seconds(nbytes, where, device)
+                            copies[device] = t + copy_seconds(nbytes[name], where, device)
                             count += 1
                         t = copies[device]
-                ready = max(ready, t)
-            if self.copies[k]:
+                if t > ready:
+                    ready = t
+            if is_copy:
                 start = finish = ready
             else:
                 start = max(ready, free.get(device, 0.0))
-                seconds = self.seconds.get((k, device))
-                if seconds is None:
-                    seconds = self.seconds[(k, device)] = op_cost(costs, op, device)
-                finish = free[device] = start + seconds
-            for name in self.inputs[k]:
-                read_done[name] = max(read_done.get(name, 0.0), finish)
-            for name in self.outputs[k]:
+                finish = free[device] = start + seconds(k, device)
+            for name in inputs:
+                if finish > read_done.get(name, 0.0):
+                    read_done[name] = finish
+            for name in outputs:
                 at[name] = (finish, device)
                 read_done[name] = finish
                 copied.pop(name, None)
-            ops.append(ScheduledOp(op.id, op.type, device, start, finish))
-        return Schedule(ops, count)
+            starts.append(start)
+            finishes.append(finish)
+        return starts, finishes, count
 
 
 # -- the pass ------------------------------------------------------------------------------------------------------
@@ -432,17 +532,21 @@ class AutoPlace(Pass):
         index = {op: i for i, op in enumerate(forward)}
         candidates = [_candidates(op, devices, placement) for op in forward]
         fixed = [placement.runs_on(op) if not c else "" for op, c in zip(forward, candidates)]
-        graph = _task_graph(block, forward, index, candidates, fixed, costs, placement)
         decided = [i for i, c in enumerate(candidates) if c]
         if not decided:
             note("no op to decide: every forward op is pinned, on the host, or has no kernel on these devices")
             return changed
-        schedule = heft(graph, devices)
         score = _Scorer(program, costs, placement, {forward[i]: k for k, i in enumerate(decided)})
+        graph = _task_graph(score.simulation, forward, index, candidates, fixed, placement)
+        schedule = heft(graph, devices)
 
         options = [(d, [d if d in candidates[i] else candidates[i][0] for i in decided]) for d in devices]
         options.append(("heft", [schedule.device[i] for i in decided]))
-        scored = [(score(assignment), label, assignment) for label, assignment in options]
+        timed: dict[tuple[str, ...], Times] = {}  # a candidate equal to another (HEFT's on a chain) runs once
+        for _, assignment in options:
+            if tuple(assignment) not in timed:
+                timed[tuple(assignment)] = score.times(assignment)
+        scored = [(max(timed[tuple(a)][1], default=0.0), label, a) for label, a in options]
         makespan, label, start = min(scored, key=lambda s: s[0])  # the first on a tie: one device before HEFT
         assignment = start
         if len(decided) * len(devices) * len(block.ops) <= REFINE_WORK:
@@ -455,7 +559,7 @@ class AutoPlace(Pass):
                 reason += f"; moved to {assignment[k]} by refinement"
             forward[i].set_attr(PLACEMENT_ATTR, reason)
         changed = True
-        result = score.schedule(assignment)
+        result = score.schedule(assignment, timed.get(tuple(assignment)))
         for m, name, _ in scored:
             note(f"{'HEFT' if name == 'heft' else 'all on ' + name}: predicted {_fmt(m)}")
         chosen = "the HEFT placement" if label == "heft" else f"one device, {label}"
@@ -476,20 +580,23 @@ class _Scorer:
         # per op: a device, or the index of the decided op whose device it takes, with its kernels' kinds
         self.rules: list[str | tuple[int, frozenset[str] | None]] = []
         for op in self.simulation.ops:
-            leader = self._leader(op, placement, decided)
             if op in decided:
                 self.rules.append((decided[op], None))
-            elif leader is not None:
+            elif (leader := self._leader(op, placement, decided)) is not None:
                 schema = find(op.type)
                 self.rules.append((decided[leader], schema.devices if schema is not None else None))
             else:
                 self.rules.append(placement.runs_on(op))
         position = {op: k for k, op in enumerate(self.simulation.ops)}
-        self.homes: dict[str, str | int] = {}  # variable -> its device, or the position of the op it lives with
+        self.homes: dict[str, str] = {}  # variable -> its device, when not the device of an op it lives with
+        self.tied: list[tuple[str, int]] = []  # (variable, the position of the op it lives with)
         for var in self.simulation.vars.values():
             if var is not None:
                 home = placement.home_op(var)
-                self.homes[var.name] = position[home] if home in position else placement.var_home(var) or HOST
+                if home in position:
+                    self.tied.append((var.name, position[home]))
+                else:
+                    self.homes[var.name] = placement.var_home(var) or HOST
 
     @staticmethod
     def _leader(op: Operator, placement: Placement, decided: dict[Operator, int]) -> Operator | None:
@@ -503,10 +610,19 @@ class _Scorer:
         return leader if isinstance(leader, Operator) and leader in decided else None
 
     def __call__(self, assignment: Sequence[str]) -> float:
-        return self.schedule(assignment).makespan
+        return self.simulation.makespan(*self._placed(assignment))
 
-    def schedule(self, assignment: Sequence[str]) -> Schedule:
-        """The predicted run with decided op ``k`` on ``assignment[k]``."""
+    def times(self, assignment: Sequence[str]) -> Times:
+        """:meth:`Simulation.times` with decided op ``k`` on ``assignment[k]``."""
+        return self.simulation.times(*self._placed(assignment))
+
+    def schedule(self, assignment: Sequence[str], times: Times | None = None) -> Schedule:
+        """The predicted run with decided op ``k`` on ``assignment[k]`` (``times``: already predicted)."""
+        devices, home = self._placed(assignment)
+        return self.simulation.run(devices, home) if times is None else self.simulation.schedule(devices, times)
+
+    def _placed(self, assignment: Sequence[str]) -> tuple[list[str], Callable[[Variable], str]]:
+        """Each op's device and where each value nobody wrote yet is, with decided op ``k`` on ``assignment[k]``."""
         devices: list[str] = []
         for rule in self.rules:
             if isinstance(rule, str):
@@ -514,8 +630,8 @@ class _Scorer:
             else:
                 device = assignment[rule[0]]
                 devices.append(device if rule[1] is None or device_kind(device) in rule[1] else HOST)
-        homes = {name: devices[h] if isinstance(h, int) else h for name, h in self.homes.items()}
-        return self.simulation.run(devices, lambda var: homes.get(var.name, HOST))
+        homes = {**self.homes, **{name: devices[k] for name, k in self.tied}}
+        return devices, lambda var: homes.get(var.name, HOST)
 
 
 def _candidates(op: Operator, devices: list[str], placement: Placement) -> list[str]:
@@ -537,29 +653,29 @@ def _candidates(op: Operator, devices: list[str], placement: Placement) -> list[
 
 
 def _task_graph(
-    block: Block,
+    simulation: Simulation,
     forward: list[Operator],
     index: dict[Operator, int],
     candidates: list[list[str]],
     fixed: list[str],
-    costs: CostModel,
     placement: Placement,
 ) -> TaskGraph:
     """The forward ops as tasks: a task's time per device counts the gradient and optimizer ops following it."""
-    extra: list[list[Operator]] = [[] for _ in forward]
+    block, costs = simulation.block, simulation.costs
+    position = {op: k for k, op in enumerate(simulation.ops)}
+    stands_for: list[list[int]] = [[position[op]] for op in forward]  # per task: the positions of its ops
     for op in block.ops:
         if is_training_op(op):
             leader = placement.follows(op)
             if isinstance(leader, Variable):
                 leader = placement.home_op(leader)
             if isinstance(leader, Operator) and leader in index:
-                extra[index[leader]].append(op)
+                stands_for[index[leader]].append(position[op])
     task_costs = [
-        {d: sum(op_cost(costs, o, d) for o in (op, *extra[i])) for d in (candidates[i] or [fixed[i]])}
-        for i, op in enumerate(forward)
+        {d: sum(simulation.seconds(k, d) for k in stands_for[i]) for d in (candidates[i] or [fixed[i]])}
+        for i in range(len(forward))
     ]
     graph = dependency_graph(block)
-    position = {op: k for k, op in enumerate(block.ops)}
     succ: list[dict[int, float]] = [{} for _ in forward]
     inputs: list[list[tuple[str, float]]] = [[] for _ in forward]
     written = {n for op in forward for n in op.output_names()}

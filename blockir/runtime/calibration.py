@@ -7,9 +7,10 @@ persistable the scope lacks is zeros), op by op on the calling thread, each op t
 tracer (:mod:`blockir.runtime.trace`) to the end of its work on its device (a GPU synchronized after each),
 and keeps per op type, input shapes and device kind the median of the timed runs (the first run, which
 compiles and warms up, is not timed). Copies between devices in those runs measure the links' bandwidth.
-The result is a :class:`~blockir.passes.costs.CostModel` of this machine at the feed's batch size:
-``blockir profile`` saves it, and an executor with ``BuildStrategy.auto_place`` and no ``cost_file``
-caches it under the user's cache directory (:func:`cache_path`).
+The result is a :class:`~blockir.passes.costs.CostModel` of this machine at the feed's batch size, naming
+the program it measured (:func:`program_tag`): ``blockir profile`` saves it, and an executor with
+``BuildStrategy.auto_place`` and no ``cost_file`` merges it into this machine's cache under the user's cache
+directory (:func:`cached_costs`), which a program already named there skips.
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ import os
 import statistics
 from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, TypedDict, Unpack
 
 import numpy as np
 
@@ -33,7 +34,7 @@ from blockir.runtime.executor import Executor
 from blockir.runtime.scope import Scope, global_scope
 from blockir.runtime.trace import Tracer
 
-__all__ = ["cache_path", "cached_costs", "calibrate", "feed_batch"]
+__all__ = ["CalibrationOptions", "cache_path", "cached_costs", "calibrate", "feed_batch", "program_tag"]
 
 
 def cache_path() -> Path:
@@ -55,6 +56,11 @@ def feed_batch(program: Program, feed: Mapping[str, Any]) -> int:
                 if want == -1:
                     return int(got)
     return 1
+
+
+def program_tag(program: Program, batch: int) -> str:
+    """How a cost file names a program it measured: ``DIGEST@BATCH``."""
+    return f"{program.digest()}@{batch}"
 
 
 def _check_calibratable(program: Program) -> None:
@@ -102,7 +108,7 @@ def calibrate(
 ) -> CostModel:
     """Measure ``program``'s ops fed ``feed`` on one device of each kind among ``devices`` (module
     docstring); ``scope`` (default: the global scope) lends copies of its persistables; ``build_strategy``'s
-    fusions are applied as a run would (its ``auto_place`` is not)."""
+    fusions are applied as a run would (its ``auto_place`` is not). The model's ``programs`` name ``program``."""
     if runs < 1:
         raise BlockirError(f"calibration needs runs >= 1, got {runs}")
     checked = [checked_device(d, "a calibration device") for d in devices]
@@ -111,6 +117,7 @@ def calibrate(
     _check_calibratable(program)
     batch = feed_batch(program, feed)
     model = CostModel.for_machine(batch)
+    model.programs.append(program_tag(program, batch))
     strategy = copy.copy(build_strategy) if build_strategy is not None else BuildStrategy()
     strategy.auto_place = False
     fetch = None if fetch_list is None else [getattr(f, "name", f) for f in fetch_list]
@@ -172,26 +179,28 @@ def _collect(
         work.setdefault(key, model.work_seconds(op, where))
 
 
+class CalibrationOptions(TypedDict, total=False):
+    """The keyword options of :func:`calibrate`, which :func:`cached_costs` passes on."""
+
+    fetch_list: Iterable[Any] | None
+    scope: Scope | None
+    build_strategy: BuildStrategy | None
+    runs: int
+
+
 def cached_costs(
-    program: Program,
-    feed: Mapping[str, Any],
-    devices: Sequence[str],
-    *,
-    fetch_list: Iterable[Any] | None = None,
-    scope: Scope | None = None,
-    build_strategy: BuildStrategy | None = None,
+    program: Program, feed: Mapping[str, Any], devices: Sequence[str], **options: Unpack[CalibrationOptions]
 ) -> str:
-    """The path of this machine's cached cost file (:func:`cache_path`), calibrated on ``program`` at
-    ``feed``'s batch size first when it has not been (a file that cannot be read is calibrated anew)."""
+    """The path of this machine's cached cost file (:func:`cache_path`), calibrated (:func:`calibrate`, with
+    ``options``) on ``program`` at ``feed``'s batch size first when it does not name that program yet (a file
+    that cannot be read is calibrated anew)."""
     path = cache_path()
-    tag = f"{program.digest()}@{feed_batch(program, feed)}"
     try:
         model: CostModel | None = CostModel.load(path) if path.exists() else None
     except BlockirError:
         model = None
-    if model is None or tag not in model.programs:
-        new = calibrate(program, feed, devices, fetch_list=fetch_list, scope=scope, build_strategy=build_strategy)
-        new.programs.append(tag)
+    if model is None or program_tag(program, feed_batch(program, feed)) not in model.programs:
+        new = calibrate(program, feed, devices, **options)
         model = new if model is None else model.merged(new)
         path.parent.mkdir(parents=True, exist_ok=True)
         model.save(path)

@@ -45,6 +45,7 @@ from dataclasses import dataclass
 from typing import Any, NamedTuple, cast
 
 import networkx as nx
+import numpy as np
 
 from blockir.errors import ExecutionError
 from blockir.ir.devices import HOST
@@ -100,10 +101,12 @@ _ALONE = _references((object(),), 0)
 
 def _reusable(args: Sequence[Any], candidates: tuple[tuple[int, int], ...]) -> list[bool]:
     """Per argument, whether the kernel may overwrite it: a candidate that nothing but ``args`` references
-    and that owns its memory (``base`` is None: not a view)."""
+    and that owns its memory (``base`` is None: not a view), an array (a numpy scalar, which a ufunc gives for
+    0-d operands, has ``base`` None too but cannot be written)."""
     reuse = [False] * len(args)
     for k, _ in candidates:
-        reuse[k] = _references(args, k) == _ALONE and getattr(args[k], "base", False) is None
+        alone = _references(args, k) == _ALONE  # before any other reference to the argument is taken
+        reuse[k] = alone and getattr(args[k], "base", False) is None and not np.isscalar(args[k])
     return reuse
 
 

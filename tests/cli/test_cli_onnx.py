@@ -56,6 +56,46 @@ def test_run_feeds_by_the_files_names_and_saves_the_outputs(onnx_dir: Path, caps
     np.testing.assert_allclose(value, np.maximum(np.ones((2, 4)) @ (np.arange(12).reshape(4, 3) / 10), 0), rtol=1e-6)
 
 
+def _write_named_outputs(path: Path) -> None:
+    """A model whose output names blockir's names cannot hold (``/`` leading, ``::``, ``@``)."""
+    graph = helper.make_graph(
+        [
+            helper.make_node("Conv", ["/in@0", "w"], ["/layer1/Conv_output_0"], name="/layer1/Conv"),
+            helper.make_node("Add", ["/layer1/Conv_output_0", "b"], ["onnx::Add_3"], name="add"),
+            helper.make_node("Relu", ["onnx::Add_3"], ["y@GRAD"], name="relu"),
+        ],
+        "g",
+        [helper.make_tensor_value_info("/in@0", TensorProto.FLOAT, ["N", 1, 3, 3])],
+        [helper.make_tensor_value_info(n, TensorProto.FLOAT, None) for n in ("y@GRAD", "onnx::Add_3")]
+        + [helper.make_tensor_value_info("/layer1/Conv_output_0", TensorProto.FLOAT, None)],
+        initializer=[
+            numpy_helper.from_array(np.arange(4, dtype="float32").reshape(1, 1, 2, 2) - 1.5, "w"),
+            numpy_helper.from_array(np.asarray(-0.5, "float32"), "b"),
+        ],
+    )
+    path.write_bytes(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]).SerializeToString())
+
+
+def test_run_keys_the_outputs_by_the_files_names(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    from onnx.reference import ReferenceEvaluator
+
+    _write_named_outputs(tmp_path / "m.onnx")
+    x = np.random.default_rng(0).standard_normal((2, 1, 3, 3)).astype("float32")
+    np.save(tmp_path / "x.npy", x)
+    want = ReferenceEvaluator(str(tmp_path / "m.onnx")).run(None, {"/in@0": x})
+    out = tmp_path / "out.npz"
+    assert main(["run", str(tmp_path / "m.onnx"), "--feed", f"/in@0={tmp_path / 'x.npy'}", "--out", str(out)]) == 0
+    saved = np.load(out)
+    assert saved.files == ["y@GRAD", "onnx::Add_3", "/layer1/Conv_output_0"]
+    for name, value in zip(saved.files, want):
+        np.testing.assert_allclose(saved[name], value, rtol=1e-6)
+    assert "wrote y@GRAD, onnx::Add_3, /layer1/Conv_output_0" in capsys.readouterr().out
+    # --fetch takes the file's names too (an output or any value), and prints by them
+    argv = ["run", str(tmp_path / "m.onnx"), "--feed", f"/in@0={tmp_path / 'x.npy'}", "--fetch", "onnx::Add_3"]
+    assert main(argv) == 0
+    assert capsys.readouterr().out.startswith("onnx::Add_3: float32[2, 1, 2, 2]")
+
+
 def test_viz_names_the_onnx_node_in_each_ops_lineage(onnx_dir: Path, capsys: pytest.CaptureFixture[str]) -> None:
     page = onnx_dir / "m.html"
     assert main(["viz", str(onnx_dir / "m.onnx"), "-o", str(page)]) == 0
@@ -99,6 +139,40 @@ def _wrong_magic(work: Path) -> list[str]:
     return ["viz", str(work / "p.onnx"), "-o", str(work / "out.html")]
 
 
+def _empty(work: Path) -> list[str]:
+    (work / "e.onnx").write_bytes(b"")
+    return ["show", str(work / "e.onnx"), "--verify"]
+
+
+def _graph_file(work: Path, name: str, nodes: list, initializers: tuple = ()) -> Path:
+    graph = helper.make_graph(
+        nodes,
+        "g",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 3])],
+        [helper.make_tensor_value_info(nodes[-1].output[0], TensorProto.FLOAT, None)],
+        initializer=list(initializers),
+    )
+    path = work / name
+    path.write_bytes(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]).SerializeToString())
+    return path
+
+
+def _cycle(work: Path) -> list[str]:
+    nodes = [helper.make_node("Relu", ["b"], ["a"], name="r1"), helper.make_node("Relu", ["a"], ["b"], name="r2")]
+    return ["run", str(_graph_file(work, "c.onnx", nodes))]
+
+
+def _missing_input(work: Path) -> list[str]:
+    nodes = [helper.make_node("Add", ["x", "nowhere"], ["y"], name="add")]
+    return ["viz", str(_graph_file(work, "m.onnx", nodes)), "-o", str(work / "out.html")]
+
+
+def _contradicting_shapes(work: Path) -> list[str]:
+    w = numpy_helper.from_array(np.ones((4, 5), "float32"), "w")
+    nodes = [helper.make_node("MatMul", ["x", "w"], ["y"], name="mm")]
+    return ["show", str(_graph_file(work, "s.onnx", nodes, (w,)))]
+
+
 def _unknown_feed(work: Path) -> list[str]:
     _write_model(work / "m.onnx")
     return ["run", str(work / "m.onnx"), "--feed", f"nope={work / 'x.npy'}"]
@@ -110,6 +184,10 @@ CASES: dict[str, tuple[Case, str]] = {
     "not an ONNX file": (_wrong_magic, "p.onnx: not an ONNX model"),
     "a feed the model lacks": (_unknown_feed, "'nope' is not an input of the model (its inputs: in put)"),
     "missing file": (lambda work: ["show", str(work / "absent.onnx")], "absent.onnx"),
+    "empty file": (_empty, "e.onnx: not an ONNX model"),
+    "a cycle": (_cycle, "node r1 (Relu): input 'b' is a later node's output (the graph has a cycle"),
+    "a missing input": (_missing_input, "node add (Add): input 'nowhere' is defined nowhere in the graph"),
+    "shapes that contradict": (_contradicting_shapes, "s.onnx: cannot import 1 part(s) of the model: node mm (MatMul)"),
 }
 
 

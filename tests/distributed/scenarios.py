@@ -13,6 +13,8 @@ import signal
 import threading
 import time
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -75,33 +77,62 @@ def sync_run(
     return {"failures": result.failures}
 
 
+def sync_failures(
+    out: Path, backend: str, servers: int, workers: int, model: str, optimizer: str, mode: str = "sync"
+) -> dict:
+    """The failures of :func:`sync_run` with its default steps."""
+    return sync_run(out, backend, servers, workers, model, optimizer, mode=mode)["failures"]
+
+
 SYNC_CASES = [(model, optimizer) for model in ("dense", "sparse") for optimizer in ("sgd", "adam", "adagrad")]
 
 
-def run_all(root: Path, backend: str) -> dict[str, Any]:
-    """Every scenario, results under ``root``; the launches' failures by scenario."""
-    failures: dict[str, Any] = {}
-    for model, optimizer in SYNC_CASES:
-        for servers, workers in ((1, 1), (2, 2)):
-            name = f"sync-{model}-{optimizer}-{servers}x{workers}"
-            failures[name] = sync_run(root / name, backend, servers, workers, model, optimizer)["failures"]
-    for model in ("dense", "sparse"):
-        failures[f"geo-{model}"] = sync_run(root / f"geo-{model}", backend, 1, 1, model, "adagrad", mode="geo1")[
-            "failures"
-        ]
-    failures["async-bow"] = async_run(root / "async-bow", backend)
-    failures["geo-bow"] = async_run(root / "geo-bow", backend, k_steps=4)
-    failures["failing"] = launch(SCRIPTS / "failing.py", 2, 2, [], backend=backend, timeout=60).failures
+def _restart(root: Path, backend: str, model: str, optimizer: str) -> dict[str, Any]:
+    """check_restart's verdict as a launch's failures: none, or what the check found."""
+    try:
+        check_restart(root, backend, model, optimizer, 3)
+        return {}
+    except AssertionError as e:  # judged in the test process
+        return {"check": str(e)[:2000]}
+
+
+def all_scenarios(root: Path, backend: str) -> dict[str, Callable[[], Any]]:
+    """Every scenario, by name, results under ``root``: each runs its launches and gives their failures. The
+    longest come first (:func:`run_all` starts them in this order)."""
+    found: dict[str, Callable[[], Any]] = {}
     for model, optimizer in (("sparse", "adam"), ("dense", "adam")):
-        try:
-            check_restart(root / f"restart-{model}", backend, model, optimizer, 3)
-            failures[f"restart-{model}"] = {}
-        except AssertionError as e:  # judged in the test process
-            failures[f"restart-{model}"] = {"check": str(e)[:2000]}
+        found[f"restart-{model}"] = partial(_restart, root / f"restart-{model}", backend, model, optimizer)
     if backend == "ray":  # a role's process killed by its pid
         for name, kill in FAULTS.items():
-            failures[name] = fault_run(root / name, backend, kill, final=name == "fault-server-final")
-    return failures
+            found[name] = partial(fault_run, root / name, backend, kill, final=name == "fault-server-final")
+    found["async-bow"] = partial(async_run, root / "async-bow", backend)
+    found["geo-bow"] = partial(async_run, root / "geo-bow", backend, k_steps=4)
+    found["failing"] = lambda: launch(SCRIPTS / "failing.py", 2, 2, [], backend=backend, timeout=60).failures
+    for model, optimizer in SYNC_CASES:
+        for servers, workers in ((2, 2), (1, 1)):
+            name = f"sync-{model}-{optimizer}-{servers}x{workers}"
+            found[name] = partial(sync_failures, root / name, backend, servers, workers, model, optimizer)
+    for model in ("dense", "sparse"):
+        found[f"geo-{model}"] = partial(sync_failures, root / f"geo-{model}", backend, 1, 1, model, "adagrad", "geo1")
+    return found
+
+
+def run_all(
+    scenarios: dict[str, Callable[[], Any]], parallel: int = 1, seconds: dict[str, float] | None = None
+) -> dict[str, Any]:
+    """Run ``scenarios`` (:func:`all_scenarios`), up to ``parallel`` at once; what each gave, by name. With
+    ``seconds``, how long each took goes there."""
+
+    def timed(name: str) -> Any:
+        start = time.monotonic()
+        try:
+            return scenarios[name]()
+        finally:
+            if seconds is not None:
+                seconds[name] = round(time.monotonic() - start, 1)
+
+    with ThreadPoolExecutor(parallel) as pool:
+        return dict(zip(scenarios, pool.map(timed, scenarios)))
 
 
 FAULT_DOCS, FAULT_STEP_S, CHECKPOINT_EVERY = 8000, 0.02, 20  # 125 steps a worker; a checkpoint every 20 of them

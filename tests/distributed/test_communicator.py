@@ -13,10 +13,12 @@ from typing import Any
 
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 import blockir as bir
 from blockir.distributed.api import SERVER_METHODS, ParameterServerAPI, ServerHandle
-from blockir.distributed.communicator import AsyncCommunicator, _merge_rows, _sum_distinct
+from blockir.distributed.communicator import AsyncCommunicator, _merge_rows, _RowCache, _sum_distinct
 from blockir.distributed.server import ParameterServer
 from blockir.parallel.async_executor import _looking_ahead
 from tests.distributed.test_server import TABLE, _split
@@ -231,3 +233,48 @@ def test_an_async_worker_hands_each_batch_over_depth_batches_before_it_runs(dept
         assert events.index(f"ahead {min(k + depth, 4)}") < events.index(f"run {k}")
         if k + depth + 1 <= 4:
             assert events.index(f"ahead {k + depth + 1}") > events.index(f"run {k}")
+
+
+_cache_ids = st.lists(st.integers(0, 2**40), max_size=12, unique=True)
+_cache_ops = st.lists(
+    st.tuples(st.sampled_from(["lookup", "insert", "note", "take", "replace"]), _cache_ids, st.integers(0, 99)),
+    max_size=40,
+)
+
+
+@settings(max_examples=100, deadline=None)
+@given(_cache_ops)
+def test_the_row_cache_follows_its_rules_as_a_dict_does(ops: list) -> None:
+    """The worker's row cache against a dict kept by its documented rules: a lookup finds what was inserted and
+    notes the ids used; an insert keeps a row the cache has (rule 4); a refresh replaces the cache with the
+    rows asked for at the window's end, keeping (as they were) the rows used or noted since, and nothing else
+    (rule 3)."""
+    cache, model = _RowCache({"t": 2}, 1), {}
+    used: set[int] = set()  # used or noted since the last take_used
+    asked: list[int] | None = None
+    for kind, ids, value in ops:
+        uniq = np.array(sorted(ids), np.int64)
+        if kind == "lookup":
+            rows, missing = cache.lookup("t", uniq)
+            assert uniq[missing].tolist() == [i for i in sorted(ids) if i not in model]
+            want = np.array([model[i] for i in sorted(ids) if i in model], np.float32).reshape(-1, 2)
+            np.testing.assert_array_equal(rows[~missing], want)
+            assert (rows[missing] == 0).all()
+            used |= set(ids)
+        elif kind == "insert":
+            cache.insert("t", uniq, np.full((len(uniq), 2), value, np.float32))
+            for i in ids:
+                model.setdefault(i, [float(value)] * 2)
+        elif kind == "note":
+            cache.note("t", uniq)
+            used |= set(ids)
+        elif kind == "take":
+            asked = cache.take_used().get("t", np.zeros(0, np.int64)).tolist()
+            assert asked == sorted(used)
+            used = set()
+        elif asked is not None:  # replace: the rows asked for, refreshed
+            fresh = np.array(asked, np.int64)
+            cache.replace({"t": (fresh, np.full((len(fresh), 2), value, np.float32))})
+            model = {i: model[i] for i in used if i in model} | {i: [float(value)] * 2 for i in asked}
+            asked = None
+        assert cache.missing("t", uniq).tolist() == [i for i in sorted(ids) if i not in model]

@@ -1,7 +1,8 @@
 """The parameter-server scenarios of scenarios.py against the Ray backend, judged by the same checks as the
 in-process backend's (test_fleet.py), and ``blockir launch --backend ray`` itself (its roles' output, their
-failures, its cluster's directory). Ray runs inside a loopback-only network namespace with the loopback
-recipe (ray_driver.py), and every socket it listens on must be on loopback."""
+failures, its cluster's directory). Ray runs inside loopback-only network namespaces with the loopback
+recipe (ray_driver.py: its three drivers at once, each in a namespace of its own), and every socket it listens
+on must be on loopback."""
 
 from __future__ import annotations
 
@@ -11,6 +12,8 @@ import re
 import shutil
 import subprocess
 import sys
+import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -30,45 +33,80 @@ def _namespace_works() -> bool:
     return probe.returncode == 0
 
 
-def _in_namespace(out: Path, driver_args: str, timeout: float) -> None:
-    """Run ``python -m tests.distributed.ray_driver DRIVER_ARGS`` in a loopback-only network namespace."""
+# driver -> ray_driver's option, how long it may take: each runs in a loopback-only network namespace of its own
+DRIVERS = {"ray": ("", 800), "launches": ("--launches", 600), "nodes": ("--nodes", 400)}
+
+
+@pytest.fixture(scope="module")
+def drivers(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, tuple[Path, subprocess.Popen]]]:
+    """Every driver of :data:`DRIVERS` running together (``python -m tests.distributed.ray_driver OPTION OUT``):
+    each waits much of its time on its roles' processes starting, which the others fill. They start their
+    clusters one at a time (ray_driver.one_start_at_a_time), the longest first: the others start once its
+    cluster is up (``OUT/cluster-up``). By name: its OUT (with its output in ``driver.out`` and
+    ``driver.err``) and its process."""
     pytest.importorskip("ray")
     if not _namespace_works():
         pytest.skip("no loopback-only network namespace here (unshare -n needs root)")
-    command = f"ip link set lo up; exec {sys.executable} -m tests.distributed.ray_driver {driver_args}"
-    env = dict(os.environ, PYTHONPATH=str(ROOT))
-    done = subprocess.run(
-        ["unshare", "-n", "-p", "-f", "--mount-proc", "bash", "-c", command],
-        cwd=ROOT,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=timeout,
-    )
-    assert done.returncode == 0, done.stdout[-4000:] + done.stderr[-4000:]
+    lock = tmp_path_factory.mktemp("lock") / "ray-start"
+    env = dict(os.environ, PYTHONPATH=str(ROOT), BLOCKIR_RAY_START_LOCK=str(lock))
+    started: dict[str, tuple[Path, subprocess.Popen]] = {}
+    try:
+        for name, (option, timeout) in DRIVERS.items():
+            if started:  # after the first's cluster started (or the first ended)
+                first_out, first = next(iter(started.values()))
+                deadline = time.monotonic() + timeout
+                while not (first_out / "cluster-up").exists() and first.poll() is None and time.monotonic() < deadline:
+                    time.sleep(0.1)
+            out = tmp_path_factory.mktemp(name)
+            command = f"ip link set lo up; exec {sys.executable} -m tests.distributed.ray_driver {option} {out}"
+            with open(out / "driver.out", "w") as stdout, open(out / "driver.err", "w") as stderr:
+                started[name] = (
+                    out,
+                    subprocess.Popen(
+                        ["unshare", "-n", "-p", "-f", "--kill-child", "--mount-proc", "bash", "-c", command],
+                        cwd=ROOT,
+                        env=env,
+                        stdout=stdout,
+                        stderr=stderr,
+                    ),
+                )
+        yield started
+    finally:
+        for _, process in started.values():
+            if process.poll() is None:
+                process.kill()  # unshare then kills its child, the namespace's first process: all of them end
+            process.wait()
 
 
-@pytest.fixture(scope="module")
-def ray_results(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    out = tmp_path_factory.mktemp("ray")
-    _in_namespace(out, str(out), 800)
+def _finished(drivers: dict[str, tuple[Path, subprocess.Popen]], name: str) -> Path:
+    """The OUT of driver ``name`` once it ended well (within its time of :data:`DRIVERS`)."""
+    out, process = drivers[name]
+    try:
+        status = process.wait(DRIVERS[name][1])
+    except subprocess.TimeoutExpired:
+        process.kill()
+        status = process.wait()
+    output = (out / "driver.out").read_text()[-4000:] + (out / "driver.err").read_text()[-4000:]
+    assert status == 0, output
     return out
 
 
 @pytest.fixture(scope="module")
-def ray_launches(tmp_path_factory: pytest.TempPathFactory) -> dict:
-    """The reports of ray_driver.LAUNCHES: ``blockir launch --backend ray`` run twice (a short script each)."""
-    out = tmp_path_factory.mktemp("launches")
-    _in_namespace(out, f"--launches {out}", 600)
-    return json.loads((out / "launches.json").read_text())
+def ray_results(drivers: dict[str, tuple[Path, subprocess.Popen]]) -> Path:
+    """What ray_driver.main wrote: every scenario of scenarios.py on one cluster, and the data plane's."""
+    return _finished(drivers, "ray")
 
 
 @pytest.fixture(scope="module")
-def ray_nodes(tmp_path_factory: pytest.TempPathFactory) -> Path:
+def ray_launches(drivers: dict[str, tuple[Path, subprocess.Popen]]) -> dict:
+    """The reports of ray_driver.LAUNCHES: ``blockir launch --backend ray`` run with a short script."""
+    return json.loads((_finished(drivers, "launches") / "launches.json").read_text())
+
+
+@pytest.fixture(scope="module")
+def ray_nodes(drivers: dict[str, tuple[Path, subprocess.Popen]]) -> Path:
     """What ray_driver.nodes wrote: a launch on a cluster of two Ray nodes (two raylets on this machine)."""
-    out = tmp_path_factory.mktemp("nodes")
-    _in_namespace(out, f"--nodes {out}", 400)
-    return out
+    return _finished(drivers, "nodes")
 
 
 def _report(out: Path) -> dict:

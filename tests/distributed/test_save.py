@@ -9,6 +9,7 @@ import pytest
 
 from blockir.distributed.saves import format_inspection, inspect, reshard
 from blockir.errors import BlockirError
+from blockir.io.manifest import ShardEntry, TableEntry
 from blockir.io.persistence import (
     MANIFEST_FILE,
     incomplete_saves,
@@ -53,8 +54,32 @@ def test_a_save_that_dies_before_its_manifest_leaves_the_previous_one(tmp_path: 
         save_sharded(tmp_path, {"w": np.ones(3)}, dies)
     assert (tmp_path / MANIFEST_FILE).read_bytes() == before
     table = saved_tables(tmp_path)["t"]
-    assert read_shard(tmp_path, "t", table, table["shards"][0])["ids"].tolist() == [0, 1, 2, 3]
+    assert read_shard(tmp_path, "t", table, table.shards[0])["ids"].tolist() == [0, 1, 2, 3]
     assert len([p for p in tmp_path.iterdir() if p.name.startswith("gen-")]) == 1  # the dead save's files went
+
+
+def test_a_table_entry_crosses_the_disk_as_json_and_a_bad_one_from_a_writer_is_refused(tmp_path: Path) -> None:
+    """The manifest's table entries are dataclasses in the code and JSON on disk: an entry read back is the entry
+    written; an entry a writer hands the save that belies a claim is refused naming the field, and the previous
+    save stays the one that loads."""
+    save_sharded(tmp_path, {"w": np.zeros(3)}, lambda d: _table_entry(d, tmp_path.resolve(), 4))
+    table = saved_tables(tmp_path)["t"]
+    assert isinstance(table, TableEntry) and isinstance(table.shards[0], ShardEntry)
+    assert TableEntry.from_json(table.to_json(), "here", "t") == table
+    grown = table.with_delta(table.shards)
+    assert grown.chain() == (table.shards, table.shards) and TableEntry.from_json(grown.to_json(), "", "t") == grown
+    before = (tmp_path / MANIFEST_FILE).read_bytes()
+
+    def bad(directory: Path) -> dict:
+        entry = _table_entry(directory, tmp_path.resolve(), 2)
+        entry["t"]["shards"][0]["rows"] = -1
+        return entry
+
+    with pytest.raises(BlockirError, match=r"\(being written\): table 't': shard .* rows -1 is not a count"):
+        save_sharded(tmp_path, {"w": np.ones(3)}, bad)
+    assert (tmp_path / MANIFEST_FILE).read_bytes() == before
+    with pytest.raises(BlockirError, match=r"the-save: table 't': dim 0 is not 1 or more"):
+        TableEntry.from_json({**table.to_json(), "dim": 0}, "the-save", "t")
 
 
 def _chain_save(save: Path) -> None:
@@ -93,7 +118,7 @@ def _chain_save(save: Path) -> None:
         {},
         lambda g: {
             "t": {
-                **before,
+                **before.to_json(),
                 "deltas": [{"shards": [shard(g, "delta", 0, [2], [4], []), shard(g, "delta", 1, [7], [], [9])]}],
             }
         },
@@ -103,10 +128,10 @@ def _chain_save(save: Path) -> None:
 def _rows(save: Path) -> dict[int, tuple[list[float], ...]]:
     """Every row of table ``t`` of a full save (no deltas): id -> (its row, each state's)."""
     table = saved_tables(save)["t"]
-    assert "deltas" not in table
-    names = ["t", *table["states"]]
+    assert not table.deltas
+    names = ["t", *table.states]
     rows = {}
-    for shard in table["shards"]:
+    for shard in table.shards:
         part = read_shard(save, "t", table, shard)
         assert all(part[n].dtype == np.float32 and part[n].shape[1:] == (2,) for n in names)
         for k, i in enumerate(part["ids"].tolist()):
@@ -124,8 +149,8 @@ def test_reshard_applies_the_chain_and_keeps_every_row_its_state_and_the_ids_not
     assert sorted(rows) == [0, 1, 2, 3, 5, 7]  # 4 removed by the delta, 7 added
     assert rows[2] == ([21.0, 21.0], [0.5, 0.5]) and rows[3] == ([30.0, 31.0], [0.25, 0.25])  # 2: the delta's
     table = saved_tables(tmp_path / "moved")["t"]
-    assert table["servers"] == servers and table["states"] == ["m"]
-    pending = [read_shard(tmp_path / "moved", "t", table, s)["pending_ids"].tolist() for s in table["shards"]]
+    assert table.servers == servers and table.states == ("m",)
+    pending = [read_shard(tmp_path / "moved", "t", table, s)["pending_ids"].tolist() for s in table.shards]
     assert sum(pending, []) == [9] and pending[9 % servers] == [9]
     assert inspect(tmp_path / "moved", verify=True)["tables"]["t"]["rows"] == [
         sum(i % servers == k for i in rows) for k in range(servers)
@@ -146,7 +171,7 @@ def test_reshard_writes_only_into_a_new_or_empty_directory(tmp_path: Path) -> No
     assert sorted(_rows(tmp_path / "empty")) == [0, 1, 2]
     with pytest.raises(BlockirError, match="reshard: DST .*empty exists; the copy goes to a new"):
         reshard(tmp_path / "save", tmp_path / "empty", 3)
-    assert saved_tables(tmp_path / "empty")["t"]["servers"] == 2  # untouched
+    assert saved_tables(tmp_path / "empty")["t"].servers == 2  # untouched
     with pytest.raises(BlockirError, match="SRC and DST must differ"):
         reshard(tmp_path / "save", tmp_path / "save", 3)
 
@@ -295,7 +320,7 @@ save_sharded({str(save)!r}, {{"w": np.ones(3)}}, shards)
     assert child.returncode == -signal.SIGKILL
     assert (save / MANIFEST_FILE).read_bytes() == before  # the killed save never became the save
     table = saved_tables(save)["t"]
-    assert read_shard(save, "t", table, table["shards"][0])["ids"].tolist() == [0, 1, 2, 3]
+    assert read_shard(save, "t", table, table.shards[0])["ids"].tolist() == [0, 1, 2, 3]
     assert len([p for p in save.iterdir() if p.name.startswith("gen-")]) == 2  # the killed save's files remain ...
     assert incomplete_saves(save) == ["gen-000002"]  # ... reported as a save that did not finish ...
     assert "incomplete save gen-000002: it did not finish" in format_inspection(inspect(save))

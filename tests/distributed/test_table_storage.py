@@ -4,7 +4,7 @@ cost of a batch of new ids whatever the table's size, and one lock per table."""
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import numpy as np
@@ -14,7 +14,8 @@ from hypothesis import strategies as st
 
 import blockir as bir
 from blockir.distributed.index import IdIndex
-from blockir.distributed.server import ParameterServer
+from blockir.distributed.server import ParameterServer, _FullSave, _Shard
+from blockir.io.manifest import TableEntry
 from blockir.passes.distribute import split
 from tests.ir.complexity import cpu_seconds
 
@@ -100,23 +101,25 @@ def test_a_row_dropped_by_shrink_is_reused_by_a_new_id_with_fresh_values_and_sta
 
 def _stream(rows: int, batch: int = 5000, batches: int = 10) -> Callable[[], None]:
     """A server whose table holds ``rows`` rows, and the work of pushing ``batches`` batches of new ids into it."""
-    srv = _server(rows + 4 * batches * batch)
+    height = rows + 4 * batches * batch
+    srv = _server(height)
     grad = np.full((batch, 4), 0.01, np.float32)
-    fresh = iter(np.random.default_rng(rows).permutation(rows + 4 * batches * batch).reshape(-1, batch))
+    order = np.random.default_rng(rows).permutation(height)
+    fresh = iter(order[rows:].reshape(-1, batch))
 
     def push() -> None:
         for _ in range(batches):
             srv.push(0, {}, {TABLE: (next(fresh), grad)})
 
-    while srv.table_size(TABLE) < rows:
-        srv.push(0, {}, {TABLE: (next(fresh), grad)})
+    for part in np.array_split(order[:rows], max(1, rows // 100_000)):  # filled in large pushes: cheaper
+        srv.push(0, {}, {TABLE: (part, np.full((len(part), 4), 0.01, np.float32))})
     return push
 
 
 def test_a_batch_of_new_ids_costs_the_same_in_a_table_ten_times_larger() -> None:
-    """Process CPU time of pushing 10 batches of 5,000 new ids (in a random order) into a table of 200,000 and
-    one of 2,000,000 rows, the least of 3 each, the two alternating (so that both see the machine as it is)."""
-    small, large = 200_000, 2_000_000
+    """Process CPU time of pushing 10 batches of 5,000 new ids (in a random order) into a table of 100,000 and
+    one of 1,000,000 rows, the least of 3 each, the two alternating (so that both see the machine as it is)."""
+    small, large = 100_000, 1_000_000
     work = {small: _stream(small), large: _stream(large)}
     times: dict[int, list[float]] = {small: [], large: []}
     for _ in range(3):
@@ -249,6 +252,70 @@ def test_a_row_changed_while_a_save_completes_is_in_the_next_delta(tmp_path: Pat
     _same(_loaded(tmp_path, entry, 100), _rows(srv))
 
 
+def _every_row(shard: _Shard) -> dict[int, np.ndarray]:
+    """id -> its row and each state's, side by side (read as the caller holds the table's lock)."""
+    both = np.concatenate([shard.arrays[name] for name in sorted(shard.store)], axis=1)
+    return dict(zip(shard.ids.tolist(), both, strict=True))
+
+
+@pytest.mark.parametrize("free", [False, True])
+def test_pushes_during_a_full_save_are_neither_lost_nor_torn(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, free: bool
+) -> None:
+    """A full save holds the table's lock only between parts (pulls, pushes, a shrink and new ids in rows it
+    freed go through meanwhile, each from a thread that must finish within 10 s); the base holds every row and
+    its state as they were when the save began, and the delta after it every change made while it was written."""
+    monkeypatch.setattr(_FullSave, "PART_BYTES", 512)  # parts of 32 rows: many chances to interleave
+    rng = np.random.default_rng(7)
+    srv = _server(10**6)
+    ids = rng.permutation(10**6)[:4000].astype(np.int64)
+    srv.push(0, {}, {TABLE: (ids, rng.normal(size=(4000, 4)).astype(np.float32))})
+    shard = srv.shards[TABLE]
+    if free:  # rows free when the save begins: it writes the live ones
+        shard.drop(ids[:100])
+    began: dict[int, np.ndarray] = {}
+    begin_save = shard.begin_save
+    monkeypatch.setattr(shard, "begin_save", lambda: (began.update(_every_row(shard)), begin_save()))
+    read, changed = _FullSave._read, []
+
+    def meanwhile(k: int) -> None:
+        some = rng.choice(ids[100:], 50, replace=False)
+        with srv._table_locks[TABLE]:
+            shard.drop(some[:5])  # as shrink does: their rows are free ...
+        fresh = rng.integers(0, 10**6, 10).astype(np.int64)
+        grad = rng.normal(size=(55, 4)).astype(np.float32)
+        srv.push(0, {}, {TABLE: (np.concatenate([some[5:], fresh]), grad)})  # ... and new ids take them
+        srv.pull_sparse(TABLE, some)
+        changed.append(k)
+
+    def interleaved(self: _FullSave, name: str, lock: threading.Lock) -> Iterator[np.ndarray]:
+        for k, part in enumerate(read(self, name, lock)):
+            if k % 20 == 0:
+                thread = threading.Thread(target=meanwhile, args=(k,))
+                thread.start()
+                thread.join(10)
+                assert not thread.is_alive(), "a push waited for the save's write"
+            yield part
+
+    monkeypatch.setattr(_FullSave, "_read", interleaved)
+    chain: list[dict] = []
+    base = _saved(srv, tmp_path, chain, delta=False)
+    srv.commit_save()
+    monkeypatch.setattr(_FullSave, "_read", read)
+    monkeypatch.setattr(shard, "begin_save", begin_save)
+    assert len(changed) > 10 and not shard.writing
+    loaded = _server(10**6)
+    loaded.load_tables(str(tmp_path), {TABLE: base}, None)
+    _same(_every_row(loaded.shards[TABLE]), began)  # a consistent cut: as the save began
+    entry = _saved(srv, tmp_path, chain, delta=True)
+    again = _server(10**6)
+    again.load_tables(str(tmp_path), {TABLE: entry}, None)
+    with srv._table_locks[TABLE]:
+        now = _every_row(shard)
+    assert set(now) != set(began)  # ids dropped and made meanwhile
+    _same(_every_row(again.shards[TABLE]), now)  # nothing pushed meanwhile lost
+
+
 _steps = st.lists(
     st.one_of(
         st.tuples(st.just("push"), st.lists(st.integers(0, 60), min_size=1, max_size=12)),
@@ -289,7 +356,7 @@ def test_a_chain_of_a_base_and_deltas_loads_as_the_table_was_when_it_was_saved(s
         if entry is None:
             return
         _same(_loaded(saved_in, entry, 61), want)
-        done = replay(saved_in, TABLE, entry, [TABLE])
+        done = replay(saved_in, TABLE, TableEntry.from_json(entry, "the test's entry", TABLE), [TABLE])
         live = done.index.live_rows()
         _same(dict(zip(done.index.row_ids()[live].tolist(), done.arrays[TABLE][live], strict=True)), want)
 

@@ -1,6 +1,7 @@
 """The Paddle zoo's programs (``tests/paddle/zoo/``) exported as ONNX: each passes ``onnx.checker`` (full check)
-and computes blockir's outputs in ONNX's reference evaluator (an oracle independent of blockir) and, imported
-back, in blockir; or it is refused naming the ops ONNX export lacks, as ``NOT_EXPORTED`` records."""
+and computes blockir's outputs in ONNX's reference evaluator and in onnxruntime (oracles independent of blockir;
+onnxruntime is a dev dependency, its check skipped without it) and, imported back, in blockir; or it is refused
+naming the ops ONNX export lacks, as ``NOT_EXPORTED`` records."""
 
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ import pytest
 
 import blockir as bir
 from blockir.errors import BlockirError
+from tests.io.onnx_peer import onnxruntime, session
 from tests.paddle.zoo_check import REFUSED, relative
 
 onnx = pytest.importorskip("onnx")
@@ -27,6 +29,7 @@ NOT_EXPORTED: dict[str, tuple[set[str], str]] = {
     "cond_false": ({"conditional_block", "select_input"}, _CONTROL),
     "cond_true": ({"conditional_block", "select_input"}, _CONTROL),
     "while_loop": ({"while", "lod_array_length", "tensor_array_to_tensor"}, _CONTROL),
+    "rnn_lstm_cell": ({"while", "write_to_array", "tensor_array_to_tensor"}, _CONTROL),
     "flip_roll": ({"roll"}, "no ONNX op; a Slice and Concat per axis would express it"),
     "group_norm": ({"group_norm"}, "ONNX's GroupNormalization scales per group before opset 21"),
     "linspace": ({"linspace"}, "no ONNX op"),
@@ -38,8 +41,8 @@ NOT_EXPORTED: dict[str, tuple[set[str], str]] = {
     "lstm_lengths": ({"rnn", "fill_constant"}, _RNN),
     "simple_rnn_relu": ({"rnn", "fill_constant"}, _RNN),
 }
-# ONNX's reference evaluator fails on these (its ConvTranspose reshapes grouped weights wrongly); the round trip
-# through blockir's importer still checks them.
+# ONNX's reference evaluator fails on these (its ConvTranspose reshapes grouped weights wrongly); onnxruntime and the
+# round trip through blockir's importer still check them.
 REFERENCE_FAILS = {"conv2d_transpose_groups"}
 
 
@@ -64,6 +67,9 @@ def test_a_zoo_program_exports_to_onnx_computing_the_same(name: str, tmp_path: P
     if name not in REFERENCE_FAILS:
         reference = ReferenceEvaluator(model).run(None, feed)
         assert max(relative(np.asarray(g), w) for g, w in zip(reference, want)) <= TOLERANCE
+    if onnxruntime is not None:
+        theirs = session(model).run(None, feed)
+        assert max(relative(np.asarray(g), w) for g, w in zip(theirs, want)) <= TOLERANCE
     again_scope = bir.Scope()
     again, again_feeds, again_fetches = bir.io.load_inference_model(str(prefix) + ".onnx", exe, scope=again_scope)
     got = exe.run(again, feed={f: inputs[f] for f in again_feeds}, fetch_list=again_fetches, scope=again_scope)

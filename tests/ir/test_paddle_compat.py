@@ -13,7 +13,7 @@ from types import ModuleType
 from typing import Any
 
 import pytest
-from hypothesis import given, settings
+from hypothesis import given
 
 from blockir.ir import AttrType, Program, VarKind
 from blockir.proto import framework_pb2 as pb
@@ -58,7 +58,6 @@ def through_paddle(paddle: ModuleType, data: bytes) -> tuple[Any, bytes]:
     return initialized, msg.SerializePartialToString()
 
 
-@settings(max_examples=200)
 @given(programs(channels=False, dtypes=PADDLE_DTYPES))
 def test_blockir_programs_decode_with_paddles_schema(paddle: ModuleType, p: Program) -> None:
     data = p.to_proto().SerializeToString()

@@ -24,7 +24,6 @@ def wire(p: Program) -> bytes:
     return p.to_proto().SerializeToString(deterministic=True)
 
 
-@settings(max_examples=300)
 @given(programs())
 def test_proto_objects_proto_is_identity(p: Program) -> None:
     desc = p.to_proto()
@@ -158,7 +157,6 @@ def test_loader_fuzz_random_bytes(data: bytes) -> None:
     _load_or_error(data)
 
 
-@settings(max_examples=300)
 @given(programs(max_blocks=2), st.data())
 def test_loader_fuzz_mutated_programs(p: Program, data: st.DataObject) -> None:
     raw = bytearray(p.serialize())

@@ -268,7 +268,6 @@ def test_parse_rejects_non_text() -> None:
         parse(b"program")  # type: ignore[arg-type]
 
 
-@settings(max_examples=300)
 @given(programs())
 def test_print_parse_print_is_identity(p: Program) -> None:
     text = str(p)
@@ -287,7 +286,6 @@ def test_parser_fuzz_random_text(text: str) -> None:
         pass
 
 
-@settings(max_examples=200)
 @given(programs(max_blocks=2), st.data())
 def test_parser_fuzz_mutated_text(p: Program, data: st.DataObject) -> None:
     text = str(p)

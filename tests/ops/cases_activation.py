@@ -154,6 +154,13 @@ UNARY_ROWS: tuple[Row, ...] = (
     Row("cos", lambda v, a: math.cos(v)),
     Row("tan", lambda v, a: math.tan(v), domain=(-1.2, 1.2)),
     Row("atan", lambda v, a: math.atan(v)),
+    Row("asin", lambda v, a: math.asin(v), domain=(-0.9, 0.9)),
+    Row("acos", lambda v, a: math.acos(v), domain=(-0.9, 0.9)),
+    Row("sinh", lambda v, a: math.sinh(v)),
+    Row("cosh", lambda v, a: math.cosh(v)),
+    Row("asinh", lambda v, a: math.asinh(v)),
+    Row("acosh", lambda v, a: math.acosh(v), domain=(1.1, 4.0)),
+    Row("atanh", lambda v, a: math.atanh(v), domain=(-0.9, 0.9)),
     Row("erf", lambda v, a: math.erf(v), domain=(-5, 5)),
 )
 
@@ -367,3 +374,9 @@ KERNEL_ERRORS: list[tuple[str, Case, str]] = [
         r"min 3.0 is greater than max 1.0",
     ),
 ]
+
+# float16 silu and swish, their sigmoid computed in float32 (in float16, 0.5 tanh(x / 2) + 0.5 cancels to 5e-3 off)
+_x16 = np.linspace(-6.0, 6.0, 12).reshape(3, 4).astype(np.float16)
+_silu16 = (_x16 / (1.0 + np.exp(-_x16.astype(np.float64)))).astype(np.float16)
+for _op, _attrs in (("silu", {}), ("swish", {"beta": 1.0})):
+    CASES[_op].append(Case({"X": _x16}, _attrs, {"Out": _silu16}, rtol=1e-3, name="float16"))

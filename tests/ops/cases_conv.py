@@ -580,6 +580,55 @@ MAX_POOL2D_WITH_INDEX = [
     with_index_case("ties_first", np.array([[[[2.0, 2.0, 1.0], [2.0, 0.0, 2.0]]]]), grad=False, ksize=[2, 2]),
 ]
 
+# -- fold -------------------------------------------------------------------------------------------------
+
+
+def ref_fold(x: np.ndarray, output_sizes, kernel_sizes, strides=(1, 1), paddings=(0, 0, 0, 0), dilations=(1, 1)):
+    """Paddle's fold, one block and tap at a time: X[n, (c, i, j), block] added at the pixel tap (i, j) of that
+    block covers in the image padded by paddings [top, left, bottom, right]."""
+    (h, w), (kh, kw), (sh, sw), (dh, dw) = output_sizes, kernel_sizes, strides, dilations
+    top, left, bottom, right = paddings
+    bh = (h + top + bottom - (dh * (kh - 1) + 1)) // sh + 1
+    bw = (w + left + right - (dw * (kw - 1) + 1)) // sw + 1
+    n, c = x.shape[0], x.shape[1] // (kh * kw)
+    out = np.zeros((n, c, h, w), x.dtype)
+    cols = x.reshape(n, c, kh, kw, bh, bw)
+    for bi in range(bh):
+        for bj in range(bw):
+            for i in range(kh):
+                for j in range(kw):
+                    r, q = bi * sh - top + i * dh, bj * sw - left + j * dw
+                    if 0 <= r < h and 0 <= q < w:
+                        out[:, :, r, q] += cols[:, :, i, j, bi, bj]
+    return out
+
+
+def fold_case(name: str, shape: tuple[int, int, int], dtype: str = "float64", **attrs) -> Case:
+    x = rand(*shape, dtype=dtype)
+    paddings = attrs.get("paddings", [0, 0, 0, 0])
+    expected = ref_fold(x, **{**attrs, "paddings": paddings * 2 if len(paddings) == 2 else paddings})  # [h, w]: twice
+    grad = ("X",) if dtype == "float64" else ()
+    return Case({"X": x}, attrs, {"Y": expected}, grad=grad, name=name)
+
+
+FOLD = [
+    fold_case("plain", (2, 2 * 4, 9), output_sizes=[4, 4], kernel_sizes=[2, 2]),
+    fold_case("strides", (1, 3 * 6, 6), output_sizes=[5, 5], kernel_sizes=[2, 3], strides=[2, 1]),
+    fold_case("paddings", (2, 1 * 4, 6), output_sizes=[2, 3], kernel_sizes=[2, 2], paddings=[1, 0, 0, 1]),
+    fold_case("paddings_hw", (1, 2 * 4, 12), output_sizes=[2, 3], kernel_sizes=[2, 2], paddings=[1, 1]),
+    fold_case("dilations", (1, 1 * 4, 6), output_sizes=[4, 5], kernel_sizes=[2, 2], dilations=[2, 2]),
+    fold_case(
+        "all_and_uneven",
+        (2, 2 * 6, 4),
+        output_sizes=[6, 5],
+        kernel_sizes=[2, 3],
+        strides=[3, 2],
+        paddings=[0, 1, 1, 0],
+        dilations=[2, 1],
+    ),
+    fold_case("float32", (2, 3 * 1, 25), dtype="float32", output_sizes=[5, 5], kernel_sizes=[1, 1]),
+]
+
 CASES: dict[str, list[Case]] = {
     "conv2d": CONV2D,
     "depthwise_conv2d": DEPTHWISE_CONV2D,
@@ -588,6 +637,7 @@ CASES: dict[str, list[Case]] = {
     "pool2d": POOL2D,
     "pool2d_grad": POOL2D_GRAD,
     "max_pool2d_with_index": MAX_POOL2D_WITH_INDEX,
+    "fold": FOLD,
 }
 
 # -- bad input ---------------------------------------------------------------------------------------------
@@ -596,6 +646,27 @@ _X = np.zeros((2, 3, 5, 5), np.float32)
 _W = np.zeros((4, 3, 3, 3), np.float32)
 
 INFER_ERRORS: list[tuple[str, Case, str]] = [
+    ("fold", Case({"X": _X}, {"output_sizes": [4, 4], "kernel_sizes": [2, 2]}), r"must be 3-D"),
+    (
+        "fold",
+        Case({"X": np.zeros((1, 6, 9), np.float32)}, {"output_sizes": [4, 4], "kernel_sizes": [2, 2]}),
+        r"dim 1 must be a multiple of the 4 kernel taps",
+    ),
+    (
+        "fold",
+        Case({"X": np.zeros((1, 4, 8), np.float32)}, {"output_sizes": [4, 4], "kernel_sizes": [2, 2]}),
+        r"has 8 blocks; the attributes make 3 x 3",
+    ),
+    (
+        "fold",
+        Case({"X": np.zeros((1, 4, 9), np.float32)}, {"output_sizes": [4, 4], "kernel_sizes": [2, 2], "paddings": [1]}),
+        r"paddings=\[1\] must hold 2",
+    ),
+    (
+        "fold",
+        Case({"X": np.zeros((1, 4, 9), np.float32)}, {"output_sizes": [2, 2], "kernel_sizes": [3, 2]}),
+        r"leave no block",
+    ),
     ("conv2d", Case({"Input": np.zeros((3, 5, 5), np.float32), "Filter": _W}), r"Input .*\[3, 5, 5\]\) must be 4-D"),
     ("conv2d", Case({"Input": _X, "Filter": np.zeros((4, 2, 3, 3), np.float32)}), r"has 3 channels .* needs 2 \* 1"),
     (

@@ -324,3 +324,142 @@ KERNEL_ERRORS.append(
         r"the gradient of put_along_axis with Reduce='mul' is not supported",
     )
 )
+
+
+# -- unique: expected values by walking the entries (or slices) in order, in plain Python -------------------------
+
+
+def _unique_expected(x: np.ndarray, axis: int | None, is_sorted: bool) -> dict[str, np.ndarray]:
+    items = list(x.reshape(-1)) if axis is None else [np.take(x, i, axis=axis) for i in range(x.shape[axis])]
+    keys = [tuple(np.asarray(v).reshape(-1).tolist()) for v in items]
+    first: dict[tuple, int] = {}
+    for i, key in enumerate(keys):
+        first.setdefault(key, i)
+    distinct = sorted(first) if is_sorted else list(first)
+    position = {key: k for k, key in enumerate(distinct)}
+    picked = [items[first[key]] for key in distinct]
+    out = np.array(picked, x.dtype) if axis is None else np.stack(picked, axis=axis)
+    return {
+        "Out": out,
+        "Indices": np.array([first[key] for key in distinct], np.int64),
+        "Index": np.array([position[key] for key in keys], np.int64),
+        "Counts": np.array([keys.count(key) for key in distinct], np.int64),
+    }
+
+
+def _unique_case(x: np.ndarray, axis: int | None, is_sorted: bool, name: str) -> Case:
+    attrs = {"axis": [] if axis is None else [axis], "is_sorted": is_sorted}
+    attrs.update(return_index=True, return_inverse=True, return_counts=True)
+    return Case({"X": x}, attrs, _unique_expected(x, axis, is_sorted), name=name)
+
+
+_REPEATS = np.array([[2, 1, 1], [3, 4, 3], [2, 1, 1]], np.int64)
+CASES["unique"] = [
+    _unique_case(np.array([2.0, -1.0, 2.0, 0.5, -1.0], np.float32), None, True, "sorted"),
+    _unique_case(np.array([2.0, -1.0, 2.0, 0.5, -1.0], np.float32), None, False, "first_occurrence"),
+    _unique_case(_REPEATS, 0, True, "rows"),
+    _unique_case(_REPEATS, 1, False, "columns_unsorted"),
+    _unique_case(np.array([[[1, 0], [1, 0]], [[1, 1], [1, 0]]], np.int32), 2, True, "last_axis_3d"),
+    _unique_case(np.array([7], np.int64), None, True, "one"),
+]
+INFER_ERRORS.append(("unique", Case({"X": _REPEATS}, {"axis": [0, 1]}), r"axis \[0, 1\] names more than one dim"))
+
+
+# -- non_max_suppression: expected values by the greedy algorithm, one box at a time, in plain Python --------------
+
+
+def _iou(a: list[float], b: list[float]) -> float:
+    (ay1, ax1, ay2, ax2), (by1, bx1, by2, bx2) = a, b
+    ay1, ay2, ax1, ax2 = min(ay1, ay2), max(ay1, ay2), min(ax1, ax2), max(ax1, ax2)
+    by1, by2, bx1, bx2 = min(by1, by2), max(by1, by2), min(bx1, bx2), max(bx1, bx2)
+    inter = max(0.0, min(ax2, bx2) - max(ax1, bx1)) * max(0.0, min(ay2, by2) - max(ay1, by1))
+    union = (ax2 - ax1) * (ay2 - ay1) + (bx2 - bx1) * (by2 - by1) - inter
+    return inter / union if inter > 0 and union > 0 else 0.0
+
+
+def _nms_expected(boxes: np.ndarray, scores: np.ndarray, most: int, iou: float, least: float) -> np.ndarray:
+    rows = []
+    for b in range(scores.shape[0]):
+        for c in range(scores.shape[1]):
+            kept: list[int] = []
+            for i in sorted(range(scores.shape[2]), key=lambda i: (-scores[b, c, i], i)):
+                if len(kept) < most and scores[b, c, i] > least:
+                    if all(_iou(boxes[b, i].tolist(), boxes[b, j].tolist()) <= iou for j in kept):
+                        kept.append(i)
+            rows += [[b, c, i] for i in kept]
+    return np.array(rows, np.int64).reshape(-1, 3)
+
+
+def _nms_case(boxes: np.ndarray, scores: np.ndarray, most: int, iou: float, least: float, name: str) -> Case:
+    inputs = {
+        "Boxes": boxes,
+        "Scores": scores,
+        "MaxOutputBoxesPerClass": np.array([most], np.int64),
+        "IouThreshold": np.array([iou], np.float32),
+        "ScoreThreshold": np.array([least], np.float32),
+    }
+    return Case(inputs, {}, {"SelectedIndices": _nms_expected(boxes, scores, most, iou, least)}, name=name)
+
+
+_NMS_RNG = np.random.default_rng(7)
+_CORNERS = np.sort(_NMS_RNG.random((2, 12, 2, 2)), axis=2).transpose(0, 1, 3, 2).reshape(2, 12, 4)  # y1 x1 y2 x2
+_NMS_SCORES = _NMS_RNG.random((2, 3, 12)).astype(np.float32)
+CASES["non_max_suppression"] = [
+    _nms_case(_CORNERS.astype(np.float32), _NMS_SCORES, 5, 0.3, 0.2, "random"),
+    _nms_case(_CORNERS[:, :, [2, 3, 0, 1]].astype(np.float32), _NMS_SCORES, 12, 0.5, 0.0, "flipped_corners"),
+    _nms_case(np.tile(_CORNERS[:1, :1], (1, 4, 1)), np.array([[[0.5, 0.9, 0.9, 0.1]]]), 3, 0.5, 0.0, "identical"),
+    _nms_case(_CORNERS.astype(np.float32), _NMS_SCORES, 0, 0.5, 0.0, "none_wanted"),
+]
+INFER_ERRORS.append(
+    ("non_max_suppression", Case({"Boxes": np.zeros((1, 3, 4)), "Scores": np.zeros((1, 2, 4))}), r"disagree")
+)
+
+
+# -- tfidf_vectorizer: expected counts by comparing every spaced n-gram of each row with the pool, in plain Python --
+
+
+def _tfidf_expected(x: np.ndarray, attrs: dict, mode: str) -> np.ndarray:
+    rows = x.reshape(1, -1) if x.ndim == 1 else x
+    pool, starts = list(attrs["pool_int64s"]), [*attrs["ngram_counts"], len(attrs["pool_int64s"])]
+    grams = [
+        tuple(pool[k : k + size]) for size in range(1, len(starts)) for k in range(starts[size - 1], starts[size], size)
+    ]
+    weights = attrs.get("weights") or [1.0] * len(grams)
+    out = np.zeros((rows.shape[0], max(attrs["ngram_indexes"]) + 1), np.float32)
+    for b, row in enumerate(rows.tolist()):
+        for g, gram in enumerate(grams):
+            size = len(gram)
+            if not attrs["min_gram_length"] <= size <= attrs["max_gram_length"]:
+                continue
+            gaps = range(1, attrs["max_skip_count"] + 2) if size > 1 else [1]
+            count = sum(
+                tuple(row[s + j * gap] for j in range(size)) == gram
+                for gap in gaps
+                for s in range(len(row) - (size - 1) * gap)
+            )
+            value = {"TF": count, "IDF": weights[g] * (count > 0), "TFIDF": weights[g] * count}[mode]
+            out[b, attrs["ngram_indexes"][g]] = value
+    return out[0] if x.ndim == 1 else out
+
+
+def _tfidf_case(x: np.ndarray, mode: str, skip: int, low: int, high: int, name: str) -> Case:
+    attrs = {
+        "mode": mode,
+        "min_gram_length": low,
+        "max_gram_length": high,
+        "max_skip_count": skip,
+        "ngram_counts": [0, 4],
+        "ngram_indexes": [6, 5, 4, 3, 2, 1, 0],
+        "pool_int64s": [2, 3, 5, 4, 5, 6, 7, 8, 6, 7],
+        "weights": [0.5, 1.0, 1.5, 2.0, 2.5, 3.0, 3.5],
+    }
+    return Case({"X": x}, attrs, {"Y": _tfidf_expected(x, attrs, mode)}, name=name)
+
+
+_TOKENS = np.array([[1, 1, 3, 3, 3, 7], [8, 6, 7, 5, 6, 8]], np.int32)
+CASES["tfidf_vectorizer"] = [
+    _tfidf_case(_TOKENS, "TF", 0, 1, 2, "tf_uni_and_bigrams"),
+    _tfidf_case(_TOKENS.astype(np.int64), "TFIDF", 3, 2, 2, "tfidf_bigrams_skips"),
+    _tfidf_case(np.array([2, 3, 5, 4, 5, 6, 7, 8, 6, 7], np.int64), "IDF", 5, 1, 2, "idf_one_row"),
+]
+INFER_ERRORS.append(("tfidf_vectorizer", Case({"X": _TOKENS}, {"mode": "BM25"}), r"mode 'BM25' is none of TF"))

@@ -3,6 +3,7 @@ Python's operators per element over explicitly broadcast operands."""
 
 from __future__ import annotations
 
+import functools
 import operator
 from collections.abc import Callable
 from typing import Any
@@ -103,4 +104,79 @@ INFER_ERRORS: list[tuple[str, Case, str]] = [
         Case({"Condition": np.zeros(3, bool), "X": np.zeros(3), "Y": np.zeros(3, np.float32)}),
         r"different dtypes",
     ),
+]
+
+# -- bitwise ops: expected values by Python's operators on each element (unbounded ints, wrapped to the width) --
+
+BITWISE_REFS: dict[str, Callable[[Any, Any], Any]] = {
+    "bitwise_and": operator.and_,
+    "bitwise_or": operator.or_,
+    "bitwise_xor": operator.xor,
+}
+
+
+def _ints(dtype: str, *shape: int) -> np.ndarray:
+    info = np.iinfo(dtype)
+    return RNG.integers(info.min, info.max, size=shape, endpoint=True, dtype=dtype)
+
+
+def _bitwise_cases(op_type: str) -> list[Case]:
+    ref, cases = BITWISE_REFS[op_type], []
+    for dtype in ("int8", "int16", "int32", "int64", "uint8", "uint16", "uint32", "uint64"):
+        x, y = _ints(dtype, 3, 4), _ints(dtype, 4)
+        cases.append(Case({"X": x, "Y": y}, {}, {"Out": _elementwise(ref, x, y, dtype=dtype)}, name=dtype))
+    x, y = RNG.random((2, 3)) < 0.5, RNG.random((2, 3)) < 0.5
+    cases.append(Case({"X": x, "Y": y}, {}, {"Out": _elementwise(ref, x, y)}, name="bool"))
+    return cases
+
+
+def _shifted(x: int, y: int, bits: int, left: bool, arithmetic: bool) -> int:
+    """x shifted by y as C's operators on ``bits``-bit integers, 0 (or -1: an arithmetic right shift of a
+    negative x) for a shift out of [0, bits)."""
+    if not 0 <= y < bits:
+        return -1 if (not left and arithmetic and x < 0) else 0
+    if left:
+        return x << y
+    return x >> y if arithmetic else (x % (1 << bits)) >> y
+
+
+def _wrapped(values: np.ndarray, dtype: str) -> np.ndarray:
+    bits = np.iinfo(dtype).bits
+    wrapped = values.astype(object) % (1 << bits)
+    if np.iinfo(dtype).min < 0:
+        wrapped = np.where(wrapped >= 1 << (bits - 1), wrapped - (1 << bits), wrapped)
+    return wrapped.astype(dtype)
+
+
+def _shift_cases(op_type: str) -> list[Case]:
+    left, cases = op_type == "bitwise_left_shift", []
+    for dtype in ("int8", "int32", "int64", "uint8", "uint16", "uint64"):
+        bits = np.iinfo(dtype).bits
+        for arithmetic in (True, False):
+            x = _ints(dtype, 3, 4)
+            y = RNG.integers(0 if dtype.startswith("u") else -2, bits + 2, size=(4,)).astype(dtype)
+            shift = functools.partial(_shifted, bits=bits, left=left, arithmetic=arithmetic)
+            out = _wrapped(_elementwise(shift, x, y, dtype=object), dtype)
+            name = f"{dtype}_{'arithmetic' if arithmetic else 'logical'}"
+            cases.append(Case({"X": x, "Y": y}, {"is_arithmetic": arithmetic}, {"Out": out}, name=name))
+    return cases
+
+
+CASES.update(
+    {
+        **{op_type: _bitwise_cases(op_type) for op_type in BITWISE_REFS},
+        "bitwise_not": [
+            *(
+                Case({"X": (x := _ints(dtype, 2, 3))}, {}, {"Out": _wrapped(-x.astype(object) - 1, dtype)}, name=dtype)
+                for dtype in ("int8", "int64", "uint8", "uint32")
+            ),
+            Case({"X": np.array([True, False])}, {}, {"Out": np.array([False, True])}, name="bool"),
+        ],
+        "bitwise_left_shift": _shift_cases("bitwise_left_shift"),
+        "bitwise_right_shift": _shift_cases("bitwise_right_shift"),
+    }
+)
+INFER_ERRORS += [
+    ("bitwise_and", Case({"X": np.zeros(3, np.int32), "Y": np.zeros(3, np.int64)}), r"different dtypes"),
+    ("bitwise_left_shift", Case({"X": _f32, "Y": _f32}), r"has dtype float32; expected one of int16"),
 ]

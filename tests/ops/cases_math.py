@@ -881,8 +881,38 @@ REMAINDERS = {
     for op_type in ("elementwise_mod", "elementwise_floordiv")
 }
 
+# -- einsum -----------------------------------------------------------------------------------------------
+
+
+def _einsum_case(equation: str, *shapes: tuple[int, ...], dtype: str = "float64", name: str = "") -> Case:
+    operands = [rand(*shape, dtype=dtype) for shape in shapes]
+    out = np.asarray(np.einsum(equation, *operands)).astype(dtype)
+    grad = ("Operands",) if dtype == "float64" else ()
+    return Case({"Operands": operands}, {"equation": equation}, {"Out": out}, grad=grad, name=name or equation)
+
+
+EINSUM = [
+    _einsum_case("ij,jk->ik", (3, 4), (4, 2), name="matmul"),
+    _einsum_case("bij,bjk->bik", (2, 3, 4), (2, 4, 2), name="batch_matmul"),
+    _einsum_case("ij,jk,kl->il", (2, 3), (3, 4), (4, 2), name="chain_of_three"),
+    _einsum_case("ii->i", (3, 3), name="diagonal"),
+    _einsum_case("ii", (3, 3), name="trace_implicit"),
+    _einsum_case("iij,jk->ik", (3, 3, 2), (2, 4), name="diagonal_times_matrix"),
+    _einsum_case("...ii->...i", (2, 3, 3), name="batch_diagonal"),
+    _einsum_case("...ij,...jk->...ik", (2, 1, 3, 4), (5, 4, 2), name="ellipsis_broadcast"),
+    _einsum_case("ij,ij->ij", (1, 3), (2, 3), name="size_1_broadcast"),
+    _einsum_case("ij,k->i", (2, 3), (4,), name="summed_alone"),
+    _einsum_case("ij->", (2, 3), name="sum_all"),
+    _einsum_case("i,j", (3,), (2,), name="outer_implicit"),
+    _einsum_case("ji", (2, 3), name="transpose_implicit"),
+    _einsum_case(" i , i -> ", (4,), (4,), name="inner_with_spaces"),
+    _einsum_case("bij,bjk->bik", (2, 3, 4), (2, 4, 2), dtype="float32", name="float32"),
+    _einsum_case("ij,jk", (3, 4), (4, 2), dtype="int64", name="int64"),
+]
+
 CASES: dict[str, list[Case]] = {
     **REMAINDERS,
+    "einsum": EINSUM,
     "mul": MUL,
     "matmul": MATMUL,
     **{op_type: _elementwise_cases(op_type) + _placed_cases(op_type) for op_type in ELEMENTWISE_REFS},
@@ -916,6 +946,12 @@ _f32 = np.zeros((3, 4), np.float32)
 # (op type, case, pattern the ShapeError raised by inference must match)
 INFER_ERRORS: list[tuple[str, Case, str]] = [
     ("mul", Case({"X": _f32, "Y": np.zeros((5, 2), np.float32)}), r"\[3, 4\].* 4 columns .*\[5, 2\].* 5 rows"),
+    ("einsum", Case({"Operands": [_f32]}, {"equation": "ij,jk->ik"}), r"2 operand terms for 1 operands"),
+    ("einsum", Case({"Operands": [_f32]}, {"equation": "ijk->i"}), r"term 'ijk' does not fit an operand of rank 2"),
+    ("einsum", Case({"Operands": [_f32, _f32]}, {"equation": "ij,jk->ik"}), r"'j' is 4 in one operand and 3 in"),
+    ("einsum", Case({"Operands": [_f32]}, {"equation": "ij->ii"}), r"output subscripts 'ii' repeat"),
+    ("einsum", Case({"Operands": [_f32]}, {"equation": "i1->i"}), r"'1' in term 'i1' is not a subscript"),
+    ("einsum", Case({"Operands": [_f32, np.zeros((4, 3))]}, {"equation": "ij,jk"}), r"different dtypes"),
     ("mul", Case({"X": _f32, "Y": np.zeros((4, 2))}), r"float32 \[3, 4\].*float64 \[4, 2\].* different dtypes"),
     ("mul", Case({"X": _f32, "Y": np.zeros((4, 2), np.float32)}, {"x_num_col_dims": 2}), r"x_num_col_dims=2"),
     ("matmul", Case({"X": _f32, "Y": _f32}), r"\[3, 4\].*\[3, 4\].* cannot be multiplied"),

@@ -514,3 +514,316 @@ BEHAVIOUR_TESTED: dict[str, str] = {
         "tests/runtime/test_channel_ops.py",
     ),
 }
+
+
+# -- attention (ONNX's Attention) ---------------------------------------------------------------
+
+
+def ref_attention(
+    q: np.ndarray,
+    k: np.ndarray,
+    v: np.ndarray,
+    mask: np.ndarray | None = None,
+    past: tuple[np.ndarray, np.ndarray] | None = None,
+    nonpad: np.ndarray | None = None,
+    *,
+    scale: float = 0.0,
+    is_causal: bool = False,
+    softcap: float = 0.0,
+    window: tuple[int, int] = (-1, -1),
+    mode: int = 0,
+) -> dict[str, np.ndarray]:
+    """Attention over 4-D [B, heads, S, size] inputs, one query row at a time, every mask rule spelled out."""
+    if past is not None:
+        k, v = np.concatenate((past[0], k), axis=2), np.concatenate((past[1], v), axis=2)
+    batch, heads, q_len, size = q.shape
+    kv_heads, kv_len = k.shape[1], k.shape[2]
+    scale = scale or 1 / np.sqrt(size)
+    y = np.zeros((batch, heads, q_len, v.shape[3]), q.dtype)
+    qk = np.zeros((batch, heads, q_len, kv_len), q.dtype)
+    for b in range(batch):
+        for h in range(heads):
+            g = h // (heads // kv_heads)
+            for i in range(q_len):
+                offset = past[0].shape[2] if past is not None else (nonpad[b] - q_len if nonpad is not None else 0)
+                scores = np.array([q[b, h, i] @ k[b, g, j] * scale for j in range(kv_len)])
+                if softcap > 0:
+                    scores = softcap * np.tanh(scores / softcap)
+                bias = np.zeros(kv_len)
+                for j in range(kv_len):
+                    m = 0.0  # the mask's additive value: a boolean mask's False, and keys past its end, -inf
+                    if mask is not None:
+                        full = np.broadcast_to(mask, (batch, heads, q_len, mask.shape[-1]))[b, h, i]
+                        m = -np.inf if j >= full.shape[-1] else float(full[j])
+                        if mask.dtype == bool:
+                            m = 0.0 if m == 1.0 else -np.inf
+                    blocked = (
+                        (is_causal and j > i + offset)
+                        or (window[0] >= 0 and i + offset - j > window[0])
+                        or (window[1] >= 0 and j - (i + offset) > window[1])
+                        or (nonpad is not None and j >= nonpad[b])
+                    )
+                    bias[j] = -np.inf if blocked else m
+                biased = scores + bias
+                if np.all(bias == -np.inf):
+                    probs = np.zeros(kv_len)
+                else:
+                    e = np.exp(biased - biased.max())
+                    probs = e / e.sum()
+                y[b, h, i] = probs @ v[b, g]
+                qk[b, h, i] = {2: biased, 3: probs}.get(mode, scores)
+    return {"Y": y, "PresentKey": k, "PresentValue": v, "QKMatmulOutput": qk}
+
+
+def _heads_3d(a: np.ndarray) -> np.ndarray:
+    """[B, heads, S, size] -> [B, S, heads * size]."""
+    return a.transpose(0, 2, 1, 3).reshape(a.shape[0], a.shape[2], -1)
+
+
+_ATT = np.random.default_rng(20261128)
+_q, _k, _v = (_ATT.standard_normal(s) for s in ((2, 4, 3, 5), (2, 2, 4, 5), (2, 2, 4, 6)))
+_past_k, _past_v = _ATT.standard_normal((2, 2, 2, 5)), _ATT.standard_normal((2, 2, 2, 6))
+_float_mask = _ATT.standard_normal((3, 5))  # shorter than the 6 keys: padded with -inf
+_float_mask[1, 2] = -np.inf
+_bool_mask = _ATT.random((2, 1, 3, 4)) > 0.3
+_bool_mask[0, 0, 1] = False  # a row with no key: zeros
+_nonpad = np.array([4, 2], np.int64)
+
+ATTENTION = [
+    Case({"Q": _q, "K": _k, "V": _v}, {}, ref_attention(_q, _k, _v), name="gqa"),
+    Case(
+        {"Q": _q, "K": _k, "V": _v, "AttnMask": _float_mask, "PastKey": _past_k, "PastValue": _past_v},
+        {"is_causal": True, "scale": 0.3, "qk_matmul_output_mode": 2},
+        ref_attention(_q, _k, _v, _float_mask, (_past_k, _past_v), scale=0.3, is_causal=True, mode=2),
+        name="causal_past_float_mask",
+    ),
+    Case(
+        {"Q": _heads_3d(_q), "K": _heads_3d(_k), "V": _heads_3d(_v), "AttnMask": _bool_mask},
+        {"q_num_heads": 4, "kv_num_heads": 2, "softcap": 2.0, "left_window_size": 1, "qk_matmul_output_mode": 3},
+        {
+            name: _heads_3d(value) if name == "Y" else value
+            for name, value in ref_attention(_q, _k, _v, _bool_mask, softcap=2.0, window=(1, -1), mode=3).items()
+            if name in ("Y", "QKMatmulOutput")
+        },
+        name="3d_softcap_window_bool_mask",
+    ),
+    Case(
+        {"Q": _q, "K": _k, "V": _v, "NonpadKVSeqlen": _nonpad},
+        {"is_causal": True, "right_window_size": 0},
+        {"Y": ref_attention(_q, _k, _v, nonpad=_nonpad, is_causal=True)["Y"]},
+        name="causal_nonpad",
+    ),
+    Case(
+        {"Q": _q.astype("float32"), "K": _k.astype("float32"), "V": _v.astype("float32")},
+        {"softmax_dtype": "float64"},
+        {"Y": ref_attention(_q, _k, _v)["Y"].astype("float32")},
+        name="float32_softmax_in_float64",
+    ),
+]
+CASES["attention"] = ATTENTION
+
+
+# -- linear_attention (ONNX's LinearAttention) --------------------------------------------------
+
+
+def ref_linear_attention(
+    q: np.ndarray,
+    k: np.ndarray,
+    v: np.ndarray,
+    past: np.ndarray | None,
+    decay: np.ndarray | None,
+    beta: np.ndarray | None,
+    heads: tuple[int, int],
+    scale: float = 0.0,
+) -> dict[str, np.ndarray]:
+    """The recurrence per batch row, query head and position, on [B, T, heads * size] inputs."""
+    (batch, steps, _), (q_heads, kv_heads) = q.shape, heads
+    dk, dv = q.shape[2] // q_heads, v.shape[2] // kv_heads
+    scale = scale or 1 / np.sqrt(dk)
+    out = np.zeros((batch, steps, q_heads * dv), q.dtype)
+    final = np.zeros((batch, kv_heads, dk, dv), q.dtype)
+    for b in range(batch):
+        for g in range(kv_heads):
+            s = np.zeros((dk, dv)) if past is None else past[b, g].copy()
+            for t in range(steps):
+                kt, vt = k[b, t, g * dk : (g + 1) * dk], v[b, t, g * dv : (g + 1) * dv]
+                if decay is not None:
+                    d = decay[b, t]
+                    s = s * np.exp(d[g : g + 1] if d.size == kv_heads else d[g * dk : (g + 1) * dk])[:, None]
+                if beta is not None:
+                    vt = beta[b, t, g if beta.shape[2] > 1 else 0] * (vt - s.T @ kt)
+                s = s + np.outer(kt, vt)
+                for h in range(g * (q_heads // kv_heads), (g + 1) * (q_heads // kv_heads)):
+                    out[b, t, h * dv : (h + 1) * dv] = scale * (q[b, t, h * dk : (h + 1) * dk] @ s)
+            final[b, g] = s
+    return {"Output": out, "PresentState": final}
+
+
+_LA = np.random.default_rng(20261129)
+_lq, _lk, _lv = (_LA.standard_normal((2, 3, n)) * 0.5 for n in (12, 6, 4))  # 4 query heads, 2 KV heads: dk 3, dv 2
+_l_past = _LA.standard_normal((2, 2, 3, 2)) * 0.5
+_l_decay = -_LA.random((2, 3, 6))  # per key dim
+_l_head_decay = -_LA.random((2, 3, 2))  # per head
+_l_beta = _LA.random((2, 3, 2))
+_LA_HEADS = {"q_num_heads": 4, "kv_num_heads": 2}
+
+LINEAR_ATTENTION = [
+    Case(
+        {"Query": _lq, "Key": _lk, "Value": _lv},
+        {**_LA_HEADS, "update_rule": "linear"},
+        ref_linear_attention(_lq, _lk, _lv, None, None, None, (4, 2)),
+        name="linear",
+    ),
+    Case(
+        {"Query": _lq, "Key": _lk, "Value": _lv, "PastState": _l_past, "Decay": _l_decay, "Beta": _l_beta},
+        {**_LA_HEADS, "scale": 0.7},
+        ref_linear_attention(_lq, _lk, _lv, _l_past, _l_decay, _l_beta, (4, 2), 0.7),
+        name="gated_delta_past",
+    ),
+    Case(
+        {"Query": _lq, "Key": _lk, "Value": _lv, "Decay": _l_head_decay},
+        {**_LA_HEADS, "update_rule": "gated"},
+        ref_linear_attention(_lq, _lk, _lv, None, _l_head_decay, None, (4, 2)),
+        name="gated_per_head",
+    ),
+    Case(
+        {"Query": _lq, "Key": _lk, "Value": _lv, "Beta": _l_beta[:, :, :1]},
+        {**_LA_HEADS, "update_rule": "delta"},
+        ref_linear_attention(_lq, _lk, _lv, None, None, _l_beta[:, :, :1], (4, 2)),
+        name="delta_one_beta",
+    ),
+]
+CASES["linear_attention"] = LINEAR_ATTENTION
+
+
+# -- rotary_embedding (ONNX's RotaryEmbedding) --------------------------------------------------
+
+
+def ref_rotary_embedding(
+    x: np.ndarray, cos: np.ndarray, sin: np.ndarray, positions: np.ndarray, dim: int, interleaved: bool
+) -> np.ndarray:
+    """x [B, heads, S, size]: each pair (i, i + dim / 2), or (2i, 2i + 1) interleaved, turned by the angle whose
+    cosine and sine the caches hold at the row of the position, one pair at a time."""
+    out = x.copy()
+    batch, heads, length, _ = x.shape
+    for b in range(batch):
+        for h in range(heads):
+            for s in range(length):
+                for i in range(dim // 2):
+                    c, n = cos[positions[b, s], i], sin[positions[b, s], i]
+                    j, k = (2 * i, 2 * i + 1) if interleaved else (i, i + dim // 2)
+                    out[b, h, s, j] = c * x[b, h, s, j] - n * x[b, h, s, k]
+                    out[b, h, s, k] = n * x[b, h, s, j] + c * x[b, h, s, k]
+    return out
+
+
+_RE = np.random.default_rng(20261130)
+_rx = _RE.standard_normal((2, 3, 4, 8))
+_angles = _RE.standard_normal((6, 4))
+_rpos = np.array([[0, 1, 2, 3], [5, 2, 0, 4]], np.int64)
+_rcos, _rsin = np.cos(_angles), np.sin(_angles)
+_partial_pos = np.array([[0, 1, 2, 3], [0, 1, 2, 3]], np.int64)
+
+ROTARY_EMBEDDING = [
+    Case(
+        {"X": _rx, "CosCache": _rcos, "SinCache": _rsin, "PositionIds": _rpos},
+        {},
+        {"Out": ref_rotary_embedding(_rx, _rcos, _rsin, _rpos, 8, False)},
+        name="halves",
+    ),
+    Case(
+        {"X": _rx, "CosCache": _rcos[:, :2], "SinCache": _rsin[:, :2], "PositionIds": _rpos},
+        {"interleaved": True, "rotary_embedding_dim": 4},
+        {"Out": ref_rotary_embedding(_rx, _rcos, _rsin, _rpos, 4, True)},
+        name="interleaved_partial",
+    ),
+    Case(
+        {"X": _heads_3d(_rx), "CosCache": _rcos[_partial_pos], "SinCache": _rsin[_partial_pos]},
+        {"num_heads": 3},
+        {"Out": _heads_3d(ref_rotary_embedding(_rx, _rcos, _rsin, _partial_pos, 8, False))},
+        name="3d_no_position_ids",
+    ),
+]
+CASES["rotary_embedding"] = ROTARY_EMBEDDING
+
+
+# -- dft and stft (ONNX's DFT and STFT) ---------------------------------------------------------
+
+
+def _dft_matrix(n_in: int, n_out: int, inverse: bool) -> np.ndarray:
+    """W with W[j, k] = exp(-+2 pi i j k / n_out) / (n_out if inverse), j < n_in: the sum written out."""
+    j, k = np.arange(n_in)[:, None], np.arange(n_out)[None, :]
+    return np.exp((2j if inverse else -2j) * np.pi * j * k / n_out) / (n_out if inverse else 1)
+
+
+def ref_dft(x: np.ndarray, axis: int, length: int, inverse: bool = False, onesided: bool = False) -> np.ndarray:
+    z = np.moveaxis(x[..., 0] + (1j * x[..., 1] if x.shape[-1] == 2 else 0), axis, -1)
+    if inverse and onesided:  # the full spectrum from its first half (Hermitian symmetry)
+        rest = np.conj(z[..., 1 : length - z.shape[-1] + 1][..., ::-1])
+        z = np.concatenate((z, rest), axis=-1)
+    z = z[..., :length]
+    out = z @ _dft_matrix(z.shape[-1], length, inverse)
+    if onesided and not inverse:
+        out = out[..., : length // 2 + 1]
+    out = np.moveaxis(out, -1, axis)
+    if inverse and onesided:
+        return out.real[..., None]
+    return np.stack((out.real, out.imag), axis=-1)
+
+
+_FT = np.random.default_rng(20261201)
+_real_signal = _FT.standard_normal((2, 6, 3, 1))
+_complex_signal = _FT.standard_normal((2, 5, 2))
+_half_spectrum = ref_dft(_FT.standard_normal((3, 8, 1)), 1, 8, onesided=True)
+
+DFT = [
+    Case({"X": _real_signal}, {"axis": 1}, {"Out": ref_dft(_real_signal, 1, 6)}, name="real"),
+    Case(
+        {"X": _real_signal},
+        {"axis": 2, "onesided": True, "dft_length": 5},
+        {"Out": ref_dft(np.pad(_real_signal, [(0, 0), (0, 0), (0, 2), (0, 0)]), 2, 5, onesided=True)},
+        name="onesided_padded",
+    ),
+    Case(
+        {"X": _complex_signal},
+        {"axis": 1, "inverse": True, "dft_length": 4},
+        {"Out": ref_dft(_complex_signal, 1, 4, inverse=True)},
+        name="inverse_cut",
+    ),
+    Case(
+        {"X": _half_spectrum},
+        {"axis": 1, "inverse": True, "onesided": True},
+        {"Out": ref_dft(_half_spectrum, 1, 8, inverse=True, onesided=True)},
+        name="irfft",
+    ),
+]
+
+
+def ref_stft(signal: np.ndarray, step: int, length: int, window: np.ndarray | None, onesided: bool) -> np.ndarray:
+    frames = [signal[:, s : s + length] for s in range(0, signal.shape[1] - length + 1, step)]
+    stacked = np.stack(frames, axis=1)  # [batch, frames, length, 1 or 2]
+    if window is not None:
+        stacked = stacked * window[:, None]
+    return ref_dft(stacked, 2, length, onesided=onesided)
+
+
+_stft_signal = _FT.standard_normal((2, 20, 1))
+_hann = 0.5 - 0.5 * np.cos(2 * np.pi * np.arange(8) / 8)
+_stft_complex = _FT.standard_normal((1, 11, 2))
+
+STFT = [
+    Case(
+        {"Signal": _stft_signal, "Window": _hann},
+        {"frame_step": 4, "frame_length": 8},
+        {"Out": ref_stft(_stft_signal, 4, 8, _hann, True)},
+        name="windowed",
+    ),
+    Case(
+        {"Signal": _stft_complex},
+        {"frame_step": 3, "frame_length": 5, "onesided": False},
+        {"Out": ref_stft(_stft_complex, 3, 5, None, False)},
+        name="complex_two_sided",
+    ),
+]
+CASES["dft"] = DFT
+CASES["stft"] = STFT

@@ -233,3 +233,31 @@ INFER_ERRORS: list[tuple[str, Case, str]] = [
     ("cumsum", Case({"X": _f32}, {"axis": -3}), r"axis -3 is out of range for rank 2"),
     ("cumprod", Case({"X": _f32}, {"dim": 2}), r"dim 2 is out of range for rank 2"),
 ]
+
+
+def _det_case(x: np.ndarray, name: str) -> Case:
+    """The determinant by Laplace expansion along the first row (recursive, independent of LAPACK)."""
+
+    def laplace(m: list[list[float]]) -> float:
+        if len(m) == 1:
+            return m[0][0]
+        return sum((-1) ** j * m[0][j] * laplace([row[:j] + row[j + 1 :] for row in m[1:]]) for j in range(len(m)))
+
+    flat = x.reshape(-1, *x.shape[-2:])
+    expected = np.array([laplace(m.tolist()) for m in flat]).reshape(x.shape[:-2]).astype(x.dtype)
+    return Case({"Input": x}, {}, {"Out": expected}, grad=("Input",) if x.dtype == np.float64 else (), name=name)
+
+
+_singular = RNG.uniform(-1, 1, (2, 3, 3))
+_singular[1, 2] = _singular[1, 0] + _singular[1, 1]  # its rows dependent: det 0 (grad left unchecked there)
+CASES["determinant"] = [
+    _det_case(RNG.uniform(-1, 1, (3, 3)), "one_matrix"),
+    _det_case(RNG.uniform(-1, 1, (2, 3, 4, 4)), "batched"),
+    _det_case(RNG.uniform(-1, 1, (1, 1)), "one_by_one"),
+    _det_case(RNG.uniform(-1, 1, (2, 2, 2)).astype(np.float32), "float32"),
+    Case({"Input": _singular}, {}, {"Out": np.array([np.linalg.det(_singular[0]), 0.0])}, atol=1e-12, name="singular"),
+]
+INFER_ERRORS += [
+    ("determinant", Case({"Input": np.zeros((2, 3), np.float32)}), r"must be square matrices"),
+    ("determinant", Case({"Input": np.zeros((2, 2), np.int64)}), r"determinant: Input .* has dtype int64"),
+]

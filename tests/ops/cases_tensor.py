@@ -327,3 +327,14 @@ KERNEL_ERRORS: list[tuple[str, Case, str]] = [
     ("expand_v2", Case({"X": _f32, "Shape": np.array([3, 5], np.int32)}), r"is 4: it expands to 5 only from 1"),
     ("range", Case({"Start": np.array([0]), "End": np.array([3]), "Step": np.array([0])}), r"Step must not be 0"),
 ]
+
+# -- bitcast: the same bytes read as another dtype of the same width ------------------------------------------
+
+_BITS = np.array([[1.5, -2.0, np.inf], [0.0, -0.0, 3.25]], np.float32)
+CASES["bitcast"] = [
+    Case({"X": _BITS}, {"dtype": 2}, {"Out": np.frombuffer(_BITS.tobytes(), np.int32).reshape(2, 3)}, name="f32_i32"),
+    Case({"X": _BITS.T}, {"dtype": 37}, {"Out": _BITS.T.copy().view(np.uint32)}, name="strided_to_uint32"),
+    Case({"X": np.array(-1, np.int64)}, {"dtype": 6}, {"Out": np.array(-1, np.int64).view(np.float64)}, name="0d"),
+    Case({"X": np.array([True, False])}, {"dtype": 20}, {"Out": np.array([1, 0], np.uint8)}, name="bool_uint8"),
+]
+INFER_ERRORS.append(("bitcast", Case({"X": _BITS}, {"dtype": 3}), r"dtype int64 is 8 bytes wide, X's float32 4"))

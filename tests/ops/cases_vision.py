@@ -461,6 +461,105 @@ AFFINE_CHANNEL = [
     ),
 ]
 
+# -- grid_sampler -------------------------------------------------------------------------------------------------
+
+
+def _grid_reflect(v: float, low: float, high: float) -> float:
+    """``v`` mirrored at ``low`` and ``high`` until it lies between them."""
+    if high <= low:
+        return 0.0
+    while v < low or v > high:
+        v = 2 * low - v if v < low else 2 * high - v
+    return v
+
+
+def _grid_position(g: float, size: int, mode: str, padding_mode: str, align_corners: bool) -> float:
+    v = (g + 1) / 2 * (size - 1) if align_corners else ((g + 1) * size - 1) / 2
+    if mode == "nearest":
+        v = float(np.round(v))  # half to even
+    if padding_mode == "reflection":
+        v = _grid_reflect(v, 0.0, size - 1.0) if align_corners else _grid_reflect(v, -0.5, size - 0.5)
+    if padding_mode != "zeros":
+        v = min(max(v, 0.0), size - 1.0)
+    return v
+
+
+def ref_grid_sampler(x, grid, mode="bilinear", padding_mode="zeros", align_corners=True) -> np.ndarray:
+    """One output position at a time: its source position per axis, then the nearest pixel or the 2**D weighted
+    neighbours, those outside X reading 0."""
+    n, c, *spatial = x.shape
+    d = len(spatial)
+    out = np.zeros((n, c, *grid.shape[1:-1]), x.dtype)
+    for b in range(n):
+        for o in itertools.product(*(range(k) for k in grid.shape[1:-1])):
+            pos = [
+                _grid_position(grid[(b, *o, d - 1 - a)], spatial[a], mode, padding_mode, align_corners)
+                for a in range(d)
+            ]
+            if mode == "nearest":
+                taps = [([int(p) for p in pos], 1.0)]
+            else:
+                taps = []
+                for corner in itertools.product((0, 1), repeat=d):
+                    index = [math.floor(p) + k for p, k in zip(pos, corner)]
+                    weight = math.prod(1 - abs(p - i) for p, i in zip(pos, index))
+                    taps.append((index, weight))
+            for index, weight in taps:
+                if all(0 <= i < size for i, size in zip(index, spatial)):
+                    out[(b, slice(None), *o)] += weight * x[(b, slice(None), *index)]
+    return out
+
+
+def _grid_of(positions: np.ndarray, spatial: tuple[int, ...], align_corners: bool) -> np.ndarray:
+    """The normalised grid (component 0 along the last axis) sampling source ``positions`` (..., D in X's axis
+    order)."""
+    sizes = np.array(spatial[::-1], dtype=np.float64)
+    p = positions[..., ::-1]
+    return 2 * p / (sizes - 1) - 1 if align_corners else (2 * p + 1) / sizes - 1
+
+
+def grid_case(name: str, x_shape, out_shape, dtype: str = "float64", **attrs) -> Case:
+    """Positions away from the kinks (integers for bilinear, halves for nearest) so that finite differences hold;
+    some outside X."""
+    spatial = x_shape[2:]
+    cells = np.stack([RNG.integers(-2, size + 2, size=(x_shape[0], *out_shape)) for size in spatial], axis=-1)
+    offset = (
+        RNG.uniform(-0.3, 0.3, cells.shape) if attrs.get("mode") == "nearest" else RNG.uniform(0.15, 0.85, cells.shape)
+    )
+    grid = _grid_of(cells + offset, spatial, attrs.get("align_corners", True)).astype(dtype)
+    x = rand(*x_shape, dtype=dtype)
+    expected = ref_grid_sampler(x, grid, **attrs)
+    grad = ("X", "Grid") if dtype == "float64" else ()
+    return Case({"X": x, "Grid": grid}, attrs, {"Output": expected}, grad=grad, rtol=1e-5, atol=1e-5, name=name)
+
+
+GRID_SAMPLER = [
+    grid_case(
+        f"{mode}_{padding}_{'corners' if align else 'centers'}",
+        (2, 3, 4, 5),
+        (3, 2),
+        mode=mode,
+        padding_mode=padding,
+        align_corners=align,
+    )
+    for mode in ("bilinear", "nearest")
+    for padding in ("zeros", "border", "reflection")
+    for align in (True, False)
+] + [
+    grid_case("bilinear_5d", (1, 2, 3, 4, 3), (2, 2, 3), padding_mode="border", align_corners=False),
+    grid_case("nearest_5d_reflection", (1, 2, 3, 3, 4), (2, 3, 2), mode="nearest", padding_mode="reflection"),
+    grid_case("float32", (1, 2, 5, 4), (4, 4), dtype="float32", align_corners=False),
+    Case(  # ties round half to even (not centres, width 4: positions 0.5, 1.5, 2.5 and 0 read 0, 2, 2 and 0)
+        {
+            "X": np.arange(4.0).reshape(1, 1, 1, 4),
+            "Grid": np.array([[[[-0.5, 0.0], [0.0, 0.0], [0.5, 0.0], [-0.75, 0.0]]]]),
+        },
+        {"mode": "nearest", "align_corners": False},
+        {"Output": np.array([[[[0.0, 2.0, 2.0, 0.0]]]])},
+        name="nearest_ties_to_even",
+    ),
+]
+
 CASES: dict[str, list[Case]] = {
     "bilinear_interp_v2": BILINEAR,
     "nearest_interp_v2": NEAREST,
@@ -471,11 +570,25 @@ CASES: dict[str, list[Case]] = {
     "pad3d": PAD3D,
     "pad": PAD,
     "affine_channel": AFFINE_CHANNEL,
+    "grid_sampler": GRID_SAMPLER,
 }
 
 _Z4 = np.zeros((1, 2, 4, 4), np.float32)
 
 INFER_ERRORS: list[tuple[str, Case, str]] = [
+    ("grid_sampler", Case({"X": _Z4[0], "Grid": np.zeros((1, 2, 2), np.float32)}), r"must be 4-D .* or 5-D"),
+    ("grid_sampler", Case({"X": _Z4, "Grid": np.zeros((1, 2, 2, 3), np.float32)}), r"Grid .* must be \[N, \*out, 2\]"),
+    ("grid_sampler", Case({"X": _Z4, "Grid": np.zeros((1, 2, 2, 2))}), r"different dtypes"),
+    (
+        "grid_sampler",
+        Case({"X": _Z4, "Grid": np.zeros((1, 2, 2, 2), np.float32)}, {"mode": "bicubic"}),
+        r"mode='bicubic' is not one of bilinear, nearest",
+    ),
+    (
+        "grid_sampler",
+        Case({"X": _Z4, "Grid": np.zeros((1, 2, 2, 2), np.float32)}, {"padding_mode": "wrap"}),
+        r"padding_mode='wrap' is not one of",
+    ),
     ("bilinear_interp_v2", Case({"X": np.zeros((2, 3), np.float32)}, _sizes(2, 2, 2)), r"must be 3-D, 4-D or 5-D"),
     (
         "bilinear_interp_v2",
@@ -540,4 +653,96 @@ KERNEL_ERRORS: list[tuple[str, Case, str]] = [
     ("pad3d", Case({"X": _P, "Paddings": np.array([1, 1], np.int32)}), r"needs a 5-D X and 6 paddings"),
     ("pixel_shuffle", Case({"X": np.zeros((1, 6, 2, 2), np.float32)}, {"upscale_factor": 2}), r"does not divide"),
     ("affine_channel", Case({"X": _A, "Scale": rand(2), "Bias": rand(2)}), r"do not match X"),
+]
+
+
+# -- roi_align: Paddle's CPU kernel as written, a loop over regions, channels, bins and samples -------------------
+
+
+def _bilinear(image: np.ndarray, y: float, x: float) -> float:
+    height, width = image.shape
+    if y < -1.0 or y > height or x < -1.0 or x > width:
+        return 0.0
+    y, x = max(y, 0.0), max(x, 0.0)
+    y_low, x_low = int(y), int(x)
+    if y_low >= height - 1:
+        y_low = y_high = height - 1
+        y = float(y_low)
+    else:
+        y_high = y_low + 1
+    if x_low >= width - 1:
+        x_low = x_high = width - 1
+        x = float(x_low)
+    else:
+        x_high = x_low + 1
+    ly, lx = y - y_low, x - x_low
+    hy, hx = 1.0 - ly, 1.0 - lx
+    return (
+        hy * hx * image[y_low, x_low]
+        + hy * lx * image[y_low, x_high]
+        + ly * hx * image[y_high, x_low]
+        + ly * lx * image[y_high, x_high]
+    )
+
+
+def ref_roi_align(x: np.ndarray, rois: np.ndarray, rois_num: list[int], ph: int, pw: int, **a: float) -> np.ndarray:
+    scale, ratio, aligned = a.get("spatial_scale", 1.0), int(a.get("sampling_ratio", -1)), a.get("aligned", False)
+    images = [b for b, count in enumerate(rois_num) for _ in range(count)]
+    out = np.zeros((len(rois), x.shape[1], ph, pw))
+    for r, (box, b) in enumerate(zip(rois.tolist(), images)):
+        x1, y1, x2, y2 = (v * scale - (0.5 if aligned else 0.0) for v in box)
+        w, h = x2 - x1, y2 - y1
+        if not aligned:
+            w, h = max(w, 1.0), max(h, 1.0)
+        gh = ratio if ratio > 0 else math.ceil(h / ph)
+        gw = ratio if ratio > 0 else math.ceil(w / pw)
+        for c, i, j in itertools.product(range(x.shape[1]), range(ph), range(pw)):
+            total = sum(
+                _bilinear(
+                    x[b, c], y1 + i * h / ph + (iy + 0.5) * h / ph / gh, x1 + j * w / pw + (ix + 0.5) * w / pw / gw
+                )
+                for iy in range(gh)
+                for ix in range(gw)
+            )
+            out[r, c, i, j] = total / max(gh * gw, 1)
+    return out.astype(x.dtype)
+
+
+def _roi_case(x: np.ndarray, rois: np.ndarray, rois_num: list[int] | None, name: str, **attrs: float) -> Case:
+    ph, pw = int(attrs.get("pooled_height", 1)), int(attrs.get("pooled_width", 1))
+    counts = rois_num or [len(rois)]
+    expected = ref_roi_align(x, rois, counts, ph, pw, **{k: v for k, v in attrs.items() if not k.startswith("pooled")})
+    inputs = {"X": x, "ROIs": rois.astype(x.dtype)}
+    if rois_num is not None:
+        inputs["RoisNum"] = np.array(rois_num, np.int32)
+    grad = ("X",) if x.dtype == np.float64 else ()
+    return Case(inputs, dict(attrs), {"Out": expected}, grad=grad, name=name)
+
+
+_boxes = np.array([[0.3, 0.6, 4.7, 3.9], [1.2, 0.1, 2.0, 1.1], [-0.8, 2.2, 5.9, 6.6], [2.5, 2.5, 2.5, 2.5]])
+CASES["roi_align"] = [
+    _roi_case(RNG.uniform(-1, 1, (2, 3, 6, 5)), _boxes, [1, 3], "adaptive", pooled_height=2, pooled_width=3),
+    _roi_case(
+        RNG.uniform(-1, 1, (1, 2, 7, 6)),
+        _boxes,
+        None,
+        "aligned_ratio_scale",
+        pooled_height=3,
+        pooled_width=2,
+        sampling_ratio=2,
+        spatial_scale=0.8,
+        aligned=True,
+    ),
+    _roi_case(RNG.uniform(-1, 1, (2, 2, 5, 5)).astype(np.float32), _boxes[:2], [0, 2], "float32", pooled_height=2),
+]
+INFER_ERRORS += [
+    ("roi_align", Case({"X": np.zeros((1, 2, 3, 3)), "ROIs": np.zeros((2, 5))}), r"must be \[R, 4\] boxes"),
+    ("roi_align", Case({"X": np.zeros((2, 3, 3)), "ROIs": np.zeros((2, 4))}), r"must be NCHW"),
+]
+KERNEL_ERRORS += [
+    (
+        "roi_align",
+        Case({"X": np.zeros((2, 1, 3, 3)), "ROIs": np.zeros((3, 4)), "RoisNum": np.array([1, 1], np.int32)}),
+        r"RoisNum \[1, 1\] does not split 3 regions over 2 images",
+    ),
 ]

@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 
+import blockir as bir
 from tests.paddle.zoo_check import REFUSED, run_saved
 
 FIXTURES = Path(__file__).with_name("zoo")
@@ -25,3 +26,14 @@ def test_a_zoo_program_computes_paddles_outputs_or_is_refused_as_recorded(name: 
     assert outcome.refused == REFUSED.get(name, set())
     if not outcome.refused:
         assert outcome.matches, outcome.differences
+
+
+def test_the_lstm_cell_rnn_is_paddles_own_while_loop() -> None:
+    """``nn.RNN(nn.LSTMCell)`` as Paddle builds it (``zoo.py``): a ``while`` whose block runs the cell and moves
+    the states through tensor arrays, not an ``rnn`` op."""
+    with bir.Executor("cpu") as exe:
+        program, _, _ = bir.io.load_inference_model(FIXTURES / "rnn_lstm_cell", exe, scope=bir.Scope())
+    outer, loop = ({op.type for op in block.ops} for block in program.blocks)
+    assert {"while", "write_to_array", "tensor_array_to_tensor", "shape", "less_than"} <= outer
+    assert {"read_from_array", "write_to_array", "increment", "less_than", "matmul_v2", "sigmoid", "tanh"} <= loop
+    assert "rnn" not in outer | loop

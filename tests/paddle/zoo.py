@@ -5,13 +5,17 @@ array) and its outputs, built in Paddle's legacy static graph (``paddle_side.py 
 - ``LAYERS``: one program per common ``paddle.nn`` layer and tensor function, named after it;
 - ``CONTROL``: loops and conditionals (``while_loop``, ``cond``);
 - ``TEXT``: recurrent text models (``nn.LSTM`` of 2 layers, a bidirectional ``nn.GRU``, a bidirectional ``nn.LSTM``
-  over sequences of given lengths, a 2-layer bidirectional ``nn.SimpleRNN`` of relu; ``nn.RNN(nn.LSTMCell)`` and
-  ``nn.TransformerEncoderLayer`` are not here: in Paddle 3.3.1 they call functions that build only PIR
-  programs, so no legacy program of them; ``paddle_side.py``'s ``text`` model has an attention's ops);
+  over sequences of given lengths, a 2-layer bidirectional ``nn.SimpleRNN`` of relu, and ``nn.RNN(nn.LSTMCell)``:
+  Paddle's ``while`` loop over tensor arrays, its cell's functions that build only PIR programs in Paddle 3.3.1
+  replaced while it builds by legacy ops); ``nn.TransformerEncoderLayer`` is not here: in Paddle 3.3.1 it calls
+  functions that build only PIR programs, so no legacy program of it (``paddle_side.py``'s ``text`` model has an
+  attention's ops);
 - ``OPTIMIZED``: models of the zoo as Paddle Inference's optimizing passes rewrite them (the LSTM's).
 
 Only numpy and paddle are imported here (run with a Paddle interpreter, as ``paddle_side.py`` is).
 """
+
+import contextlib
 
 import numpy as np
 import paddle
@@ -34,6 +38,20 @@ def ops(*chain):
     """x -> the sum of ``op(type, {"X": x}, attrs)`` over ``chain`` of (type, attrs): ops whose Python functions
     build only PIR programs in Paddle 3."""
     return lambda x: paddle.add_n([op(t, {"X": x}, attrs) for t, attrs in chain])
+
+
+@contextlib.contextmanager
+def legacy(*replacements):
+    """While the block runs, each ``(module, name, function)`` of ``replacements`` replaces ``module.name`` (a Paddle
+    function that builds only PIR programs in Paddle 3, by one appending legacy ops); restored after."""
+    originals = [(module, name, getattr(module, name)) for module, name, _ in replacements]
+    for module, name, function in replacements:
+        setattr(module, name, function)
+    try:
+        yield
+    finally:
+        for module, name, original in originals:
+            setattr(module, name, original)
 
 
 def _image(shape):
@@ -250,17 +268,37 @@ def _rnn(make, steps=5, width=4, lengths=None):
     return build
 
 
+def _matmul(x, y, transpose_x=False, transpose_y=False, name=None):
+    return op("matmul_v2", {"X": x, "Y": y}, {"trans_x": transpose_x, "trans_y": transpose_y})
+
+
+def _rnn_lstm_cell():
+    """``nn.RNN(nn.LSTMCell)``: Paddle's own loop (``nn.layer.rnn._rnn_static_graph``: ``while``, ``write_to_array``,
+    ``read_from_array``, ``increment``, ``less_than``, ``tensor_array_to_tensor``), the cell's ``paddle.matmul``,
+    ``F.sigmoid`` and ``paddle.tanh`` built as legacy ops (``matmul_v2``, ``sigmoid``, ``tanh``); its outputs and
+    final states."""
+    x = _image((2, 5, 4))
+    with legacy(
+        (paddle, "matmul", _matmul),
+        (F, "sigmoid", lambda v, name=None: op("sigmoid", {"X": v})),
+        (paddle, "tanh", lambda v, name=None: op("tanh", {"X": v})),
+    ):
+        out, (h, c) = nn.RNN(nn.LSTMCell(4, 6))(_data("x", x))
+    return {"x": x}, [out, h, c]
+
+
 TEXT = {
     "lstm": _rnn(lambda: nn.LSTM(4, 6, num_layers=2)),
     "gru_bidirectional": _rnn(lambda: nn.GRU(4, 6, direction="bidirect")),
     "lstm_lengths": _rnn(lambda: nn.LSTM(4, 6, direction="bidirect"), lengths=[5, 3]),
     "simple_rnn_relu": _rnn(lambda: nn.SimpleRNN(4, 6, num_layers=2, activation="relu", direction="bidirect")),
+    "rnn_lstm_cell": _rnn_lstm_cell,
 }
 
 
 def _while_loop():
     """A recurrence as ``paddle.static.nn.while_loop`` writes it (``while``, ``write_to_array``, ``increment``,
-    ``less_than``; ``nn.RNN(nn.LSTMCell)`` builds only PIR programs in Paddle 3.3.1), its states stacked
+    ``less_than``), its states stacked
     (``tensor_array_to_tensor``) and counted (``lod_array_length``)."""
     x = _image((2, 4))
     xs = _data("x", x)
@@ -289,12 +327,8 @@ def _cond(threshold):
         xs = _data("x", x)
         h = paddle.static.nn.fc(xs, 4)
         pred = paddle.mean(h) > threshold
-        logical_not = paddle.logical_not
-        paddle.logical_not = lambda v, *args, **kwargs: op("logical_not", {"X": v})
-        try:
+        with legacy((paddle, "logical_not", lambda v, *args, **kwargs: op("logical_not", {"X": v}))):
             out = paddle.static.nn.cond(pred, lambda: op("tanh", {"X": h}) * 2.0, lambda: paddle.scale(h, 0.5, -1.0))
-        finally:
-            paddle.logical_not = logical_not
         return {"x": x}, [out]
 
     return build

@@ -85,6 +85,18 @@ def test_the_benchmarks_vectorized_exhaustive_search_scores_every_placement_as_l
     assert bench.exhaustive(graph, devices, order) == pytest.approx(want)
 
 
+def test_the_benchmarks_chart_draws_the_simulated_results(tmp_path: Path) -> None:
+    """``bench_place.py --chart`` (docs/img/place_simulated.png): the comparison with the optimum per ratio and
+    heterogeneity, and the large DAGs' one, as a PNG."""
+    bench = load_benchmark("bench_place")
+    optimum = bench.against_optimum(9, 4)
+    assert set(optimum) == set(itertools.product(bench.CCRS, bench.HETEROGENEITIES))
+    assert all(len(ratios) == 1 and ratios[0] >= 1 - 1e-12 for ratios in optimum.values())
+    others = {n: (0.1, {"all on the fastest": 1.4, "round-robin": 1.6, "random": 1.5}) for n in bench.SIZES}
+    bench.chart(tmp_path / "chart.png", optimum, others, 4)
+    assert (tmp_path / "chart.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
 def test_heft_uses_idle_slots_and_the_margin_keeps_a_task_with_its_inputs() -> None:
     comm = lambda nbytes, a, b: 0.0 if a == b else nbytes  # noqa: E731
     # 0 -> 1 (long) and 0 -> 2 (short), 2 -> 3: 2 fits before 1 ends on the other device
@@ -101,6 +113,30 @@ def test_heft_uses_idle_slots_and_the_margin_keeps_a_task_with_its_inputs() -> N
     assert heft(near, ["a", "b"]).device[1] == "a"
     far = TaskGraph([{"a": 1.0}, {"a": 1.0, "b": 0.8}], [{1: 0.01}, {}], comm)
     assert heft(far, ["a", "b"]).device[1] == "b"
+
+
+def test_heft_finds_the_earliest_idle_slot_of_a_device_by_its_gap_index() -> None:
+    """A device's busy intervals and idle gaps (HEFT's index of them) give the earliest start at or after the
+    ready time where a task overlaps no busy interval (a zero-length one: is not inside one), with touching
+    intervals (integer times) among them; the gaps between intervals are really used."""
+    from blockir.passes.auto_place import _Timeline
+
+    rng = random.Random(0)
+    inserted = 0
+    for _ in range(40):
+        timeline = _Timeline()
+        for _ in range(60):
+            ready = rng.choice([0.0, float(rng.randint(0, 30)), rng.uniform(0, 30)])
+            w = rng.choice([0.0, 1.0, 2.0, rng.uniform(0, 3)])
+            start = timeline.slot(ready, w)
+            busy = list(zip(timeline.starts, timeline.ends))
+            fits = [t for t in [ready, *timeline.ends] if t >= ready and all(t + w <= a or b <= t for a, b in busy)]
+            assert start == min(fits), (ready, w, busy)
+            inserted += start + w < timeline.end
+            timeline.add(start, start + w)
+        gaps = [(a, b) for a, b in zip(timeline.ends, timeline.starts[1:]) if b > a]
+        assert list(zip(timeline.gap_starts[1:], timeline.gap_ends[1:])) == gaps
+    assert inserted > 100
 
 
 def test_a_task_graph_must_be_topologically_ordered() -> None:
@@ -241,6 +277,7 @@ def test_calibration_does_not_borrow_a_value_of_another_shape() -> None:
     scope.set(weight, np.ones((4, 8), "float32"))  # the declared shape is [8, 4]
     costs = calibrate(main, {"x": np.ones((2, 8), "float32")}, ["cpu:0"], fetch_list=[loss], scope=scope, runs=1)
     assert any(key.startswith("fc ") or key.startswith("mul ") for key in costs.ops)
+    assert costs.programs == [f"{main.digest()}@2"]  # what it measured: cached_costs skips it next time
     assert np.array_equal(scope.get(weight), np.ones((4, 8), "float32"))  # untouched
 
 
