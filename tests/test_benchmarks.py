@@ -145,9 +145,10 @@ def test_proc_cpu_counts_the_cpu_of_the_processes_under_this_one() -> None:
 
     proc_cpu = load_benchmark("proc_cpu")
     busy = "import time\nend = time.process_time() + 0.3\nwhile time.process_time() < end: pass\ninput()"
+    others = proc_cpu.Snapshot.of(proc_cpu.descendants(os.getpid()))  # children of earlier tests, still running
     child = subprocess.Popen([sys.executable, "-c", busy], stdin=subprocess.PIPE)
     try:
-        before = proc_cpu.Snapshot.of({})
+        before = others  # the child counts from zero
         while proc_cpu.cpu_seconds(child.pid) < 0.3:
             assert child.poll() is None
         under = proc_cpu.descendants(os.getpid())

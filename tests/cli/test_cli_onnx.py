@@ -108,17 +108,17 @@ def test_viz_names_the_onnx_node_in_each_ops_lineage(onnx_dir: Path, capsys: pyt
 def _unsupported(work: Path) -> list[str]:
     graph = helper.make_graph(
         [
-            helper.make_node("Det", ["x"], ["d"], name="det_node"),
+            helper.make_node("ImageDecoder", ["x"], ["d"], name="dec_node"),
             helper.make_node("Loop", ["m", "c"], ["y"], name="lp"),
         ],
         "g",
         [
-            helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 2]),
+            helper.make_tensor_value_info("x", TensorProto.UINT8, [16]),
             helper.make_tensor_value_info("m", TensorProto.INT64, []),
             helper.make_tensor_value_info("c", TensorProto.BOOL, []),
         ],
         [
-            helper.make_tensor_value_info("d", TensorProto.FLOAT, None),
+            helper.make_tensor_value_info("d", TensorProto.UINT8, None),
             helper.make_tensor_value_info("y", TensorProto.FLOAT, None),
         ],
     )
@@ -179,7 +179,10 @@ def _unknown_feed(work: Path) -> list[str]:
 
 
 CASES: dict[str, tuple[Case, str]] = {
-    "unsupported ops listed at once": (_unsupported, "det_node (Det): blockir has no op for it; node lp (Loop)"),
+    "unsupported ops listed at once": (
+        _unsupported,
+        "dec_node (ImageDecoder): blockir has no op for it; node lp (Loop): attribute 'body' (a graph) is missing",
+    ),
     "truncated file": (_truncated, "t.onnx: not an ONNX model"),
     "not an ONNX file": (_wrong_magic, "p.onnx: not an ONNX model"),
     "a feed the model lacks": (_unknown_feed, "'nope' is not an input of the model (its inputs: in put)"),
