@@ -156,7 +156,7 @@ if [ "${device%% *}" != ok ]; then
 fi
 
 # 3. The gpu test tier
-run "gpu tier" 270 "$logs/gpu_tier.log" "$py" -m pytest -m gpu -q -p no:cacheprovider --timeout=120 \
+run "gpu tier" 270 "$logs/gpu_tier.log" "$py" -m pytest -o addopts="" -m gpu -q -p no:cacheprovider --timeout=120 \
     --continue-on-collection-errors tests
 summary="$(grep -E '[0-9]+ (passed|failed|skipped|error)' "$logs/gpu_tier.log" | tail -n 1 | sed 's/=//g; s/ in [0-9.]*s.*//; s/, [0-9]* deselected//; s/^ *//')"
 status
