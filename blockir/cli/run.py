@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import sys
+import zipfile
 from pathlib import Path
 from typing import Any, NamedTuple
 
@@ -22,6 +23,7 @@ from blockir.cli.common import (
 )
 from blockir.errors import BlockirError
 from blockir.io.onnx import ONNX_SUFFIX
+from blockir.ir.proto_io import atomic_file
 from blockir.ir.schema import Lowering, lowering_of
 from blockir.runtime.plan import SCHEDULERS
 
@@ -121,10 +123,6 @@ def _onnx_names(args: argparse.Namespace) -> _OnnxNames:
 def _save_npz(path: str, arrays: dict[str, np.ndarray]) -> None:
     """``np.savez`` of ``arrays`` (atomically), for any key: an ONNX name may be ``file`` or ``allow_pickle``,
     which ``np.savez`` takes as its own arguments."""
-    import zipfile
-
-    from blockir.ir.proto_io import atomic_file
-
     with atomic_file(path) as f, zipfile.ZipFile(f, "w", zipfile.ZIP_STORED, allowZip64=True) as archive:
         for name, value in arrays.items():
             with archive.open(f"{name}.npy", "w", force_zip64=True) as entry:

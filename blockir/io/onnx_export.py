@@ -27,7 +27,7 @@ EXPORT_OPSET = 18
 
 
 class _Refused(BlockirError):
-    pass
+    """An op the export cannot write: its reason, collected with the others'."""
 
 
 class _Writer:

@@ -800,13 +800,20 @@ def _lowered(n: Node, made: str, dims: int, out: str) -> None:
         n.emit("squeeze2", {"X": made}, {"Out": out, "XShape": n.tmp("xshape")}, {"axes": [2]})
 
 
-def _conv(n: Node) -> None:
+def _weighted(n: Node) -> tuple[dict[str, Any], int, list[int]]:
+    """A Conv's or ConvTranspose's spatial attributes and ``groups``; the spatial dims; the kernel (its
+    attribute, else the weight's dims)."""
     w = n.shape(1)
     if w is None:
         raise Refused("a weight of unknown rank")
     kernel = list(n.attr("kernel_shape", w[2:]))
     attrs, dims = _spatial(n, kernel)
     attrs["groups"] = int(n.attr("group", 1))
+    return attrs, dims, kernel
+
+
+def _conv(n: Node) -> None:
+    attrs, dims, _ = _weighted(n)
     made = n.tmp("conv")
     n.emit("conv2d", {"Input": _lifted(n, 0, dims), "Filter": _lifted(n, 1, dims)}, {"Output": made}, attrs)
     if n.has(2):
@@ -846,16 +853,11 @@ def _grid_sample(n: Node) -> None:
 
 
 def _conv_transpose(n: Node) -> None:
-    w = n.shape(1)
-    if w is None:
-        raise Refused("a weight of unknown rank")
-    kernel = list(n.attr("kernel_shape", w[2:]))
-    attrs, dims = _spatial(n, kernel)
+    attrs, dims, kernel = _weighted(n)
     auto_pad = n.attr("auto_pad", "NOTSET")
     attrs["padding_algorithm"] = "EXPLICIT"
     if auto_pad == "VALID":
         attrs["paddings"] = [0, 0, 0, 0]
-    attrs["groups"] = int(n.attr("group", 1))
     extra = list(n.attr("output_padding", [0] * dims))
     shape = n.shape(0)
     target = n.attr("output_shape")

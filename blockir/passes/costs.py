@@ -36,6 +36,7 @@ estimate at the calibrated shapes; ``programs`` names the programs calibrated (d
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import json
 import math
@@ -104,11 +105,8 @@ _ASSUMED_LINKS = {
 def machine() -> str:
     """This machine's description, which cost files are keyed by: architecture, system, CPU model, cores."""
     model = platform.processor() or "unknown CPU"
-    try:
-        with open("/proc/cpuinfo") as f:
-            model = next((line.split(":", 1)[1].strip() for line in f if line.startswith("model name")), model)
-    except OSError:
-        pass
+    with contextlib.suppress(OSError), open("/proc/cpuinfo") as f:
+        model = next((line.split(":", 1)[1].strip() for line in f if line.startswith("model name")), model)
     return f"{platform.machine()} {platform.system()}, {model}, {os.cpu_count() or 1} cores"
 
 
