@@ -25,6 +25,7 @@ from blockir.errors import BlockirError
 from blockir.io.onnx import ONNX_SUFFIX
 from blockir.ir.proto_io import atomic_file
 from blockir.ir.schema import Lowering, lowering_of
+from blockir.passes.copies import original_name
 from blockir.runtime.plan import SCHEDULERS
 
 
@@ -178,7 +179,8 @@ def command(args: argparse.Namespace) -> int:
         values = exe.run(program, feed=feeds(args), fetch_list=fetch, scope=scope, trace=args.trace)
     if args.trace is not None:
         print(f"wrote the trace to {args.trace} (open it in https://ui.perfetto.dev)", file=sys.stderr)
-    names = args.fetch or [onnx_names.outputs.get(n, n) for n in (op.input("X")[0] for op in fetch_ops)]
+    # a placed program's fetch reads the host's copy (NAME@cpu) of what it fetches: keyed by NAME
+    names = args.fetch or [onnx_names.outputs.get(n, n) for n in (original_name(op.input("X")[0]) for op in fetch_ops)]
     arrays = {name: np.asarray(value) for name, value in zip(names, values)}
     if args.out is not None:
         _save_npz(args.out, arrays)

@@ -44,7 +44,7 @@ from blockir.ops.transfer import MEMCPY
 from blockir.passes.base import Pass, mark_created, register_pass
 from blockir.passes.place import Placement, find_var
 
-__all__ = ["InsertCopies", "copied_from", "copy_name", "is_copy", "value_devices"]
+__all__ = ["InsertCopies", "copied_from", "copy_name", "is_copy", "original_name", "value_devices"]
 
 _COPYABLE = (VarKind.LOD_TENSOR, VarKind.SELECTED_ROWS)
 
@@ -76,6 +76,12 @@ def copied_from(name: str) -> tuple[str, str] | None:
     """``(NAME, DEVICE)`` for ``NAME@DEVICE``, the name of a copy (:func:`copy_name`); None for any other name."""
     base, _, device = name.rpartition("@")
     return (base, device) if base and is_valid_device(device) else None
+
+
+def original_name(name: str) -> str:
+    """``NAME`` for ``NAME@DEVICE``, the name of a copy; any other name itself."""
+    copied = copied_from(name)
+    return name if copied is None else copied[0]
 
 
 class _Walk:

@@ -50,7 +50,7 @@ from blockir.ops.control_flow import (
     zeros_like_value,
 )
 from blockir.ops.values import LoDTensor, TensorArray
-from blockir.passes.copies import copied_from
+from blockir.passes.copies import original_name
 from blockir.runtime.channel import Channel, blocked_on, register_thread, select
 from blockir.runtime.scope import Scope
 
@@ -172,7 +172,7 @@ def _channel_close(op: Operator, device: str, compile_block: CompileBlock) -> Ca
 def _in_block(names: Sequence[str]) -> list[str]:
     """The names a control op's block uses for the op's variables: ``NAME`` where the op names ``NAME@DEVICE``,
     the copy of it the ``insert-copies`` pass made on the op's device for the block."""
-    return [copied[0] if (copied := copied_from(n)) is not None else n for n in names]
+    return [original_name(n) for n in names]
 
 
 def _go(op: Operator, device: str, compile_block: CompileBlock) -> Callable[..., Any]:

@@ -315,6 +315,23 @@ def test_run_schedulers_places_and_trace_give_the_same_predictions(
     assert {e["args"]["name"] for e in events if e["name"] == "process_name"} == {"cpu", "cpu:1"}
 
 
+def test_run_of_a_placed_program_keys_what_it_fetches_by_the_fetched_name(model, tmp_path: Path) -> None:
+    """``blockir opt -p place{default=cpu:1},insert-copies`` makes the fetch read the host's copy (``NAME@cpu``):
+    ``--out`` still keys the output ``NAME``."""
+    work, _, probs, name = model
+    placed, out = tmp_path / "placed.pb", tmp_path / "out.npz"
+    program = str(work / "model" / "program.pb")
+    assert main(["opt", program, "-p", "place{default=cpu:1},insert-copies", "-o", str(placed)]) == 0
+    assert f"{name}@cpu" in (
+        fetched := [op.input("X")[0] for op in bir.load_program(placed).global_block().ops if op.type == "fetch"]
+    )
+    params = ["--params", str(work / "model" / "params")]
+    assert main(["run", str(placed), *params, "--feed", f"x={work / 'batch.npy'}", "--out", str(out)]) == 0, fetched
+    with np.load(out, allow_pickle=False) as saved:
+        assert list(saved) == [name]
+        np.testing.assert_allclose(saved[name], probs, rtol=1e-6, atol=1e-7)
+
+
 @pytest.mark.parametrize(
     "extra, message",
     [
