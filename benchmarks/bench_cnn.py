@@ -110,8 +110,9 @@ def blockir_cnn(d: CnnData, layout: str = "NCHW", place: str = "cpu") -> Step:
     scope.set(fc_b.name, d.fc[1].copy())
     feed = {"x": d.x if layout == "NCHW" else np.ascontiguousarray(d.x.transpose(0, 2, 3, 1)), "y": d.labels}
 
-    def step() -> float:
-        return float(np.asarray(exe.run(main, feed=feed, fetch_list=[loss], scope=scope)[0]).reshape(-1)[0])
+    def step(trace: Path | None = None) -> float:
+        fetched = exe.run(main, feed=feed, fetch_list=[loss], scope=scope, trace=trace)
+        return float(np.asarray(fetched[0]).reshape(-1)[0])
 
     return step
 

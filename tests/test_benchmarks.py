@@ -183,3 +183,20 @@ def test_bench_onnx_times_a_light_model_against_onnxruntime_and_an_import(capsys
     assert "summary: blockir up to" in out
     bench.main(["--import-nodes", "50", "--rounds", "1"])
     assert "import of a 50-node model, 1 loads:" in capsys.readouterr().out
+
+
+def test_cnn_profile_puts_every_conv_layer_of_both_sides_in_its_rows() -> None:
+    """cnn_profile (issue 34's per-op breakdown against torch's profiler), at batch 2 for one step: both sides
+    report time in the convolution categories, and each of the five conv layers is found, forward and backward,
+    in blockir's trace and among torch's ops (by its filter's shape)."""
+    torch = pytest.importorskip("torch")
+    profile = load_benchmark("cnn_profile")
+    for by_category, layers, wall in (
+        profile.blockir_profile(2, 1, "NCHW"),
+        profile.torch_profile(torch, 2, 1),
+    ):
+        assert by_category["conv forward"] > 0 and by_category["conv backward"] > 0
+        assert sorted(layers) == [f"conv{i}" for i in range(1, 6)]
+        assert all(forward > 0 for forward, _ in layers.values())
+        assert all(backward > 0 for name, (_, backward) in layers.items() if name != "conv1")
+        assert wall >= sum(by_category.values()) * 0.5

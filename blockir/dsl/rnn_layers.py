@@ -13,6 +13,7 @@ in ``[-1/sqrt(hidden_size), 1/sqrt(hidden_size))`` as Fluid and Paddle do unless
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 from typing import Any
 
 from blockir.dsl import framework
@@ -61,7 +62,8 @@ def lstm(
         steps = (tensor_shape(helper.check_variable(input, "input")) or (-1,))[0]
         if steps >= 0 and steps != _positive(helper, max_len, "max_len"):
             raise helper.error(f"max_len {max_len} is not the number of time steps of input (dim 0: {steps})")
-    out, states = _rnn(helper, "LSTM", [init_h, init_c], locals())
+    args = _RnnArgs(input, hidden_size, num_layers, dropout_prob, is_bidirec, is_test, default_initializer, seed)
+    out, states = _rnn(helper, "LSTM", [init_h, init_c], args, sequence_length, param_attr, bias_attr)
     return out, states[0], states[1]
 
 
@@ -83,7 +85,8 @@ def gru(
     """A multi-layer GRU over ``input`` ``[T, B, I]`` (time-major): ``(out, last_h)``; arguments as
     :func:`lstm`'s. Gates ``r, z, n`` as cuDNN (and ``paddle.nn.GRU``): ``n = tanh(x W_in + b_in + r * (h W_hn
     + b_hn))``, ``h = z * h + (1 - z) * n``."""
-    out, states = _rnn(LayerHelper("gru", name), "GRU", [init_h], locals())
+    args = _RnnArgs(input, hidden_size, num_layers, dropout_prob, is_bidirec, is_test, default_initializer, seed)
+    out, states = _rnn(LayerHelper("gru", name), "GRU", [init_h], args, sequence_length, param_attr, bias_attr)
     return out, states[0]
 
 
@@ -109,7 +112,8 @@ def simple_rnn(
     helper = LayerHelper("simple_rnn", name)
     if activation not in ("tanh", "relu"):
         raise helper.error(f"activation must be 'tanh' or 'relu', got {activation!r}")
-    out, states = _rnn(helper, f"RNN_{activation.upper()}", [init_h], locals())
+    args = _RnnArgs(input, hidden_size, num_layers, dropout_prob, is_bidirec, is_test, default_initializer, seed)
+    out, states = _rnn(helper, f"RNN_{activation.upper()}", [init_h], args, sequence_length, param_attr, bias_attr)
     return out, states[0]
 
 
@@ -119,17 +123,36 @@ def _positive(helper: LayerHelper, value: Any, arg: str) -> int:
     return value
 
 
+@dataclass(frozen=True)
+class _RnnArgs:
+    """The arguments ``lstm``, ``gru`` and ``simple_rnn`` share (as :func:`lstm` documents them)."""
+
+    input: core.Variable
+    hidden_size: int
+    num_layers: int
+    dropout_prob: float
+    is_bidirec: bool
+    is_test: bool
+    default_initializer: Initializer | None
+    seed: int | None
+
+
 def _rnn(
-    helper: LayerHelper, mode: str, initial: list[core.Variable | None], args: dict[str, Any]
+    helper: LayerHelper,
+    mode: str,
+    initial: list[core.Variable | None],
+    args: _RnnArgs,
+    sequence_length: core.Variable | None,
+    param_attr: Any,
+    bias_attr: Any,
 ) -> tuple[Variable, list[Variable]]:
-    """The rnn op of ``mode`` and its parameters, from ``args``, the arguments of the layer function (``lstm``,
-    ``gru`` or ``simple_rnn``: they share their names); its output and final states."""
-    input, seed, dropout_prob, is_bidirec = args["input"], args["seed"], args["dropout_prob"], args["is_bidirec"]
-    sequence_length = args["sequence_length"]
+    """The rnn op of ``mode`` and its parameters, from the layer function's arguments; its output and final
+    states."""
+    input, seed, dropout_prob, is_bidirec = args.input, args.seed, args.dropout_prob, args.is_bidirec
     helper.check_variable(input, "input")
     helper.check_float(input, "input")
-    hidden = _positive(helper, args["hidden_size"], "hidden_size")
-    layers = _positive(helper, args["num_layers"], "num_layers")
+    hidden = _positive(helper, args.hidden_size, "hidden_size")
+    layers = _positive(helper, args.num_layers, "num_layers")
     if isinstance(dropout_prob, bool) or not isinstance(dropout_prob, (int, float)) or not 0 <= dropout_prob <= 1:
         raise helper.error(f"dropout_prob must be a number in [0, 1], got {dropout_prob!r}")
     if seed is not None and (isinstance(seed, bool) or not isinstance(seed, int)):
@@ -140,8 +163,8 @@ def _rnn(
             f"input {input.name!r} must be [time steps, batch, input size] with the input size known, got {list(shape)}"
         )
     dirs = 2 if is_bidirec else 1
-    attrs = {arg: ParamAttr.to_attr(args[arg]) for arg in ("param_attr", "bias_attr")}
-    weights = _parameters(helper, mode, shape[2], hidden, layers, dirs, dtype, args["default_initializer"], attrs)
+    attrs = {"param_attr": ParamAttr.to_attr(param_attr), "bias_attr": ParamAttr.to_attr(bias_attr)}
+    weights = _parameters(helper, mode, shape[2], hidden, layers, dirs, dtype, args.default_initializer, attrs)
     states = []
     for i, state in enumerate(initial[: state_count(mode)]):
         if state is None:
@@ -174,7 +197,7 @@ def _rnn(
             "num_layers": layers,
             "mode": mode,
             "seed": seed,
-            "is_test": bool(args["is_test"]),
+            "is_test": bool(args.is_test),
         },
     )
     return out, finals

@@ -41,7 +41,7 @@ import pytest
 
 import blockir as bir
 from blockir.proto import framework_pb2 as pb
-from tests.viz.browser import missing
+from tests.viz.browser import in_chromium
 
 netron = pytest.importorskip("netron", minversion="9.3", reason="netron is not installed (pip install -e '.[dev]')")
 
@@ -51,7 +51,6 @@ RENDER_TIMEOUT = 60.0
 CANARY = "http://blockir-netron-canary.invalid/"
 
 pytestmark = pytest.mark.timeout(180)
-in_chromium = [pytest.mark.browser, pytest.mark.skipif(missing() is not None, reason=str(missing()))]
 
 # Runs in the page before Netron's scripts (module docstring).
 QUIET_NETRON = """
@@ -281,8 +280,7 @@ def shot(page: Page, tmp_path: Path) -> Path:
     return path
 
 
-@pytest.mark.browser
-@pytest.mark.skipif(missing() is not None, reason=str(missing()))
+@in_chromium
 def test_netron_draws_every_op_of_the_exported_program(page: Page, exported: Exported) -> None:
     labels = page.js(
         """return [...document.querySelectorAll('#canvas g.graph-node')]
@@ -295,8 +293,7 @@ def test_netron_draws_every_op_of_the_exported_program(page: Page, exported: Exp
     assert not errors, errors
 
 
-@pytest.mark.browser
-@pytest.mark.skipif(missing() is not None, reason=str(missing()))
+@in_chromium
 def test_netron_names_the_format_and_reads_the_parameters(page: Page, exported: Exported, tmp_path: Path) -> None:
     summary = page.js(f"return ({SUMMARY})(window.__view__.model)")
     check_reading(summary, exported)
@@ -314,8 +311,7 @@ def test_netron_names_the_format_and_reads_the_parameters(page: Page, exported: 
     shot(page, tmp_path)
 
 
-@pytest.mark.browser
-@pytest.mark.skipif(missing() is not None, reason=str(missing()))
+@in_chromium
 def test_the_page_requests_nothing_outside_loopback(page: Page, exported: Exported) -> None:
     # A request to another host, made here: the log must show it, or an empty list of others would prove nothing.
     page.driver.execute_async_script(

@@ -11,9 +11,11 @@ import os
 import shutil
 import time
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
-__all__ = ["chromium", "click", "js", "missing", "open_page", "select_state", "shot"]
+__all__ = ["chromium", "chromium_marks", "click", "in_chromium", "js", "missing", "open_page", "select_state", "shot"]
+
+T = TypeVar("T")
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -28,6 +30,21 @@ def missing() -> str | None:
         if shutil.which(binary) is None:
             return f"{binary} is not installed (apt-get install {package})"
     return None
+
+
+def chromium_marks() -> list[Any]:
+    """The marks of a test that drives headless Chromium: ``browser``, and a skip naming what is missing."""
+    import pytest
+
+    reason = missing()
+    return [pytest.mark.browser, pytest.mark.skipif(reason is not None, reason=str(reason))]
+
+
+def in_chromium(test: T) -> T:
+    """``test`` with :func:`chromium_marks`."""
+    for mark in chromium_marks():
+        test = mark(test)
+    return test
 
 
 def chromium(width: int = 1500, height: int = 900) -> Any:

@@ -11,12 +11,10 @@ import json
 from pathlib import Path
 from typing import Any
 
-import pytest
-
-from tests.viz.browser import click, js, missing, open_page, select_state, shot
+from tests.viz.browser import chromium_marks, click, js, open_page, select_state, shot
 from tests.viz.test_page import embedded
 
-pytestmark = [pytest.mark.browser, pytest.mark.skipif(missing() is not None, reason=str(missing()))]
+pytestmark = chromium_marks()
 
 
 def visible_per_device(driver: Any) -> dict[str, int]:

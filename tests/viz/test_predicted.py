@@ -6,13 +6,12 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-import pytest
 
 import blockir as bir
 from blockir.viz import page_data
 from blockir.viz.page import render
 from tests.passes.test_auto_place import COSTS, towers
-from tests.viz.browser import js, missing, open_page
+from tests.viz.browser import in_chromium, js, open_page
 
 PIPELINE = f"auto-place{{devices=cpu:0,cpu:1 costs={COSTS}}},default-device-pipeline"
 
@@ -47,8 +46,7 @@ def test_with_a_run_the_page_has_both_timelines(tmp_path) -> None:
     assert "predicted" in page and "Predicted by auto-place" in page
 
 
-@pytest.mark.browser
-@pytest.mark.skipif(missing() is not None, reason=str(missing()))
+@in_chromium
 def test_the_page_draws_the_predicted_lanes_and_explains_an_op_on_click(driver: Any, tmp_path: Path) -> None:
     program = towers(2, 32)
     page = tmp_path / "auto.html"

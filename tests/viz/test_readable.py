@@ -9,10 +9,10 @@ from typing import Any
 
 import pytest
 
-from tests.viz.browser import click, js, missing, open_page, select_state, shot
+from tests.viz.browser import chromium_marks, click, js, open_page, select_state, shot
 from tests.viz.test_page import embedded
 
-pytestmark = [pytest.mark.browser, pytest.mark.skipif(missing() is not None, reason=str(missing()))]
+pytestmark = chromium_marks()
 
 # The screen rectangles of the text drawn on the nodes on screen: the SVG's label lines, stream badges, glyphs
 # and device tags, and below zoom 1 the #labels overlay.
