@@ -29,7 +29,7 @@ from threadpoolctl import threadpool_limits
 CATEGORIES = (
     ("conv forward", r"^(conv2d|fused_conv2d_add_act|depthwise_conv2d)$", r"convolution$|conv2d$"),
     ("conv backward", r"^(conv2d|depthwise_conv2d)_grad$", r"convolution_backward"),
-    ("batch_norm + relu forward", r"^(batch_norm|batch_norm_act|relu)$", r"native_batch_norm$|batch_norm$|relu_?$|clamp_min"),
+    ("batch_norm + relu forward", r"^(batch_norm|batch_norm_act|relu)$", r"batch_norm$|relu_?$|clamp_min"),
     ("batch_norm + relu backward", r"^(batch_norm|batch_norm_act|relu)_grad$", r"batch_norm_backward|threshold_back"),
     ("pooling forward", r"^(pool2d|max_pool2d_with_index)$", r"pool2d_with_indices$|mean$"),
     ("pooling backward", r"^(pool2d|max_pool2d_with_index)_grad$", r"pool2d.*backward|mean_backward"),
@@ -72,9 +72,7 @@ def blockir_profile(batch: int, steps: int, layout: str) -> tuple[dict[str, floa
     return dict(by_cat), dict(layers), wall * 1e3 / steps
 
 
-def torch_profile(
-    torch: ModuleType, batch: int, steps: int
-) -> tuple[dict[str, float], dict[str, list[float]], float]:
+def torch_profile(torch: ModuleType, batch: int, steps: int) -> tuple[dict[str, float], dict[str, list[float]], float]:
     """The same from torch.profiler (self CPU time, input shapes to tell the layers apart)."""
     step = torch_cnn(torch, cnn_data(batch))
     step(), step()

@@ -39,9 +39,11 @@ def load_benchmark(name: str) -> ModuleType:
         spec = importlib.util.spec_from_file_location(f"benchmarks_{name}", BENCHMARKS / f"{name}.py")
         assert spec is not None and spec.loader is not None
         module = importlib.util.module_from_spec(spec)
+        sys.modules[spec.name] = module  # while it runs (a dataclass looks its module up)
         spec.loader.exec_module(module)
         return module
     finally:
+        sys.modules.pop(f"benchmarks_{name}", None)
         sys.path.remove(str(BENCHMARKS))
         sys.modules.pop("bench_executor", None)  # bench_peers imports it by that name
         sys.modules.pop("bench_peers", None)  # bench_cnn imports it by that name
@@ -185,6 +187,19 @@ def test_bench_onnx_times_a_light_model_against_onnxruntime_and_an_import(capsys
     assert "import of a 50-node model, 1 loads:" in capsys.readouterr().out
 
 
+def test_bench_depthwise_times_the_direct_kernel_against_the_gemms(capsys: pytest.CaptureFixture[str]) -> None:
+    """bench_depthwise (the measurement behind depthwise.direct's rule) in tiny rounds: both passes of a layer,
+    their results compared before they are timed, and the gemms' switch left on."""
+    from blockir.ops import depthwise
+
+    bench = load_benchmark("bench_depthwise")
+    bench.main(["--shapes", "1:4:9:2:2", "--rounds", "1", "--turn", "0.001"])
+    rows = [line.split() for line in capsys.readouterr().out.splitlines() if line.startswith("1x4x9x9")]
+    assert [r[3] for r in rows] == ["forward", "backward"]
+    assert all(float(r[4]) > 0 and float(r[5]) > 0 and r[6].endswith("x") for r in rows)  # ms, ms, ratio
+    assert depthwise.ENABLED
+
+
 def test_cnn_profile_puts_every_conv_layer_of_both_sides_in_its_rows() -> None:
     """cnn_profile (issue 34's per-op breakdown against torch's profiler), at batch 2 for one step: both sides
     report time in the convolution categories, and each of the five conv layers is found, forward and backward,
@@ -200,3 +215,17 @@ def test_cnn_profile_puts_every_conv_layer_of_both_sides_in_its_rows() -> None:
         assert all(forward > 0 for forward, _ in layers.values())
         assert all(backward > 0 for name, (_, backward) in layers.items() if name != "conv1")
         assert wall >= sum(by_category.values()) * 0.5
+
+
+def test_the_ps_models_closed_loop_gives_one_workers_cycle_and_at_most_the_cores() -> None:
+    """benchmarks/ps_model.py's queue of the workers' batches for a node's cores (mean value analysis): one worker
+    runs at one batch per its CPU (over the cores it keeps busy at once) and waits; more workers run faster, never
+    beyond the cores over a batch's CPU."""
+    model = load_benchmark("ps_model")
+    demand, waits, cores = 0.010, 0.002, 2.0
+    assert model.closed_loop(1, demand, waits, cores) == pytest.approx(1 / (demand + waits))
+    rates = [model.closed_loop(w, demand, waits, cores) for w in range(1, 65)]
+    assert rates[0] < rates[1] < rates[2] and all(b >= a * (1 - 1e-9) for a, b in zip(rates, rates[1:], strict=False))
+    assert rates[-1] <= cores / demand and rates[-1] == pytest.approx(cores / demand, rel=0.02)
+    assert model.closed_loop(1, demand, 0.0, 0.5) == pytest.approx(0.5 / demand)  # half a core: twice as long
+    assert model.closed_loop(1, demand, 0.0, cores, parallel=2.0) == pytest.approx(cores / demand)  # side by side

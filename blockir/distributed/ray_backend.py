@@ -71,7 +71,7 @@ from typing import Any, Concatenate, ParamSpec, TypeVar, cast
 
 import ray
 
-from blockir.distributed.api import ParameterServerAPI, ServerControl, ServerHandle, ServerLost
+from blockir.distributed.api import ParameterServerAPI, Reply, ServerControl, ServerHandle, ServerLost
 from blockir.distributed.backend import InProcessBackend
 from blockir.distributed.role import LaunchResult, Role, restartable, role_name
 from blockir.distributed.runner import error_line, restarting, run_once
@@ -143,7 +143,7 @@ WIRE_POOL = 4  # connections per (worker, server): the communicator thread, pref
 class _WireFuture:
     """A call over the data plane: its result, or its failure as a Ray call's would be (:class:`_RayFuture`)."""
 
-    def __init__(self, handle: RayHandle, client: WireClient | None, future: Future) -> None:
+    def __init__(self, handle: RayHandle, client: WireClient | None, future: Reply[Any]) -> None:
         self.handle = handle
         self.client = client
         self.future = future

@@ -15,7 +15,7 @@ from typing import Any
 from blockir.dsl import control_flow, framework, math_layers
 from blockir.dsl.control_flow import *  # noqa: F403  (its __all__, re-exported: control flow and tensor arrays)
 from blockir.dsl.entry import CountFilterEntry, ProbabilityEntry
-from blockir.dsl.initializer import Constant, Normal
+from blockir.dsl.initializer import Constant, Initializer, Normal
 from blockir.dsl.layer_helper import LayerHelper
 from blockir.dsl.param_attr import ParamAttr
 from blockir.dsl.rnn_layers import gru, lstm, simple_rnn
@@ -40,6 +40,7 @@ from blockir.ir.dtypes import DTYPE_TO_PROTO, to_dtype
 __all__ = [
     "accuracy",
     "adaptive_pool2d",
+    "adaptive_pool3d",
     "affine_channel",
     "assign",
     "auc",
@@ -48,6 +49,8 @@ __all__ = [
     "concat",
     "conv2d",
     "conv2d_transpose",
+    "conv3d",
+    "conv3d_transpose",
     "cross_entropy",
     "data",
     "dropout",
@@ -72,6 +75,7 @@ __all__ = [
     "pixel_shuffle",
     "pixel_unshuffle",
     "pool2d",
+    "pool3d",
     "reduce_mean",
     "reduce_sum",
     "relu",
@@ -981,41 +985,164 @@ def dropout(
 
 # -- convolution and pooling
 
+_LAYOUTS = {2: ("NCHW", "NHWC"), 3: ("NCDHW", "NDHWC")}  # spatial dims -> the data formats of a layer
 
-def _pair(helper: LayerHelper, value: Any, arg: str) -> list[int]:
-    """An int or a list of 2 ints as a list of 2 (Fluid's ``convert_to_list``)."""
-    values = _int_list(helper, [value, value] if isinstance(value, int) else value, arg)
-    if len(values) != 2:
-        raise helper.error(f"{arg} must be an int or a list of 2 ints, got {value!r}")
+
+def _ints(helper: LayerHelper, value: Any, arg: str, dims: int) -> list[int]:
+    """An int or a list of ``dims`` ints as a list of ``dims`` (Fluid's ``convert_to_list``)."""
+    values = _int_list(helper, [value] * dims if isinstance(value, int) else value, arg)
+    if len(values) != dims:
+        raise helper.error(f"{arg} must be an int or a list of {dims} ints, got {value!r}")
     return values
 
 
+def _channel_axis(data_format: str) -> int:
+    """The channel dim of an image in ``data_format`` (one of ``_LAYOUTS``'): the last for NHWC and NDHWC, else 1."""
+    return len(data_format) - 1 if data_format.endswith("C") else 1
+
+
+def _spatial_axes(data_format: str) -> range:
+    """The spatial dims of an image in ``data_format`` (one of ``_LAYOUTS``'), in order."""
+    first = 1 if data_format.endswith("C") else 2
+    return range(first, first + len(data_format) - 2)
+
+
+def _known_channels(input: Any, data_format: str, dims: int) -> int:
+    """The channels of ``input`` (a ``dims``-D image in ``data_format``) where the layer can read them before checking
+    its arguments (to pick its op type, as Fluid does); -1 where it cannot."""
+    if data_format not in _LAYOUTS[dims] or not isinstance(input, core.Variable) or input.shape is None:
+        return -1
+    shape = tensor_shape(input)
+    return shape[_channel_axis(data_format)] if len(shape) == dims + 2 else -1
+
+
 def _paddings(helper: LayerHelper, padding: Any, data_format: str) -> tuple[list[int], str]:
-    """The ``paddings`` and ``padding_algorithm`` attributes for a layer's ``padding``: "SAME" or "VALID", an
-    int, [pad_h, pad_w], [top, bottom, left, right], or one [before, after] pair per dim of ``data_format``."""
+    """The ``paddings`` and ``padding_algorithm`` attributes for a layer's ``padding`` over the spatial dims of
+    ``data_format``: "SAME" or "VALID", an int, one int per spatial dim, a (before, after) pair of ints per spatial
+    dim flattened ([top, bottom, left, right]; 3-D [front, back, top, bottom, left, right]), or one [before, after]
+    pair per dim of ``data_format``."""
+    spatial = _spatial_axes(data_format)
+    dims = len(spatial)
     if isinstance(padding, str):
         if padding.upper() not in ("SAME", "VALID"):
             raise helper.error(f"padding {padding!r}: a string padding is 'SAME' or 'VALID'")
-        return [0, 0], padding.upper()
-    if isinstance(padding, (list, tuple)) and len(padding) == 4 and all(isinstance(p, (list, tuple)) for p in padding):
-        spatial = (1, 2) if data_format == "NHWC" else (2, 3)
+        return [0] * dims, padding.upper()
+    if (
+        isinstance(padding, (list, tuple))
+        and len(padding) == dims + 2
+        and all(isinstance(p, (list, tuple)) for p in padding)
+    ):
         if any(list(p) != [0, 0] for i, p in enumerate(padding) if i not in spatial):
             raise helper.error(f"padding {padding!r} pads the batch or channel dim")
         padding = [v for i in spatial for v in padding[i]]
-    if isinstance(padding, (list, tuple)) and len(padding) == 4:
-        top, bottom, left, right = _int_list(helper, padding, "padding")
-        return ([top, left] if (top, left) == (bottom, right) else [top, bottom, left, right]), "EXPLICIT"
-    return _pair(helper, padding, "padding"), "EXPLICIT"
+    if isinstance(padding, (list, tuple)) and len(padding) == 2 * dims:
+        values = _int_list(helper, padding, "padding")
+        return (values[::2] if values[::2] == values[1::2] else values), "EXPLICIT"
+    return _ints(helper, padding, "padding", dims), "EXPLICIT"
 
 
-def _check_layout(helper: LayerHelper, input: core.Variable, data_format: str) -> list[int]:
-    """The shape of 4-D ``input``; an error unless it is one and ``data_format`` is NCHW or NHWC."""
-    if data_format not in ("NCHW", "NHWC"):
-        raise helper.error(f"data_format must be 'NCHW' or 'NHWC', got {data_format!r}")
+def _check_layout(helper: LayerHelper, input: core.Variable, data_format: str, dims: int) -> list[int]:
+    """The shape of ``input``; an error unless it is a ``dims``-D image (4-D or 5-D) and ``data_format`` one of
+    ``_LAYOUTS[dims]``."""
+    if data_format not in _LAYOUTS[dims]:
+        raise helper.error(f"data_format must be {' or '.join(map(repr, _LAYOUTS[dims]))}, got {data_format!r}")
     shape = list(tensor_shape(input))
-    if len(shape) != 4:
-        raise helper.error(f"input {input.name!r} of shape {shape} must be 4-D ({data_format})")
+    if len(shape) != dims + 2:
+        raise helper.error(f"input {input.name!r} of shape {shape} must be {dims + 2}-D ({data_format})")
     return shape
+
+
+def _check_conv(
+    helper: LayerHelper, input: Any, num_filters: Any, groups: Any, use_cudnn: Any, data_format: str, dims: int
+) -> tuple[list[int], int, int]:
+    """(shape, channels, groups) of a convolution layer's float ``input``, its channel dim known; an error naming
+    what is wrong with ``input``, ``num_filters``, ``groups`` (None: 1) or ``use_cudnn``."""
+    helper.check_variable(input, "input")
+    helper.check_float(input, "input")
+    shape = _check_layout(helper, input, data_format, dims)
+    channels = shape[_channel_axis(data_format)]
+    if channels < 0:
+        raise helper.error(f"input {input.name!r}: its channel dim (data_format {data_format}) must be known")
+    if isinstance(num_filters, bool) or not isinstance(num_filters, int) or num_filters < 1:
+        raise helper.error(f"num_filters must be a positive int, got {num_filters!r}")
+    if groups is not None and (isinstance(groups, bool) or not isinstance(groups, int) or groups < 1):
+        raise helper.error(f"groups must be a positive int, got {groups!r}")
+    if not isinstance(use_cudnn, bool):
+        raise helper.error(f"use_cudnn must be True or False, got {use_cudnn!r}")
+    return shape, channels, groups or 1
+
+
+def _conv_op(
+    helper: LayerHelper,
+    input: core.Variable,
+    filter_shape: list[int],
+    initializer: Initializer | None,
+    param_attr: Any,
+    attrs: dict[str, Any],
+) -> Variable:
+    """Output of a convolution op (``helper``'s type) of ``input`` by a new filter parameter of ``filter_shape``
+    (``initializer``: its default, None for Xavier's)."""
+    attr = ParamAttr.to_attr(param_attr)
+    if attr is False:
+        raise helper.error("param_attr=False: the filter cannot be omitted")
+    dtype = tensor_dtype(input)
+    w = helper.create_parameter(attr, filter_shape, dtype, default_initializer=initializer)
+    out = helper.create_tmp(dtype)
+    helper.append_op(helper.layer_type, {"Input": [input], "Filter": [w]}, {"Output": [out]}, attrs)
+    return out
+
+
+def _bias_and_activation(
+    helper: LayerHelper, out: Variable, channels: int, bias_attr: Any, axis: int, act: str | None
+) -> Variable:
+    """``act(out + b)``, a bias of ``channels`` (none with ``bias_attr=False``) added along dim ``axis``."""
+    bias = ParamAttr.to_attr(bias_attr)
+    if bias is not False:
+        b = helper.create_parameter(bias, [channels], tensor_dtype(out), is_bias=True)
+        biased = helper.create_tmp(tensor_dtype(out))
+        helper.append_op("elementwise_add", {"X": [out], "Y": [b]}, {"Out": [biased]}, {"axis": axis})
+        out = biased
+    return helper.append_activation(out, act)
+
+
+def _conv(
+    op_type: str,
+    dims: int,
+    *,
+    input: Any,
+    num_filters: int,
+    filter_size: int | Sequence[int],
+    stride: int | Sequence[int],
+    padding: int | str | Sequence[Any],
+    dilation: int | Sequence[int],
+    groups: int | None,
+    param_attr: Any,
+    bias_attr: Any,
+    use_cudnn: bool,
+    act: str | None,
+    name: str | None,
+    data_format: str,
+) -> Variable:
+    """conv2d's and conv3d's layer (the layer's arguments by keyword): ``act(op_type(input, W) + b)`` over ``dims``
+    spatial dims."""
+    helper = LayerHelper(op_type, name)
+    _, channels, groups = _check_conv(helper, input, num_filters, groups, use_cudnn, data_format, dims)
+    if channels % groups:
+        raise helper.error(f"input {input.name!r} has {channels} channels, not divisible by groups={groups}")
+    ksize = _ints(helper, filter_size, "filter_size", dims)
+    paddings, algorithm = _paddings(helper, padding, data_format)
+    attrs = {
+        "strides": _ints(helper, stride, "stride", dims),
+        "paddings": paddings,
+        "padding_algorithm": algorithm,
+        "dilations": _ints(helper, dilation, "dilation", dims),
+        "groups": groups,
+        "use_cudnn": use_cudnn,
+        "data_format": data_format,
+    }
+    std = (2.0 / (math.prod(ksize) * channels)) ** 0.5
+    out = _conv_op(helper, input, [num_filters, channels // groups, *ksize], Normal(0.0, std), param_attr, attrs)
+    return _bias_and_activation(helper, out, num_filters, bias_attr, _channel_axis(data_format), act)
 
 
 def conv2d(
@@ -1040,9 +1167,8 @@ def conv2d(
     default); the bias ``[num_filters]`` (none with ``bias_attr=False``) is added along the channel dim.
     ``padding``: an int, [pad_h, pad_w], [top, bottom, left, right], one pair per dim, "SAME" or "VALID".
     """
-    channel = 3 if data_format == "NHWC" else 1
-    shape = tensor_shape(input) if isinstance(input, core.Variable) and input.shape is not None else ()
-    channels = shape[channel] if len(shape) == 4 else -1
+    args = dict(locals())  # the layer's arguments, before any other name is bound
+    channels = _known_channels(input, data_format, 2)
     depthwise = (
         channels > 0
         and groups == channels
@@ -1050,59 +1176,90 @@ def conv2d(
         and isinstance(num_filters, int)
         and num_filters % channels == 0
     )
-    helper = LayerHelper("depthwise_conv2d" if depthwise else "conv2d", name)
-    helper.check_variable(input, "input")
-    helper.check_float(input, "input")
-    channels = _check_layout(helper, input, data_format)[channel]
-    if channels < 0:
-        raise helper.error(f"input {input.name!r}: its channel dim (data_format {data_format}) must be known")
-    if isinstance(num_filters, bool) or not isinstance(num_filters, int) or num_filters < 1:
-        raise helper.error(f"num_filters must be a positive int, got {num_filters!r}")
-    if groups is not None and (isinstance(groups, bool) or not isinstance(groups, int) or groups < 1):
-        raise helper.error(f"groups must be a positive int, got {groups!r}")
-    groups = groups or 1
-    if channels % groups:
-        raise helper.error(f"input {input.name!r} has {channels} channels, not divisible by groups={groups}")
-    if not isinstance(use_cudnn, bool):
-        raise helper.error(f"use_cudnn must be True or False, got {use_cudnn!r}")
-    ksize = _pair(helper, filter_size, "filter_size")
-    paddings, algorithm = _paddings(helper, padding, data_format)
-    attr = ParamAttr.to_attr(param_attr)
-    if attr is False:
-        raise helper.error("param_attr=False: the filter cannot be omitted")
-    dtype = tensor_dtype(input)
-    std = (2.0 / (ksize[0] * ksize[1] * channels)) ** 0.5
-    filter_shape = [num_filters, channels // groups, *ksize]
-    w = helper.create_parameter(attr, filter_shape, dtype, default_initializer=Normal(0.0, std))
-    out = helper.create_tmp(dtype)
-    helper.append_op(
-        "depthwise_conv2d" if depthwise else "conv2d",
-        {"Input": [input], "Filter": [w]},
-        {"Output": [out]},
-        {
-            "strides": _pair(helper, stride, "stride"),
-            "paddings": paddings,
-            "padding_algorithm": algorithm,
-            "dilations": _pair(helper, dilation, "dilation"),
-            "groups": groups,
-            "use_cudnn": use_cudnn,
-            "data_format": data_format,
-        },
-    )
-    return _bias_and_activation(helper, out, num_filters, bias_attr, channel, act)
+    return _conv("depthwise_conv2d" if depthwise else "conv2d", 2, **args)
 
 
-def _bias_and_activation(
-    helper: LayerHelper, out: Variable, channels: int, bias_attr: Any, axis: int, act: str | None
+def conv3d(
+    input: core.Variable,
+    num_filters: int,
+    filter_size: int | Sequence[int],
+    stride: int | Sequence[int] = 1,
+    padding: int | str | Sequence[Any] = 0,
+    dilation: int | Sequence[int] = 1,
+    groups: int | None = None,
+    param_attr: Any = None,
+    bias_attr: Any = None,
+    use_cudnn: bool = True,
+    act: str | None = None,
+    name: str | None = None,
+    data_format: str = "NCDHW",
 ) -> Variable:
-    """``act(out + b)``, a bias of ``channels`` (none with ``bias_attr=False``) added along dim ``axis``."""
-    bias = ParamAttr.to_attr(bias_attr)
-    if bias is not False:
-        b = helper.create_parameter(bias, [channels], tensor_dtype(out), is_bias=True)
-        biased = helper.create_tmp(tensor_dtype(out))
-        helper.append_op("elementwise_add", {"X": [out], "Y": [b]}, {"Out": [biased]}, {"axis": axis})
-        out = biased
-    return helper.append_activation(out, act)
+    """``act(conv3d(input, W) + b)`` over NCDHW (or NDHWC) ``input``: conv2d's layer with a depth dim.
+
+    The filter ``[num_filters, C / groups, kd, kh, kw]`` starts as Normal(0, sqrt(2 / (kd * kh * kw * C))) (Fluid's
+    default); the bias ``[num_filters]`` (none with ``bias_attr=False``) is added along the channel dim.
+    ``padding``: an int, [pad_d, pad_h, pad_w], [front, back, top, bottom, left, right], one pair per dim, "SAME" or
+    "VALID".
+    """
+    return _conv("conv3d", 3, **locals())
+
+
+def _conv_transpose(
+    op_type: str,
+    dims: int,
+    *,
+    input: Any,
+    num_filters: int,
+    output_size: int | Sequence[int] | None,
+    filter_size: int | Sequence[int] | None,
+    padding: int | str | Sequence[Any],
+    stride: int | Sequence[int],
+    dilation: int | Sequence[int],
+    groups: int | None,
+    param_attr: Any,
+    bias_attr: Any,
+    use_cudnn: bool,
+    act: str | None,
+    name: str | None,
+    data_format: str,
+) -> Variable:
+    """conv2d_transpose's and conv3d_transpose's layer (the layer's arguments by keyword): ``act(op_type(input, W)
+    + b)`` over ``dims`` spatial dims."""
+    helper = LayerHelper(op_type, name)
+    shape, channels, groups = _check_conv(helper, input, num_filters, groups, use_cudnn, data_format, dims)
+    if channels % groups or num_filters % groups:
+        raise helper.error(
+            f"input {input.name!r} has {channels} channels and num_filters={num_filters}: both must be divisible "
+            f"by groups={groups}"
+        )
+    strides, dilations = _ints(helper, stride, "stride", dims), _ints(helper, dilation, "dilation", dims)
+    paddings, algorithm = _paddings(helper, padding, data_format)
+    sizes = [] if output_size is None else _ints(helper, output_size, "output_size", dims)
+    if filter_size is None:
+        spatial = [shape[axis] for axis in _spatial_axes(data_format)]
+        if not sizes or any(d < 0 for d in spatial):
+            raise helper.error("filter_size=None needs output_size and the input's spatial dims known")
+        pairs = list(zip(paddings, paddings)) if len(paddings) == dims else list(zip(paddings[::2], paddings[1::2]))
+        ksize = [
+            (size - (length - 1) * s + before + after - 1) // d + 1
+            for size, length, s, (before, after), d in zip(sizes, spatial, strides, pairs, dilations)
+        ]
+    else:
+        ksize = _ints(helper, filter_size, "filter_size", dims)
+    if any(k < 1 for k in ksize):
+        raise helper.error(f"the filter size {ksize} must be positive")
+    attrs = {
+        "output_size": sizes,
+        "strides": strides,
+        "paddings": paddings,
+        "padding_algorithm": algorithm,
+        "dilations": dilations,
+        "groups": groups,
+        "use_cudnn": use_cudnn,
+        "data_format": data_format,
+    }
+    out = _conv_op(helper, input, [channels, num_filters // groups, *ksize], None, param_attr, attrs)
+    return _bias_and_activation(helper, out, num_filters, bias_attr, _channel_axis(data_format), act)
 
 
 def conv2d_transpose(
@@ -1129,69 +1286,82 @@ def conv2d_transpose(
     ``(L - 1) * stride - paddings + dilation * (k - 1) + 1``; ``output_size`` picks one in ``[that, that + stride)``,
     and without ``filter_size`` it gives the filter size (as Fluid, from the paddings given). ``padding`` as
     conv2d's."""
-    channel = 3 if data_format == "NHWC" else 1
-    known = tensor_shape(input) if isinstance(input, core.Variable) and input.shape is not None else ()
-    channels = known[channel] if len(known) == 4 else -1
+    args = dict(locals())  # the layer's arguments, before any other name is bound
+    channels = _known_channels(input, data_format, 2)
     depthwise = channels > 0 and groups == channels and num_filters == channels and not use_cudnn
-    op_type = "depthwise_conv2d_transpose" if depthwise else "conv2d_transpose"
+    return _conv_transpose("depthwise_conv2d_transpose" if depthwise else "conv2d_transpose", 2, **args)
+
+
+def conv3d_transpose(
+    input: core.Variable,
+    num_filters: int,
+    output_size: int | Sequence[int] | None = None,
+    filter_size: int | Sequence[int] | None = None,
+    padding: int | str | Sequence[Any] = 0,
+    stride: int | Sequence[int] = 1,
+    dilation: int | Sequence[int] = 1,
+    groups: int | None = None,
+    param_attr: Any = None,
+    bias_attr: Any = None,
+    use_cudnn: bool = True,
+    act: str | None = None,
+    name: str | None = None,
+    data_format: str = "NCDHW",
+) -> Variable:
+    """``act(conv3d_transpose(input, W) + b)`` over NCDHW (or NDHWC) ``input``: conv2d_transpose's layer with a
+    depth dim.
+
+    The filter ``[C, num_filters / groups, kd, kh, kw]`` starts as Xavier's (Fluid's default); output sizes,
+    ``output_size`` and a filter size from it as conv2d_transpose's, per spatial dim; ``padding`` as conv3d's."""
+    return _conv_transpose("conv3d_transpose", 3, **locals())
+
+
+def _pool(
+    dims: int,
+    *,
+    input: Any,
+    pool_size: int | Sequence[int],
+    pool_type: str,
+    pool_stride: int | Sequence[int],
+    pool_padding: int | str | Sequence[Any],
+    global_pooling: bool,
+    use_cudnn: bool,
+    ceil_mode: bool,
+    name: str | None,
+    exclusive: bool,
+    data_format: str,
+) -> Variable:
+    """pool2d's and pool3d's layer (the layer's arguments by keyword) over ``dims`` spatial dims."""
+    op_type = f"pool{dims}d"
     helper = LayerHelper(op_type, name)
     helper.check_variable(input, "input")
     helper.check_float(input, "input")
-    shape = _check_layout(helper, input, data_format)
-    channels = shape[channel]
-    if channels < 0:
-        raise helper.error(f"input {input.name!r}: its channel dim (data_format {data_format}) must be known")
-    if isinstance(num_filters, bool) or not isinstance(num_filters, int) or num_filters < 1:
-        raise helper.error(f"num_filters must be a positive int, got {num_filters!r}")
-    if groups is not None and (isinstance(groups, bool) or not isinstance(groups, int) or groups < 1):
-        raise helper.error(f"groups must be a positive int, got {groups!r}")
-    groups = groups or 1
-    if channels % groups or num_filters % groups:
-        raise helper.error(
-            f"input {input.name!r} has {channels} channels and num_filters={num_filters}: both must be divisible "
-            f"by groups={groups}"
-        )
+    _check_layout(helper, input, data_format, dims)
+    if pool_type not in ("max", "avg"):
+        raise helper.error(f"pool_type must be 'max' or 'avg', got {pool_type!r}")
+    if not global_pooling and pool_size == -1:
+        raise helper.error("pool_size must be given unless global_pooling is True")
     if not isinstance(use_cudnn, bool):
         raise helper.error(f"use_cudnn must be True or False, got {use_cudnn!r}")
-    strides, dilations = _pair(helper, stride, "stride"), _pair(helper, dilation, "dilation")
-    paddings, algorithm = _paddings(helper, padding, data_format)
-    sizes = [] if output_size is None else _pair(helper, output_size, "output_size")
-    if filter_size is None:
-        spatial = shape[1:3] if data_format == "NHWC" else shape[2:4]
-        if not sizes or any(d < 0 for d in spatial):
-            raise helper.error("filter_size=None needs output_size and the input's spatial dims known")
-        p = paddings
-        pairs = [(p[0], p[0]), (p[1], p[1])] if len(p) == 2 else [(p[0], p[1]), (p[2], p[3])]
-        ksize = [
-            (size - (length - 1) * s + before + after - 1) // d + 1
-            for size, length, s, (before, after), d in zip(sizes, spatial, strides, pairs, dilations)
-        ]
-    else:
-        ksize = _pair(helper, filter_size, "filter_size")
-    if any(k < 1 for k in ksize):
-        raise helper.error(f"the filter size {ksize} must be positive")
-    attr = ParamAttr.to_attr(param_attr)
-    if attr is False:
-        raise helper.error("param_attr=False: the filter cannot be omitted")
-    dtype = tensor_dtype(input)
-    w = helper.create_parameter(attr, [channels, num_filters // groups, *ksize], dtype)
-    out = helper.create_tmp(dtype)
-    helper.append_op(
+    paddings, algorithm = _paddings(helper, pool_padding, data_format)
+    if algorithm == "VALID" and ceil_mode:
+        raise helper.error("pool_padding 'VALID' needs ceil_mode=False")
+    return helper.unary(
         op_type,
-        {"Input": [input], "Filter": [w]},
-        {"Output": [out]},
+        input,
         {
-            "output_size": sizes,
-            "strides": strides,
+            "pooling_type": pool_type,
+            "ksize": _ints(helper, pool_size, "pool_size", dims),
+            "global_pooling": bool(global_pooling),
+            "strides": _ints(helper, pool_stride, "pool_stride", dims),
             "paddings": paddings,
             "padding_algorithm": algorithm,
-            "dilations": dilations,
-            "groups": groups,
             "use_cudnn": use_cudnn,
+            "ceil_mode": bool(ceil_mode),
+            "exclusive": bool(exclusive),
             "data_format": data_format,
         },
     )
-    return _bias_and_activation(helper, out, num_filters, bias_attr, channel, act)
 
 
 def pool2d(
@@ -1210,35 +1380,47 @@ def pool2d(
     """Max or average pooling over ``pool_size`` windows (``pool2d``); ``global_pooling``: over the whole
     image. ``exclusive`` leaves the padding out of averages; ``ceil_mode`` rounds the output size up.
     ``pool_padding`` as conv2d's ``padding``."""
-    helper = LayerHelper("pool2d", name)
+    return _pool(2, **locals())
+
+
+def pool3d(
+    input: core.Variable,
+    pool_size: int | Sequence[int] = -1,
+    pool_type: str = "max",
+    pool_stride: int | Sequence[int] = 1,
+    pool_padding: int | str | Sequence[Any] = 0,
+    global_pooling: bool = False,
+    use_cudnn: bool = True,
+    ceil_mode: bool = False,
+    name: str | None = None,
+    exclusive: bool = True,
+    data_format: str = "NCDHW",
+) -> Variable:
+    """pool2d's layer over NCDHW (or NDHWC) ``input`` (``pool3d``): ``pool_size``, ``pool_stride`` an int or 3
+    ints, ``pool_padding`` as conv3d's ``padding``."""
+    return _pool(3, **locals())
+
+
+def _adaptive_pool(
+    dims: int, *, input: Any, pool_size: int | Sequence[int], pool_type: str, require_index: bool, name: str | None
+) -> Variable | tuple[Variable, Variable]:
+    """adaptive_pool2d's and adaptive_pool3d's layer (the layer's arguments by keyword) over ``dims`` spatial dims."""
+    op_type = f"max_pool{dims}d_with_index" if pool_type == "max" else f"pool{dims}d"
+    helper = LayerHelper(op_type, name)
     helper.check_variable(input, "input")
     helper.check_float(input, "input")
-    _check_layout(helper, input, data_format)
+    _check_layout(helper, input, _LAYOUTS[dims][0], dims)
     if pool_type not in ("max", "avg"):
         raise helper.error(f"pool_type must be 'max' or 'avg', got {pool_type!r}")
-    if not global_pooling and pool_size == -1:
-        raise helper.error("pool_size must be given unless global_pooling is True")
-    if not isinstance(use_cudnn, bool):
-        raise helper.error(f"use_cudnn must be True or False, got {use_cudnn!r}")
-    paddings, algorithm = _paddings(helper, pool_padding, data_format)
-    if algorithm == "VALID" and ceil_mode:
-        raise helper.error("pool_padding 'VALID' needs ceil_mode=False")
-    return helper.unary(
-        "pool2d",
-        input,
-        {
-            "pooling_type": pool_type,
-            "ksize": _pair(helper, pool_size, "pool_size"),
-            "global_pooling": bool(global_pooling),
-            "strides": _pair(helper, pool_stride, "pool_stride"),
-            "paddings": paddings,
-            "padding_algorithm": algorithm,
-            "use_cudnn": use_cudnn,
-            "ceil_mode": bool(ceil_mode),
-            "exclusive": bool(exclusive),
-            "data_format": data_format,
-        },
-    )
+    if require_index and pool_type == "avg":
+        raise helper.error("require_index=True needs pool_type 'max'")
+    ksize = _ints(helper, pool_size, "pool_size", dims)
+    if pool_type == "avg":
+        return helper.unary(op_type, input, {"pooling_type": "avg", "ksize": ksize, "adaptive": True})
+    out = helper.create_tmp(input.dtype)
+    mask = helper.create_tmp("int32", stop_gradient=True)
+    helper.append_op(op_type, {"X": [input]}, {"Out": [out], "Mask": [mask]}, {"ksize": ksize, "adaptive": True})
+    return (out, mask) if require_index else out
 
 
 def adaptive_pool2d(
@@ -1251,20 +1433,17 @@ def adaptive_pool2d(
     """Pooling of NCHW ``input`` to ``pool_size`` [oh, ow], bin ``i`` spanning ``floor(i * H / oh)`` to
     ``ceil((i + 1) * H / oh)``: ``pool2d`` (avg) or ``max_pool2d_with_index`` (max), as Fluid builds it; with
     ``require_index`` (max only), also the int32 position ``h * W + w`` of each maximum."""
-    helper = LayerHelper("max_pool2d_with_index" if pool_type == "max" else "pool2d", name)
-    helper.check_variable(input, "input")
-    helper.check_float(input, "input")
-    _check_layout(helper, input, "NCHW")
-    if pool_type not in ("max", "avg"):
-        raise helper.error(f"pool_type must be 'max' or 'avg', got {pool_type!r}")
-    if require_index and pool_type == "avg":
-        raise helper.error("require_index=True needs pool_type 'max'")
-    ksize = _pair(helper, pool_size, "pool_size")
-    if pool_type == "avg":
-        return helper.unary("pool2d", input, {"pooling_type": "avg", "ksize": ksize, "adaptive": True})
-    out = helper.create_tmp(input.dtype)
-    mask = helper.create_tmp("int32", stop_gradient=True)
-    helper.append_op(
-        "max_pool2d_with_index", {"X": [input]}, {"Out": [out], "Mask": [mask]}, {"ksize": ksize, "adaptive": True}
-    )
-    return (out, mask) if require_index else out
+    return _adaptive_pool(2, **locals())
+
+
+def adaptive_pool3d(
+    input: core.Variable,
+    pool_size: int | Sequence[int],
+    pool_type: str = "max",
+    require_index: bool = False,
+    name: str | None = None,
+) -> Variable | tuple[Variable, Variable]:
+    """Pooling of NCDHW ``input`` to ``pool_size`` [od, oh, ow], bins as adaptive_pool2d's per spatial dim:
+    ``pool3d`` (avg) or ``max_pool3d_with_index`` (max); with ``require_index`` (max only), also the int32 position
+    ``(d * H + h) * W + w`` of each maximum."""
+    return _adaptive_pool(3, **locals())

@@ -5,7 +5,8 @@ maps every node through the table of :mod:`blockir.io.onnx_ops` (one row per ONN
 blockir ops, under these rules:
 
 - the default domain at opsets 1 to the newest the installed ``onnx`` knows (each row of the table says from
-  which opset it maps its op); other domains, and ops, types or
+  which opset it maps its op), and the ops of other domains the table has a row for (``ai.onnx.preview``'s
+  FlexAttention, at that domain's version); other domains, and ops, types or
   attributes the table refuses, are listed all at once, each naming the node (its name and op type);
 - ONNX names are arbitrary strings: each becomes a valid blockir name (characters outside
   ``[A-Za-z0-9_./:-]`` replaced by ``_``, a suffix where two would meet), and :class:`OnnxModel` keeps the
@@ -15,6 +16,8 @@ blockir ops, under these rules:
 - constant folding: a node whose inputs are all constants (initializers, ``Constant`` nodes, values folded
   before it) is run at import and its outputs become constants, as onnxruntime does when it builds a session;
   only the constants the remaining ops read become parameters;
+- a node's result is written by the op that computes it, not copied into the node's output by an ``assign``
+  (which would also hide a conv2d's batch_norm from the inference passes that fold it);
 - every op made records its lineage (``op_pass`` ``onnx-import``, ``op_origin`` ``OpType:node name``), which
   ``blockir viz`` shows;
 - each output gets the dtype ONNX's shape inference gives it (a cast is added where a blockir op computes
@@ -347,6 +350,14 @@ class Node:
         graph, outer = self.graph, self.graph.block
         block = block or self.sub_block()
         graph.block = block
+        # the subgraph's own names shadow what the graphs around it, or a sibling subgraph, bound to the same names
+        local = [
+            *(i.name for i in body.input),
+            *(t.name for t in body.initializer),
+            *(o for p in body.node for o in p.output),
+        ]
+        shadowed = {k: graph.names.of.pop(k) for k in local if k in graph.names.of}
+        shadowed_consts = {k: graph.consts.pop(k) for k in local if k in graph.consts}
         try:
             for info, name in zip(body.input, bound):
                 graph.names.of[info.name] = name
@@ -361,6 +372,8 @@ class Node:
             outputs = [graph.var_of(info.name) for info in body.output]
         finally:
             graph.block = outer
+            graph.names.of.update(shadowed)
+            graph.consts.update(shadowed_consts)
         return block, outputs
 
 
@@ -380,6 +393,7 @@ class _Graph:
         self.params: dict[str, np.ndarray] = {}  # blockir name -> value of the constants ops read
         self.values: dict[str, np.ndarray] = {}  # the same, for the constants of folded ops too
         self.expected: dict[str, str] = {}  # ONNX value name -> the dtype ONNX gives it
+        self.opsets: dict[str, int] = {}  # the other domains the model imports -> their versions
 
     def known(self, name: str) -> bool:
         """Whether blockir variable ``name`` is in the block being built or a block around it."""
@@ -471,9 +485,8 @@ def _evaluate(block: Any, values: dict[str, Any]) -> None:
 
 
 # random ops, and ops with subgraphs (which read values of the graph around them that are no inputs of theirs)
-_NEVER_FOLD = frozenset(
-    {"RandomNormal", "RandomUniform", "RandomNormalLike", "RandomUniformLike", "Bernoulli", "If", "Loop", "Scan"}
-)
+_RANDOM = ("RandomNormal", "RandomUniform", "RandomNormalLike", "RandomUniformLike", "Bernoulli")
+_NEVER_FOLD = frozenset({*_RANDOM, "If", "Loop", "Scan", "FlexAttention"})
 
 
 def _value_dtypes(model: Any) -> dict[str, str]:
@@ -548,6 +561,7 @@ def import_model(
     _check_order(g, where)
     graph = _Graph(opset)
     graph.expected = _value_dtypes(model)
+    graph.opsets = {o.domain: o.version for o in model.opset_import if o.domain not in ("", "ai.onnx")}
     problems: list[str] = []
     failed: set[str] = set()  # values a reported problem leaves undefined (their readers are not reported)
     for t in g.initializer:
@@ -616,17 +630,17 @@ def _convert_nodes(graph: _Graph, nodes: Sequence[Any], failed: set[str]) -> tup
             failed.update(proto.output)
             continue
         failed.update(proto.output)  # until converted
-        if proto.domain not in ("", "ai.onnx"):
-            problems.append(f"{label}: domain {proto.domain!r} (blockir imports the default ONNX domain)")
-            continue
-        rule = rule_for(proto.op_type, graph.opset)
+        domain = "" if proto.domain == "ai.onnx" else proto.domain
+        rule = rule_for(proto.op_type, graph.opsets.get(domain, 0) if domain else graph.opset, domain)
         if isinstance(rule, str):
             problems.append(f"{label}: {rule}")
             continue
         try:
             node = Node(graph, proto)
             if not _fold(graph, node, rule.convert):
+                first = len(graph.block.ops)
                 rule.convert(node)
+                _drop_copy(graph, node, graph.block.ops[first:])
                 _fix_dtypes(graph, node)
             failed.difference_update(proto.output)
         except NeedsConstant as e:
@@ -635,6 +649,25 @@ def _convert_nodes(graph: _Graph, nodes: Sequence[Any], failed: set[str]) -> tup
         except BlockirError as e:
             problems.append(f"{label}: {_first_line(e)}")
     return problems, needs
+
+
+def _drop_copy(graph: _Graph, node: Node, ops: Sequence[Operator]) -> None:
+    """When ``node``'s ops ``ops`` end in an ``assign`` copying a temporary that one of them writes and none other
+    reads to the node's output (Conv, ConvTranspose and the pools write their 2-D op's result through one), the
+    writer writes the output itself and the copy goes: no copy per op at run time, and the inference passes see
+    the op feed the next node's (fold-conv-bn: a conv2d, its bias, then a batch_norm)."""
+    if len(ops) < 2 or ops[-1].type != "assign":
+        return
+    copy, block = ops[-1], graph.block
+    (temporary,), (out,) = copy.input("X"), copy.output("Out")
+    writers = [op for op in ops[:-1] if temporary in op.output_names()]
+    readers = [op for op in ops[:-1] if temporary in op.input_names() or op.sub_block_indices()]
+    outputs = {graph.names.of.get(name) for name in node.outputs}
+    if len(writers) != 1 or readers or temporary in outputs or not block.has_var(temporary) or not block.has_var(out):
+        return
+    block.remove_op(copy)
+    block.remove_var(out)
+    block.rename_var(temporary, out)
 
 
 def _first_line(e: BaseException) -> str:

@@ -328,16 +328,19 @@ def _fc(w: _Writer) -> None:
 
 
 def _spatial_pads(w: _Writer) -> dict[str, Any]:
+    """ONNX's auto_pad or pads ([all befores, all afters]) for a 2-D or 3-D conv or pool op (one padding per
+    spatial axis, or a (before, after) pair per axis)."""
     algorithm = w.attr("padding_algorithm", "EXPLICIT")
-    if w.attr("data_format", "NCHW") not in ("NCHW", "AnyLayout"):
+    if w.attr("data_format", "NCHW") not in ("NCHW", "NCDHW", "AnyLayout"):
         raise _Refused(f"data_format {w.attr('data_format')!r}")
     if algorithm == "SAME":
         return {"auto_pad": "SAME_UPPER"}
     if algorithm == "VALID":
         return {"auto_pad": "VALID"}
-    p = list(w.attr("paddings", [0, 0]))
-    top, bottom, left, right = (p[0], p[0], p[1], p[1]) if len(p) == 2 else p
-    return {"pads": [top, left, bottom, right]}
+    p, dims = list(w.attr("paddings", [])), 3 if "3d" in w.op.type else 2
+    p = p or [0] * dims
+    pairs = [(v, v) for v in p] if len(p) == dims else [(p[2 * a], p[2 * a + 1]) for a in range(dims)]
+    return {"pads": [b for b, _ in pairs] + [a for _, a in pairs]}
 
 
 def _conv(w: _Writer) -> None:
@@ -383,11 +386,11 @@ def _conv_transpose(w: _Writer) -> None:
 def _pool(w: _Writer) -> None:
     kind = w.attr("pooling_type")
     x = w.i("X")
-    if w.attr("global_pooling") or (w.attr("adaptive") and list(w.attr("ksize")) == [1, 1]):
+    if w.attr("global_pooling") or (w.attr("adaptive") and all(k == 1 for k in w.attr("ksize"))):
         w.node("GlobalMaxPool" if kind == "max" else "GlobalAveragePool", [x], [w.o()])
         return
     if w.attr("adaptive"):
-        raise _Refused("adaptive pooling to other than 1x1")
+        raise _Refused("adaptive pooling to other than a single window")
     attrs = _spatial_pads(w)
     attrs.update(
         kernel_shape=list(w.attr("ksize")), strides=list(w.attr("strides")), ceil_mode=int(w.attr("ceil_mode", False))
@@ -898,7 +901,10 @@ EXPORTS: dict[str, Exporter] = {
     "depthwise_conv2d": _conv,
     "conv2d_transpose": _conv_transpose,
     "depthwise_conv2d_transpose": _conv_transpose,
+    "conv3d": _conv,
+    "conv3d_transpose": _conv_transpose,
     "pool2d": _pool,
+    "pool3d": _pool,
     "batch_norm": _batch_norm,
     "layer_norm": _layer_norm,
     "instance_norm": _instance_norm,

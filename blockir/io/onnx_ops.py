@@ -10,6 +10,7 @@ run time). ``docs/onnx.md`` lists the table.
 from __future__ import annotations
 
 import functools
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, cast
 
@@ -27,7 +28,8 @@ _INT_MAX = (1 << 63) - 1
 
 @dataclass(frozen=True)
 class OpRule:
-    """ONNX op ``onnx`` at opsets ``since`` to ``until`` (inclusive) becomes the blockir ``ops``."""
+    """ONNX op ``onnx`` at opsets ``since`` to ``until`` (inclusive) becomes the blockir ``ops``; ``domain``: its
+    domain ("" the default one), whose versions the opsets are."""
 
     onnx: str
     since: int
@@ -35,6 +37,7 @@ class OpRule:
     ops: tuple[str, ...]
     until: int = _NEWEST
     note: str = ""
+    domain: str = ""
 
 
 # -- helpers -------------------------------------------------------------------------------------
@@ -748,12 +751,10 @@ def _gemm(n: Node) -> None:
         n.binary("elementwise_add", product, c, out=n.y())
 
 
-def _spatial(n: Node, kernel: list[int]) -> tuple[dict[str, Any], int]:
-    """Strides, dilations and paddings of Conv, ConvTranspose and the pools, as blockir's (2-D) attributes; and
-    the number of spatial dims (a 1-D op's attributes are those of a 2-D one over an image 1 high)."""
+def _windows(n: Node, kernel: list[int]) -> tuple[list[int], list[int], list[tuple[int, int]], str]:
+    """The strides, dilations, (before, after) paddings per spatial axis and blockir's padding_algorithm of Conv,
+    ConvTranspose and the pools (auto_pad SAME resolved where the spatial dims are known)."""
     dims = len(kernel)
-    if dims not in (1, 2):
-        raise Refused(f"{dims}-D {n.op_type} (blockir's ops are 2-D)")
     strides = list(n.attr("strides", [1] * dims))
     dilations = list(n.attr("dilations", [1] * dims))
     auto_pad = n.attr("auto_pad", "NOTSET")
@@ -777,15 +778,32 @@ def _spatial(n: Node, kernel: list[int]) -> tuple[dict[str, Any], int]:
                 pairs.append((total - small, small) if auto_pad == "SAME_LOWER" else (small, total - small))
     else:
         raise Refused(f"auto_pad {auto_pad!r}")
+    return strides, dilations, pairs, algorithm
+
+
+def _spatial(n: Node, kernel: list[int]) -> tuple[dict[str, Any], int]:
+    """Strides, dilations and paddings of Conv, ConvTranspose and the pools, as blockir's attributes (of its 2-D
+    ops for a 1-D or 2-D op, of its 3-D ops for a 3-D op); and the number of spatial dims (a 1-D op's attributes
+    are those of a 2-D one over an image 1 high)."""
+    dims = len(kernel)
+    if dims not in (1, 2, 3):
+        raise Refused(f"{dims}-D {n.op_type} (blockir's ops are 2-D and 3-D)")
+    strides, dilations, pairs, algorithm = _windows(n, kernel)
     if dims == 1:
         strides, dilations, pairs = [1, *strides], [1, *dilations], [(0, 0), *pairs]
-    paddings = [pairs[0][0], pairs[0][1], pairs[1][0], pairs[1][1]]
+    paddings = [p for pair in pairs for p in pair]
     return {"strides": strides, "dilations": dilations, "paddings": paddings, "padding_algorithm": algorithm}, dims
 
 
+def _nd(type: str, dims: int) -> str:
+    """The blockir op of a 2-D op type (conv2d, pool2d, ...) for an ONNX op of ``dims`` spatial dims: its 3-D
+    counterpart for 3, itself for 1 and 2 (a 1-D op runs as a 2-D one)."""
+    return type.replace("2d", "3d") if dims == 3 else type
+
+
 def _lifted(n: Node, i: int, dims: int) -> str:
-    """Input ``i``, a 1-D op's given a height of 1 (dim 2) for blockir's 2-D op; itself for a 2-D op."""
-    if dims == 2:
+    """Input ``i``, a 1-D op's given a height of 1 (dim 2) for blockir's 2-D op; itself for a 2-D or 3-D op."""
+    if dims != 1:
         return n.x(i)
     out = n.tmp("2d")
     n.emit("unsqueeze2", {"X": n.x(i)}, {"Out": out, "XShape": n.tmp("xshape")}, {"axes": [2]})
@@ -793,8 +811,8 @@ def _lifted(n: Node, i: int, dims: int) -> str:
 
 
 def _lowered(n: Node, made: str, dims: int, out: str) -> None:
-    """The 2-D op's output ``made`` as the 1-D op's ``out`` (dim 2 dropped), or copied for a 2-D op."""
-    if dims == 2:
+    """The blockir op's output ``made`` as the 1-D op's ``out`` (dim 2 dropped), or copied for a 2-D or 3-D op."""
+    if dims != 1:
         n.emit("assign", {"X": made}, {"Out": out})
     else:
         n.emit("squeeze2", {"X": made}, {"Out": out, "XShape": n.tmp("xshape")}, {"axes": [2]})
@@ -815,7 +833,7 @@ def _weighted(n: Node) -> tuple[dict[str, Any], int, list[int]]:
 def _conv(n: Node) -> None:
     attrs, dims, _ = _weighted(n)
     made = n.tmp("conv")
-    n.emit("conv2d", {"Input": _lifted(n, 0, dims), "Filter": _lifted(n, 1, dims)}, {"Output": made}, attrs)
+    n.emit(_nd("conv2d", dims), {"Input": _lifted(n, 0, dims), "Filter": _lifted(n, 1, dims)}, {"Output": made}, attrs)
     if n.has(2):
         made = n.binary("elementwise_add", made, n.x(2), attrs={"axis": 1})
     _lowered(n, made, dims, n.y())
@@ -823,8 +841,11 @@ def _conv(n: Node) -> None:
 
 def _col2im(n: Node) -> None:
     image, block = _ints(n.value(1, "image_shape")), _ints(n.value(2, "block_shape"))
+    if len(image) == 3 and len(block) == 3:
+        _col2im_3d(n, image, block)
+        return
     if len(image) != 2 or len(block) != 2:
-        raise Refused(f"a {len(image)}-D image: Paddle's fold (col2im) is 2-D")
+        raise Refused(f"a {len(image)}-D image: Paddle's fold (col2im) is 2-D, and 3-D images run as conv3d_transpose")
     attrs = {
         "output_sizes": image,
         "kernel_sizes": block,
@@ -835,21 +856,72 @@ def _col2im(n: Node) -> None:
     n.emit("fold", {"X": n.x(0)}, {"Y": n.y()}, attrs)
 
 
+def _col2im_3d(n: Node, image: list[int], block: list[int]) -> None:
+    """Col2Im of a 3-D image, which Paddle's fold lacks, as the transposed convolution that adds each block back:
+    the columns [N, C * taps, blocks] seen as an image of [N, C * taps, *blocks] and conv3d_transpose'd (groups
+    C) by the filter that takes row ``c * taps + t`` to tap ``t`` of channel ``c``; output_size is the image."""
+    shape = n.shape(0)
+    taps = int(np.prod(block))
+    if shape is None or len(shape) != 3 or shape[1] < 0 or shape[1] % taps:
+        raise Refused(f"input of shape {shape}: its dim 1 must be known and a multiple of the {taps} taps")
+    strides, dilations = list(n.attr("strides", [1, 1, 1])), list(n.attr("dilations", [1, 1, 1]))
+    pads = list(n.attr("pads", [0] * 6))
+    blocks = [
+        (size + pads[a] + pads[a + 3] - (dilations[a] * (k - 1) + 1)) // strides[a] + 1
+        for a, (size, k) in enumerate(zip(image, block))
+    ]
+    if min(blocks) < 1:
+        raise Refused(f"block_shape {block} with dilations {dilations} leave no block in image_shape {image}")
+    channels = shape[1] // taps
+    cube = n.tmp("blocks")
+    n.emit("reshape2", {"X": n.x(0)}, {"Out": cube, "XShape": n.tmp("xshape")}, {"shape": [0, shape[1], *blocks]})
+    one_hot = np.tile(np.eye(taps, dtype=n.dtype(0)), (channels, 1)).reshape(channels * taps, 1, *block)
+    attrs = {
+        "strides": strides,
+        "dilations": dilations,
+        "paddings": [p for a in range(3) for p in (pads[a], pads[a + 3])],
+        "groups": channels,
+        "output_size": image,
+    }
+    n.emit("conv3d_transpose", {"Input": cube, "Filter": n.constant(one_hot)}, {"Output": n.y()}, attrs)
+
+
 def _grid_sample(n: Node) -> None:
     mode = n.attr("mode", "bilinear" if n.opset < 20 else "linear")
-    if mode in ("bicubic", "cubic"):
-        raise Refused(f"mode {mode!r}: Paddle's grid_sampler interpolates bilinear or nearest, not cubic")
     shape, dtype = n.shape(0), n.dtype(0)
     if shape is None or len(shape) not in (4, 5):
         raise Refused(f"X of rank {'unknown' if shape is None else len(shape)}: grid_sampler samples 4-D and 5-D X")
     if dtype not in ("float16", "float32", "float64"):
         raise Refused(f"X of {dtype}: grid_sampler samples floats")
     attrs = {
-        "mode": "nearest" if mode == "nearest" else "bilinear",
+        "mode": {"nearest": "nearest", "cubic": "bicubic", "bicubic": "bicubic"}.get(mode, "bilinear"),
         "padding_mode": n.attr("padding_mode", "zeros"),
         "align_corners": bool(n.attr("align_corners", 0)),
     }
     n.emit("grid_sampler", {"X": n.x(0), "Grid": n.cast(n.x(1), dtype)}, {"Output": n.y()}, attrs)
+
+
+def _deform_conv(n: Node) -> None:
+    """Paddle's deformable_conv (2-D, each axis padded alike at both ends; offset_group its deformable_groups),
+    plus B per output channel."""
+    shape = n.shape(1)
+    if shape is None or len(shape) != 4:
+        raise Refused(f"W of rank {'unknown' if shape is None else len(shape)}: deformable_conv is 2-D")
+    pads = [int(p) for p in n.attr("pads", [0, 0, 0, 0])]
+    if pads[:2] != pads[2:]:
+        raise Refused(f"pads {pads}: deformable_conv pads each axis alike at both ends")
+    attrs = {
+        "strides": [int(s) for s in n.attr("strides", [1, 1])],
+        "paddings": pads[:2],
+        "dilations": [int(d) for d in n.attr("dilations", [1, 1])],
+        "groups": int(n.attr("group", 1)),
+        "deformable_groups": int(n.attr("offset_group", 1)),
+    }
+    inputs = {"Input": n.x(0), "Offset": n.x(2), "Filter": n.x(1), **({"Mask": n.x(4)} if n.has(4) else {})}
+    out = n.tmp("deformed") if n.has(3) else n.y()
+    n.emit("deformable_conv", inputs, {"Output": out}, attrs)
+    if n.has(3):
+        n.binary("elementwise_add", out, n.x(3), out=n.y(), attrs={"axis": 1})
 
 
 def _conv_transpose(n: Node) -> None:
@@ -857,7 +929,7 @@ def _conv_transpose(n: Node) -> None:
     auto_pad = n.attr("auto_pad", "NOTSET")
     attrs["padding_algorithm"] = "EXPLICIT"
     if auto_pad == "VALID":
-        attrs["paddings"] = [0, 0, 0, 0]
+        attrs["paddings"] = [0] * len(attrs["paddings"])
     extra = list(n.attr("output_padding", [0] * dims))
     shape = n.shape(0)
     target = n.attr("output_shape")
@@ -876,23 +948,24 @@ def _conv_transpose(n: Node) -> None:
             first = total // 2 if auto_pad == "SAME_UPPER" else total - total // 2
             pads.append((first, total - first))
         pads = [(0, 0), *pads] if dims == 1 else pads
-        attrs["paddings"] = [pads[0][0], pads[0][1], pads[1][0], pads[1][1]]
+        attrs["paddings"] = [p for pair in pads for p in pair]
     elif auto_pad in ("SAME_UPPER", "SAME_LOWER"):
         raise Refused("auto_pad SAME of an input of unknown rank")
     attrs["output_padding"] = [0, *extra] if dims == 1 else extra
     made = n.tmp("convt")
-    n.emit("conv2d_transpose", {"Input": _lifted(n, 0, dims), "Filter": _lifted(n, 1, dims)}, {"Output": made}, attrs)
+    inputs = {"Input": _lifted(n, 0, dims), "Filter": _lifted(n, 1, dims)}
+    n.emit(_nd("conv2d_transpose", dims), inputs, {"Output": made}, attrs)
     if n.has(2):
         made = n.binary("elementwise_add", made, n.x(2), attrs={"axis": 1})
     _lowered(n, made, dims, n.y())
 
 
 def _pool_attrs(n: Node, kind: str) -> tuple[dict[str, Any], int, list[int]]:
-    """pool2d's attributes for MaxPool, AveragePool or LpPool (its average); the spatial dims; the kernel."""
+    """pool2d's or pool3d's attributes for MaxPool or AveragePool; the spatial dims; the kernel."""
     kernel = list(n.attr("kernel_shape"))
     attrs, dims = _spatial(n, kernel)
     if any(d != 1 for d in attrs.pop("dilations")):
-        raise Refused("dilations other than 1")
+        raise Refused("dilations other than 1 with the Indices output")
     if attrs["padding_algorithm"] == "SAME":
         raise Refused("auto_pad SAME of an input whose spatial dims are known only at run time")
     attrs.update(
@@ -924,21 +997,83 @@ def _ceil_adds_a_window(n: Node, attrs: dict[str, Any], kernel: list[int]) -> bo
 
 def _pool(kind: str) -> Converter:
     def convert(n: Node) -> None:
+        dtype = n.dtype(0)
+        floating = dtype in ("float16", "float32", "float64")
+        if not floating and kind != "max":
+            raise Refused(f"AveragePool of {dtype}")
+        if not n.wants(1) and _needs_gather(n, kind):
+            # integers: the maximum of their float64 values, exact up to 2^53
+            made = _gathered_pool(n, kind, n.x(0) if floating else n.cast(n.x(0), "float64"))
+            n.cast(made, dtype, out=n.y())
+            return
         attrs, dims, _ = _pool_attrs(n, kind)
         made = n.tmp("pool")
-        dtype = n.dtype(0)
         if n.wants(1):
             _max_pool_with_indices(n, attrs, dims, made)
-        elif dtype in ("float16", "float32", "float64"):
-            n.emit("pool2d", {"X": _lifted(n, 0, dims)}, {"Out": made}, attrs)
-        elif kind == "max":  # integers: the maximum of their float64 values, exact up to 2^53
-            n.emit("pool2d", {"X": n.cast(_lifted(n, 0, dims), "float64")}, {"Out": made}, attrs)
-            made = n.cast(made, dtype)
+        elif floating:
+            n.emit(_nd("pool2d", dims), {"X": _lifted(n, 0, dims)}, {"Out": made}, attrs)
         else:
-            raise Refused(f"AveragePool of {dtype}")
+            n.emit(_nd("pool2d", dims), {"X": n.cast(_lifted(n, 0, dims), "float64")}, {"Out": made}, attrs)
+            made = n.cast(made, dtype)
         _lowered(n, made, dims, n.y())
 
     return convert
+
+
+def _needs_gather(n: Node, kind: str) -> bool:
+    """Whether pool2d and pool3d cannot compute this MaxPool or AveragePool: dilations, or an average counting its
+    padding whose pads differ before and after (Paddle's divisor measures the far side with the near padding)."""
+    if any(d != 1 for d in n.attr("dilations", [])):
+        return True
+    if kind != "avg" or not n.attr("count_include_pad", 0):
+        return False
+    _, _, pairs, _ = _windows(n, list(n.attr("kernel_shape")))
+    return any(before != after for before, after in pairs)
+
+
+def _gathered_pool(n: Node, kind: str, x: str) -> str:
+    """The pooling ``kind`` ("max", "avg" or "sum") of ``x`` (input 0 or a function of it, of its shape) over
+    ONNX's windows, dilations included, as ops pool2d and pool3d lack (Paddle's have no dilations, and their
+    average measures the far side with the near padding): one pad by the reduction's identity, then per spatial
+    axis an index_select of every window's taps, laid out [windows, taps], and a reduction over the taps; "avg"
+    divides by each window's count of taps inside the input (count_include_pad: inside the padded input). Needs
+    the spatial dims at import. A last window that ceil_mode would start in the far padding is dropped, as
+    ONNX does."""
+    kernel = list(n.attr("kernel_shape"))
+    shape = n.shape(0)
+    if shape is None or -1 in shape[2:] or len(shape) != len(kernel) + 2:
+        raise Refused("dilations or LpPool of an input whose spatial dims are known only at import")
+    strides, dilations, pairs, _ = _windows(n, kernel)
+    ceil_mode, include_pad = bool(n.attr("ceil_mode", 0)), bool(n.attr("count_include_pad", 0))
+    widths, indices, counts = [], [], []
+    for size, k, stride, dilation, (before, after) in zip(shape[2:], kernel, strides, dilations, pairs):
+        span = size + before + after - (dilation * (k - 1) + 1)
+        out = (-(-span // stride) if ceil_mode else span // stride) + 1
+        if ceil_mode and (out - 1) * stride >= size + before:
+            out -= 1
+        if out < 1:
+            raise Refused(f"kernel_shape {kernel} with dilations {dilations} leave no window in {list(shape)}")
+        taps = np.arange(out)[:, None] * stride + np.arange(k)[None, :] * dilation  # in the padded input
+        widths.append((before, max(int(taps.max()) + 1 - size - before, 0)))
+        indices.append(taps.reshape(-1))
+        inside = taps < size + before + after if include_pad else (taps >= before) & (taps < size + before)
+        counts.append(inside.sum(axis=1))
+    identity = float("-inf") if kind == "max" else 0.0
+    y = n.unary("pad", x, {"paddings": [0, 0, 0, 0, *(w for pair in widths for w in pair)], "pad_value": identity})
+    sizes = [size + before + after for size, (before, after) in zip(shape[2:], widths)]
+    for axis, (index, k) in enumerate(zip(indices, kernel)):
+        taps = n.tmp("taps")
+        n.emit("index_select", {"X": y, "Index": n.constant(index, "int64")}, {"Out": taps}, {"dim": 2 + axis})
+        sizes[axis] = len(index) // k
+        split = [0, 0, *sizes[:axis], sizes[axis], k, *sizes[axis + 1 :]]
+        windows = n.tmp("windows")
+        n.emit("reshape2", {"X": taps}, {"Out": windows, "XShape": n.tmp("xshape")}, {"shape": split})
+        reduction = "reduce_max" if kind == "max" else "reduce_sum"
+        y = n.unary(reduction, windows, {"dim": [3 + axis], "keep_dim": False})
+    if kind != "avg":
+        return y
+    divisor = functools.reduce(np.multiply.outer, counts).astype(n.dtype(0))
+    return n.binary("elementwise_div", y, n.constant(divisor))
 
 
 def _max_pool_with_indices(n: Node, attrs: dict[str, Any], dims: int, made: str) -> None:
@@ -967,29 +1102,23 @@ def _max_pool_with_indices(n: Node, attrs: dict[str, Any], dims: int, made: str)
     n.binary("elementwise_add", index, n.constant(offsets), out=n.y(1))
 
 
+_GATHERED_POOL_OPS = ("pad", "index_select", "reshape2")  # and a reduction: _gathered_pool's ops
+
+
 def _lp_pool(n: Node) -> None:
-    """(the sum of |x|^p over each window)^(1/p): the average pool of |x|^p (padding counted) times the
-    window's size."""
-    attrs, dims, kernel = _pool_attrs(n, "avg")
-    attrs["exclusive"] = False
+    """(the sum of |x|^p over each window)^(1/p): the window sums of |x|^p by :func:`_gathered_pool`."""
     p = float(n.attr("p", 2))
     powered = n.unary("pow", n.unary("abs", n.x(0)), {"factor": p})
-    lifted = powered
-    if dims == 1:
-        lifted = n.tmp("2d")
-        n.emit("unsqueeze2", {"X": powered}, {"Out": lifted, "XShape": n.tmp("xshape")}, {"axes": [2]})
-    mean = n.unary("pool2d", lifted, attrs)
-    total = n.unary("scale", mean, {"scale": float(np.prod(kernel))})
-    made = n.unary("pow", total, {"factor": 1.0 / p})
-    _lowered(n, made, dims, n.y())
+    n.unary("pow", _gathered_pool(n, "sum", powered), {"factor": 1.0 / p}, out=n.y())
 
 
 def _global_pool(kind: str) -> Converter:
     def convert(n: Node) -> None:
-        if n.rank(0) != 4:
-            raise Refused(f"{n.rank(0)}-D input (blockir's pool2d is 2-D)")
-        attrs = {"pooling_type": kind, "ksize": [1, 1], "global_pooling": True}
-        n.emit("pool2d", {"X": n.x(0)}, {"Out": n.y()}, attrs)
+        rank = n.rank(0)
+        if rank not in (4, 5):
+            raise Refused(f"{rank}-D input (blockir's pool2d and pool3d are 2-D and 3-D)")
+        attrs = {"pooling_type": kind, "ksize": [1] * (rank - 2), "global_pooling": True}
+        n.emit(_nd("pool2d", rank - 2), {"X": n.x(0)}, {"Out": n.y()}, attrs)
 
     return convert
 
@@ -1002,7 +1131,11 @@ def _batch_norm(n: Node) -> None:
         raise Refused("training mode (blockir imports inference models)")
     if n.opset < 9 and n.attr("spatial", 1) != 1:
         raise Refused("spatial=0")
-    outs = {slot: n.tmp(slot) for slot in ("MeanOut", "VarianceOut", "SavedMean", "SavedVariance", "ReserveSpace")}
+    outs = {slot: n.tmp(slot) for slot in ("SavedMean", "SavedVariance", "ReserveSpace")}
+    # global statistics: MeanOut and VarianceOut hand Mean and Variance back, into the same variables where those
+    # are constants (Paddle's form, which fold-conv-bn folds into a convolution), else into temporaries
+    for i, slot in ((3, "MeanOut"), (4, "VarianceOut")):
+        outs[slot] = n.x(i) if n.const(i) is not None else n.tmp(slot)
     n.emit(
         "batch_norm",
         {"X": n.x(0), "Scale": n.x(1), "Bias": n.x(2), "Mean": n.x(3), "Variance": n.x(4)},
@@ -1346,12 +1479,27 @@ def _rms_norm(n: Node) -> None:
 
 
 def _dropout(n: Node) -> None:
-    training = n.const(2) if n.opset >= 12 and n.has(2) else None
-    if training is not None and bool(training.reshape(-1)[0]):
-        raise Refused("training_mode=True (random)")
-    n.emit("assign", {"X": n.x(0)}, {"Out": n.y()})
+    """Inference: the identity (and an all-true mask). Training (opset 12's training_mode, a constant): dropout
+    upscale_in_train, its mask drawn from ``seed`` when given (numpy's RandomState(seed), as ONNX's reference),
+    else afresh at every run."""
+    if not (n.opset >= 12 and n.has(2) and bool(n.value(2, "training_mode").reshape(-1)[0])):
+        n.emit("assign", {"X": n.x(0)}, {"Out": n.y()})
+        if n.wants(1):
+            n.emit("fill_any_like", {"X": n.x(0)}, {"Out": n.y(1)}, {"value": 1.0, "dtype": DTYPE_TO_PROTO["bool"]})
+        return
+    ratio = float(n.value(1, "ratio").reshape(-1)[0]) if n.has(1) else 0.5
+    seed = int(n.attr("seed", 0)) % 2**32  # the kernel's seeds are int32, taken modulo 2**32
+    attrs = {
+        "dropout_prob": ratio,
+        "is_test": False,
+        "fix_seed": "seed" in n.attrs,
+        "seed": seed - 2**32 if seed >= 2**31 else seed,
+        "dropout_implementation": "upscale_in_train",
+    }
+    mask = n.tmp("mask")
+    n.emit("dropout", {"X": n.x(0)}, {"Out": n.y(), "Mask": mask}, attrs)
     if n.wants(1):
-        n.emit("fill_any_like", {"X": n.x(0)}, {"Out": n.y(1)}, {"value": 1.0, "dtype": DTYPE_TO_PROTO["bool"]})
+        n.cast(mask, "bool", out=n.y(1))
 
 
 def _softmax(type: str) -> Converter:
@@ -1774,6 +1922,73 @@ def _attention(n: Node) -> None:
     )
 
 
+_SOFTMAX_DTYPES = ("float16", "float32", "float64")
+
+
+def _flex_attention(n: Node) -> None:
+    """FlexAttention (ai.onnx.preview) as ONNX's reference computes it: scores = (Q * r) @ (K * r)^T with r =
+    sqrt(scale) in the inputs' type, cast to the softmax precision (float32, or float64 for float64 inputs, unless
+    softmax_precision says), through score_mod, softmax over the last dim, through prob_mod, times V in that
+    precision, cast back. Each modifier graph is imported inline, its input bound to the scores or probabilities.
+    Grouped-query heads: K and V's heads repeated (query head h reads K/V head h // (Hq / Hkv))."""
+    shapes = [n.shape(i) or () for i in range(3)]
+    if any(len(shape) != 4 for shape in shapes):
+        given = ", ".join(
+            f"{name} {'of unknown rank' if n.shape(i) is None else list(shape)}"
+            for i, (name, shape) in enumerate(zip("QKV", shapes))
+        )
+        raise Refused(f"Q, K and V must be rank-4 (batch, heads, sequence, head size), got {given}")
+    (_, q_heads, _, head_size), (_, kv_heads, _, _), (_, v_heads, _, _) = shapes
+    if min(q_heads, kv_heads, v_heads) < 0:
+        raise Refused(f"the head counts of Q, K and V ({q_heads}, {kv_heads}, {v_heads}) must be known at import")
+    if kv_heads != v_heads or not kv_heads or q_heads % kv_heads:
+        raise Refused(
+            f"Q's {q_heads} heads must be a multiple of K's {kv_heads}, and V must have K's heads (it has {v_heads})"
+        )
+    dtype = n.dtype(0)
+    precision = n.attr("softmax_precision")
+    compute = "float64" if dtype == "float64" else "float32"
+    if precision is not None:
+        compute = dtype_name(int(precision), "its softmax_precision")
+        if compute not in _SOFTMAX_DTYPES:
+            raise Refused(f"softmax_precision {precision} ({compute}): one of {', '.join(_SOFTMAX_DTYPES)}")
+    scale = n.attr("scale")
+    if scale is None and head_size < 0:
+        raise Refused("no scale, and Q's head size (its default 1 / sqrt(head size)) is known only at run time")
+    root = np.sqrt(np.float32(1.0 / np.sqrt(head_size) if scale is None else scale))
+    root_value = n.constant(np.asarray(root, dtype))
+    q = n.binary("elementwise_mul", n.x(0), root_value)
+    group = q_heads // kv_heads
+    k = _kv_heads(n, n.binary("elementwise_mul", n.x(1), root_value), kv_heads, group)
+    scores = n.tmp("scores")
+    n.emit("matmul_v2", {"X": q, "Y": k}, {"Out": scores}, {"trans_x": False, "trans_y": True})
+    scores = _modifier(n, "score_mod", n.cast(scores, compute), compute)
+    probs = _modifier(n, "prob_mod", n.unary("softmax", scores, {"axis": -1}), compute)
+    v = n.cast(_kv_heads(n, n.x(2), kv_heads, group), compute)
+    out = n.y() if compute == n.dtype(2) else n.tmp("out")
+    n.emit("matmul_v2", {"X": probs, "Y": v}, {"Out": out}, {"trans_x": False, "trans_y": False})
+    if out != n.y():
+        n.cast(out, n.dtype(2), out=n.y())
+
+
+def _kv_heads(n: Node, x: str, heads: int, group: int) -> str:
+    """K or V ``x`` [B, heads, S, *] with each head repeated ``group`` times (``x`` itself for a group of 1)."""
+    if group == 1:
+        return x
+    return _index_select(n, x, n.constant(np.arange(heads * group, dtype="int64") // group), 1)
+
+
+def _modifier(n: Node, attr: str, x: str, dtype: str) -> str:
+    """``x`` through FlexAttention's modifier graph ``attr`` (score_mod, prob_mod), imported into the node's block
+    with its one input bound to ``x``, its output cast to ``dtype``; ``x`` itself without one."""
+    if attr not in n.attrs:
+        return x
+    _, outputs = n.subgraph(attr, [x], n.graph.block)
+    if len(outputs) != 1:
+        raise Refused(f"its {attr} gives {len(outputs)} outputs (a modifier gives 1)")
+    return n.cast(outputs[0], dtype)
+
+
 def _given(n: Node, slots: tuple[str, ...]) -> dict[str, str]:
     """The blockir op's input slots for the node's inputs given (by position; "" for an input read otherwise)."""
     return {slot: n.x(i) for i, slot in enumerate(slots) if slot and n.has(i)}
@@ -1961,8 +2176,6 @@ def _recurrent_mode(n: Node) -> str:
             raise Refused(f"the {name} attribute (rnn's cells have none)")
     if n.attr("input_forget", 0):
         raise Refused("input_forget=1 (rnn's LSTM has independent input and forget gates)")
-    if n.op_type == "LSTM" and n.has(7) and np.any(n.value(7, "peepholes")):
-        raise Refused("peepholes (rnn's LSTM has none)")
     return mode
 
 
@@ -1972,6 +2185,9 @@ def _recurrent(n: Node) -> None:
     mode = _recurrent_mode(n)
     if n.op_type == "GRU" and not n.attr("linear_before_reset", 0):
         _gru_reset_first(n)
+        return
+    if n.op_type == "LSTM" and n.has(7) and np.any(n.value(7, "peepholes")):
+        _lstm_peepholes(n)
         return
     order = _RECURRENT[n.op_type][1]
     direction = n.attr("direction", "forward")
@@ -2027,14 +2243,64 @@ def _recurrent(n: Node) -> None:
             _transposed(n, final, [1, 0, 2], n.y(k)) if batchwise else n.emit("assign", {"X": final}, {"Out": n.y(k)})
 
 
+# A recurrent cell as ops: (direction, the input's projection at the step [B, G H], the states [B, H] (h first))
+# -> the new states
+_Cell = Callable[[int, str, list[str]], list[str]]
+
+
 def _gru_reset_first(n: Node) -> None:
-    """GRU with linear_before_reset=0 (n = tanh(x W_h + (r * h) R_h + b), which rnn's cell cannot compute): per
-    direction a while loop over time of the cell's ops (the input's projection made for every step before it), a
-    step past a sequence's length keeping the state and giving zeros."""
+    """GRU with linear_before_reset=0 (n = tanh(x W_h + (r * h) R_h + b), which rnn's cell cannot compute): a
+    loop of its cell's ops (:func:`_recurrent_loop`)."""
+    hidden, r = int(n.attr("hidden_size")), n.value(2, "R")
+    bias = n.value(3, "B") if n.has(3) else np.zeros((r.shape[0], 6 * hidden), r.dtype)
+
+    def cell(d: int, xw: str, states: list[str]) -> list[str]:
+        (h,) = states
+        hr = _matmul_t(n, h, r[d, : 2 * hidden])
+        hr = n.binary("elementwise_add", hr, n.constant(bias[d, 3 * hidden : 5 * hidden]))
+        gates = n.unary("sigmoid", n.binary("elementwise_add", _columns(n, xw, 0, 2 * hidden), hr))
+        z, reset = _columns(n, gates, 0, hidden), _columns(n, gates, hidden, 2 * hidden)
+        rh = _matmul_t(n, n.binary("elementwise_mul", reset, h), r[d, 2 * hidden :])
+        candidate = n.binary("elementwise_add", rh, n.constant(bias[d, 5 * hidden :]))
+        candidate = n.binary("elementwise_add", _columns(n, xw, 2 * hidden, 3 * hidden), candidate)
+        candidate = n.unary("tanh", candidate)
+        kept = n.binary("elementwise_mul", z, n.binary("elementwise_sub", h, candidate))
+        return [n.binary("elementwise_add", candidate, kept)]  # (1 - z) * candidate + z * h
+
+    _recurrent_loop(n, cell, bias[:, : 3 * hidden], 1)
+
+
+def _lstm_peepholes(n: Node) -> None:
+    """LSTM with peepholes (input P: gates i and f see the last cell state, gate o the new one, which rnn's cell
+    does not): a loop of its cell's ops (:func:`_recurrent_loop`)."""
+    hidden, r, peepholes = int(n.attr("hidden_size")), n.value(2, "R"), n.value(7, "peepholes")
+    bias = n.value(3, "B") if n.has(3) else np.zeros((r.shape[0], 8 * hidden), r.dtype)
+
+    def cell(d: int, xw: str, states: list[str]) -> list[str]:
+        h, c = states
+        gates = n.binary("elementwise_add", xw, _matmul_t(n, h, r[d]))  # blocks i, o, f, c; P's i, o, f
+
+        def gate(k: int, state: str) -> str:
+            peeped = n.binary("elementwise_mul", state, n.constant(peepholes[d, k * hidden : (k + 1) * hidden]))
+            return n.unary(
+                "sigmoid", n.binary("elementwise_add", _columns(n, gates, k * hidden, (k + 1) * hidden), peeped)
+            )
+
+        candidate = n.unary("tanh", _columns(n, gates, 3 * hidden, 4 * hidden))
+        kept = n.binary("elementwise_mul", gate(2, c), c)
+        new_c = n.binary("elementwise_add", kept, n.binary("elementwise_mul", gate(0, c), candidate))
+        return [n.binary("elementwise_mul", gate(1, new_c), n.unary("tanh", new_c)), new_c]
+
+    _recurrent_loop(n, cell, bias[:, : 4 * hidden] + bias[:, 4 * hidden :], 2)
+
+
+def _recurrent_loop(n: Node, cell: _Cell, input_bias: np.ndarray, count: int) -> None:
+    """A recurrent op whose cell Paddle's rnn cannot compute: per direction a while loop over time of ``cell``'s
+    ops (the input's projection, x W^T + ``input_bias``, made for every step before it) carrying ``count`` states
+    (ONNX's initial_h, initial_c), a step past a sequence's length keeping them and giving zeros."""
     hidden, batchwise = int(n.attr("hidden_size")), bool(n.attr("layout", 0))
-    w, r = n.value(1, "W"), n.value(2, "R")
+    w = n.value(1, "W")
     dirs, dtype = w.shape[0], w.dtype
-    bias = n.value(3, "B") if n.has(3) else np.zeros((dirs, 6 * hidden), dtype)
     x = _transposed(n, n.x(0), [1, 0, 2]) if batchwise else n.x(0)
     shape = n.shape(0)
     if shape is None or shape[1 - batchwise] == -1:
@@ -2046,12 +2312,13 @@ def _gru_reset_first(n: Node) -> None:
     length = n.cast(length, "int64")
     lengths = n.cast(n.x(4), "int64") if n.has(4) else None
     backward = [n.attr("direction", "forward") == "reverse"] if dirs == 1 else [False, True]
-    outs, finals = [], []
+    outs: list[str] = []
+    finals: list[list[str]] = [[] for _ in range(count)]
     for d in range(dirs):
-        projected = n.tmp("projected")  # x W^T + Wb: [T, B, 3H]
+        projected = n.tmp("projected")  # x W^T + input_bias: [T, B, G H]
         n.emit("matmul_v2", {"X": x, "Y": n.constant(w[d].T.copy())}, {"Out": projected})
-        projected = n.binary("elementwise_add", projected, n.constant(bias[d, : 3 * hidden]))
-        h = n.unary("assign", _initial_h(n, d, batch, hidden, dtype, batchwise))
+        projected = n.binary("elementwise_add", projected, n.constant(input_bias[d]))
+        held = [n.unary("assign", _initial_state(n, 5 + k, d, batch, hidden, dtype, batchwise)) for k in range(count)]
         step = n.unary("assign", n.constant(np.zeros(1, "int64")))
         cond = n.binary("less_than", step, length)
         array = n.graph.names.fresh(f"{n.y_base()}.steps")  # of [B, H] tensors
@@ -2062,47 +2329,49 @@ def _gru_reset_first(n: Node) -> None:
             picked, xw = n.tmp("picked"), n.tmp("xw")
             n.emit("gather", {"X": projected, "Index": t}, {"Out": picked}, {"axis": 0})
             n.emit("squeeze2", {"X": picked}, {"Out": xw, "XShape": n.tmp("xshape")}, {"axes": [0]})
-            hr = _matmul_t(n, h, r[d, : 2 * hidden])
-            hr = n.binary("elementwise_add", hr, n.constant(bias[d, 3 * hidden : 5 * hidden]))
-            gates = n.unary("sigmoid", n.binary("elementwise_add", _columns(n, xw, 0, 2 * hidden), hr))
-            z, reset = _columns(n, gates, 0, hidden), _columns(n, gates, hidden, 2 * hidden)
-            rh = _matmul_t(n, n.binary("elementwise_mul", reset, h), r[d, 2 * hidden :])
-            candidate = n.binary("elementwise_add", rh, n.constant(bias[d, 5 * hidden :]))
-            candidate = n.binary("elementwise_add", _columns(n, xw, 2 * hidden, 3 * hidden), candidate)
-            candidate = n.unary("tanh", candidate)
-            kept = n.binary("elementwise_mul", z, n.binary("elementwise_sub", h, candidate))
-            new = n.binary("elementwise_add", candidate, kept)  # (1 - z) * candidate + z * h
-            y = new
+            new = cell(d, xw, held)
+            y = new[0]
             if lengths is not None:  # valid: [B, 1], 1 where t < the sequence's length
                 valid = n.unary("unsqueeze2", n.cast(n.binary("less_than", t, lengths), dtype.name), {"axes": [1]})
-                y = n.binary("elementwise_mul", new, valid)
                 invalid = n.unary("scale", valid, {"scale": -1.0, "bias": 1.0})
-                new = n.binary("elementwise_add", y, n.binary("elementwise_mul", h, invalid))
+                y = n.binary("elementwise_mul", new[0], valid)
+                new = [
+                    n.binary(
+                        "elementwise_add",
+                        n.binary("elementwise_mul", v, valid),
+                        n.binary("elementwise_mul", h, invalid),
+                    )
+                    for v, h in zip(new, held)
+                ]
             n.emit("write_to_array", {"X": y, "I": t}, {"Out": array})
-            n.emit("assign", {"X": new}, {"Out": h})
+            for v, h in zip(new, held):
+                n.emit("assign", {"X": v}, {"Out": h})
             n.emit("increment", {"X": step}, {"Out": step}, {"step": 1.0})
             n.binary("less_than", step, length, out=cond)
         n.control("while", block, {"Condition": cond}, {"is_test": True})
         stacked = n.tmp("stacked")
         _stacked(n, array, stacked)
         outs.append(stacked)
-        finals.append(h)
+        for k, h in enumerate(held):
+            finals[k].append(h)
     if n.wants(0):  # [T, D, B, H] (layout 1: [B, T, D, H])
         joined = n.tmp("joined") if batchwise else n.y(0)
         n.emit("stack", {"X": outs}, {"Y": joined}, {"axis": 1})
         if batchwise:
             _transposed(n, joined, [2, 0, 1, 3], n.y(0))
-    if n.wants(1):
-        n.emit("stack", {"X": finals}, {"Y": n.y(1)}, {"axis": 1 if batchwise else 0})
+    for k, states in enumerate(finals, 1):
+        if n.wants(k):
+            n.emit("stack", {"X": states}, {"Y": n.y(k)}, {"axis": 1 if batchwise else 0})
 
 
-def _initial_h(n: Node, d: int, batch: int, hidden: int, dtype: np.dtype, batchwise: bool) -> str:
-    if not n.has(5):
+def _initial_state(n: Node, slot: int, d: int, batch: int, hidden: int, dtype: np.dtype, batchwise: bool) -> str:
+    """Direction ``d``'s initial state from input ``slot`` (initial_h, initial_c), zeros without it."""
+    if not n.has(slot):
         return n.constant(np.zeros((batch, hidden), dtype))
-    picked = n.tmp("h0")
-    axis = [int(batchwise)]  # initial_h is [D, B, H] (layout 1: [B, D, H])
+    picked = n.tmp("state0")
+    axis = [int(batchwise)]  # initial_h and initial_c are [D, B, H] (layout 1: [B, D, H])
     attrs = {"axes": axis, "starts": [d], "ends": [d + 1], "decrease_axis": axis}
-    n.emit("slice", {"Input": n.x(5)}, {"Out": picked}, attrs)
+    n.emit("slice", {"Input": n.x(slot)}, {"Out": picked}, attrs)
     return picked
 
 
@@ -2345,6 +2614,34 @@ def _window(n: Node) -> None:
     n.graph.consts[n.outputs[0]] = np.asarray(value, "float64").astype(dtype)
 
 
+def _mel_weight_matrix(n: Node) -> None:
+    """ONNX's triangular mel filters [dft_length // 2 + 1, num_mel_bins] of the constant inputs, a constant made
+    at import (ONNX's definition, in the inputs' types as its reference: num_mel_bins + 2 edges from
+    lower_edge_hertz, evenly spaced in mel by the span over num_mel_bins + 2, each at spectrogram bin
+    floor((dft_length + 1) * hertz / sample_rate); filter i rises from edge i to 1 at edge i + 1 and falls to 0 at
+    edge i + 2)."""
+    names = ("num_mel_bins", "dft_length", "sample_rate", "lower_edge_hertz", "upper_edge_hertz")
+    bins, dft, rate, low, high = (n.value(i, what).reshape(-1)[0] for i, what in enumerate(names))
+    if bins < 1 or dft < 1 or rate < 1:
+        raise Refused(f"num_mel_bins {bins}, dft_length {dft} and sample_rate {rate} must be >= 1")
+    spectrum = int(dft) // 2 + 1
+    low_mel, high_mel = (2595 * np.log1p(hertz / 700) / np.log(10) for hertz in (low, high))
+    mels = np.arange(int(bins) + 2) * ((high_mel - low_mel) / (int(bins) + 2)) + low_mel
+    edges = (((dft + 1) * (700 * np.expm1(mels / 2595 * np.log(10)))) // rate).astype(np.int64)
+    if edges[0] < 0 or max(edges[-2], edges[-1] - 1) >= spectrum:
+        raise Refused(
+            f"num_mel_bins {bins}, sample_rate {rate}, edges {low:g} to {high:g} Hz put the filters' bins "
+            f"{edges.tolist()} outside the {spectrum} bins of a {dft}-point DFT"
+        )
+    left, centre, right = edges[:-2], edges[1:-1], edges[2:]
+    j = np.arange(spectrum)[:, None]
+    rising = np.where(centre > left, (j - left) / np.maximum(centre - left, 1), 1.0) * ((j >= left) & (j <= centre))
+    falling = (right - j) / np.maximum(right - centre, 1)
+    value = np.where((j >= centre) & (j < right), falling, rising)
+    dtype = dtype_name(int(n.attr("output_datatype", 1)), "its output_datatype")
+    n.graph.consts[n.outputs[0]] = value.astype(dtype)
+
+
 def _reverse_sequence(n: Node) -> None:
     """take_along_axis of X along time at index t + (t < L) * (L - 1 - 2t): the first L steps of each batch
     entry reversed (L its sequence length), the others kept. The time dim must be known at import."""
@@ -2433,9 +2730,8 @@ def _max_unpool(n: Node) -> None:
 
 def _roi_align(n: Node) -> None:
     """Paddle's roi_align over X's image of each region (gathered by batch_indices, one region per image):
-    coordinate_transformation_mode half_pixel is its aligned, output_half_pixel not; mode avg only."""
-    if n.attr("mode", "avg") != "avg":
-        raise Refused(f"mode {n.attr('mode')!r} (roi_align averages; ONNX's max of weighted corners has no op)")
+    coordinate_transformation_mode half_pixel is its aligned, output_half_pixel not; mode avg or max (blockir's
+    extension of roi_align)."""
     transform = n.attr("coordinate_transformation_mode", "half_pixel" if n.opset >= 16 else "output_half_pixel")
     if transform not in ("half_pixel", "output_half_pixel"):
         raise Refused(f"coordinate_transformation_mode {transform!r}")
@@ -2449,6 +2745,8 @@ def _roi_align(n: Node) -> None:
         "sampling_ratio": int(n.attr("sampling_ratio", 0)),
         "aligned": transform == "half_pixel",
     }
+    if n.attr("mode", "avg") != "avg":  # Paddle's op has no mode: set only where it is blockir's extension
+        attrs["mode"] = n.attr("mode")
     n.emit("roi_align", {"X": images, "ROIs": n.x(1), "RoisNum": ones}, {"Out": n.y()}, attrs)
 
 
@@ -2617,9 +2915,15 @@ def _rows() -> list[OpRule]:
     rows = []
 
     def add(
-        onnx: str, since: int, convert: Converter, ops: tuple[str, ...], until: int = _NEWEST, note: str = ""
+        onnx: str,
+        since: int,
+        convert: Converter,
+        ops: tuple[str, ...],
+        until: int = _NEWEST,
+        note: str = "",
+        domain: str = "",
     ) -> None:
-        rows.append(OpRule(onnx, since, convert, ops, until, note))
+        rows.append(OpRule(onnx, since, convert, ops, until, note, domain))
 
     for onnx, bir in (
         ("Relu", "relu"), ("Sigmoid", "sigmoid"), ("Tanh", "tanh"), ("Exp", "exp"), ("Log", "log"),
@@ -2684,7 +2988,8 @@ def _rows() -> list[OpRule]:
     add("BitCast", 26, _bitcast, ("bitcast",), note="not exported to Paddle")
     add("Scatter", 9, _scatter_elements, ("put_along_axis",), until=10)
     for onnx in _RECURRENT:
-        add(onnx, 7, _recurrent, ("rnn", "flip", "transpose2", "reshape2"), note="constant weights")
+        note = "constant weights; GRU's linear_before_reset=0 and LSTM's peepholes: while loops of the cell's ops"
+        add(onnx, 7, _recurrent, ("rnn", "flip", "transpose2", "reshape2", "while"), note=note)
     add("ConvInteger", 10, _conv_integer, ("cast", "elementwise_sub", "conv2d"), note="2-D; in float64 (exact)")
     add("QLinearConv", 10, _qlinear_conv, ("conv2d", "elementwise_mul", "round", "clip", "cast"), note="2-D")
     add("If", 1, _if, ("conditional_block", "logical_not", "assign", "select_input"), note="branches as sub-blocks")
@@ -2718,21 +3023,40 @@ def _rows() -> list[OpRule]:
     add("MatMul", 1, _matmul, ("matmul_v2",))
     add("Einsum", 12, _einsum, ("einsum",))
     add("Gemm", 1, _gemm, ("matmul_v2", "scale", "elementwise_add"))
-    add("Conv", 1, _conv, ("conv2d", "elementwise_add"), note="2-D")
-    add("ConvTranspose", 1, _conv_transpose, ("conv2d_transpose", "elementwise_add"), note="2-D")
-    add("Col2Im", 18, _col2im, ("fold",), note="2-D; constant image_shape and block_shape")
-    add("GridSample", 16, _grid_sample, ("grid_sampler", "cast"), note="4-D and 5-D; linear and nearest")
+    add("Conv", 1, _conv, ("conv2d", "conv3d", "elementwise_add"), note="1-D to 3-D")
+    add(
+        "ConvTranspose",
+        1,
+        _conv_transpose,
+        ("conv2d_transpose", "conv3d_transpose", "elementwise_add"),
+        note="1-D to 3-D",
+    )
+    add(
+        "Col2Im",
+        18,
+        _col2im,
+        ("fold", "reshape2", "conv3d_transpose"),
+        note="2-D and 3-D; constant image_shape and block_shape",
+    )
+    add("GridSample", 16, _grid_sample, ("grid_sampler", "cast"), note="4-D and 5-D")
+    add("DeformConv", 19, _deform_conv, ("deformable_conv", "elementwise_add"), note="2-D; symmetric pads")
     add(
         "MaxPool",
         1,
         _pool("max"),
-        ("pool2d", "max_pool2d_with_index"),
-        note="1-D and 2-D, no dilations; Indices of symmetric pads",
+        ("pool2d", "pool3d", "max_pool2d_with_index", *_GATHERED_POOL_OPS, "reduce_max"),
+        note="1-D to 3-D; dilations gathered; Indices of a 2-D pool of symmetric pads, no dilations",
     )
-    add("LpPool", 1, _lp_pool, ("abs", "pow", "pool2d", "scale"), note="1-D and 2-D, no dilations")
-    add("AveragePool", 1, _pool("avg"), ("pool2d",), note="2-D, no dilations")
-    add("GlobalMaxPool", 1, _global_pool("max"), ("pool2d",))
-    add("GlobalAveragePool", 1, _global_pool("avg"), ("pool2d",))
+    add("LpPool", 1, _lp_pool, ("abs", "pow", *_GATHERED_POOL_OPS, "reduce_sum"), note="gathered")
+    add(
+        "AveragePool",
+        1,
+        _pool("avg"),
+        ("pool2d", "pool3d", *_GATHERED_POOL_OPS, "reduce_sum", "elementwise_div"),
+        note="1-D to 3-D; dilations gathered",
+    )
+    add("GlobalMaxPool", 1, _global_pool("max"), ("pool2d", "pool3d"))
+    add("GlobalAveragePool", 1, _global_pool("avg"), ("pool2d", "pool3d"))
     add("BatchNormalization", 1, _batch_norm, ("batch_norm",), note="inference; training_mode from opset 14")
     add("InstanceNormalization", 1, _instance_norm, ("instance_norm",))
     add("LayerNormalization", 17, _layer_norm, ("layer_norm", "elementwise_mul", "elementwise_add"))
@@ -2749,7 +3073,7 @@ def _rows() -> list[OpRule]:
     add("NonZero", 9, _non_zero, ("where_index", "transpose2"))
     add("RMSNormalization", 23, _rms_norm, ("square", "reduce_mean", "rsqrt", "elementwise_mul"))
     add("LRN", 1, _lrn, ("square", "pool2d", "scale", "pow", "elementwise_div"))
-    add("Dropout", 1, _dropout, ("assign",), note="inference: the identity")
+    add("Dropout", 1, _dropout, ("assign", "fill_any_like", "dropout", "cast"), note="training: seeded by seed")
     add("Softmax", 1, _softmax("softmax"), ("softmax",))
     add("LogSoftmax", 1, _softmax("log_softmax"), ("log_softmax",))
     for onnx, bir, since, pre, post in (
@@ -2770,6 +3094,9 @@ def _rows() -> list[OpRule]:
     add("Upsample", 7, _resize, ("index_select", "matmul_v2", "transpose2"), until=9)
     add("Attention", 23, _attention, ("attention",))
     add("LinearAttention", 27, _linear_attention, ("linear_attention",))
+    flex_ops = ("elementwise_mul", "index_select", "matmul_v2", "cast", "softmax")
+    note = "score_mod and prob_mod imported inline; head counts known at import"
+    add("FlexAttention", 1, _flex_attention, flex_ops, note=note, domain="ai.onnx.preview")
     add("RotaryEmbedding", 23, _rotary_embedding, ("rotary_embedding",))
     add("GroupNormalization", 18, _group_norm, ("group_norm", "gather"))
     add("CenterCropPad", 18, _center_crop_pad, ("slice", "pad"), note="inputs of known shape")
@@ -2779,6 +3106,7 @@ def _rows() -> list[OpRule]:
     for window in _WINDOWS:
         add(window, 17, _window, (), note="a constant of the constant size")
     add("EyeLike", 9, _eye_like, (), note="a constant of the input's known shape")
+    add("MelWeightMatrix", 17, _mel_weight_matrix, (), note="a constant of the constant inputs")
     revseq_ops = ("reshape2", "less_than", "elementwise_mul", "take_along_axis")
     add("ReverseSequence", 10, _reverse_sequence, revseq_ops, note="a time dim known at import")
     mvn_ops = ("reduce_mean", "square", "sqrt", "elementwise_sub", "elementwise_div")
@@ -2787,7 +3115,7 @@ def _rows() -> list[OpRule]:
     add("TensorScatter", 24, _tensor_scatter, scatter_ops, note="a sequence dim known at import")
     unpool_ops = ("reshape2", "fill_constant", "put_along_axis", "pad")
     add("MaxUnpool", 9, _max_unpool, unpool_ops, note="shapes known at import")
-    add("RoiAlign", 10, _roi_align, ("gather", "fill_any_like", "roi_align"), note="mode avg")
+    add("RoiAlign", 10, _roi_align, ("gather", "fill_any_like", "roi_align"))
     add("SwiGLU", 28, _swiglu, ("swish", "elementwise_mul"))
     add("Det", 11, _det, ("determinant",))
     add(
@@ -2810,13 +3138,19 @@ def _by_op() -> dict[str, list[OpRule]]:
     return table
 
 
-def rule_for(op_type: str, opset: int) -> OpRule | str:
-    """The row for ``op_type`` at ``opset``, or why there is none."""
-    rows = _by_op().get(op_type)
+def rule_for(op_type: str, opset: int, domain: str = "") -> OpRule | str:
+    """The row for ``op_type`` of ``domain`` ("" the default one) at ``opset`` (the model's version of that domain,
+    0 when it imports none), or why there is none."""
+    rows = [row for row in _by_op().get(op_type, ()) if row.domain == domain]
+    if not rows and domain:
+        others = ", ".join(sorted(f"{row.onnx} of {row.domain}" for row in RULES if row.domain))
+        return f"domain {domain!r} (blockir imports the default ONNX domain, and {others})"
     if not rows:
         return "blockir has no op for it"
     for row in rows:
         if row.since <= opset <= row.until:
             return row
+    if not opset:
+        return f"the model imports no version of domain {domain!r}"
     spans = ", ".join(f"{r.since}-{r.until if r.until != _NEWEST else 'newest'}" for r in rows)
     return f"opset {opset}: blockir maps it at opsets {spans}"

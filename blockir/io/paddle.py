@@ -39,6 +39,7 @@ from blockir.ir.proto_io import atomic_file, load_program, open_regular, os_erro
 from blockir.ir.schema import find
 from blockir.ops.fused_conv import NOT_IN_PADDLE
 from blockir.ops.values import LoDTensor
+from blockir.ops.vision import PADDLE_LACKS
 from blockir.proto import framework_pb2 as pb
 
 __all__ = [
@@ -46,6 +47,7 @@ __all__ = [
     "PDMODEL",
     "check_exportable",
     "check_ops",
+    "check_paddle_attrs",
     "read_combined",
     "read_program",
     "read_tensor_file",
@@ -88,6 +90,21 @@ def check_exportable(program: Program, where: str) -> None:
             "unfused (as built: the executor fuses only its own copy), or run `blockir opt` without the fuse "
             "pipeline (BuildStrategy.fuse_bn_act_ops, fuse_conv_bn)"
         )
+
+
+def check_paddle_attrs(program: Program, where: str) -> None:
+    """An error naming the ops of ``program`` whose attribute values are blockir's extensions of Paddle's ops
+    (``PADDLE_LACKS``: ONNX's semantics, such as grid_sampler's bicubic mode), which Paddle's kernels lack."""
+    found = sorted(
+        {
+            f"{op.type} ({attr}={op.attr(attr)!r})"
+            for op in program.ops()
+            for attr, values in PADDLE_LACKS.get(op.type, {}).items()
+            if op.attr(attr) in values
+        }
+    )
+    if found:
+        raise BlockirError(f"{where}: {', '.join(found)}: blockir's extensions, which Paddle's ops lack")
 
 
 # -- writing -------------------------------------------------------------------------------------

@@ -260,9 +260,10 @@ def _batch_norm_act_grad(
     y: Any,
     dy: Any,
 ) -> tuple[Any, Any, Any]:
-    """The activation's gradient from Y, then batch_norm_grad's kernel."""
+    """The activation's gradient from Y (a new array), then batch_norm_grad's kernel, which may overwrite it."""
     d = ACTIVATIONS[ctx.attrs["act_type"]].grad(ctx, y, dy)
-    return _BN_GRAD(ctx, x, scale, bias, mean, variance, saved_mean, saved_variance, reserve, d)
+    offer = (False,) * 8 + (True,)  # batch_norm_grad's inputs: Y@GRAD is the last of nine
+    return _BN_GRAD(ctx, x, scale, bias, mean, variance, saved_mean, saved_variance, reserve, d, reuse=offer)
 
 
 def _infer_batch_norm_act_grad(ctx: InferContext) -> None:

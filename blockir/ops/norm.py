@@ -26,17 +26,19 @@ in that dtype and give ``Y`` X's dtype.
 - ``dropout`` zeroes each element with probability ``dropout_prob``; ``Mask`` (uint8)
   holds the kept ones. ``downgrade_in_infer``: train ``X * Mask``, test
   ``X * (1 - dropout_prob)``; ``upscale_in_train``: train ``X * Mask / (1 - dropout_prob)``,
-  test ``X``. The mask is drawn on the host with a numpy ``Generator`` (so a seed gives
-  the same mask on every device kind) seeded by the ``Seed`` tensor when bound, else
-  by ``seed`` when ``fix_seed``: the same mask at every run. Otherwise (or with a zero
-  seed) every run draws a fresh mask.
+  test ``X``. The mask keeps the elements whose uniform draw in [0, 1) is at least
+  ``dropout_prob``, drawn on the host (so a seed gives the same mask on every device kind)
+  in X's row-major order by numpy's legacy ``RandomState`` (MT19937), seeded by the
+  ``Seed`` tensor when bound, else by ``seed`` when ``fix_seed`` (0 included, as
+  Paddle's), modulo 2**32: the same mask at every run, and the one ONNX's reference
+  Dropout draws for that seed. Otherwise every run draws a fresh mask.
 """
 
 from __future__ import annotations
 
 import math
 import string
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import numpy as np
@@ -283,12 +285,15 @@ def _batch_norm_grad(
     saved_inv_std: Any,
     reserve: Any,
     dy: Any,
+    *,
+    reuse: Sequence[bool] = (),
 ) -> tuple[Any, Any, Any]:
     """(X@GRAD, Scale@GRAD, Bias@GRAD) of batch_norm, each only when ``ctx.wants`` it.
 
     Two passes over the data: the sums of Y@GRAD and of Y@GRAD * X per channel, which give Bias@GRAD and
     Scale@GRAD; then X@GRAD = a * Y@GRAD + b * X + c per channel (training: the batch statistics depend on X,
-    hence ``b`` and ``c``; with global statistics X@GRAD is Y@GRAD * scale / std alone)."""
+    hence ``b`` and ``c``; with global statistics X@GRAD is Y@GRAD * scale / std alone), ``a * Y@GRAD`` in Y@GRAD's
+    buffer where it may be overwritten (``reuse``; a float32 copy of a float16 Y@GRAD always)."""
     xp, attrs = ctx.xp, ctx.attrs
     axes, view, count = _channels(attrs, x)
     global_stats = _global_stats(attrs)
@@ -307,12 +312,10 @@ def _batch_norm_grad(
         d_bias = total.astype(scale.dtype)
         d_scale = ((products - mu * total) * inv_std).astype(scale.dtype)  # the sum of Y@GRAD * (X - mean) / std
     if ctx.wants[0]:
-        if global_stats:
-            dx = xp.multiply(dyf, a.reshape(view))
-        else:  # a * (Y@GRAD - Bias@GRAD / count - (X - mean) / std * Scale@GRAD / count)
+        dx = xp.multiply(dyf, a.reshape(view), out=dyf if dyf is not dy or (reuse and reuse[-1]) else None)
+        if not global_stats:  # a * (Y@GRAD - Bias@GRAD / count - (X - mean) / std * Scale@GRAD / count)
             b = -a * inv_std * d_scale / count
-            dx = _affine(xp, xf, b, -a * d_bias / count - b * mu, view)
-            dx += xp.multiply(dyf, a.reshape(view))
+            dx += _affine(xp, xf, b, -a * d_bias / count - b * mu, view)
     return (
         None if dx is None else dx.astype(x.dtype, copy=False),
         d_scale if ctx.wants[1] else None,
@@ -653,11 +656,11 @@ def _dropout_mask(ctx: KernelContext, shape: tuple[int, ...], seed: Any) -> Any:
     """The uint8 keep-mask of ``shape``: 1 with probability 1 - dropout_prob (module docstring for the seed)."""
     attrs = ctx.attrs
     if seed is not None:
-        value = int(to_host(seed).reshape(-1)[0])
+        value: int | None = int(to_host(seed).reshape(-1)[0])
     else:
-        value = attrs["seed"] if attrs["fix_seed"] else 0
-    rng = np.random.default_rng(value % 2**64 if value else None)
-    return ctx.xp.asarray((rng.random(shape, dtype=np.float32) >= attrs["dropout_prob"]).astype(np.uint8))
+        value = attrs["seed"] if attrs["fix_seed"] else None
+    rng = np.random.RandomState(None if value is None else value % 2**32)
+    return ctx.xp.asarray((rng.random_sample(shape) >= attrs["dropout_prob"]).astype(np.uint8))
 
 
 def _dropout(ctx: KernelContext, x: Any, seed: Any) -> tuple[Any, Any]:

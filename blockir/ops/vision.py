@@ -1,5 +1,7 @@
 """Vision ops with Paddle 3.3.1's semantics: the ``*_interp_v2`` resizes, ``pixel_shuffle`` and
-``pixel_unshuffle``, ``pad3d`` and ``pad``, ``affine_channel``, ``roi_align``, and their gradient ops.
+``pixel_unshuffle``, ``pad3d`` and ``pad``, ``affine_channel``, ``grid_sampler``, ``roi_align``,
+``deformable_conv``, and their gradient ops (``grid_sampler``'s bicubic mode and ``roi_align``'s max mode are
+blockir's extensions, ONNX's semantics: ``PADDLE_LACKS``).
 
 Resizing and padding are separable: along each spatial axis, output position ``o`` reads a few source
 positions ``index[o, t]`` with weights ``weight[o, t]`` (an :class:`_AxisMap`, computed on the host from the
@@ -230,17 +232,32 @@ def _nearest_map(size: int, out: int, ratio: np.float32, align_corners: bool) ->
 _CUBIC_A = -0.75
 
 
+def _cubic_taps(t: Any) -> tuple[list[Any], list[Any]]:
+    """Keys' cubic convolution weights (A = -0.75) of the 4 neighbours ``floor(x) - 1`` to ``floor(x) + 2`` of a
+    point ``x`` at fraction ``t`` (an array of any array module), and their derivatives by ``t``."""
+    a, one = _CUBIC_A, t.dtype.type(1)
+
+    def near(v: Any) -> Any:  # |v| <= 1
+        return ((a + 2) * v - (a + 3)) * v * v + 1
+
+    def far(v: Any) -> Any:  # 1 < |v| < 2
+        return ((a * v - 5 * a) * v + 8 * a) * v - 4 * a
+
+    def dnear(v: Any) -> Any:
+        return (3 * (a + 2) * v - 2 * (a + 3)) * v
+
+    def dfar(v: Any) -> Any:
+        return (3 * a * v - 10 * a) * v + 8 * a
+
+    distances = (t + one, t, one - t, one - t + one)  # growing with t for the first two, shrinking for the others
+    weights = [far(distances[0]), near(distances[1]), near(distances[2]), far(distances[3])]
+    derivs = [dfar(distances[0]), dnear(distances[1]), -dnear(distances[2]), -dfar(distances[3])]
+    return weights, derivs
+
+
 def _cubic_weights(t: np.ndarray) -> np.ndarray:
     """Keys' cubic convolution weights (A = -0.75) of the 4 neighbours of a point at fraction ``t``."""
-
-    def near(v: np.ndarray) -> np.ndarray:  # |v| <= 1
-        return ((_CUBIC_A + 2) * v - (_CUBIC_A + 3)) * v * v + 1
-
-    def far(v: np.ndarray) -> np.ndarray:  # 1 < |v| < 2
-        return ((_CUBIC_A * v - 5 * _CUBIC_A) * v + 8 * _CUBIC_A) * v - 4 * _CUBIC_A
-
-    one = t.dtype.type(1)
-    return np.stack([far(t + one), near(t), near(one - t), far(one - t + one)], axis=1)
+    return np.stack(_cubic_taps(t)[0], axis=1)
 
 
 def _cubic_map(size: int, out: int, ratio: np.float32, align_corners: bool, dtype: Any) -> _AxisMap:
@@ -794,7 +811,7 @@ AFFINE_CHANNEL = OpSchema(
 
 # -- grid_sampler ---------------------------------------------------------------------------------------------
 
-_GRID_MODES = ("bilinear", "nearest")
+_GRID_MODES = ("bilinear", "nearest", "bicubic")
 _GRID_PADDINGS = ("zeros", "border", "reflection")
 _GRID_ATTRS = (
     AttrDef("mode", AttrType.STRING, "bilinear"),
@@ -817,22 +834,43 @@ def _reflect(xp: Any, x: Any, low: float, high: float) -> tuple[Any, Any]:
     return reflected, xp.where(even == (x >= low), 1.0, -1.0).astype(x.dtype)
 
 
+def _grid_bounds(size: int, attrs: dict[str, Any]) -> tuple[float, float]:
+    """The span of positions along an axis of ``size`` that the grid's [-1, 1] covers."""
+    return (0.0, size - 1.0) if attrs["align_corners"] else (-0.5, size - 0.5)
+
+
 def _grid_source(xp: Any, g: Any, size: int, attrs: dict[str, Any]) -> tuple[Any, Any]:
     """The position along an axis of ``size`` that normalised grid values ``g`` sample (nearest: rounded half to
-    even, ONNX's rule, before padding), moved inside by ``padding_mode`` but for zeros; and its derivative by g."""
+    even, ONNX's rule, before padding), moved by ``padding_mode`` but for zeros; and its derivative by g. Bicubic
+    (ONNX's rule) moves only positions beyond the grid's span, reflected into it or clamped to the pixels, its
+    taps padded one by one; the others clamp every position to the pixels (which reads what padding their taps
+    would)."""
     align = attrs["align_corners"]
     scale = (size - 1) / 2 if align else size / 2
     x = (g + 1) * scale - (0.0 if align else 0.5)
     grad = xp.full_like(x, scale)
     if attrs["mode"] == "nearest":
         x = xp.rint(x)
+    low, high = _grid_bounds(size, attrs)
     if attrs["padding_mode"] == "reflection":
-        x, sign = _reflect(xp, x, 0.0, size - 1.0) if align else _reflect(xp, x, -0.5, size - 0.5)
+        x, sign = _reflect(xp, x, low, high)
         grad = grad * sign
     if attrs["padding_mode"] != "zeros":
-        grad = xp.where((x > 0) & (x < size - 1), grad, 0.0)
-        x = xp.clip(x, 0, size - 1)
+        kept = (x >= low) & (x <= high) if attrs["mode"] == "bicubic" else (x > 0) & (x < size - 1)
+        grad = xp.where(kept, grad, 0.0)
+        x = xp.where(kept, x, xp.clip(x, 0, size - 1))
     return x, grad
+
+
+def _grid_pad(xp: Any, index: Any, size: int, attrs: dict[str, Any]) -> Any:
+    """Tap positions ``index`` along an axis of ``size`` as ``padding_mode`` reads them: border clamps them to the
+    pixels, reflection reflects them into the grid's span (truncated, as ONNX's reference), zeros leaves them (the
+    taps outside read 0)."""
+    if attrs["padding_mode"] == "border":
+        return xp.clip(index, 0, size - 1)
+    if attrs["padding_mode"] == "reflection":
+        return xp.trunc(_reflect(xp, index.astype(np.float64), *_grid_bounds(size, attrs))[0]).astype(np.int64)
+    return index
 
 
 @dataclass
@@ -851,15 +889,27 @@ def _grid_taps(xp: Any, spatial: Sequence[int], grid: Any, attrs: dict[str, Any]
     d = len(spatial)
     g = grid.reshape(grid.shape[0], -1, d)
     sources = [_grid_source(xp, g[:, :, d - 1 - a], spatial[a], attrs) for a in range(d)]
+    return _taps_at(xp, spatial, [pos for pos, _ in sources], attrs), [dsource for _, dsource in sources]
+
+
+def _taps_at(xp: Any, spatial: Sequence[int], positions: Sequence[Any], attrs: dict[str, Any]) -> list[_GridTap]:
+    """The taps reading X's ``spatial`` dims at source ``positions`` (one (N, Q) array per axis, in X's axis
+    order) by ``mode`` and ``padding_mode`` (a tap outside X weighs 0)."""
+    d = len(spatial)
     options = []  # per axis: (integer position, weight, d weight / d position) of each neighbour
-    for pos, _ in sources:
+    for size, pos in zip(spatial, positions):
         if attrs["mode"] == "nearest":
             options.append([(pos.astype(np.int64), xp.ones_like(pos), xp.zeros_like(pos))])
+            continue
+        low = xp.floor(pos)
+        frac = pos - low
+        low = low.astype(np.int64)
+        if attrs["mode"] == "bicubic":
+            weights, derivs = _cubic_taps(frac)
+            near = [(low + k - 1, w, dw) for k, (w, dw) in enumerate(zip(weights, derivs))]
         else:
-            low = xp.floor(pos)
-            frac = pos - low
-            low = low.astype(np.int64)
-            options.append([(low, 1 - frac, -xp.ones_like(pos)), (low + 1, frac, xp.ones_like(pos))])
+            near = [(low, 1 - frac, -xp.ones_like(pos)), (low + 1, frac, xp.ones_like(pos))]
+        options.append([(_grid_pad(xp, i, size, attrs), w, dw) for i, w, dw in near])
     taps = []
     for combo in itertools.product(*options):
         index, weight, valid = 0, 1.0, True
@@ -872,13 +922,32 @@ def _grid_taps(xp: Any, spatial: Sequence[int], grid: Any, attrs: dict[str, Any]
             others = [w for b, (_, w, _) in enumerate(combo) if b != a]
             dweight.append(functools.reduce(lambda p, q: p * q, others, combo[a][2]) * valid)
         taps.append(_GridTap(index, weight * valid, dweight))
-    return taps, [dsource for _, dsource in sources]
+    return taps
 
 
 def _grid_gather(xp: Any, xf: Any, index: Any) -> Any:
     """``xf[n, c, index[n, q]]`` for every n, c, q: (N, C, Q)."""
     n, c = xf.shape[:2]
     return xf[xp.arange(n)[:, None, None], xp.arange(c)[None, :, None], index[:, None, :]]
+
+
+def _tap_scatter(xp: Any, taps: Sequence[_GridTap], df: Any, shape: Sequence[int]) -> Any:
+    """The adjoint of gathering the taps: ``df`` (N, C, Q) added back to X's positions (X of ``shape``: N, C,
+    *spatial), each times its tap's weight; float64."""
+    n, c = shape[:2]
+    size = int(np.prod(shape))
+    rows = (xp.arange(n)[:, None, None] * c + xp.arange(c)[None, :, None]) * int(np.prod(shape[2:]))
+    flat = xp.zeros(size, dtype=np.float64)
+    for t in taps:
+        flat += xp.bincount((rows + t.index[:, None, :]).ravel(), (df * t.weight[:, None, :]).ravel(), size)
+    return flat.reshape(tuple(shape))
+
+
+def _tap_position_grads(xp: Any, xf: Any, taps: Sequence[_GridTap], df: Any) -> list[Any]:
+    """Per axis of X (``xf``: N, C, flat spatial), ``df`` (N, C, Q) through the taps' values times their weights'
+    derivatives by the source position: (N, Q)."""
+    d = len(taps[0].dweight)
+    return [sum((_grid_gather(xp, xf, t.index) * df).sum(axis=1) * t.dweight[a] for t in taps) for a in range(d)]
 
 
 def _check_grid(ctx: KernelContext, x: Any, grid: Any) -> None:
@@ -889,7 +958,8 @@ def _check_grid(ctx: KernelContext, x: Any, grid: Any) -> None:
 
 
 def _grid_sampler(ctx: KernelContext, x: Any, grid: Any) -> Any:
-    """Output[n, c, *o]: X[n, c] sampled at Grid[n, *o] (bilinear: the weighted neighbours; nearest: the nearest)."""
+    """Output[n, c, *o]: X[n, c] sampled at Grid[n, *o] (bilinear, bicubic: the weighted neighbours, 2 or 4 per
+    axis; nearest: the nearest)."""
     xp = ctx.xp
     _check_grid(ctx, x, grid)
     taps, _ = _grid_taps(xp, x.shape[2:], grid, ctx.attrs)
@@ -908,14 +978,10 @@ def _grid_sampler_grad(ctx: KernelContext, x: Any, grid: Any, dout: Any) -> tupl
     xf, df = x.reshape(n, c, -1), dout.reshape(n, c, -1)
     dx = dgrid = None
     if ctx.wants[0]:
-        rows = (xp.arange(n)[:, None, None] * c + xp.arange(c)[None, :, None]) * xf.shape[2]
-        flat = xp.zeros(xf.size, dtype=np.float64)
-        for t in taps:
-            flat += xp.bincount((rows + t.index[:, None, :]).ravel(), (df * t.weight[:, None, :]).ravel(), xf.size)
-        dx = flat.reshape(x.shape).astype(x.dtype)
+        dx = _tap_scatter(xp, taps, df, x.shape).astype(x.dtype)
     if ctx.wants[1]:
         d = x.ndim - 2
-        dpos = [sum((_grid_gather(xp, xf, t.index) * df).sum(axis=1) * t.dweight[a] for t in taps) for a in range(d)]
+        dpos = _tap_position_grads(xp, xf, taps, df)
         dgrid = xp.stack([dpos[d - 1 - k] * dsources[d - 1 - k] for k in range(d)], axis=-1)
         dgrid = dgrid.reshape(grid.shape).astype(grid.dtype)
     return dx, dgrid
@@ -958,8 +1024,16 @@ GRID_SAMPLER = OpSchema(
     grad=lambda g: grad_op(g, GRID_SAMPLER_GRAD, ("X", "Grid", "Output@GRAD"), ("X", "Grid")),
     kernel=_grid_sampler,
     doc="X (NCHW or NCDHW) sampled at Grid's normalised positions ([-1, 1] spans X; component 0 is along W): "
-    "`mode` bilinear or nearest (half to even), `padding_mode` zeros, border or reflection, `align_corners`.",
+    "`mode` bilinear, nearest (half to even) or bicubic (blockir's extension, ONNX's cubic: Keys' A = -0.75; "
+    "Paddle has none, exports to Paddle refuse it), `padding_mode` zeros, border or reflection, `align_corners`.",
 )
+
+# Attribute values of Paddle's ops that are blockir's extensions (ONNX's semantics), which Paddle's kernels lack:
+# exports to Paddle's formats refuse them (blockir.io.paddle.check_paddle_attrs). Op type -> attribute -> values.
+PADDLE_LACKS: dict[str, dict[str, frozenset[str]]] = {
+    "grid_sampler": {"mode": frozenset({"bicubic"})},
+    "roi_align": {"mode": frozenset({"max"})},
+}
 
 SCHEMAS: tuple[OpSchema, ...] = (
     LINEAR_INTERP_V2,
@@ -986,14 +1060,16 @@ SCHEMAS: tuple[OpSchema, ...] = (
     GRID_SAMPLER_GRAD,
 )
 
-# -- roi_align (Paddle's: the average of bilinear samples over each bin of each region) ---------------------------
+# -- roi_align (Paddle's: the average of bilinear samples over each bin of each region; ONNX's max too) -----------
 
+_ROI_ALIGN_MODES = ("avg", "max")
 _ROI_ALIGN_ATTRS = (
     AttrDef("spatial_scale", AttrType.FLOAT, 1.0),
     AttrDef("pooled_height", AttrType.INT, 1),
     AttrDef("pooled_width", AttrType.INT, 1),
     AttrDef("sampling_ratio", AttrType.INT, -1),
     AttrDef("aligned", AttrType.BOOLEAN, False),
+    AttrDef("mode", AttrType.STRING, "avg"),
 )
 
 
@@ -1008,13 +1084,34 @@ def _infer_roi_align(ctx: InferContext) -> None:
         check_dtype(ctx, "RoisNum", frozenset({"int32", "int64"}))
     if ctx.attr("pooled_height") < 1 or ctx.attr("pooled_width") < 1:
         ctx.fail(f"pooled_height={ctx.attr('pooled_height')}, pooled_width={ctx.attr('pooled_width')} must be >= 1")
+    if ctx.attr("mode") not in _ROI_ALIGN_MODES:
+        ctx.fail(f"mode={ctx.attr('mode')!r} is not one of {', '.join(_ROI_ALIGN_MODES)}")
     shape = [rois.shape[0], x.shape[1], ctx.attr("pooled_height"), ctx.attr("pooled_width")]
     ctx.set_output("Out", shape, x.dtype)
 
 
-def _roi_axis(start: np.ndarray, extent: np.ndarray, grid: np.ndarray, pooled: int, length: int) -> np.ndarray:
-    """[R, pooled, length]: the bilinear weights of the samples of each bin along one axis, summed per position
-    (a sample beyond [-1, length] weighs nothing; one in [-1, 0] is taken at 0; one past length - 1 at it)."""
+@dataclass
+class _RoiSamples:
+    """The samples of each bin of each region along one axis, [R, pooled, grid]: the two pixels each reads and
+    their bilinear weights (0 for a sample beyond [-1, length] or past its region's grid, ``real`` [R, 1, grid]
+    false)."""
+
+    low: np.ndarray
+    high: np.ndarray
+    w_low: np.ndarray
+    w_high: np.ndarray
+    real: np.ndarray
+
+    def weights(self, length: int) -> np.ndarray:
+        """[R, pooled, length]: the samples' weights summed per position."""
+        positions = np.arange(length)
+        at_low = (self.low[..., None] == positions) * self.w_low[..., None]
+        return (at_low + (self.high[..., None] == positions) * self.w_high[..., None]).sum(axis=2)
+
+
+def _roi_axis(start: np.ndarray, extent: np.ndarray, grid: np.ndarray, pooled: int, length: int) -> _RoiSamples:
+    """The samples along one axis (a sample beyond [-1, length] weighs nothing; one in [-1, 0] is taken at 0;
+    one past length - 1 at it)."""
     step = extent / pooled
     i = np.arange(max(int(grid.max(initial=0)), 1))
     at = (
@@ -1022,22 +1119,18 @@ def _roi_axis(start: np.ndarray, extent: np.ndarray, grid: np.ndarray, pooled: i
         + np.arange(pooled)[None, :, None] * step[:, None, None]
         + (i + 0.5)[None, None, :] * (step / np.maximum(grid, 1))[:, None, None]
     )
-    valid = (i[None, None, :] < grid[:, None, None]) & (at >= -1.0) & (at <= length)
+    real = i[None, None, :] < grid[:, None, None]
+    valid = real & (at >= -1.0) & (at <= length)
     at = np.maximum(at, 0.0)
     low = np.minimum(np.floor(at).astype(np.int64), length - 1)
     high = np.minimum(low + 1, length - 1)
     frac = np.where(low >= length - 1, 0.0, at - low) * valid
-    positions = np.arange(length)
-    weights = (low[..., None] == positions) * (valid - frac)[..., None] + (high[..., None] == positions) * frac[
-        ..., None
-    ]
-    return weights.sum(axis=2)
+    return _RoiSamples(low, high, valid - frac, frac, real)
 
 
-def _roi_maps(ctx: KernelContext, x: Any, rois: Any, rois_num: Any) -> tuple[Any, Any, Any, Any]:
-    """Each region's image, its weights along H [R, ph, H] and along W [R, pw, W] (on the host, then X's device),
-    and its sample count [R, 1, 1, 1]: Out = Wy @ X[image] @ Wx^T / count."""
-    a, xp = ctx.attrs, ctx.xp
+def _roi_samples(ctx: KernelContext, x: Any, rois: Any, rois_num: Any) -> tuple[np.ndarray, _RoiSamples, _RoiSamples]:
+    """Each region's image, and its samples along H and along W (on the host)."""
+    a = ctx.attrs
     boxes = to_host(rois).astype(np.float64) * a["spatial_scale"] - (0.5 if a["aligned"] else 0.0)
     if rois_num is None:
         if x.shape[0] != 1:
@@ -1057,27 +1150,75 @@ def _roi_maps(ctx: KernelContext, x: Any, rois: Any, rois_num: Any) -> tuple[Any
     pooled = np.array([a["pooled_width"], a["pooled_height"]])
     ratio = a["sampling_ratio"]
     grid = np.full(extent.shape, ratio) if ratio > 0 else np.ceil(extent / pooled).astype(np.int64)
-    wx = _roi_axis(boxes[:, 0], extent[:, 0], grid[:, 0], int(pooled[0]), x.shape[3])
-    wy = _roi_axis(boxes[:, 1], extent[:, 1], grid[:, 1], int(pooled[1]), x.shape[2])
-    count = np.maximum(grid[:, 0] * grid[:, 1], 1).reshape(-1, 1, 1, 1)
+    ys = _roi_axis(boxes[:, 1], extent[:, 1], grid[:, 1], int(pooled[1]), x.shape[2])
+    xs = _roi_axis(boxes[:, 0], extent[:, 0], grid[:, 0], int(pooled[0]), x.shape[3])
+    return image, ys, xs
+
+
+def _roi_maps(ctx: KernelContext, x: Any, rois: Any, rois_num: Any) -> tuple[Any, Any, Any, Any]:
+    """avg: each region's image, its weights along H [R, ph, H] and along W [R, pw, W] (on the host, then X's
+    device), and its sample count [R, 1, 1, 1]: Out = Wy @ X[image] @ Wx^T / count."""
+    xp = ctx.xp
+    image, ys, xs = _roi_samples(ctx, x, rois, rois_num)
+    count = np.maximum(ys.real.sum(axis=2) * xs.real.sum(axis=2), 1).reshape(-1, 1, 1, 1)
     return (
         xp.asarray(image),
-        xp.asarray(wy[:, None].astype(x.dtype)),
-        xp.asarray(wx[:, None].astype(x.dtype)),
+        xp.asarray(ys.weights(x.shape[2])[:, None].astype(x.dtype)),
+        xp.asarray(xs.weights(x.shape[3])[:, None].astype(x.dtype)),
         xp.asarray(count.astype(x.dtype)),
     )
 
 
+def _roi_max(ctx: KernelContext, x: Any, rois: Any, rois_num: Any) -> tuple[Any, Any, Any]:
+    """max (ONNX's): per region, channel and bin, the largest of its samples' four corners each times its
+    bilinear weight (0 for a bin without samples). Returns Out, and per output value the flat index into X
+    [R, C, ph, pw] of the corner it took and that corner's weight (0 for none): its gradient."""
+    xp = ctx.xp
+    c, h, w = x.shape[1:]
+    image, ys, xs = _roi_samples(ctx, x, rois, rois_num)
+    # every (region, bin row, bin column, sample row, sample column, corner row, corner column)
+    at = (
+        np.stack([ys.low, ys.high], axis=-1)[:, :, None, :, None, :, None] * w
+        + np.stack([xs.low, xs.high], axis=-1)[:, None, :, None, :, None, :]
+    )
+    weight = (
+        np.stack([ys.w_low, ys.w_high], axis=-1)[:, :, None, :, None, :, None]
+        * np.stack([xs.w_low, xs.w_high], axis=-1)[:, None, :, None, :, None, :]
+    )
+    real = np.broadcast_to(
+        ys.real[:, :, None, :, None, None, None] & xs.real[:, None, :, None, :, None, None], at.shape
+    )
+    bins = at.shape[:3]
+    at, real = xp.asarray(at.reshape(*bins, -1)), xp.asarray(real.reshape(*bins, -1))
+    weight = xp.asarray(weight.reshape(*bins, -1).astype(x.dtype))
+    first = xp.asarray(image * c)[:, None, None, None, None] + xp.arange(c)[None, :, None, None, None]
+    flat = first * (h * w) + at[:, None]  # [R, C, ph, pw, K]
+    values = xp.where(real[:, None], x.reshape(-1)[flat] * weight[:, None], -xp.inf)
+    best = values.argmax(axis=-1)[..., None]
+    out = xp.take_along_axis(values, best, axis=-1)[..., 0]
+    taken = xp.take_along_axis(xp.broadcast_to(weight[:, None], values.shape), best, axis=-1)[..., 0]
+    out = xp.where(real.any(axis=-1)[:, None], out, 0).astype(x.dtype)
+    return out, xp.take_along_axis(flat, best, axis=-1)[..., 0], taken
+
+
 def _roi_align(ctx: KernelContext, x: Any, rois: Any, rois_num: Any) -> Any:
+    if ctx.attrs["mode"] == "max":
+        return _roi_max(ctx, x, rois, rois_num)[0]
     image, wy, wx, count = _roi_maps(ctx, x, rois, rois_num)
     return (wy @ x[image] @ ctx.xp.swapaxes(wx, -1, -2)) / count
 
 
 def _roi_align_grad(ctx: KernelContext, x: Any, rois: Any, rois_num: Any, dout: Any) -> Any:
-    """Each region's dOut / count spread back over its bilinear samples: Wy^T @ dOut @ Wx, summed per image."""
+    """avg: each region's dOut / count spread back over its bilinear samples, Wy^T @ dOut @ Wx, summed per image;
+    max: each dOut times its corner's weight, back to that corner."""
+    xp = ctx.xp
+    if ctx.attrs["mode"] == "max":
+        _, flat, weight = _roi_max(ctx, x, rois, rois_num)
+        total = xp.bincount(flat.reshape(-1), (dout * weight).reshape(-1), x.size)
+        return total.reshape(x.shape).astype(dout.dtype)
     image, wy, wx, count = _roi_maps(ctx, x, rois, rois_num)
-    dx = ctx.xp.zeros(x.shape, dtype=dout.dtype)
-    add_rows(dx, image, ctx.xp.swapaxes(wy, -1, -2) @ (dout / count) @ wx, ctx.xp)
+    dx = xp.zeros(x.shape, dtype=dout.dtype)
+    add_rows(dx, image, xp.swapaxes(wy, -1, -2) @ (dout / count) @ wx, xp)
     return dx
 
 
@@ -1100,7 +1241,179 @@ ROI_ALIGN = OpSchema(
     kernel=_roi_align,
     doc="Out [R, C, pooled_height, pooled_width]: each region of ROIs (x1, y1, x2, y2, times spatial_scale; less 0.5 "
     "with aligned, else at least 1 wide) cut into bins, each the average of its sampling_ratio^2 bilinear samples "
-    "(ceil(bin size) per axis when sampling_ratio <= 0) of X's image (RoisNum: the regions per image, in order).",
+    "(ceil(bin size) per axis when sampling_ratio <= 0) of X's image (RoisNum: the regions per image, in order). "
+    "`mode` max (blockir's extension, ONNX's; Paddle has none, exports to Paddle refuse it): each bin the largest "
+    "of its samples' four corners each times its bilinear weight.",
 )
 
 SCHEMAS += (ROI_ALIGN, ROI_ALIGN_GRAD)
+
+# -- deformable_conv (Paddle's: a 2-D convolution whose taps Offset moves and Mask scales) -----------------------
+
+_DEFORM_ATTRS = (
+    AttrDef("strides", AttrType.INTS, [1, 1]),
+    AttrDef("paddings", AttrType.INTS, [0, 0]),
+    AttrDef("dilations", AttrType.INTS, [1, 1]),
+    AttrDef("groups", AttrType.INT, 1),
+    AttrDef("deformable_groups", AttrType.INT, 1),
+    AttrDef("im2col_step", AttrType.INT, 64),
+)
+_ZERO_PADDED_BILINEAR = {"mode": "bilinear", "padding_mode": "zeros"}
+
+
+def _deform_out(attrs: dict[str, Any], spatial: Sequence[int], kernel: Sequence[int]) -> list[int]:
+    """The output's (H, W) (-1 where an input dim is unknown)."""
+    return [
+        (size + 2 * p - (d * (k - 1) + 1)) // s + 1 if size >= 0 and k >= 0 else -1
+        for size, k, s, p, d in zip(spatial, kernel, attrs["strides"], attrs["paddings"], attrs["dilations"])
+    ]
+
+
+def _infer_deformable_conv(ctx: InferContext) -> None:
+    x, offset, w = (check_dtype(ctx, slot, FLOATS) for slot in ("Input", "Offset", "Filter"))
+    for var in (offset, w):
+        same_dtype(ctx, x, var)
+    if len(x.shape) != 4 or len(w.shape) != 4:
+        ctx.fail(f"Input {fmt(x)} and Filter {fmt(w)} must be 4-D ([N, C, H, W]; [M, C / groups, kh, kw])")
+    for name, least in (("strides", 1), ("paddings", 0), ("dilations", 1)):
+        if len(ctx.attr(name)) != 2 or min(ctx.attr(name)) < least:
+            ctx.fail(f"{name}={list(ctx.attr(name))} must hold 2 values >= {least}")
+    groups, deformable = ctx.attr("groups"), ctx.attr("deformable_groups")
+    c, m = x.shape[1], w.shape[0]
+    fits = groups >= 1 and deformable >= 1 and (m < 0 or m % groups == 0)
+    if c >= 0 and fits:
+        fits = c % deformable == 0 and compatible(w.shape[1], c // groups) and c % groups == 0
+    if not fits:
+        ctx.fail(
+            f"Filter {fmt(w)} with groups={groups}, deformable_groups={deformable} does not fit Input {fmt(x)}: "
+            "groups must divide M and C (Filter [M, C / groups, kh, kw]), deformable_groups C"
+        )
+    attrs = {name: ctx.attr(name) for name in ("strides", "paddings", "dilations")}
+    out = _deform_out(attrs, x.shape[2:], w.shape[2:])
+    if any(size == 0 or size < -1 for size in out):
+        ctx.fail(f"the output would be {out} high and wide for Input {fmt(x)} and Filter {fmt(w)}")
+    taps = w.shape[2] * w.shape[3] if min(w.shape[2:]) >= 0 else -1
+    for slot, per_tap in (("Offset", 2), ("Mask", 1)):
+        if not ctx.has_input(slot):
+            continue
+        var = check_dtype(ctx, slot, FLOATS)
+        same_dtype(ctx, x, var)
+        want = [x.shape[0], per_tap * deformable * taps if taps >= 0 else -1, *out]
+        if len(var.shape) != 4 or not all(compatible(a, b) for a, b in zip(var.shape, want)):
+            ctx.fail(f"{slot} {fmt(var)} must be {want}: [N, {per_tap} * deformable_groups * kh * kw, *output]")
+    ctx.set_output("Output", [x.shape[0], m, *out], x.dtype)
+
+
+@dataclass
+class _Deformed:
+    """What the kernels of deformable_conv share: the bilinear taps of every (image, deformable group) at every
+    kernel point and output position (index and weight [N dg, kh kw oh ow]), X as [N dg, C / dg, H W], X sampled
+    there ([N dg, C / dg, kh kw oh ow]) and the Mask ([N dg, 1, kh kw oh ow]; ones without one)."""
+
+    taps: list[_GridTap]
+    xf: Any
+    sampled: Any
+    mask: Any
+
+
+def _deform(ctx: KernelContext, x: Any, offset: Any, mask: Any, w: Any) -> _Deformed:
+    xp, attrs = ctx.xp, ctx.attrs
+    n, c, h, width = x.shape
+    kh, kw = w.shape[2:]
+    dg = attrs["deformable_groups"]
+    oh, ow = _deform_out(attrs, (h, width), (kh, kw))
+    k, q = kh * kw, oh * ow
+    if tuple(offset.shape) != (n, 2 * dg * k, oh, ow) or (mask is not None and mask.shape != (n, dg * k, oh, ow)):
+        raise kernel_error(
+            ctx,
+            f"deformable_conv: Offset {list(offset.shape)} must be {[n, 2 * dg * k, oh, ow]} and Mask "
+            f"{None if mask is None else list(mask.shape)} {[n, dg * k, oh, ow]} for Input {list(x.shape)} and "
+            f"Filter {list(w.shape)}",
+        )
+    (sh, sw), (ph, pw), (dh, dw) = attrs["strides"], attrs["paddings"], attrs["dilations"]
+    rows = (xp.arange(kh) * dh)[:, None, None, None] + (xp.arange(oh) * sh - ph)[None, None, :, None]
+    cols = (xp.arange(kw) * dw)[None, :, None, None] + (xp.arange(ow) * sw - pw)[None, None, None, :]
+    moves = offset.reshape(n * dg, k, 2, q)  # (dy, dx) per kernel point, as Paddle's and ONNX's
+    positions = [
+        (xp.broadcast_to(base, (kh, kw, oh, ow)).reshape(1, k, q) + moves[:, :, axis]).reshape(n * dg, k * q)
+        for axis, base in enumerate((rows, cols))
+    ]
+    taps = _taps_at(xp, (h, width), positions, _ZERO_PADDED_BILINEAR)
+    xf = x.reshape(n * dg, c // dg, h * width)
+    sampled = sum(_grid_gather(xp, xf, t.index) * t.weight[:, None, :].astype(x.dtype) for t in taps)
+    scale = xp.ones((n * dg, 1, k * q), dtype=x.dtype) if mask is None else mask.reshape(n * dg, 1, k * q)
+    return _Deformed(taps, xf, sampled, scale)
+
+
+def _deform_columns(x: Any, w: Any, groups: int, d: _Deformed) -> Any:
+    """The columns [N, groups, C / groups * kh * kw, oh * ow] the filters multiply."""
+    n, c = x.shape[:2]
+    return (d.sampled * d.mask).reshape(n, groups, c // groups * w.shape[2] * w.shape[3], -1)
+
+
+def _deformable_conv(ctx: KernelContext, x: Any, offset: Any, mask: Any, w: Any) -> Any:
+    """Output = Filter @ columns per group; each column X bilinearly sampled (0 outside) at its tap's position
+    moved by Offset, times Mask."""
+    groups = ctx.attrs["groups"]
+    cols = _deform_columns(x, w, groups, _deform(ctx, x, offset, mask, w))
+    out = w.reshape(groups, w.shape[0] // groups, -1) @ cols
+    return out.reshape(x.shape[0], w.shape[0], *_deform_out(ctx.attrs, x.shape[2:], w.shape[2:]))
+
+
+def _deformable_conv_grad(
+    ctx: KernelContext, x: Any, offset: Any, mask: Any, w: Any, dout: Any
+) -> tuple[Any, Any, Any, Any]:
+    """Filter@GRAD: dOutput @ columns^T; the columns' gradient (Filter^T @ dOutput) gives Mask@GRAD (times the
+    samples), Input@GRAD (times the mask, scattered to the taps by their weights) and Offset@GRAD (through the
+    taps' weights' derivatives by their positions)."""
+    xp, groups = ctx.xp, ctx.attrs["groups"]
+    n, c, h, width = x.shape
+    d = _deform(ctx, x, offset, mask, w)
+    dy = dout.reshape(n, groups, w.shape[0] // groups, -1)
+    dw = dx = doffset = dmask = None
+    if ctx.wants[3]:
+        dw = (dy @ xp.swapaxes(_deform_columns(x, w, groups, d), -1, -2)).sum(axis=0).reshape(w.shape)
+    dcols = (xp.swapaxes(w.reshape(groups, w.shape[0] // groups, -1), -1, -2) @ dy).reshape(d.sampled.shape)
+    if ctx.wants[2]:
+        dmask = (dcols * d.sampled).sum(axis=1).reshape(mask.shape)
+    dsampled = dcols * d.mask
+    if ctx.wants[0]:
+        dx = _tap_scatter(xp, d.taps, dsampled, (d.xf.shape[0], d.xf.shape[1], h, width)).reshape(x.shape)
+        dx = dx.astype(x.dtype)
+    if ctx.wants[1]:
+        rows, cols = _tap_position_grads(xp, d.xf, d.taps, dsampled)
+        k = w.shape[2] * w.shape[3]
+        doffset = xp.stack([g.reshape(rows.shape[0], k, -1) for g in (rows, cols)], axis=2).reshape(offset.shape)
+        doffset = doffset.astype(offset.dtype)
+    return dx, doffset, dmask, dw
+
+
+DEFORMABLE_CONV_GRAD = OpSchema(
+    "deformable_conv_grad",
+    inputs=(Slot("Input"), Slot("Offset"), Slot("Mask", optional=True), Slot("Filter"), Slot("Output@GRAD")),
+    outputs=(Slot("Input@GRAD"), Slot("Offset@GRAD"), Slot("Mask@GRAD"), Slot("Filter@GRAD")),
+    attrs=_DEFORM_ATTRS,
+    infer=infer_grads("Input", "Offset", "Mask", "Filter"),
+    kernel=_deformable_conv_grad,
+    doc="Gradient of deformable_conv.",
+)
+DEFORMABLE_CONV = OpSchema(
+    "deformable_conv",
+    inputs=(Slot("Input"), Slot("Offset"), Slot("Mask", optional=True), Slot("Filter")),
+    outputs=(Slot("Output"),),
+    attrs=_DEFORM_ATTRS,
+    infer=_infer_deformable_conv,
+    grad=lambda g: grad_op(
+        g,
+        DEFORMABLE_CONV_GRAD,
+        ("Input", "Offset", "Mask", "Filter", "Output@GRAD"),
+        ("Input", "Offset", "Mask", "Filter"),
+    ),
+    kernel=_deformable_conv,
+    doc="Output [N, M, oh, ow]: Input [N, C, H, W] convolved with Filter [M, C / groups, kh, kw] (strides, "
+    "paddings, dilations, groups), each tap read bilinearly (0 outside) at its position moved by Offset [N, 2 * "
+    "deformable_groups * kh * kw, oh, ow] ((dy, dx) per kernel point, per group of C / deformable_groups channels) "
+    "and times Mask [N, deformable_groups * kh * kw, oh, ow] (optional; DCN v2); im2col_step has no effect.",
+)
+
+SCHEMAS += (DEFORMABLE_CONV, DEFORMABLE_CONV_GRAD)

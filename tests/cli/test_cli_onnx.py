@@ -88,7 +88,7 @@ def test_run_keys_the_outputs_by_the_files_names(tmp_path: Path, capsys: pytest.
     saved = np.load(out)
     assert saved.files == ["y@GRAD", "onnx::Add_3", "/layer1/Conv_output_0"]
     for name, value in zip(saved.files, want):
-        np.testing.assert_allclose(saved[name], value, rtol=1e-6)
+        np.testing.assert_allclose(saved[name], value, rtol=1e-5)  # float32 sums: the summation order is the kernel's
     assert "wrote y@GRAD, onnx::Add_3, /layer1/Conv_output_0" in capsys.readouterr().out
     # --fetch takes the file's names too (an output or any value), and prints by them
     argv = ["run", str(tmp_path / "m.onnx"), "--feed", f"/in@0={tmp_path / 'x.npy'}", "--fetch", "onnx::Add_3"]

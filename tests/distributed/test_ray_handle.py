@@ -13,7 +13,7 @@ from typing import Any, cast
 import numpy as np
 import pytest
 
-from blockir.distributed.api import ParameterServerAPI, ServerLost
+from blockir.distributed.api import ParameterServerAPI, Reply, ServerLost
 from blockir.distributed.backend import InProcessBackend
 from blockir.distributed.server import ParameterServer
 from blockir.distributed.wire import WireClient, WireServer, new_token
@@ -41,7 +41,7 @@ class _Handle:
         client.close()
 
 
-def _call(handle: _Handle, client: WireClient | None, future: Future) -> Any:
+def _call(handle: _Handle, client: WireClient | None, future: Reply[Any]) -> Any:
     """The result of ``future`` as the handle's _WireFuture gives it."""
     return _WireFuture(cast(RayHandle, handle), client, future).result()
 

@@ -17,7 +17,6 @@ import sys
 import threading
 import time
 from collections.abc import Iterator
-from concurrent.futures import Future
 from pathlib import Path
 from typing import Protocol
 
@@ -35,13 +34,14 @@ from blockir.distributed.wire import (
     FrameError,
     Limits,
     MethodTable,
+    Pending,
     RemoteError,
     WireClient,
     WireError,
     WireServer,
     new_token,
 )
-from blockir.distributed.wire.framing import WIRE_DTYPES
+from blockir.distributed.wire.framing import WIRE_DTYPES, send
 from blockir.errors import BlockirError
 from tests.distributed.test_server import TABLE, _split
 
@@ -153,6 +153,28 @@ def test_arrays_of_every_dtype_and_shape_round_trip(
     _same(ids, ids_back)
     _same(rows, rows_back)
     assert (names_back, n_back, x_back, flag_back) == (names, n, x, flag)
+
+
+def test_a_frame_larger_than_the_socket_takes_goes_out_whole_in_pieces() -> None:
+    """``send`` resumes where the kernel stopped, across more buffers than one sendmsg takes (IOV_MAX)."""
+    mine, theirs = socket.socketpair()
+    mine.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, 4096)
+    sizes = np.random.default_rng(0).integers(1, 3000, 2500)
+    buffers = [os.urandom(int(n)) for n in sizes] + [np.arange(1 << 17, dtype=np.int64).data.cast("B")]
+    expected = b"".join(bytes(b) for b in buffers)
+    got = bytearray()
+
+    def read() -> None:
+        while len(got) < len(expected):
+            got.extend(theirs.recv(1 << 16))
+
+    reader = threading.Thread(target=read)
+    reader.start()
+    send(mine, list(buffers))
+    reader.join(30)
+    mine.close()
+    theirs.close()
+    assert bytes(got) == expected
 
 
 def test_the_wire_carries_every_dtype_the_parameter_server_uses() -> None:
@@ -313,7 +335,7 @@ def test_calls_in_flight_from_many_threads_get_their_own_answers(client: WireCli
 
     def worker(k: int) -> None:
         try:
-            futures: list[tuple[np.ndarray, Future]] = []
+            futures: list[tuple[np.ndarray, Pending]] = []
             for i in range(40):
                 ids = np.arange(k * 1000 + i, k * 1000 + i + 1 + i % 7, dtype=np.int64)
                 futures.append((ids, client.submit(EchoAPI.rows, ids, 1 + i % 5)))
@@ -331,6 +353,61 @@ def test_calls_in_flight_from_many_threads_get_their_own_answers(client: WireCli
         t.join(50)
     assert not errors, errors
     assert len(client._connections) <= client.pool_size
+
+
+@pytest.mark.timeout(60)
+def test_threads_sharing_one_connection_read_each_others_replies(server: WireServer, token: bytes) -> None:
+    """No thread of the connection's own: whichever thread waits reads the replies in the order they come and
+    hands each to its call, whichever thread made it and whichever waits for it."""
+    with WireClient(server.address, token, interface=EchoAPI, pool_size=1, limits=LIMITS) as client:
+        slow = client.submit(EchoAPI.wait, 0.2)
+        quick = client.submit(EchoAPI.rows, np.arange(3, dtype=np.int64), 2)
+        assert quick.result(10).shape == (3, 2)  # read the slow reply first, on the way
+        assert slow.done() and slow.result(0) is None
+
+        calls = [client.submit(EchoAPI.rows, np.arange(k + 1, dtype=np.int64), 1) for k in range(60)]
+        got: dict[int, np.ndarray] = {}
+        errors: list[BaseException] = []
+
+        def wait_for(ks: range) -> None:
+            try:
+                for k in reversed(ks):  # waiting for later replies first: the earlier ones come on the way
+                    got[k] = calls[k].result(20)
+            except BaseException as e:
+                errors.append(e)
+
+        threads = [threading.Thread(target=wait_for, args=(range(j, 60, 4),)) for j in range(4)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(50)
+        assert not errors, errors
+        for k in range(60):
+            np.testing.assert_array_equal(got[k][:, 0], np.arange(k + 1, dtype=np.float32))
+        assert len(client._connections) == 1
+
+
+@pytest.mark.timeout(30)
+def test_a_reply_past_its_timeout_is_read_by_the_next_caller(server: WireServer, token: bytes) -> None:
+    with WireClient(server.address, token, interface=EchoAPI, pool_size=1, limits=LIMITS) as client:
+        late = client.submit(EchoAPI.wait, 0.3)
+        with pytest.raises(TimeoutError, match="no reply from"):
+            late.result(0.05)
+        assert not late.done()
+        rows = client.submit(EchoAPI.rows, np.arange(2, dtype=np.int64), 1).result(10)
+        np.testing.assert_array_equal(rows, [[0], [1]])
+        assert late.done() and late.result(0) is None
+
+
+def test_each_reply_has_arrays_of_its_own(client: WireClient) -> None:
+    """Arrays received are the caller's: a later reply never writes into an earlier one's."""
+    first = client.submit(EchoAPI.rows, np.arange(4, dtype=np.int64), 3).result(5)
+    kept = first.copy()
+    second = client.submit(EchoAPI.rows, np.arange(10, 14, dtype=np.int64), 3).result(5)
+    assert not np.shares_memory(first, second)
+    np.testing.assert_array_equal(first, kept)
+    first[:] = -1  # and the caller may write into them
+    np.testing.assert_array_equal(second[:, 0], np.arange(10, 14, dtype=np.float32))
 
 
 @pytest.mark.timeout(30)

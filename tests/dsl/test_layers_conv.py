@@ -1,12 +1,14 @@
-"""Convolution and pooling layers: the ops and parameters they build, their values on the CPU executor against
-numpy, a small conv net that learns, and bad arguments."""
+"""Convolution and pooling layers (2-D and 3-D): the ops and parameters they build, their values on the CPU executor
+against numpy, gradients against finite differences, small conv nets that learn, and bad arguments."""
 
 import numpy as np
 import pytest
 
 import blockir as bir
 from blockir.errors import BlockirError, ShapeError
+from tests.dsl.test_backward_numeric import build, check_gradients
 from tests.ops.cases_conv import ref_conv2d, ref_conv2d_transpose, ref_max_pool_with_index, ref_pool2d
+from tests.ops.cases_conv3d import ref_conv, ref_conv_transpose, ref_pool
 
 RNG_X = np.random.default_rng(11)
 
@@ -153,10 +155,14 @@ def test_a_small_conv_net_learns():
     images = rng.normal(scale=0.3, size=(32, 1, 8, 8)).astype("float32")
     labels = rng.integers(0, 2, size=(32, 1))
     images[labels[:, 0] == 1, :, 2:6, 2:6] += 1.0  # class 1: a bright square
+    _learns(main, startup, {"img": images, "label": labels}, loss)
+
+
+def _learns(main, startup, feed, loss):
+    """25 training steps on ``feed`` from the startup program's values halve ``loss``."""
     scope = bir.Scope()
     exe = bir.Executor("cpu")
     exe.run(startup, scope=scope)
-    feed = {"img": images, "label": labels}
     losses = [float(exe.run(main, feed=feed, fetch_list=[loss], scope=scope)[0][0]) for _ in range(25)]
     assert all(np.isfinite(losses)) and losses[-1] < 0.5 * losses[0]
 
@@ -272,3 +278,180 @@ def test_conv2d_transpose_bad_arguments(progs, build, pattern):
     x = bir.data("img", shape=[-1, 3, 5, 5])
     with pytest.raises(ShapeError, match=pattern):
         build(x)
+
+
+# -- conv3d, conv3d_transpose, pool3d, adaptive_pool3d
+
+
+def test_conv3d_and_conv3d_transpose_build_the_filter_the_bias_and_the_activation(progs):
+    main, startup = progs
+    x = bir.data("vol", shape=[-1, 2, 5, 6, 7])
+    y = bir.layers.conv3d(x, num_filters=4, filter_size=3, padding=1, act="relu")
+    t = bir.layers.conv3d_transpose(y, num_filters=6, filter_size=3, stride=2, padding=1, bias_attr=False)
+    assert _types(main) == ["conv3d", "elementwise_add", "relu", "conv3d_transpose"]
+    conv, add, _, transpose = main.global_block().ops
+    assert conv.input("Filter") == ("conv3d_0.w_0",) and conv.attr("data_format") == "NCDHW"
+    assert conv.attr("strides") == (1, 1, 1) and conv.attr("paddings") == (1, 1, 1) and conv.attr("groups") == 1
+    assert conv.attr("dilations") == (1, 1, 1) and conv.attr("padding_algorithm") == "EXPLICIT"
+    assert add.input("Y") == ("conv3d_0.b_0",) and add.attr("axis") == 1
+    assert transpose.input("Filter") == ("conv3d_transpose_0.w_0",) and transpose.attr("output_size") == ()
+    assert transpose.attr("strides") == (2, 2, 2) and transpose.attr("paddings") == (1, 1, 1)
+    assert y.shape == (-1, 4, 5, 6, 7) and t.shape == (-1, 6, 9, 11, 13)  # (L - 1) * 2 - 2 + 3
+    block = main.global_block()
+    assert block.var("conv3d_0.w_0").shape == (4, 2, 3, 3, 3) and block.var("conv3d_0.b_0").shape == (4,)
+    assert block.var("conv3d_transpose_0.w_0").shape == (4, 6, 3, 3, 3)  # [C, num_filters / groups, ...]
+    inits = {op.output("Out")[0]: op for op in startup.global_block().ops}
+    assert inits["conv3d_0.w_0"].type == "gaussian_random"
+    assert inits["conv3d_0.w_0"].attr("std") == pytest.approx((2.0 / (3 * 3 * 3 * 2)) ** 0.5)  # 2 / (k^3 * C)
+    assert inits["conv3d_transpose_0.w_0"].type == "uniform_random"  # Xavier, Fluid's default
+    bir.ir.verify(main)
+    bir.ir.verify(startup)
+
+
+@pytest.mark.parametrize(
+    ("padding", "data_format", "paddings", "algorithm", "shape"),
+    [
+        ("same", "NCDHW", (0, 0, 0), "SAME", (-1, 2, 4, 5, 4)),
+        ("VALID", "NCDHW", (0, 0, 0), "VALID", (-1, 2, 3, 4, 3)),
+        (1, "NCDHW", (1, 1, 1), "EXPLICIT", (-1, 2, 4, 5, 4)),
+        ([1, 0, 2], "NCDHW", (1, 0, 2), "EXPLICIT", (-1, 2, 4, 4, 5)),
+        ([1, 1, 0, 0, 2, 2], "NCDHW", (1, 0, 2), "EXPLICIT", (-1, 2, 4, 4, 5)),
+        ([0, 1, 2, 0, 1, 1], "NCDHW", (0, 1, 2, 0, 1, 1), "EXPLICIT", (-1, 2, 3, 5, 4)),
+        ([[0, 0], [0, 0], [1, 0], [0, 2], [1, 1]], "NCDHW", (1, 0, 0, 2, 1, 1), "EXPLICIT", (-1, 2, 3, 5, 4)),
+        ([[0, 0], [1, 0], [0, 2], [1, 1], [0, 0]], "NDHWC", (1, 0, 0, 2, 1, 1), "EXPLICIT", (-1, 3, 5, 4, 2)),
+    ],
+)
+def test_conv3d_padding_forms(progs, padding, data_format, paddings, algorithm, shape):
+    main, _ = progs
+    x = bir.data("vol", shape=[-1, 3, 7, 9, 8] if data_format == "NCDHW" else [-1, 7, 9, 8, 3])
+    y = bir.layers.conv3d(x, 2, 3, stride=2, padding=padding, data_format=data_format)
+    conv, add = main.global_block().ops
+    assert conv.attr("paddings") == paddings and conv.attr("padding_algorithm") == algorithm
+    assert add.attr("axis") == (1 if data_format == "NCDHW" else 4) and y.shape == shape
+
+
+def test_3d_layers_compute_what_numpy_does(progs):
+    main, startup = progs
+    rng = np.random.default_rng(4)
+    x = bir.data("vol", shape=[-1, 2, 5, 6, 4])
+    x_last = bir.data("vol_ndhwc", shape=[-1, 5, 6, 4, 2])
+    conv = bir.layers.conv3d(
+        x, 4, [3, 2, 2], stride=[1, 2, 1], padding=[1, 0, 0, 1, 1, 1], dilation=[1, 1, 2], groups=2
+    )
+    transposed = bir.layers.conv3d_transpose(
+        x, 4, filter_size=[2, 3, 2], padding=[0, 1, 0], stride=[2, 1, 2], dilation=[1, 1, 2], groups=2, bias_attr=False
+    )
+    transposed_last = bir.layers.conv3d_transpose(x_last, 3, output_size=[10, 12, 8], stride=2, data_format="NDHWC")
+    pooled = bir.layers.pool3d(conv, 2, "avg", 2, 1, ceil_mode=True, exclusive=False)
+    glob = bir.layers.pool3d(conv, pool_type="max", global_pooling=True)
+    pooled_last = bir.layers.pool3d(x_last, 2, "max", 2, "SAME", data_format="NDHWC")
+    adaptive = bir.layers.adaptive_pool3d(conv, [2, 3, 2], pool_type="avg")
+    amax, mask = bir.layers.adaptive_pool3d(conv, 2, require_index=True)
+    fetch = [conv, transposed, transposed_last, pooled, glob, pooled_last, adaptive, amax, mask]
+    vol = rng.normal(size=(3, 2, 5, 6, 4)).astype("float32")
+    vol_last = vol.transpose(0, 2, 3, 4, 1)
+    fetched, scope = _run(main, startup, {"vol": vol, "vol_ndhwc": vol_last}, fetch)
+    w, wt, wt_last, b, bt_last = (
+        np.asarray(scope.get(name))
+        for name in (
+            "conv3d_0.w_0",
+            "conv3d_transpose_0.w_0",
+            "conv3d_transpose_1.w_0",
+            "conv3d_0.b_0",
+            "conv3d_transpose_1.b_0",
+        )
+    )
+    assert wt_last.shape == (2, 3, 2, 2, 2)  # from output_size: (10 - 4 * 2 - 1) // 1 + 1, ...
+    expected_conv = ref_conv(vol, w, [1, 2, 1], [1, 0, 0, 1, 1, 1], [1, 1, 2], groups=2)
+    expected_conv += b.reshape(1, -1, 1, 1, 1)
+    expected = [
+        expected_conv,
+        ref_conv_transpose(vol, wt, [2, 1, 2], [0, 1, 0], [1, 1, 2], groups=2),
+        ref_conv_transpose(vol_last, wt_last, [2, 2, 2], output_size=[10, 12, 8], data_format="NDHWC") + bt_last,
+        ref_pool(expected_conv, "avg", [2, 2, 2], [2, 2, 2], [1, 1, 1], exclusive=False, ceil_mode=True),
+        ref_pool(expected_conv, "max", [1, 1, 1], global_pooling=True),
+        ref_pool(vol_last, "max", [2, 2, 2], [2, 2, 2], padding_algorithm="SAME", data_format="NDHWC"),
+        ref_pool(expected_conv, "avg", [2, 3, 2], adaptive=True),
+        *ref_max_pool_with_index(expected_conv, [2, 2, 2], adaptive=True),
+    ]
+    for got, want, var in zip(fetched, expected, fetch):
+        assert got.shape == want.shape and tuple(d for d in var.shape if d >= 0) == got.shape[1:], var.name
+        np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5, err_msg=var.name)
+    assert _types(main)[-2:] == ["pool3d", "max_pool3d_with_index"] and mask.dtype == "int32"
+
+
+def test_3d_layers_gradients_match_finite_differences():
+    def body():
+        x = bir.data("vol", shape=[-1, 1, 4, 4, 3], dtype="float64")
+        target = bir.data("target", shape=[-1, 2, 1, 2, 1], dtype="float64")
+        h = bir.layers.conv3d(x, 2, 2, padding=[1, 0, 1, 0, 0, 1], act="tanh")  # [N, 2, 4, 4, 3]
+        h = bir.layers.pool3d(h, 2, "avg", [2, 2, 1])  # [N, 2, 2, 2, 2]
+        h = bir.layers.conv3d_transpose(h, 2, filter_size=2, stride=[2, 2, 1], groups=2, act="tanh")  # [N, 2, 4, 4, 3]
+        h = bir.layers.adaptive_pool3d(h, [1, 2, 1], "max")
+        return bir.layers.mean(bir.layers.square_error_cost(h, target))
+
+    model = build(body)
+    grad_types = {op.type for op in model.main.global_block().ops if op.type.endswith("_grad")}
+    assert {"conv3d_grad", "pool3d_grad", "conv3d_transpose_grad", "max_pool3d_with_index_grad"} <= grad_types
+    rng = np.random.default_rng(5)
+    check_gradients(model, {"vol": rng.normal(size=(2, 1, 4, 4, 3)), "target": rng.normal(size=(2, 2, 1, 2, 1))})
+
+
+def test_a_small_3d_conv_net_learns():
+    main, startup = bir.Program(), bir.Program()
+    main.random_seed = startup.random_seed = 5
+    with bir.unique_name.guard(), bir.program_guard(main, startup):
+        vol = bir.data("vol", shape=[-1, 1, 6, 6, 6])
+        label = bir.data("label", shape=[-1, 1], dtype="int64")
+        h = bir.layers.conv3d(vol, 4, 3, padding=1, act="relu")
+        h = bir.layers.pool3d(h, 2, "max", 2)
+        h = bir.layers.conv3d_transpose(h, 4, filter_size=2, stride=2, act="relu")
+        h = bir.layers.adaptive_pool3d(h, 2, "avg")
+        pred = bir.layers.fc(h, 2, act="softmax")
+        loss = bir.layers.mean(bir.layers.cross_entropy(pred, label))
+        bir.optimizer.SGD(learning_rate=0.5).minimize(loss)
+    assert {"conv3d_grad", "pool3d_grad", "conv3d_transpose_grad"} <= set(_types(main))
+    rng = np.random.default_rng(0)
+    vols = rng.normal(scale=0.3, size=(32, 1, 6, 6, 6)).astype("float32")
+    labels = rng.integers(0, 2, size=(32, 1))
+    vols[labels[:, 0] == 1, :, 1:5, 1:5, 1:5] += 1.0  # class 1: a bright cube
+    _learns(main, startup, {"vol": vols, "label": labels}, loss)
+
+
+@pytest.mark.parametrize(
+    ("build", "error", "pattern"),
+    [
+        (lambda x: bir.layers.pool3d(x), ShapeError, r"layers.pool3d: pool_size must be given"),
+        (lambda x: bir.layers.pool3d(x, 2, "min"), ShapeError, r"pool_type must be 'max' or 'avg'"),
+        (lambda x: bir.layers.pool3d(x, [2, 2]), ShapeError, r"pool_size must be an int or a list of 3 ints"),
+        (lambda x: bir.layers.pool3d(x, 2, pool_padding="VALID", ceil_mode=True), ShapeError, r"'VALID' needs ceil"),
+        (lambda x: bir.layers.pool3d(x, 5), ShapeError, r"layers.pool3d: pool3d: .*output D = 0"),
+        (lambda x: bir.layers.pool3d(x, 2, data_format="NCHW"), ShapeError, r"'NCDHW' or 'NDHWC', got 'NCHW'"),
+        (lambda x: bir.layers.conv3d(x, 4, 3, groups=2), ShapeError, r"3 channels, not divisible by groups=2"),
+        (lambda x: bir.layers.conv3d(x, 4, [3, 3]), ShapeError, r"filter_size must be an int or a list of 3 ints"),
+        (lambda x: bir.layers.conv3d(x, 4, 3, padding=[1, 1, 1, 1]), ShapeError, r"padding must be an int or a list"),
+        (lambda x: bir.layers.conv3d(x, 4, 3, padding=[[1, 0], [0, 0], [0, 0], [0, 0], [0, 0]]), ShapeError, r"batch"),
+        (lambda x: bir.layers.conv3d(x, 4, 5), ShapeError, r"layers.conv3d: conv3d: .*output D = 0"),
+        (lambda x: bir.layers.conv3d(x, 4, 3, param_attr=False), ShapeError, r"filter cannot be omitted"),
+        (lambda x: bir.layers.conv3d(x, 4, 3, use_cudnn=1), ShapeError, r"use_cudnn must be True or False"),
+        (lambda x: bir.layers.conv3d("vol", 4, 3), BlockirError, r"input must be a Variable"),
+        (lambda x: bir.layers.conv3d_transpose(x, 4), ShapeError, r"filter_size=None needs output_size"),
+        (lambda x: bir.layers.conv3d_transpose(x, 4, 3, groups=2), ShapeError, r"3 channels and num_filters=4"),
+        (lambda x: bir.layers.conv3d_transpose(x, 4, [9, 9], 3), ShapeError, r"output_size must be an int or a list"),
+        (lambda x: bir.layers.conv3d_transpose(x, 4, 20, 3), ShapeError, r"conv3d_transpose: .*output_size D = 20"),
+        (lambda x: bir.layers.adaptive_pool3d(x, 2, "avg", require_index=True), ShapeError, r"needs pool_type 'max'"),
+        (lambda x: bir.layers.adaptive_pool3d(x, [2, 2]), ShapeError, r"pool_size must be an int or a list of 3"),
+    ],
+)
+def test_3d_bad_arguments(progs, build, error, pattern):
+    x = bir.data("vol", shape=[-1, 3, 4, 5, 5])
+    with pytest.raises(error, match=pattern):
+        build(x)
+
+
+def test_3d_layers_need_5d_inputs(progs):
+    image = bir.data("img", shape=[-1, 3, 5, 5])
+    with pytest.raises(ShapeError, match=r"layers.conv3d: input 'img' of shape \[-1, 3, 5, 5\] must be 5-D \(NCDHW\)"):
+        bir.layers.conv3d(image, 4, 3)
+    with pytest.raises(ShapeError, match=r"layers.max_pool3d_with_index: input 'img' .* must be 5-D"):
+        bir.layers.adaptive_pool3d(image, 2)

@@ -4,6 +4,7 @@ evaluator and a round trip through the importer."""
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import numpy as np
@@ -64,6 +65,44 @@ def test_each_op_names_its_onnx_node_as_lineage() -> None:
     model = _model([helper.make_node("Relu", ["x"], ["y"], name="my_relu")], [_tensor("x", shape=[2])], [_tensor("y")])
     (op,) = [op for op in import_model(model).program.global_block().ops if op.type == "relu"]
     assert op.attrs["op_pass"] == IMPORT_PASS and list(op.attrs["op_origin"]) == ["Relu:my_relu"]
+
+
+def test_conv_batch_norm_relu_import_without_copies_and_fold_for_inference(tmp_path: Path) -> None:
+    rng = np.random.default_rng(0)
+    params = {
+        "w": rng.standard_normal((4, 3, 3, 3)),
+        "b": rng.standard_normal(4),
+        "scale": rng.uniform(0.5, 2, 4),
+        "beta": rng.standard_normal(4),
+        "mean": rng.standard_normal(4),
+        "var": rng.uniform(0.5, 2, 4),
+    }
+    model = _model(
+        [
+            helper.make_node("Conv", ["x", "w", "b"], ["c"], pads=[1, 1, 1, 1]),
+            helper.make_node("BatchNormalization", ["c", "scale", "beta", "mean", "var"], ["n"]),
+            helper.make_node("Relu", ["n"], ["y"]),
+        ],
+        [_tensor("x", shape=[1, 3, 5, 5])],
+        [_tensor("y")],
+        [numpy_helper.from_array(v.astype("float32"), k) for k, v in params.items()],
+    )
+    imported = import_model(model)
+    ops = imported.program.global_block().ops
+    assert [op.type for op in ops] == ["feed", "conv2d", "elementwise_add", "batch_norm", "relu", "fetch"]
+    (bn,) = [op for op in ops if op.type == "batch_norm"]
+    assert bn.output("MeanOut") == bn.input("Mean") and bn.output("VarianceOut") == bn.input("Variance")
+    path = tmp_path / "model.onnx"
+    path.write_bytes(model.SerializeToString())
+    exe, scope = bir.Executor("cpu"), bir.Scope()
+    program, feeds, fetches = bir.io.load_inference_model(path, exe, scope=scope)
+    x = rng.standard_normal((1, 3, 5, 5)).astype("float32")
+    trace = tmp_path / "trace.json"
+    (got,) = exe.run(program, feed={feeds[0]: x}, fetch_list=fetches, scope=scope, trace=trace)
+    ran = {e["name"] for e in json.loads(trace.read_text())["traceEvents"] if e.get("ph") == "X"}
+    assert "fused_conv2d_add_act" in ran and not ran & {"conv2d", "batch_norm", "relu", "assign"}
+    (expected,) = ReferenceEvaluator(model).run(None, {"x": x})
+    np.testing.assert_allclose(got, expected, rtol=1e-5, atol=1e-5)
 
 
 def test_an_empty_input_name_is_an_absent_input() -> None:
@@ -271,3 +310,294 @@ def test_tril_triu_and_where_index_export_as_trilu_and_nonzero(tmp_path: Path) -
     got_tri, got_index = _run(imported, {"x": x})
     np.testing.assert_array_equal(got_tri, tri)
     np.testing.assert_array_equal(got_index, index)
+
+
+def _recurrent_model(op: str, direction: str, layout: int, lengths: bool, x_shape, **attrs):
+    """One LSTM (with peepholes) or GRU (linear_before_reset=0) node: the cells blockir runs as while loops."""
+    rng = np.random.default_rng(4)
+    dirs, hidden, gates = 2 if direction == "bidirectional" else 1, 3, 4 if op == "LSTM" else 3
+    width = x_shape[-1]
+    batch = x_shape[0] if layout else x_shape[1]
+    state = [batch, dirs, hidden] if layout else [dirs, batch, hidden]
+    values = {
+        "W": rng.uniform(-1, 1, (dirs, gates * hidden, width)),
+        "R": rng.uniform(-1, 1, (dirs, gates * hidden, hidden)),
+        "B": rng.uniform(-1, 1, (dirs, 2 * gates * hidden)),
+    }
+    names = ["x", "W", "R", "B", "lengths" if lengths else "", "h0", *(["c0", "P"] if op == "LSTM" else [])]
+    if op == "LSTM":
+        values["P"] = rng.uniform(-1, 1, (dirs, 3 * hidden))
+    outputs = ["y", "y_h", *(["y_c"] if op == "LSTM" else [])]
+    node = helper.make_node(op, names, outputs, direction=direction, layout=layout, hidden_size=hidden, **attrs)
+    inputs = [_tensor("x", shape=list(x_shape)), _tensor("h0", shape=state)]
+    inputs += [_tensor("c0", shape=state)] if op == "LSTM" else []
+    inputs += [_tensor("lengths", TensorProto.INT32, [batch])] if lengths else []
+    initializers = [numpy_helper.from_array(v.astype("float32"), k) for k, v in values.items()]
+    model = _model([node], inputs, [_tensor(o) for o in outputs], initializers)
+    feed = {name: rng.uniform(-1, 1, list(x_shape) if name == "x" else state).astype("float32") for name in names[5:]}
+    feed["x"] = rng.uniform(-1, 1, x_shape).astype("float32")
+    return model, {k: v for k, v in feed.items() if k != "P"}
+
+
+@pytest.mark.parametrize("direction", ["forward", "reverse", "bidirectional"])
+@pytest.mark.parametrize("layout", [0, 1])
+@pytest.mark.parametrize(("op", "attrs"), [("LSTM", {}), ("GRU", {"linear_before_reset": 0})])
+def test_recurrent_cells_rnn_cannot_compute_run_as_loops(op: str, attrs: dict, direction: str, layout: int) -> None:
+    model, feed = _recurrent_model(op, direction, layout, False, (2, 4, 5) if layout else (4, 2, 5), **attrs)
+    want = ReferenceEvaluator(model).run(None, feed)
+    got = _run(import_model(model), feed)
+    for g, w in zip(got, want, strict=True):
+        np.testing.assert_allclose(g, w, rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize(("op", "attrs"), [("LSTM", {}), ("GRU", {"linear_before_reset": 0})])
+def test_recurrent_loops_stop_each_sequence_at_its_length(op: str, attrs: dict) -> None:
+    """Each sequence computes what it computes alone, cut at its length (ONNX's reference ignores lengths): zeros
+    after, its last states kept."""
+    model, feed = _recurrent_model(op, "bidirectional", 0, True, (4, 3, 2), **attrs)
+    feed["lengths"] = lengths = np.asarray([4, 2, 1], "int32")
+    got = _run(import_model(model), feed)
+    for b, length in enumerate(lengths):
+        alone, _ = _recurrent_model(op, "bidirectional", 0, False, (int(length), 1, 2), **attrs)
+        one = {k: v[:length, b : b + 1] if k == "x" else v[:, b : b + 1] for k, v in feed.items() if k != "lengths"}
+        want = ReferenceEvaluator(alone).run(None, one)
+        np.testing.assert_allclose(got[0][:length, :, b : b + 1], want[0], rtol=1e-5, atol=1e-5)
+        np.testing.assert_array_equal(got[0][length:, :, b], 0)
+        for g, w in zip(got[1:], want[1:], strict=True):
+            np.testing.assert_allclose(g[:, b : b + 1], w, rtol=1e-5, atol=1e-5)
+
+
+def test_3d_convolutions_and_pools_import_and_export_computing_onnxs_values(tmp_path: Path) -> None:
+    """Conv (groups) and ConvTranspose of 3 spatial dims (strides, pads), AveragePool 3-D counting its padding (of
+    symmetric pads: pool3d; else gathered, as pool3d's divisor differs) and a dilated MaxPool (gathered: pool3d
+    has no dilations) import as conv3d, conv3d_transpose, pool3d and the gathers,
+    compute ONNX's reference values, export, and compute them again from the exported file."""
+    rng = np.random.default_rng(5)
+    w = numpy_helper.from_array(rng.standard_normal((4, 1, 2, 3, 2)).astype("float32"), "w")
+    wt = numpy_helper.from_array(rng.standard_normal((4, 3, 3, 2, 2)).astype("float32"), "wt")
+    nodes = [
+        helper.make_node("Conv", ["x", "w"], ["c"], group=2, strides=[1, 2, 1], pads=[1, 0, 1, 0, 1, 1]),
+        helper.make_node("ConvTranspose", ["c", "wt"], ["t"], strides=[2, 1, 1], pads=[1, 0, 0, 0, 1, 0]),
+        helper.make_node(
+            "AveragePool", ["t"], ["a"], kernel_shape=[2, 2, 2], pads=[1, 0, 1, 1, 0, 1], count_include_pad=1
+        ),
+        # pads that differ before and after: Paddle's divisor would count other padding than ONNX's
+        helper.make_node(
+            "AveragePool", ["a"], ["b"], kernel_shape=[2, 2, 2], pads=[1, 1, 0, 0, 1, 1], count_include_pad=1
+        ),
+        helper.make_node("MaxPool", ["b"], ["y"], kernel_shape=[2, 2, 2], dilations=[2, 1, 2], strides=[1, 2, 1]),
+    ]
+    model = _model(nodes, [_tensor("x", shape=[2, 2, 5, 6, 4])], [_tensor("y")], [w, wt])
+    model = onnx.shape_inference.infer_shapes(model)
+    x = rng.standard_normal((2, 2, 5, 6, 4)).astype("float32")
+    (want,) = ReferenceEvaluator(model).run(None, {"x": x})
+    imported = import_model(model)
+    types = {op.type for op in imported.program.global_block().ops}
+    assert {"conv3d", "conv3d_transpose", "pool3d", "index_select", "reduce_sum", "reduce_max"} <= types
+    (got,) = _run(imported, {"x": x})
+    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
+    exported = to_onnx(imported.program, imported.params)
+    onnx.checker.check_model(exported, full_check=True)
+    (again,) = ReferenceEvaluator(exported).run(None, {imported.feed_name("x"): x})
+    np.testing.assert_allclose(again, want, rtol=1e-5, atol=1e-5)
+
+
+def test_pools_the_importer_cannot_place_are_refused_naming_why() -> None:
+    dilated = _model(
+        [helper.make_node("MaxPool", ["x"], ["y"], kernel_shape=[2, 2], dilations=[2, 2])],
+        [_tensor("x", shape=[1, 1, "h", "w"])],
+        [_tensor("y")],
+    )
+    with pytest.raises(BlockirError, match=r"MaxPool\): dilations or LpPool of an input whose spatial dims are known"):
+        import_model(dilated)
+    indices = _model(
+        [helper.make_node("MaxPool", ["x"], ["y", "i"], kernel_shape=[2, 2, 2])],
+        [_tensor("x", shape=[1, 1, 4, 4, 4])],
+        [_tensor("y"), _tensor("i", TensorProto.INT64)],
+    )
+    with pytest.raises(BlockirError, match=r"the Indices output of other than a 2-D pool"):
+        import_model(indices)
+
+
+def _mel_model(bins: int, dft: int, rate: int, low: float, high: float, hertz: str, **attrs):
+    values = [np.asarray(bins), np.asarray(dft), np.asarray(rate), np.asarray(low, hertz), np.asarray(high, hertz)]
+    names = ["bins", "dft", "rate", "low", "high"]
+    node = helper.make_node("MelWeightMatrix", names, ["y"], **attrs)
+    return _model([node], [], [_tensor("y")], [numpy_helper.from_array(v, k) for k, v in zip(names, values)])
+
+
+@pytest.mark.parametrize(
+    ("bins", "dft", "rate", "low", "high", "hertz", "attrs"),
+    [
+        (8, 16, 8192, 0.0, 4096.0, "float32", {}),
+        (20, 512, 16000, 30.0, 7600.0, "float32", {}),
+        (24, 32, 8000, 100.0, 3900.0, "float64", {"output_datatype": TensorProto.DOUBLE}),  # filters one bin wide
+    ],
+)
+def test_mel_weight_matrix_is_a_constant_of_onnxs_filters(bins, dft, rate, low, high, hertz, attrs) -> None:
+    model = _mel_model(bins, dft, rate, low, high, hertz, **attrs)
+    (want,) = ReferenceEvaluator(model).run(None, {})
+    imported = import_model(model)
+    assert not [op for op in imported.program.global_block().ops if op.type not in ("feed", "fetch", "assign")]
+    (got,) = _run(imported, {})
+    assert got.dtype == want.dtype
+    np.testing.assert_array_equal(got, want)
+
+
+@pytest.mark.parametrize(
+    ("bins", "high", "message"),
+    [
+        (8, 8000.0, r"MelWeightMatrix.*outside the 9 bins of a 16-point DFT"),
+        (0, 4000.0, r"MelWeightMatrix.*num_mel_bins 0, dft_length 16 and sample_rate 8000 must be >= 1"),
+    ],
+)
+def test_mel_weight_matrices_onnx_cannot_make_are_refused(bins: int, high: float, message: str) -> None:
+    with pytest.raises(BlockirError, match=message):
+        import_model(_mel_model(bins, 16, 8000, 0.0, high, "float32"))
+
+
+# -- FlexAttention (ai.onnx.preview)
+
+_PREVIEW = "ai.onnx.preview"
+
+
+def _flex_model(nodes, inputs, outputs, dtype=TensorProto.FLOAT, preview=True):
+    """A model of ``nodes`` importing opset 26 and (``preview``) ai.onnx.preview's version 1."""
+    graph = helper.make_graph(nodes, "g", [_tensor(name, dtype, shape) for name, shape in inputs], outputs)
+    opsets = [helper.make_opsetid("", 26), *([helper.make_opsetid(_PREVIEW, 1)] if preview else [])]
+    return helper.make_model(graph, opset_imports=opsets)
+
+
+def _modifier(name: str, nodes, initializers=(), dtype=TensorProto.FLOAT):
+    """A score_mod or prob_mod graph: ``s`` -> ``out``, by ``nodes`` (the same names in every one made)."""
+    return helper.make_graph(
+        nodes, name, [_tensor("s", dtype, ["B", "H", "L", "S"])], [_tensor("out", dtype, None)], list(initializers)
+    )
+
+
+def _flex(inputs, output, name, **graphs_and_attrs):
+    return helper.make_node("FlexAttention", inputs, [output], name=name, domain=_PREVIEW, **graphs_and_attrs)
+
+
+def _causal_bias(bias: float):
+    """scores where the query position is at least the key's (from the scores' shape at run time), else -inf; plus
+    ``bias``."""
+    constants = {
+        "two": np.asarray([2], "int64"), "three": np.asarray([3], "int64"), "zero": np.asarray(0, "int64"),
+        "one": np.asarray(1, "int64"), "column": np.asarray([-1, 1], "int64"), "row": np.asarray([1, -1], "int64"),
+        "minus_inf": np.asarray(-np.inf, "float32"), "bias": np.asarray(bias, "float32"),
+    }  # fmt: skip
+    nodes = [
+        helper.make_node("Shape", ["s"], ["shape"]),
+        helper.make_node("Gather", ["shape", "two"], ["l"]),
+        helper.make_node("Gather", ["shape", "three"], ["k"]),
+        helper.make_node("Squeeze", ["l"], ["l0"]),
+        helper.make_node("Squeeze", ["k"], ["k0"]),
+        helper.make_node("Range", ["zero", "l0", "one"], ["lr"]),
+        helper.make_node("Range", ["zero", "k0", "one"], ["kr"]),
+        helper.make_node("Reshape", ["lr", "column"], ["q_at"]),
+        helper.make_node("Reshape", ["kr", "row"], ["k_at"]),
+        helper.make_node("GreaterOrEqual", ["q_at", "k_at"], ["seen"]),
+        helper.make_node("Where", ["seen", "s", "minus_inf"], ["masked"]),
+        helper.make_node("Add", ["masked", "bias"], ["out"]),
+    ]
+    return _modifier("causal", nodes, [numpy_helper.from_array(v, k) for k, v in constants.items()])
+
+
+def test_flex_attention_imports_its_modifiers_inline_computing_onnxs_values() -> None:
+    """Grouped-query heads, a causal score_mod computed from the scores' shape at run time and a prob_mod; a second
+    FlexAttention whose score_mod has the same names but another bias (each subgraph's names are its own)."""
+    scaled = _modifier("scaled", [helper.make_node("Mul", ["s", "half"], ["out"])], [_const("half", 0.5)])
+    nodes = [
+        _flex(["q", "k", "v"], "y", "first", score_mod=_causal_bias(0.25), prob_mod=scaled),
+        _flex(["y", "k2", "v2"], "z", "second", score_mod=_causal_bias(-1.5), scale=0.3),
+    ]
+    shapes = {"q": [2, 4, 5, 3], "k": [2, 2, 5, 3], "v": [2, 2, 5, 3], "k2": [2, 4, 6, 3], "v2": [2, 4, 6, 2]}
+    model = _flex_model(nodes, shapes.items(), [_tensor("z")])
+    rng = np.random.default_rng(2)
+    feed = {name: rng.standard_normal(shape).astype("float32") for name, shape in shapes.items()}
+    (want,) = ReferenceEvaluator(model).run(None, feed)
+    imported = import_model(model)
+    assert imported.program.num_blocks == 1  # the modifiers inline, in the node's block
+    ops = imported.program.global_block().ops
+    types = [op.type for op in ops]
+    assert types.count("softmax") == 2 and types.count("index_select") == 2 and "where" in types
+    assert {op.attrs["op_origin"][0] for op in ops if op.type == "softmax"} == {
+        "FlexAttention:first",
+        "FlexAttention:second",
+    }
+    (got,) = _run(imported, feed)
+    assert got.shape == (2, 4, 5, 2)
+    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6)
+
+
+def _const(name: str, value: float, dtype: str = "float32"):
+    return numpy_helper.from_array(np.asarray(value, dtype), name)
+
+
+@pytest.mark.parametrize(
+    ("dtype", "precision", "rtol"),
+    [("float16", None, 1e-3), ("float64", None, 1e-12), ("float64", TensorProto.FLOAT, 1e-6), ("float32", 11, 1e-6)],
+)
+def test_flex_attention_computes_in_its_softmax_precision(dtype: str, precision, rtol: float) -> None:
+    onnx_type = helper.np_dtype_to_tensor_dtype(np.dtype(dtype))
+    compute = {None: "float64" if dtype == "float64" else "float32", 1: "float32", 11: "float64"}[precision]
+    bias = _modifier(
+        "bias",
+        [helper.make_node("Add", ["s", "b"], ["out"])],
+        [_const("b", 0.5, compute)],
+        helper.np_dtype_to_tensor_dtype(np.dtype(compute)),
+    )
+    attrs = {"score_mod": bias} if precision is None else {"score_mod": bias, "softmax_precision": precision}
+    shapes = {"q": [1, 2, 3, 4], "k": [1, 2, 5, 4], "v": [1, 2, 5, 3]}
+    model = _flex_model(
+        [_flex(["q", "k", "v"], "y", "flex", **attrs)], shapes.items(), [_tensor("y", onnx_type)], onnx_type
+    )
+    rng = np.random.default_rng(3)
+    feed = {name: rng.random(shape).astype(dtype) for name, shape in shapes.items()}
+    (want,) = ReferenceEvaluator(model).run(None, feed)
+    imported = import_model(model)
+    (softmax,) = [op for op in imported.program.global_block().ops if op.type == "softmax"]
+    assert imported.program.global_block().var(softmax.output("Out")[0]).dtype == compute
+    (got,) = _run(imported, feed)
+    assert got.dtype == want.dtype == dtype
+    np.testing.assert_allclose(got, want, rtol=rtol, atol=rtol)
+
+
+@pytest.mark.parametrize(
+    ("change", "message"),
+    [
+        ({"k": [1, 3, 5, 4], "v": [1, 3, 5, 4]}, r"flex \(FlexAttention\): Q's 4 heads must be a multiple of K's 3"),
+        ({"v": [1, 1, 5, 4]}, r"V must have K's heads \(it has 1\)"),
+        ({"q": [1, "h", 3, 4]}, r"the head counts of Q, K and V \(-1, 2, 2\) must be known at import"),
+        ({"q": [4, 3, 4]}, r"Q, K and V must be rank-4 .*got Q \[4, 3, 4\], K \[1, 2, 5, 4\]"),
+        ({"attrs": {"softmax_precision": TensorProto.INT32}}, r"softmax_precision 6 \(int32\): one of float16"),
+        (
+            {"attrs": {"score_mod": helper.make_graph([], "two", [_tensor("a"), _tensor("b")], [_tensor("a")])}},
+            r"its score_mod takes 2 inputs, the node gives it 1",
+        ),
+        ({"attrs": {"prob_mod": helper.make_graph([], "none", [_tensor("p")], [])}}, r"its prob_mod gives 0 outputs"),
+        ({"domain": ""}, r"flex \(FlexAttention\): blockir has no op for it"),
+        (
+            {"op": "FlexMatMul"},
+            r"FlexMatMul\): domain 'ai.onnx.preview' \(blockir imports the default ONNX domain, and FlexAttention "
+            r"of ai.onnx.preview\)",
+        ),
+        ({"domain": "com.microsoft"}, r"domain 'com.microsoft' \(blockir imports the default ONNX domain"),
+        ({"preview": False}, r"the model imports no version of domain 'ai.onnx.preview'"),
+    ],
+)
+def test_flex_attention_refusals_name_what_is_wrong(change: dict, message: str) -> None:
+    shapes = {"q": [1, 4, 3, 4], "k": [1, 2, 5, 4], "v": [1, 2, 5, 4]}
+    shapes.update({k: v for k, v in change.items() if k in shapes})
+    node = helper.make_node(
+        change.get("op", "FlexAttention"),
+        ["q", "k", "v"],
+        ["y"],
+        name="flex",
+        domain=change.get("domain", _PREVIEW),
+        **change.get("attrs", {}),
+    )
+    model = _flex_model([node], shapes.items(), [_tensor("y")], preview=change.get("preview", True))
+    with pytest.raises(BlockirError, match=message):
+        import_model(model)

@@ -217,3 +217,26 @@ def test_mutated_files_give_a_model_or_a_blockir_error(tmp_path: Path, data: st.
         pass
     finally:
         target.write_bytes(good)
+
+
+@pytest.mark.parametrize(
+    ("op_type", "inputs", "output", "attrs"),
+    [
+        ("grid_sampler", {"X": (1, 1, 3, 3), "Grid": (1, 2, 2, 2)}, "Output", {"mode": "bicubic"}),
+        ("roi_align", {"X": (1, 1, 3, 3), "ROIs": (2, 4)}, "Out", {"mode": "max"}),
+    ],
+)
+@pytest.mark.parametrize("form", ["paddle", "fluid"])
+def test_exports_to_paddle_refuse_blockirs_extensions_of_its_ops(
+    tmp_path: Path, form: str, op_type: str, inputs: dict, output: str, attrs: dict
+) -> None:
+    program = Program()
+    block = program.global_block()
+    for name, shape in inputs.items():
+        block.create_var(name, shape=list(shape), dtype="float32")
+    block.create_var("out")
+    block.append_op(op_type, {slot: [slot] for slot in inputs}, {output: ["out"]}, attrs)
+    ((attr, value),) = attrs.items()
+    named = rf"{op_type} \({attr}={value!r}\): blockir's extensions, which Paddle's ops lack"
+    with bir.Executor("cpu") as exe, pytest.raises(BlockirError, match=named):
+        bir.io.save_inference_model(tmp_path / "m", list(inputs), ["out"], exe, main_program=program, format=form)

@@ -8,6 +8,8 @@ that finite differences see one maximum per window; the tie rule is checked on t
 
 from __future__ import annotations
 
+import itertools
+
 import numpy as np
 
 from tests.ops.harness import Case
@@ -135,6 +137,12 @@ CONV2D = [
     conv_case("pointwise", rand(2, 3, 3, 4), rand(5, 3, 1, 1)),
     # the kernels' paths: im2col and one gemm per group over the batch (NCHW, NHWC), pointwise gemms with no
     # im2col (1x1, strides 1, no padding; NCHW per image), and col2im for Input@GRAD
+    # NCHW per image (an image's output pixels at least C / groups * taps): col2im (strides 2), and Input@GRAD as
+    # the convolution by the flipped filter (strides 1)
+    conv_case(
+        "per_image_groups_strided", rand(2, 4, 6, 7), rand(6, 2, 2, 2), groups=2, strides=[1, 2], paddings=[1, 0]
+    ),
+    conv_case("per_image_stride1", rand(2, 2, 6, 6), rand(3, 2, 2, 2), paddings=[1, 1]),
     conv_case("pointwise_groups_float32", rand(2, 4, 3, 3), rand(6, 2, 1, 1), "float32", groups=2),
     conv_case("pointwise_nhwc", rand(2, 3, 4, 3), rand(4, 3, 1, 1), data_format="NHWC"),
     conv_case("pointwise_nhwc_groups_batch1", rand(1, 3, 3, 6), rand(4, 3, 1, 1), data_format="NHWC", groups=2),
@@ -216,6 +224,49 @@ DEPTHWISE_CONV2D = [
         paddings=[1, 0, 0, 1],
     ),
     conv_case("nhwc_pointwise", rand(1, 3, 3, 4), rand(4, 1, 1, 1), data_format="NHWC", groups=4),
+    # blockir/ops/depthwise.py's direct kernel (multiplier 1 forward, every multiplier backward): its phase planes
+    # under uneven strides, dilations, 4 paddings, SAME, VALID, C's truncation, windows in the padding alone
+    conv_case(
+        "strides_dilations_4_paddings",
+        rand(2, 3, 9, 8),
+        rand(3, 1, 3, 2),
+        groups=3,
+        strides=[2, 3],
+        dilations=[2, 1],
+        paddings=[1, 0, 2, 1],
+    ),
+    conv_case(
+        "nhwc_strides_dilations_multiplier_2",
+        rand(1, 8, 7, 2),
+        rand(4, 1, 2, 3),
+        data_format="NHWC",
+        groups=2,
+        strides=[3, 2],
+        dilations=[1, 2],
+        paddings=[0, 2, 1, 1],
+    ),
+    conv_case("valid_multiplier_3_batch1", rand(1, 2, 6, 7), rand(6, 1, 2, 3), groups=2, padding_algorithm="VALID"),
+    conv_case(
+        "nhwc_same_ignores_dilations",
+        rand(2, 7, 6, 3),
+        rand(3, 1, 3, 3),
+        data_format="NHWC",
+        groups=3,
+        padding_algorithm="SAME",
+        strides=[2, 2],
+        dilations=[2, 2],
+    ),
+    conv_case("c_division_reads_past_the_end", rand(1, 2, 2, 5), rand(2, 1, 3, 3), groups=2, strides=[2, 1]),
+    conv_case("paddings_wider_than_the_filter", rand(1, 2, 3, 3), rand(2, 1, 2, 2), groups=2, paddings=[3, 2]),
+    conv_case("float32_nchw_strided", rand(2, 5, 9, 9), rand(5, 1, 3, 3), "float32", groups=5, strides=[2, 2]),
+    conv_case(
+        "relu_before_depthwise",
+        away_from_zero(2, 3, 5, 4),
+        rand(3, 1, 3, 3),
+        groups=3,
+        paddings=[1, 1],
+        fuse_relu_before_depthwise_conv=True,
+    ),
 ]
 
 # -- conv2d_transpose ---------------------------------------------------------------------------------------
@@ -309,6 +360,7 @@ CONV2D_TRANSPOSE = [
         output_size=[7, 6],
     ),
     transpose_case("pointwise", rand(2, 3, 3, 4), rand(3, 5, 1, 1)),
+    transpose_case("per_image_stride2", rand(2, 2, 5, 4), rand(2, 3, 2, 2), strides=[2, 2]),
     transpose_case("pointwise_nhwc_groups", rand(2, 3, 2, 4), rand(4, 3, 1, 1), data_format="NHWC", groups=2),
     # a 1x1 filter whose Output is larger than Input (output_padding with dilation 2): not pointwise
     transpose_case(
@@ -409,6 +461,9 @@ def pool_case(name, x, grad=True, **attrs) -> Case:
 
 POOL2D = [
     pool_case("max_2x2_float32", rand(2, 3, 6, 4, dtype="float32"), pooling_type="max", ksize=[2, 2], strides=[2, 2]),
+    # the gradient's paths for windows side by side: tiling X (every position written), and with gaps
+    pool_case("max_2x2_tiles", distinct(2, 2, 4, 6), pooling_type="max", ksize=[2, 2], strides=[2, 2]),
+    pool_case("max_2x2_strides_3_gaps", distinct(1, 2, 7, 5), pooling_type="max", ksize=[2, 2], strides=[3, 3]),
     pool_case("max_3x3_pad1", distinct(2, 2, 5, 6), pooling_type="max", ksize=[3, 3], strides=[2, 2], paddings=[1, 1]),
     pool_case(
         "max_ceil_mode_4_paddings",
@@ -521,44 +576,48 @@ POOL2D_GRAD = [
         {"X@GRAD": np.array([[[[0.0, 11.0, 100.0, 0.0], [1000.0, 0.0, 110000.0, 0.0], [0.0, 0.0, 0.0, 0.0]]]])},
         name="max_ties_first_in_row_major_order",
     ),
+    Case(
+        {"X": _TIES[:, :, :2], "Out": np.full((1, 1, 1, 2), 3.0), "Out@GRAD": np.array([[[[1.0, 10.0]]]])},
+        {"pooling_type": "max", "ksize": [2, 2], "strides": [2, 2]},
+        {"X@GRAD": np.array([[[[0.0, 1.0, 10.0, 0.0], [0.0, 0.0, 0.0, 0.0]]]])},
+        name="max_ties_first_in_row_major_order_side_by_side",
+    ),
 ]
 
 # -- max_pool2d_with_index ------------------------------------------------------------------------------
 
 
 def ref_max_pool_with_index(
-    x, ksize, strides=(1, 1), paddings=(0, 0), global_pooling=False, adaptive=False, ceil_mode=False
+    x, ksize, strides=None, paddings=None, global_pooling=False, adaptive=False, ceil_mode=False
 ):
-    """(Out, Mask): the first maximum of each window in row-major order, above -FLT_MAX, and its h * W + w."""
-    n, c, h, w = x.shape
-    sizes = (h, w)
-    ksize = sizes if global_pooling else tuple(ksize)
-    pads = (0, 0) if global_pooling else tuple(paddings)
+    """(Out, Mask) of max_pool2d_with_index and max_pool3d_with_index: the first maximum of each window in
+    row-major order, above -FLT_MAX, and its position in the plane, ``h * W + w`` (3-D: ``(d * H + h) * W + w``)."""
+    n, c, *sizes = x.shape
+    strides, paddings = strides or [1] * len(sizes), paddings or [0] * len(sizes)
+    ksize = sizes if global_pooling else list(ksize)
+    pads = [0] * len(sizes) if global_pooling else list(paddings)
     if adaptive:
         outs = ksize
     else:
-        outs = tuple(
+        outs = [
             trunc_div(size - k + 2 * p + (s - 1 if ceil_mode else 0), s) + 1
             for size, k, p, s in zip(sizes, ksize, pads, strides)
-        )
+        ]
     out = np.full((n, c, *outs), -FLT_MAX, dtype=x.dtype)
     mask = np.full((n, c, *outs), -1, dtype=np.int32)
-    for i in range(outs[0]):
-        for j in range(outs[1]):
-            bounds = []
-            for o, size, k, s, p, count in zip((i, j), sizes, ksize, strides, pads, outs):
-                if adaptive:
-                    bounds.append((o * size // count, -(-(o + 1) * size // count)))
-                else:
-                    bounds.append((max(o * s - p, 0), min(o * s - p + k, size)))
-            (h0, h1), (w0, w1) = bounds
-            for a in range(n):
-                for b in range(c):
-                    for r in range(h0, h1):
-                        for q in range(w0, w1):
-                            if x[a, b, r, q] > out[a, b, i, j]:
-                                out[a, b, i, j] = x[a, b, r, q]
-                                mask[a, b, i, j] = r * w + q
+    for o in itertools.product(*map(range, outs)):
+        ranges = []
+        for p, size, k, s, pad, count in zip(o, sizes, ksize, strides, pads, outs):
+            if adaptive:
+                ranges.append(range(p * size // count, -(-(p + 1) * size // count)))
+            else:
+                ranges.append(range(max(p * s - pad, 0), min(p * s - pad + k, size)))
+        for a in range(n):
+            for b in range(c):
+                for at in itertools.product(*ranges):
+                    if x[(a, b, *at)] > out[(a, b, *o)]:
+                        out[(a, b, *o)] = x[(a, b, *at)]
+                        mask[(a, b, *o)] = np.ravel_multi_index(at, sizes)
     return out, mask
 
 

@@ -2,10 +2,10 @@
 
 References loop over channels (batch_norm) and rows (layer_norm) in float64 and cast at
 the end. dropout's training mask is random: its cases check the exact values where
-none is random (a test, dropout_prob 0 or 1) and its gradient through the mask of a
-fixed seed (``fix_seed`` or a ``Seed`` tensor), which finite differences see unchanged
-at every run; the mask's statistics, seeds and scaling are tested through programs in
-``tests/dsl/test_layers_norm.py``.
+none is random (a test, dropout_prob 0 or 1) or the seed fixes it (``fix_seed`` or a
+``Seed`` tensor: numpy's legacy ``RandomState(seed)`` draw, which finite differences see
+unchanged at every run, so they check the gradient through it); the mask's statistics,
+seeds and scaling are tested through programs in ``tests/dsl/test_layers_norm.py``.
 """
 
 from __future__ import annotations
@@ -390,15 +390,19 @@ def _dropout_fixed_case(p: float, implementation: str, expected_scale: float | N
     )
 
 
-def _dropout_seeded_case(implementation: str, name: str, seed_tensor: bool = False) -> Case:
-    """Training with a fixed seed: the same mask at every run, so finite differences check the gradient."""
-    inputs: dict = {"X": rand(4, 5)}
-    attrs: dict = {"dropout_prob": 0.4, "dropout_implementation": implementation}
+def _dropout_seeded_case(implementation: str, name: str, seed: int, seed_tensor: bool = False) -> Case:
+    """Training with a fixed seed: the mask of numpy's legacy RandomState(seed) (ONNX's reference draw), the
+    same at every run, so finite differences check the gradient."""
+    x, p = rand(4, 5), 0.4
+    inputs: dict = {"X": x}
+    attrs: dict = {"dropout_prob": p, "dropout_implementation": implementation}
     if seed_tensor:
-        inputs["Seed"] = np.array([123], np.int32)
+        inputs["Seed"] = np.array([seed], np.int32)
     else:
-        attrs.update(fix_seed=True, seed=7)
-    return Case(inputs, attrs, grad=("X",), name=name)
+        attrs.update(fix_seed=True, seed=seed)
+    mask = np.random.RandomState(seed % 2**32).uniform(0.0, 1.0, x.shape) >= p
+    out = mask * x / (1.0 - p) if implementation == UPSCALE else mask * x
+    return Case(inputs, attrs, {"Out": out, "Mask": mask.astype(np.uint8)}, grad=("X",), name=name)
 
 
 DROPOUT = [
@@ -411,9 +415,10 @@ DROPOUT = [
     _dropout_fixed_case(0.0, UPSCALE, 1.0, "train_p0_upscale_keeps_all"),
     _dropout_fixed_case(1.0, DOWNGRADE, None, "train_p1_downgrade_drops_all"),
     _dropout_fixed_case(1.0, UPSCALE, None, "train_p1_upscale_drops_all"),
-    _dropout_seeded_case(DOWNGRADE, "train_fix_seed_downgrade"),
-    _dropout_seeded_case(UPSCALE, "train_fix_seed_upscale"),
-    _dropout_seeded_case(UPSCALE, "train_seed_tensor", seed_tensor=True),
+    _dropout_seeded_case(DOWNGRADE, "train_fix_seed_downgrade", 7),
+    _dropout_seeded_case(UPSCALE, "train_fix_seed_upscale", 0),
+    _dropout_seeded_case(UPSCALE, "train_fix_seed_negative", -3),
+    _dropout_seeded_case(UPSCALE, "train_seed_tensor", 123, seed_tensor=True),
     Case(
         {"X": np.arange(6.0).reshape(3, 2)},
         {"dropout_prob": 0.2, "is_test": True},

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import itertools
 import math
+from typing import Any
 
 import numpy as np
 
@@ -477,16 +478,38 @@ def _grid_position(g: float, size: int, mode: str, padding_mode: str, align_corn
     v = (g + 1) / 2 * (size - 1) if align_corners else ((g + 1) * size - 1) / 2
     if mode == "nearest":
         v = float(np.round(v))  # half to even
+    low, high = (0.0, size - 1.0) if align_corners else (-0.5, size - 0.5)
+    if mode == "bicubic":  # ONNX's reference: only a position beyond [low, high] moves
+        if padding_mode == "reflection":
+            return _grid_reflect(v, low, high)
+        return min(max(v, 0.0), size - 1.0) if padding_mode == "border" and not low <= v <= high else v
     if padding_mode == "reflection":
-        v = _grid_reflect(v, 0.0, size - 1.0) if align_corners else _grid_reflect(v, -0.5, size - 0.5)
+        v = _grid_reflect(v, low, high)
     if padding_mode != "zeros":
         v = min(max(v, 0.0), size - 1.0)
     return v
 
 
+def _keys(s: float) -> float:
+    """Keys' cubic convolution kernel, A = -0.75, at distance ``s``."""
+    s, a = abs(s), -0.75
+    if s <= 1:
+        return (a + 2) * s**3 - (a + 3) * s**2 + 1
+    return a * s**3 - 5 * a * s**2 + 8 * a * s - 4 * a if s < 2 else 0.0
+
+
+def _grid_tap_index(i: int, size: int, padding_mode: str, align_corners: bool) -> int:
+    """Where a bicubic tap at ``i`` reads (ONNX's reference: each tap padded; outside X with zeros)."""
+    if padding_mode == "border":
+        return min(max(i, 0), size - 1)
+    if padding_mode == "reflection":
+        return int(_grid_reflect(float(i), *((0.0, size - 1.0) if align_corners else (-0.5, size - 0.5))))
+    return i
+
+
 def ref_grid_sampler(x, grid, mode="bilinear", padding_mode="zeros", align_corners=True) -> np.ndarray:
-    """One output position at a time: its source position per axis, then the nearest pixel or the 2**D weighted
-    neighbours, those outside X reading 0."""
+    """One output position at a time: its source position per axis, then the nearest pixel or the 2**D (bicubic:
+    4**D) weighted neighbours, those outside X reading 0."""
     n, c, *spatial = x.shape
     d = len(spatial)
     out = np.zeros((n, c, *grid.shape[1:-1]), x.dtype)
@@ -498,6 +521,14 @@ def ref_grid_sampler(x, grid, mode="bilinear", padding_mode="zeros", align_corne
             ]
             if mode == "nearest":
                 taps = [([int(p) for p in pos], 1.0)]
+            elif mode == "bicubic":
+                taps = []
+                for corner in itertools.product(range(-1, 3), repeat=d):
+                    index = [math.floor(p) + k for p, k in zip(pos, corner)]
+                    weight = math.prod(_keys(p - i) for p, i in zip(pos, index))
+                    taps.append(
+                        ([_grid_tap_index(i, s, padding_mode, align_corners) for i, s in zip(index, spatial)], weight)
+                    )
             else:
                 taps = []
                 for corner in itertools.product((0, 1), repeat=d):
@@ -542,10 +573,12 @@ GRID_SAMPLER = [
         padding_mode=padding,
         align_corners=align,
     )
-    for mode in ("bilinear", "nearest")
+    for mode in ("bilinear", "nearest", "bicubic")
     for padding in ("zeros", "border", "reflection")
     for align in (True, False)
 ] + [
+    grid_case("bicubic_5d", (1, 2, 3, 4, 3), (2, 2, 3), mode="bicubic", padding_mode="reflection", align_corners=False),
+    grid_case("bicubic_float32", (1, 2, 5, 4), (4, 4), dtype="float32", mode="bicubic", padding_mode="border"),
     grid_case("bilinear_5d", (1, 2, 3, 4, 3), (2, 2, 3), padding_mode="border", align_corners=False),
     grid_case("nearest_5d_reflection", (1, 2, 3, 3, 4), (2, 3, 2), mode="nearest", padding_mode="reflection"),
     grid_case("float32", (1, 2, 5, 4), (4, 4), dtype="float32", align_corners=False),
@@ -581,8 +614,8 @@ INFER_ERRORS: list[tuple[str, Case, str]] = [
     ("grid_sampler", Case({"X": _Z4, "Grid": np.zeros((1, 2, 2, 2))}), r"different dtypes"),
     (
         "grid_sampler",
-        Case({"X": _Z4, "Grid": np.zeros((1, 2, 2, 2), np.float32)}, {"mode": "bicubic"}),
-        r"mode='bicubic' is not one of bilinear, nearest",
+        Case({"X": _Z4, "Grid": np.zeros((1, 2, 2, 2), np.float32)}, {"mode": "cubic"}),
+        r"mode='cubic' is not one of bilinear, nearest, bicubic",
     ),
     (
         "grid_sampler",
@@ -659,10 +692,11 @@ KERNEL_ERRORS: list[tuple[str, Case, str]] = [
 # -- roi_align: Paddle's CPU kernel as written, a loop over regions, channels, bins and samples -------------------
 
 
-def _bilinear(image: np.ndarray, y: float, x: float) -> float:
+def _corners(image: np.ndarray, y: float, x: float) -> list[float]:
+    """The four corners of a bilinear sample of ``image`` at (y, x), each times its weight (all 0 outside)."""
     height, width = image.shape
     if y < -1.0 or y > height or x < -1.0 or x > width:
-        return 0.0
+        return [0.0] * 4
     y, x = max(y, 0.0), max(x, 0.0)
     y_low, x_low = int(y), int(x)
     if y_low >= height - 1:
@@ -677,15 +711,17 @@ def _bilinear(image: np.ndarray, y: float, x: float) -> float:
         x_high = x_low + 1
     ly, lx = y - y_low, x - x_low
     hy, hx = 1.0 - ly, 1.0 - lx
-    return (
-        hy * hx * image[y_low, x_low]
-        + hy * lx * image[y_low, x_high]
-        + ly * hx * image[y_high, x_low]
-        + ly * lx * image[y_high, x_high]
-    )
+    return [
+        hy * hx * image[y_low, x_low],
+        hy * lx * image[y_low, x_high],
+        ly * hx * image[y_high, x_low],
+        ly * lx * image[y_high, x_high],
+    ]
 
 
-def ref_roi_align(x: np.ndarray, rois: np.ndarray, rois_num: list[int], ph: int, pw: int, **a: float) -> np.ndarray:
+def ref_roi_align(x: np.ndarray, rois: np.ndarray, rois_num: list[int], ph: int, pw: int, **a: Any) -> np.ndarray:
+    """avg: each bin the mean of its bilinear samples; max (ONNX's reference): the largest of every sample's
+    weighted corners (0 for a bin without samples)."""
     scale, ratio, aligned = a.get("spatial_scale", 1.0), int(a.get("sampling_ratio", -1)), a.get("aligned", False)
     images = [b for b, count in enumerate(rois_num) for _ in range(count)]
     out = np.zeros((len(rois), x.shape[1], ph, pw))
@@ -697,22 +733,25 @@ def ref_roi_align(x: np.ndarray, rois: np.ndarray, rois_num: list[int], ph: int,
         gh = ratio if ratio > 0 else math.ceil(h / ph)
         gw = ratio if ratio > 0 else math.ceil(w / pw)
         for c, i, j in itertools.product(range(x.shape[1]), range(ph), range(pw)):
-            total = sum(
-                _bilinear(
+            samples = [
+                _corners(
                     x[b, c], y1 + i * h / ph + (iy + 0.5) * h / ph / gh, x1 + j * w / pw + (ix + 0.5) * w / pw / gw
                 )
                 for iy in range(gh)
                 for ix in range(gw)
-            )
-            out[r, c, i, j] = total / max(gh * gw, 1)
+            ]
+            if a.get("mode", "avg") == "max":
+                out[r, c, i, j] = max((max(corners) for corners in samples), default=0.0)
+            else:
+                out[r, c, i, j] = sum(sum(corners) for corners in samples) / max(gh * gw, 1)
     return out.astype(x.dtype)
 
 
-def _roi_case(x: np.ndarray, rois: np.ndarray, rois_num: list[int] | None, name: str, **attrs: float) -> Case:
+def _roi_case(x: np.ndarray, rois: np.ndarray, rois_num: list[int] | None, name: str, **attrs: Any) -> Case:
     ph, pw = int(attrs.get("pooled_height", 1)), int(attrs.get("pooled_width", 1))
-    counts = rois_num or [len(rois)]
+    counts, rois = rois_num or [len(rois)], rois.astype(x.dtype)  # the boxes the op sees, rounded to X's dtype
     expected = ref_roi_align(x, rois, counts, ph, pw, **{k: v for k, v in attrs.items() if not k.startswith("pooled")})
-    inputs = {"X": x, "ROIs": rois.astype(x.dtype)}
+    inputs = {"X": x, "ROIs": rois}
     if rois_num is not None:
         inputs["RoisNum"] = np.array(rois_num, np.int32)
     grad = ("X",) if x.dtype == np.float64 else ()
@@ -721,28 +760,143 @@ def _roi_case(x: np.ndarray, rois: np.ndarray, rois_num: list[int] | None, name:
 
 _boxes = np.array([[0.3, 0.6, 4.7, 3.9], [1.2, 0.1, 2.0, 1.1], [-0.8, 2.2, 5.9, 6.6], [2.5, 2.5, 2.5, 2.5]])
 CASES["roi_align"] = [
-    _roi_case(RNG.uniform(-1, 1, (2, 3, 6, 5)), _boxes, [1, 3], "adaptive", pooled_height=2, pooled_width=3),
-    _roi_case(
-        RNG.uniform(-1, 1, (1, 2, 7, 6)),
-        _boxes,
-        None,
-        "aligned_ratio_scale",
-        pooled_height=3,
-        pooled_width=2,
-        sampling_ratio=2,
-        spatial_scale=0.8,
-        aligned=True,
-    ),
-    _roi_case(RNG.uniform(-1, 1, (2, 2, 5, 5)).astype(np.float32), _boxes[:2], [0, 2], "float32", pooled_height=2),
+    case
+    for mode in ("avg", "max")
+    for case in (
+        _roi_case(
+            RNG.uniform(-1, 1, (2, 3, 6, 5)),
+            _boxes,
+            [1, 3],
+            f"{mode}_adaptive",
+            pooled_height=2,
+            pooled_width=3,
+            mode=mode,
+        ),
+        _roi_case(
+            RNG.uniform(-1, 1, (1, 2, 7, 6)),
+            _boxes,
+            None,
+            f"{mode}_aligned_ratio_scale",
+            pooled_height=3,
+            pooled_width=2,
+            sampling_ratio=2,
+            spatial_scale=0.8,
+            aligned=True,
+            mode=mode,
+        ),
+        _roi_case(
+            RNG.uniform(-1, 1, (2, 2, 5, 5)).astype(np.float32),
+            _boxes[:2],
+            [0, 2],
+            f"{mode}_float32",
+            pooled_height=2,
+            mode=mode,
+        ),
+    )
 ]
 INFER_ERRORS += [
     ("roi_align", Case({"X": np.zeros((1, 2, 3, 3)), "ROIs": np.zeros((2, 5))}), r"must be \[R, 4\] boxes"),
     ("roi_align", Case({"X": np.zeros((2, 3, 3)), "ROIs": np.zeros((2, 4))}), r"must be NCHW"),
+    (
+        "roi_align",
+        Case({"X": np.zeros((1, 2, 3, 3)), "ROIs": np.zeros((2, 4))}, {"mode": "min"}),
+        r"mode='min' is not one of avg, max",
+    ),
 ]
 KERNEL_ERRORS += [
     (
         "roi_align",
         Case({"X": np.zeros((2, 1, 3, 3)), "ROIs": np.zeros((3, 4)), "RoisNum": np.array([1, 1], np.int32)}),
         r"RoisNum \[1, 1\] does not split 3 regions over 2 images",
+    ),
+]
+
+
+# -- deformable_conv: ONNX's reference as loops, each tap a zero-padded bilinear sample ---------------------------
+
+
+def _bilinear_zeros(image: np.ndarray, y: float, x: float) -> float:
+    height, width = image.shape
+    y0, x0 = math.floor(y), math.floor(x)
+    return sum(
+        wy * wx * image[yy, xx]
+        for yy, wy in ((y0, 1 - (y - y0)), (y0 + 1, y - y0))
+        for xx, wx in ((x0, 1 - (x - x0)), (x0 + 1, x - x0))
+        if 0 <= yy < height and 0 <= xx < width
+    )
+
+
+def ref_deformable_conv(x, offset, mask, w, strides, paddings, dilations, groups, deformable_groups) -> np.ndarray:
+    n, c = x.shape[:2]
+    m, per_group, kh, kw = w.shape
+    oh, ow = offset.shape[2:]
+    out = np.zeros((n, m, oh, ow))
+    for b, o, i, j in itertools.product(range(n), range(m), range(oh), range(ow)):
+        g = o // (m // groups)
+        for ci, ki, kj in itertools.product(range(g * per_group, (g + 1) * per_group), range(kh), range(kw)):
+            tap = (ci // (c // deformable_groups) * kh + ki) * kw + kj
+            y = i * strides[0] - paddings[0] + ki * dilations[0] + offset[b, 2 * tap, i, j]
+            z = j * strides[1] - paddings[1] + kj * dilations[1] + offset[b, 2 * tap + 1, i, j]
+            scale = 1.0 if mask is None else mask[b, tap, i, j]
+            out[b, o, i, j] += w[o, ci - g * per_group, ki, kj] * scale * _bilinear_zeros(x[b, ci], y, z)
+    return out.astype(x.dtype)
+
+
+def deform_case(name: str, x_shape, w_shape, masked: bool, dtype: str = "float64", **attrs) -> Case:
+    """Offsets whole pixels plus a fraction in [0.15, 0.85] (positions away from the kinks, so that finite
+    differences hold), some taps moved outside X."""
+    a = {"strides": [1, 1], "paddings": [0, 0], "dilations": [1, 1], "groups": 1, "deformable_groups": 1, **attrs}
+    x, w = rand(*x_shape, dtype=dtype), rand(*w_shape, dtype=dtype)
+    out = [
+        (size + 2 * p - (d * (k - 1) + 1)) // s + 1
+        for size, k, s, p, d in zip(x_shape[2:], w_shape[2:], a["strides"], a["paddings"], a["dilations"])
+    ]
+    taps = a["deformable_groups"] * w_shape[2] * w_shape[3]
+    shape = (x_shape[0], 2 * taps, *out)
+    offset = (RNG.integers(-2, 2, shape) + RNG.uniform(0.15, 0.85, shape)).astype(dtype)
+    mask = RNG.uniform(0.2, 1.0, (x_shape[0], taps, *out)).astype(dtype) if masked else None
+    expected = ref_deformable_conv(x, offset, mask, w, **a)
+    inputs = {"Input": x, "Offset": offset, "Filter": w, **({"Mask": mask} if masked else {})}
+    grad = tuple(inputs) if dtype == "float64" else ()
+    return Case(inputs, attrs, {"Output": expected}, grad=grad, rtol=1e-5, atol=1e-5, name=name)
+
+
+CASES["deformable_conv"] = [
+    deform_case("plain", (1, 2, 4, 5), (3, 2, 3, 3), False, paddings=[1, 1]),
+    deform_case(
+        "masked_groups_strided",
+        (2, 4, 5, 5),
+        (4, 2, 2, 3),
+        True,
+        strides=[2, 1],
+        paddings=[1, 0],
+        dilations=[1, 2],
+        groups=2,
+        deformable_groups=2,
+    ),
+    deform_case("float32", (1, 2, 4, 4), (2, 1, 3, 3), True, "float32", groups=2, paddings=[1, 1]),
+]
+INFER_ERRORS += [
+    (
+        "deformable_conv",
+        Case({"Input": np.zeros((1, 3, 4, 4)), "Offset": np.zeros((1, 18, 2, 2)), "Filter": np.zeros((2, 2, 3, 3))}),
+        r"Filter .* with groups=1, deformable_groups=1 does not fit Input",
+    ),
+    (
+        "deformable_conv",
+        Case({"Input": np.zeros((1, 2, 4, 4)), "Offset": np.zeros((1, 9, 2, 2)), "Filter": np.zeros((2, 2, 3, 3))}),
+        r"Offset .* must be \[1, 18, 2, 2\]",
+    ),
+    (
+        "deformable_conv",
+        Case({"Input": np.zeros((1, 2, 2, 2)), "Offset": np.zeros((1, 18, 1, 1)), "Filter": np.zeros((2, 2, 3, 3))}),
+        r"the output would be \[0, 0\] high and wide",
+    ),
+]
+KERNEL_ERRORS += [
+    (
+        "deformable_conv",
+        Case({"Input": np.zeros((1, 2, 4, 4)), "Offset": np.zeros((1, 9, 2, 2)), "Filter": np.zeros((2, 2, 3, 3))}),
+        r"Offset \[1, 9, 2, 2\] must be \[1, 18, 2, 2\]",
     ),
 ]

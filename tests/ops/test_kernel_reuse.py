@@ -63,6 +63,7 @@ def _params() -> list:
 
 def test_the_reusing_kernels_are_the_expected_ones() -> None:
     assert REUSING == [
+        "batch_norm_grad",
         "elementwise_add",
         "elementwise_mul",
         "elementwise_sub",
@@ -117,6 +118,22 @@ def test_the_offer_is_taken() -> None:
         args = tuple(a.copy() for a in args)
         flags = [i == k for i in range(len(args))]
         assert lookup(op_type).kernel(_ctx(op_type, attrs), *args, reuse=flags) is args[k], op_type
+
+
+@pytest.mark.parametrize("is_test", [False, True], ids=["batch_statistics", "global_statistics"])
+def test_batch_norm_grad_writes_x_grad_into_an_offered_y_grad(is_test: bool) -> None:
+    rng = np.random.default_rng(2)
+    x, dy = rng.normal(size=(4, 3, 2, 2)), rng.normal(size=(4, 3, 2, 2))
+    scale, bias, mean, variance = rng.normal(size=3), rng.normal(size=3), rng.normal(size=3), rng.uniform(1, 2, 3)
+    saved = (x.mean(axis=(0, 2, 3)), 1 / np.sqrt(x.var(axis=(0, 2, 3)) + 1e-5))
+    args = (x, scale, bias, mean, variance, *saved, None)
+    kernel, ctx = lookup("batch_norm_grad").kernel, _ctx("batch_norm_grad", {"is_test": is_test})
+    plain = kernel(ctx, *args, dy)
+    offered = dy.copy()
+    reused = kernel(ctx, *args, offered, reuse=[False] * 8 + [True])
+    assert reused[0] is offered
+    for got, want in zip(reused, plain):
+        np.testing.assert_allclose(got, want, rtol=1e-15, atol=1e-15)
 
 
 def test_sgd_with_its_gradient_offered_matches_the_plain_update() -> None:

@@ -20,4 +20,5 @@ def test_the_table_says_what_blockir_has() -> None:
     assert len(rows) == 764
     assert rows["conv2d"] == "| `conv2d` | yes | yes | yes |"
     assert rows["feed"] == "| `feed` | yes |  |  |"
-    assert "| `conv3d` | no | yes | no |" == rows["conv3d"]
+    assert rows["conv3d"] == "| `conv3d` | yes | yes | yes |"
+    assert rows["complex"] == "| `complex` | no | yes | no |"

@@ -17,8 +17,6 @@ TOLERANCE = 1e-5  # max |blockir - Paddle| / max |Paddle|, per output
 # The zoo's models blockir refuses at load, and the op types it lacks for each (outside the op set
 # docs/paddle.md describes).
 REFUSED: dict[str, set[str]] = {
-    "conv3d": {"conv3d"},
-    "max_pool3d": {"pool3d"},
     "unfold": {"unfold"},
     "lrn": {"lrn"},
     "kl_div_loss": {"kldiv_loss"},

@@ -2,13 +2,13 @@
 
 ``framing``: the frames (a fixed prefix, a struct-packed header laid out by the method's signature, the arrays'
 raw bytes; never pickle). ``transport``: the server (a Unix socket or TCP listener, a thread per connection)
-and the client (a pool of connections, request ids, futures). The method table comes from a typed interface,
-:class:`~blockir.distributed.api.ParameterServerAPI` by default. ``docs/distributed.md`` describes the format and
-its security rules.
+and the client (a pool of connections, request ids, calls in flight whose replies the threads waiting for them
+read). The method table comes from a typed interface, :class:`~blockir.distributed.api.ParameterServerAPI` by
+default. ``docs/distributed.md`` describes the format and its security rules.
 """
 
 from blockir.distributed.wire.framing import ConnectionLost, FrameError, Limits, MethodTable, RemoteError, WireError
-from blockir.distributed.wire.transport import Address, WireClient, WireServer, new_token
+from blockir.distributed.wire.transport import Address, Pending, WireClient, WireServer, new_token
 
 __all__ = [
     "Address",
@@ -16,6 +16,7 @@ __all__ = [
     "FrameError",
     "Limits",
     "MethodTable",
+    "Pending",
     "RemoteError",
     "WireClient",
     "WireError",

@@ -77,6 +77,9 @@ class Kind(enum.IntEnum):
     ERROR = 3
 
 
+_KINDS = {int(kind): kind for kind in Kind}
+
+
 @dataclass(frozen=True)
 class Limits:
     """The most a frame may hold; a frame over any of them is refused (on sending and on receiving)."""
@@ -178,14 +181,14 @@ class _Str:
         if not isinstance(value, str):
             raise FrameError(f"expected a str, got {type(value).__name__}")
         data = value.encode()
-        w.parts.append(_COUNT.pack(len(data)))
-        w.parts.append(data)
+        w.parts.append(_COUNT.pack(len(data)) + data)
 
     def decode(self, r: _Reader) -> Any:
         return r.take_str()
 
 
 _SHAPES = tuple(struct.Struct(f"<{n}qQ") for n in range(256))  # by ndim: the shape, then the byte length
+_HEADS = tuple(struct.Struct(f"<BB{n}qQ") for n in range(256))  # by ndim: _ARRAY, then _SHAPES[ndim]
 
 
 @dataclass(frozen=True)
@@ -213,7 +216,7 @@ class _Array:
             raise FrameError(f"more than {limits.total_bytes} bytes of arrays")
 
     def encode(self, w: _Writer, value: Any) -> None:
-        if not isinstance(value, np.ndarray):
+        if type(value) is not np.ndarray and not isinstance(value, np.ndarray):
             raise FrameError(f"expected a numpy array, got {type(value).__name__}")
         code = _CODES.get(value.dtype)
         if code is None and value.dtype.byteorder == ">":
@@ -225,8 +228,7 @@ class _Array:
         self._check(value.dtype, ndim, w.limits, len(w.arrays), nbytes, w.total)
         if not value.flags.c_contiguous:
             value = np.ascontiguousarray(value)
-        w.parts.append(_ARRAY.pack(code, ndim))
-        w.parts.append(_SHAPES[ndim].pack(*value.shape, nbytes))
+        w.parts.append(_HEADS[ndim].pack(code, ndim, *value.shape, nbytes))
         w.total += nbytes
         w.arrays.append(value)
 
@@ -254,7 +256,7 @@ class _List:
     item: Codec
 
     def encode(self, w: _Writer, value: Any) -> None:
-        if isinstance(value, str | bytes) or not isinstance(value, Sequence):
+        if type(value) is not list and (isinstance(value, str | bytes) or not isinstance(value, Sequence)):
             raise FrameError(f"expected a list, got {type(value).__name__}")
         w.parts.append(_COUNT.pack(len(value)))
         for v in value:
@@ -272,7 +274,7 @@ class _Dict:
     value: Codec
 
     def encode(self, w: _Writer, value: Any) -> None:
-        if not isinstance(value, Mapping):
+        if type(value) is not dict and not isinstance(value, Mapping):
             raise FrameError(f"expected a dict, got {type(value).__name__}")
         w.parts.append(_COUNT.pack(len(value)))
         for k, v in value.items():
@@ -456,11 +458,15 @@ def error_of(method: Method, value: tuple[str, str]) -> RemoteError:
 
 
 def send(sock: socket.socket, buffers: list[Any]) -> None:
-    """Send every byte of ``buffers`` (``sendmsg``: gathered by the kernel, no joined copy)."""
-    first = 0
-    while first < len(buffers):
-        sent = sock.sendmsg(buffers[first : first + _IOV_MAX])
-        while first < len(buffers) and sent >= len(buffers[first]):
+    """Send every byte of ``buffers`` (``sendmsg``: gathered by the kernel, no joined copy; each a buffer of
+    bytes, none empty)."""
+    left, first = sum(map(len, buffers)), 0
+    while True:
+        sent = sock.sendmsg(buffers if first == 0 and len(buffers) <= _IOV_MAX else buffers[first : first + _IOV_MAX])
+        left -= sent
+        if not left:  # at once, as a blocking socket with room for the frame does
+            return
+        while sent >= len(buffers[first]):
             sent -= len(buffers[first])
             first += 1
         if sent:
@@ -520,7 +526,7 @@ def receive(sock: socket.socket, limits: Limits, lookup: Lookup) -> tuple[Kind, 
     magic, version, kind, method_id, request, length = PREFIX.unpack(prefix)
     if magic != MAGIC or version != VERSION:
         raise FrameError(f"not a frame of this data plane (magic {magic!r}, version {version})")
-    if kind not in Kind._value2member_map_:
+    if kind not in _KINDS:
         raise FrameError(f"unknown frame kind {kind}")
     if length > limits.header_bytes:
         raise FrameError(f"a header of {length} bytes (at most {limits.header_bytes})")
@@ -537,4 +543,4 @@ def receive(sock: socket.socket, limits: Limits, lookup: Lookup) -> tuple[Kind, 
     for array in r.arrays:
         if array.nbytes:
             _recv_exact(sock, array.data.cast("B"), idle=False)
-    return Kind(kind), method, request, value
+    return _KINDS[kind], method, request, value

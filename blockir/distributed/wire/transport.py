@@ -14,17 +14,18 @@ import itertools
 import logging
 import os
 import secrets
+import select
 import shutil
 import socket
 import struct
 import sys
 import tempfile
 import threading
+import time
 import weakref
 from collections.abc import Callable
-from concurrent.futures import Future
 from dataclasses import dataclass
-from typing import Any, Concatenate, Literal, ParamSpec, TypeVar
+from typing import Any, Concatenate, Generic, Literal, ParamSpec, TypeVar, cast
 
 from blockir.distributed.api import ParameterServerAPI
 from blockir.distributed.wire.framing import (
@@ -361,17 +362,55 @@ def _shutdown(sock: socket.socket) -> None:
         pass  # not connected, or already closed
 
 
+class Pending(Generic[R]):
+    """A call in flight (what :meth:`WireClient.submit` returns): :meth:`result` waits for its result, reading
+    the reply off the connection on the calling thread (:class:`_Connection`), and raises what the call failed
+    with (:class:`ConnectionLost`, :class:`RemoteError`)."""
+
+    __slots__ = ("connection", "ready", "value", "error")
+
+    def __init__(self) -> None:
+        self.connection: _Connection | None = None
+        self.ready = False  # set once, after value or error
+        self.value: Any = None
+        self.error: BaseException | None = None
+
+    def done(self) -> bool:
+        """Whether its result (or its failure) has come."""
+        return self.ready
+
+    def result(self, timeout: float | None = None) -> R:
+        """The result, waiting up to ``timeout`` s (None: as long as it takes) for the reply to start coming:
+        TimeoutError after that, the call still in flight."""
+        if not self.ready and self.connection is not None:
+            self.connection.wait(self, timeout)
+        if self.error is not None:
+            raise self.error
+        return cast(R, self.value)
+
+    def _finish(self, value: Any = None, error: BaseException | None = None) -> None:
+        self.value, self.error = value, error
+        self.ready = True
+
+
 class _Connection:
-    """One connection of a client: its socket, the calls in flight on it, the thread reading their replies."""
+    """One connection of a client: its socket and the calls in flight on it.
+
+    Replies are read by the threads waiting for them, one at a time: the first to wait takes the turn and reads
+    frames, handing each to its call (request id), until its own has come; then the next waiting thread takes
+    the turn. With one call in flight, the caller reads its own reply: no thread of the connection's own, no
+    hand-off. A reply nobody waits for yet stays in the socket until a later reader comes by it. A failure while
+    reading (a bad frame, a socket error, the server gone) fails every call in flight on the connection."""
 
     def __init__(self, client: WireClient, sock: socket.socket) -> None:
         self.client = client
         self.sock = sock
         self.send_lock = threading.Lock()
-        self.pending: dict[int, tuple[Future, Method]] = {}
+        self.pending: dict[int, tuple[Pending, Method]] = {}
         self.failure: ConnectionLost | None = None
-        self.reader = threading.Thread(target=self._read, name=f"wire client {client.address}", daemon=True)
-        self.reader.start()
+        self.turn_lock = threading.Lock()  # guards `reading` and the waiting on `turn`
+        self.turn = threading.Condition(self.turn_lock)  # notified when a call is done or the turn is free
+        self.reading = False
 
     def _lookup(self, kind: int, method_id: int, request: int) -> tuple[Method, Codec]:
         with self.client._lock:
@@ -385,21 +424,51 @@ class _Connection:
             )
         return method, method.result if kind == Kind.REPLY else _ERROR
 
-    def _read(self) -> None:
+    def wait(self, call: Pending, timeout: float | None) -> None:
+        """Until ``call`` is done: read frames on this thread when no other thread is reading, else wait for
+        the one that is. ``timeout``: the longest to wait for the turn and for a reply to start coming (a frame
+        that has started is read to its end); TimeoutError after it."""
+        deadline = None if timeout is None else time.monotonic() + timeout
+        with self.turn_lock:
+            while not call.ready and self.reading:
+                left = None if deadline is None else deadline - time.monotonic()
+                if left is not None and left <= 0:
+                    raise TimeoutError(f"no reply from {self.client.address} within {timeout:g} s")
+                self.turn.wait(left)
+            if call.ready:
+                return
+            self.reading = True
         try:
-            while True:
-                frame = receive(self.sock, self.client.limits, self._lookup)
-                if frame is None:
-                    raise ConnectionLost(f"the server at {self.client.address} closed the connection")
-                kind, method, request, value = frame
-                with self.client._lock:
-                    future = self.pending.pop(request)[0]
-                if kind == Kind.REPLY:
-                    future.set_result(value)
-                else:
-                    future.set_exception(error_of(method, value))
-        except Exception as e:  # a bad frame, a socket error, the end: every call in flight fails, none hangs
+            while not call.ready:
+                if deadline is not None and not _readable(self.sock, deadline - time.monotonic()):
+                    raise TimeoutError(f"no reply from {self.client.address} within {timeout:g} s")
+                self._read_one(call)
+        except TimeoutError:
+            raise
+        except BaseException as e:  # a bad frame, a socket error, the end: every call in flight fails, none hangs
             self.fail(e)
+            if not isinstance(e, Exception):
+                raise
+        finally:
+            with self.turn_lock:
+                self.reading = False
+                self.turn.notify_all()
+
+    def _read_one(self, mine: Pending) -> None:
+        """Read the next frame and complete its call (waking the threads waiting when it is not ``mine``)."""
+        frame = receive(self.sock, self.client.limits, self._lookup)
+        if frame is None:
+            raise ConnectionLost(f"the server at {self.client.address} closed the connection")
+        kind, method, request, value = frame
+        with self.client._lock:
+            call = self.pending.pop(request)[0]
+        if kind == Kind.REPLY:
+            call._finish(value)
+        else:
+            call._finish(error=error_of(method, value))
+        if call is not mine:
+            with self.turn_lock:
+                self.turn.notify_all()
 
     def fail(self, cause: BaseException) -> None:
         """The connection is broken: every call in flight on it fails with :class:`ConnectionLost`."""
@@ -412,8 +481,10 @@ class _Connection:
                 self.failure.address = self.client.address
             pending, self.pending = self.pending, {}
         _shutdown(self.sock)
-        for future, _ in pending.values():
-            future.set_exception(self.failure)
+        for call, _ in pending.values():
+            call._finish(error=self.failure)
+        with self.turn_lock:
+            self.turn.notify_all()
 
     def send(self, buffers: list[Any]) -> None:
         try:
@@ -423,14 +494,22 @@ class _Connection:
             self.fail(e)
 
 
+def _readable(sock: socket.socket, seconds: float) -> bool:
+    """Whether ``sock`` has bytes to read (or its end) within ``seconds``."""
+    poller = select.poll()
+    poller.register(sock, select.POLLIN)
+    return bool(poller.poll(max(0, int(seconds * 1000))))
+
+
 class WireClient:
     """Calls the methods of ``interface`` on the server at ``address``, presenting ``token``.
 
-    ``submit(ParameterServerAPI.push, worker, dense, sparse)`` sends the request and returns a future of the
-    result, so several calls can be in flight (from any threads); a call goes to a connection with nothing in
-    flight, opening up to ``pool_size`` of them, else to the least busy. A connection that fails fails its calls
-    with :class:`ConnectionLost`; the next call opens a new one. A method that raised on the server fails its
-    call with :class:`RemoteError`."""
+    ``submit(ParameterServerAPI.push, worker, dense, sparse)`` sends the request and returns the call in flight
+    (:class:`Pending`), so several calls can be in flight (from any threads); a call goes to a connection with
+    nothing in flight, opening up to ``pool_size`` of them, else to the least busy. A call's ``result()`` reads
+    its reply on the calling thread (:class:`_Connection`). A connection that fails fails its calls with
+    :class:`ConnectionLost`; the next call opens a new one. A method that raised on the server fails its call
+    with :class:`RemoteError`."""
 
     def __init__(
         self,
@@ -463,7 +542,7 @@ class WireClient:
     def __exit__(self, *exc: object) -> None:
         self.close()
 
-    def submit(self, method: Callable[Concatenate[Any, P], R], *args: P.args, **kwargs: P.kwargs) -> Future[R]:
+    def submit(self, method: Callable[Concatenate[Any, P], R], *args: P.args, **kwargs: P.kwargs) -> Pending[R]:
         """Call ``method`` (a method of the interface, e.g. ``ParameterServerAPI.pull_dense``) on the server."""
         spec = self.table.by_function.get(method)
         if spec is None:
@@ -471,17 +550,16 @@ class WireClient:
         values = spec.arguments(args, kwargs)
         request = next(self._requests)
         buffers = encode(Kind.REQUEST, spec.id, request, spec.params, values, self.limits)
-        future: Future[R] = Future()
-        future.set_running_or_notify_cancel()
+        call: Pending[R] = Pending()
         try:
-            connection = self._register(request, future, spec)
+            connection = self._register(request, call, spec)
         except (OSError, WireError) as e:
             lost = e if isinstance(e, ConnectionLost) else ConnectionLost(f"cannot connect to {self.address}: {e}")
             lost.address = self.address
-            future.set_exception(lost)
-            return future
+            call._finish(error=lost)
+            return call
         connection.send(buffers)
-        return future
+        return call
 
     def connections(self) -> list[tuple[str, str]]:
         """Its open connections: each one's kind, read from its socket, and this end as the server names its
@@ -492,7 +570,7 @@ class WireClient:
             (_kind(sock), f"pid {os.getpid()}" if _kind(sock) == "unix" else _end(sock.getsockname())) for sock in live
         ]
 
-    def _register(self, request: int, future: Future, method: Method) -> _Connection:
+    def _register(self, request: int, call: Pending, method: Method) -> _Connection:
         with self._lock:
             if self._closed:
                 raise ConnectionLost(f"the client of {self.address} is closed", self.address)
@@ -504,7 +582,8 @@ class WireClient:
                 live.append(chosen)
             if chosen is None:
                 chosen = min(live, key=lambda c: len(c.pending))
-            chosen.pending[request] = (future, method)
+            chosen.pending[request] = (call, method)
+            call.connection = chosen
             return chosen
 
     def _connect(self) -> socket.socket:
@@ -537,5 +616,4 @@ class WireClient:
             connections, self._connections = self._connections, []
         for c in connections:
             c.fail(ConnectionLost(f"the client of {self.address} was closed", self.address))
-            c.reader.join(5.0)
             c.sock.close()
