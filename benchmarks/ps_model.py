@@ -1,26 +1,32 @@
 """The parameter server on paper: instances/s and memory of W workers x S servers, from costs measured on 1 x 1.
 
-    python benchmarks/ps_model.py [--batches 60] [--batch 5000] [--height 10000000] [--dim 16]
-        [--chart docs/img/ps_scale.png]
+    unshare -n -p -f --mount-proc bash -c 'ip link set lo up; exec python benchmarks/ps_model.py \
+        [--batches 60] [--batch 5000] [--height 10000000] [--dim 16] [--rounds 3] [--chart docs/img/ps_scale.png]'
 
-**Measured** (one process, the in-process backend, async): workers train a CTR-like program (an embedding of
-``--dim`` float32 looked up by ``--batch`` ids drawn from a Zipf(1.1) distribution over ``--height`` ids,
-Adagrad, a linear layer on it) for ``--batches`` batches each. The costs per batch are split by role: a
-worker's thread (its program, the communicator's calls it makes), the server's methods (timed on the pool
-threads that run them: a fixed cost per request, and costs per id pulled or pushed), the rest of the
-process (the communicators' threads), and the bytes exchanged. The model's parameters are fitted on the
-1 x 1 run alone.
+**Measured** (every role a process of its own: the Ray backend, on a local cluster on loopback, inside a
+loopback-only network namespace as docs/distributed.md's recipe has it; async): workers train a CTR-like
+program (``ps_model_role.py``: an embedding of ``--dim`` float32 looked up by ``--batch`` ids drawn from a
+Zipf(1.1) distribution over ``--height`` ids, Adagrad, a linear layer on it) for ``--batches`` batches each.
+Every process's CPU is counted over the timed batches (``proc_cpu.py``, from ``/proc``): per batch, a worker's
+process less its communicator's thread, the communicator's thread, the servers' processes, and the rest (this
+process and Ray's daemons, which the model counts as cores kept busy); the requests a server answers per
+batch, and the bytes exchanged. The model's parameters are fitted on the 1 x 1 run alone.
 
 **Model.** A round is one batch of every worker. Its time is the largest of:
 
-- a worker's: its thread's CPU per batch, or its communicator's thread's if larger (the two run side by side);
-- a server's: its requests (2 per worker and batch) at the fixed cost, plus its share of the batch's
-  distinct ids at the cost per id, times the hot-shard factor ``h(S)``: the busiest server's distinct ids over
-  the mean, sampled from the Zipf ids (the rule ``id % S``); a server is one Python process whose requests
-  hold the GIL and a table's updates its lock, so its work is one core's;
-- a node's CPU: the CPU of the roles it runs over its cores (on this machine, one process: over the
-  parallelism the 1 x 1 run reached, the GIL included);
-- a node's link: the bytes its roles send and receive over ``B`` Gbit/s (none within one process).
+- a worker's: its process's CPU per batch, or its communicator's thread's if larger (the two run side by side);
+- a server's: its requests (per worker and batch, as many as on 1 x 1) at the cost per request, plus its share
+  of the batch's distinct ids at the cost per id (the server's CPU split into the two by a second 1 x 1 run on
+  batches of a quarter of ``--batch`` ids: each run's server CPU per batch is requests x the one + distinct ids
+  x the other), times the hot-shard factor ``h(S)``: the busiest server's distinct
+  ids over the mean, sampled from the Zipf ids (the rule ``id % S``); a server is one Python process whose
+  requests hold the GIL and a table's updates its lock, so its work is one core's;
+- a node's CPU: on this machine, one node of 2 cores that runs every role, the workers' batches queue for its
+  cores (less those Ray's daemons and other processes keep busy): mean value analysis of the closed network, a
+  batch ``D`` CPU seconds (its worker's, its communicator's, its servers' share), ``q`` cores at once (1 x 1's
+  ``D`` over its seconds per batch, at least 1) and ``Z`` seconds of waiting beyond (where 1 x 1's batch took
+  longer than its CPU); on a cluster, the CPU of the roles a node runs over its cores, and a batch's latency;
+- a node's link: the bytes its roles send and receive over ``B`` Gbit/s (none on one node).
 
 instances/s = W x batch / round time. Memory: a server holds rows at goal 3's bound (1.3 x the bytes of the
 values and the optimizer state + 24 bytes per id + 500 MB).
@@ -35,34 +41,37 @@ from __future__ import annotations
 
 import argparse
 import functools
+import json
+import os
 import statistics
-import threading
-import time
-from collections.abc import Callable
+import tempfile
 from dataclasses import dataclass, replace
+from pathlib import Path
 from typing import Any
 
 import numpy as np
-from bench_ps_scale import TABLE, fleet_role, server  # this directory's: the same program and server
 
-from blockir.distributed import fleet
 from blockir.distributed.launch import launch
-from blockir.distributed.server import ParameterServer
 
 ZIPF = 1.1
+ROLE = Path(__file__).resolve().parent / "ps_model_role.py"
+SETUPS = ((1, 1), (2, 1), (2, 2))  # workers x servers measured on this machine
 
 
 @dataclass(frozen=True)
 class Costs:
     """Per-batch costs of one worker, and per-request and per-id costs of a server (seconds, bytes)."""
 
-    worker: float  # a worker's thread CPU per batch
-    side: float  # the rest of the process's CPU per batch (communicator threads)
-    request: float  # a server's CPU per request (pull or push), whatever it carries
+    worker: float  # a worker's process CPU per batch, its communicator's thread left out
+    side: float  # its communicator's thread's CPU per batch
+    request: float  # a server's CPU per request, whatever it carries
     per_id: float  # a server's CPU per distinct id of a batch (index, gather, optimizer, initializer)
+    requests: float  # requests a server answers per batch of a worker
     ids: float  # distinct ids per batch
-    bytes: float  # bytes exchanged per batch (ids, pulled rows, pushed gradients)
-    parallelism: float  # the process's CPU over its wall time in the 1 x 1 run (one process: its cores' use)
+    bytes: float  # bytes a worker sends per batch (ids, pushed gradients)
+    daemons: float  # the cores the rest keeps busy (Ray's daemons, the launcher): its CPU over the run's seconds
+    parallel: float  # the cores a worker's batch keeps busy at once, its roles side by side (at least 1)
+    waits: float  # a batch's seconds on 1 x 1 beyond its CPU on those cores (the exchanges' latency)
 
 
 @dataclass(frozen=True)
@@ -70,8 +79,9 @@ class Cluster:
     workers: int
     servers: int
     cores: int  # per node
-    gbit: float  # each node's link; 0: one process (no network)
-    one_process: bool = False
+    gbit: float  # each node's link; 0: one node (no network)
+    one_node: bool = False  # every role on one node (this machine)
+    others: float = 0.0  # cores of the node kept busy by processes outside the run (one node: measured)
 
 
 def zipf_ids(rng: np.random.Generator, height: int, size: int) -> np.ndarray:
@@ -95,125 +105,97 @@ def hot_shard(servers: int, height: int, batch: int, samples: int = 40) -> float
     return float(statistics.mean(ratios))
 
 
-class _Meter:
-    """CPU seconds of the server methods, on whichever threads run them."""
-
-    def __init__(self) -> None:
-        self.requests = 0
-        self.cpu = 0.0
-        self.lock = threading.Lock()
-
-
-def _metered(meter: _Meter, method: Callable[..., Any]) -> Callable[..., Any]:
-    @functools.wraps(method)
-    def timed(self: ParameterServer, *args: Any, **kwargs: Any) -> Any:
-        start = time.thread_time()
-        try:
-            return method(self, *args, **kwargs)
-        finally:
-            spent = time.thread_time() - start
-            with meter.lock:
-                meter.requests += 1
-                meter.cpu += spent
-
-    return timed
-
-
 def measure(args: argparse.Namespace, workers: int, servers: int) -> dict[str, float]:
-    """A run of ``workers`` x ``servers`` in this process: instances/s, and the per-batch costs by role."""
-    meter = _Meter()
-    originals = {name: getattr(ParameterServer, name) for name in ("pull_sparse", "push")}
-    rng = np.random.default_rng(workers * 10 + servers)
-    feeds = [
-        zipf_ids(rng, args.height, args.batch * (args.batches + 1)).reshape(-1, args.batch, 1) for _ in range(workers)
-    ]
-    took: dict[int, tuple[float, float, float, float]] = {}
-
-    def script() -> None:
-        role = fleet_role(args.height, args.dim, dense=True)
-        if role is None:
-            return
-        exe, loss = role
-        k = fleet.worker_index()
-        exe.run(fleet.main_program, feed={"ids": feeds[k][0]}, fetch_list=[loss])  # untimed: compiles the plans
-        fleet.barrier_worker()
-        wall, cpu, thread = time.perf_counter(), time.process_time(), time.thread_time()
-        sent = fleet.communicator().stats["bytes_sent"]
-        for batch in feeds[k][1:]:
-            exe.run(fleet.main_program, feed={"ids": batch}, fetch_list=[loss])
-        fleet.communicator().stop()  # every push applied
-        took[k] = (
-            time.perf_counter() - wall,
-            time.process_time() - cpu,
-            time.thread_time() - thread,
-            fleet.communicator().stats["bytes_sent"] - sent,
-        )
-        fleet.stop_worker()
-
-    try:
-        for name, method in originals.items():
-            setattr(ParameterServer, name, _metered(meter, method))
-        result = launch(script, servers, workers, timeout=3600)
-    finally:
-        for name, method in originals.items():
-            setattr(ParameterServer, name, method)
-    if not result.ok:
-        raise SystemExit(f"{workers} x {servers} failed: {result.failures}")
-    batches = workers * args.batches
-    wall = max(t[0] for t in took.values())
-    process = max(t[1] for t in took.values())  # the process's CPU over the slowest worker's window
-    thread = statistics.mean(t[2] for t in took.values()) / args.batches
-    ids = statistics.mean(np.unique(b).size for f in feeds for b in f[1:])
+    """A run of ``workers`` x ``servers``, every role a Ray actor (``ps_model_role.py``): instances/s, and the
+    per-batch costs by part."""
+    with tempfile.TemporaryDirectory(prefix="ps-model-") as tmp:
+        out = Path(tmp)
+        role_args = [str(out), *map(str, (args.height, args.dim, args.batch, args.batches, os.getpid()))]
+        result = launch(ROLE, servers, workers, role_args, backend="ray", timeout=3600)
+        if not result.ok:
+            raise SystemExit(f"{workers} x {servers} failed: {result.failures}")
+        reports = [json.loads((out / f"worker{k}.json").read_text()) for k in range(workers)]
+        served = [json.loads((out / f"server{k}.json").read_text()) for k in range(servers)]
+    cpu = {int(pid): seconds for pid, seconds in reports[0]["cpu"].items()}  # worker 0's: every process's
+    mine, theirs = {r["pid"] for r in reports}, {r["pid"] for r in served}
+    batches, window = workers * args.batches, reports[0]["window"]
+    communicator = sum(r["communicator_cpu_s"] for r in reports)
+    requests = sum(r["pushes"] + r["pulls"] for r in served)  # over the run: the untimed batch included
     return {
-        "ips": batches * args.batch / wall,
-        "worker": thread,
-        "server": meter.cpu / batches,
-        "requests": meter.requests / batches,
-        "side": max(0.0, process / batches - thread - meter.cpu / batches),
-        "ids": ids,
-        "bytes": statistics.mean(t[3] for t in took.values()) / args.batches,
-        "parallelism": process / wall,
+        "ips": batches * args.batch / window,
+        "worker": (sum(cpu.get(pid, 0.0) for pid in mine) - communicator) / batches,
+        "side": communicator / batches,
+        "server": sum(cpu.get(pid, 0.0) for pid in theirs) / batches,
+        "requests": requests / (servers * workers * (args.batches + 1)),
+        "daemons": sum(seconds for pid, seconds in cpu.items() if pid not in mine | theirs) / window,
+        "others": max(0.0, reports[0]["machine_cpu"] - sum(cpu.values())) / window,
+        "latency": window / args.batches,  # seconds per round
+        "ids": statistics.mean(r["ids"] for r in reports),
+        "bytes": statistics.mean(r["bytes"] for r in reports),
     }
 
 
-def fit(run: dict[str, float], args: argparse.Namespace) -> Costs:
-    """The model's parameters from a 1 x 1 run: the server's CPU split into a cost per request and one per id by
-    a second measurement of the server alone (a batch of ``--batch`` ids against a batch of one)."""
-    srv = server(args.height, args.dim)
-    rng = np.random.default_rng(0)
-    one = np.zeros((1, args.dim), np.float32)
+def fit(run: dict[str, float], small: dict[str, float]) -> Costs:
+    """The model's parameters from 1 x 1 runs: ``run``, and ``small`` on batches of a quarter as many ids, which
+    split a server's CPU per batch into a cost per request and one per distinct id (the two runs' CPU, each
+    requests x the one + distinct ids x the other: two equations)."""
+    shares = [[run["requests"], run["ids"]], [small["requests"], small["ids"]]]
+    request, per_id = (max(0.0, float(x)) for x in np.linalg.solve(shares, [run["server"], small["server"]]))
+    costs = Costs(
+        run["worker"], run["side"], request, per_id, run["requests"], run["ids"], run["bytes"], run["daemons"], 1, 0
+    )
+    cores, demand = _cores(costs, Cluster(1, 1, os.cpu_count() or 2, 0.0, True, run["others"])), _demand(costs, 1)
+    parallel = max(1.0, demand / run["latency"])  # a batch shorter than its CPU: its roles ran side by side
+    waits = run["latency"] - _cycle(demand, parallel, cores, 0.0)  # one longer: it waited besides
+    return replace(costs, parallel=parallel, waits=max(0.0, waits))
 
-    def cpu_of(size: int) -> float:
-        times = []
-        for _ in range(20):
-            batch = np.unique(zipf_ids(rng, args.height, size))
-            start = time.process_time()
-            srv.pull_sparse(TABLE, batch)
-            srv.push(0, {}, {TABLE: (batch, np.repeat(one, len(batch), 0))})
-            times.append((time.process_time() - start) / 2)
-        return statistics.median(times)
 
-    cpu_of(1)  # compiles the optimizer's plan
-    small, large = cpu_of(1), cpu_of(args.batch)
-    distinct = statistics.mean(np.unique(zipf_ids(rng, args.height, args.batch)).size for _ in range(20))
-    per_id = max(0.0, (large - small) / max(distinct - 1, 1))
-    request = max(0.0, run["server"] / run["requests"] - per_id * run["ids"] / run["requests"])
-    return Costs(run["worker"], run["side"], request, per_id, run["ids"], run["bytes"], run["parallelism"])
+def _demand(costs: Costs, servers: int) -> float:
+    """The CPU seconds of a worker's batch, all its roles' (its process, its communicator, the servers')."""
+    return costs.worker + costs.side + servers * costs.requests * costs.request + costs.ids * costs.per_id
+
+
+def _cores(costs: Costs, cluster: Cluster) -> float:
+    """The cores of a node the run's roles have: what Ray's daemons and other processes leave."""
+    return cluster.cores - costs.daemons - cluster.others
+
+
+def _cycle(demand: float, parallel: float, cores: float, queue: float) -> float:
+    """A batch's seconds on a node's ``cores``, the batch keeping ``parallel`` of them busy at once, its waits left
+    out: the cores a multi-server station, by Seidmann's approximation (a queue at ``demand / cores`` behind
+    ``queue`` batches, then a delay of what a batch alone takes beyond that, ``demand / min(parallel, cores)``)."""
+    alone = demand / min(parallel, cores)
+    return demand / cores * (1 + queue) + max(0.0, alone - demand / cores)
+
+
+def closed_loop(workers: int, demand: float, waits: float, cores: float, parallel: float = 1.0) -> float:
+    """Batches per second of ``workers`` workers on one node, each batch ``demand`` CPU seconds on the node's
+    ``cores`` (``parallel`` of them at once) and ``waits`` seconds beyond (the exchanges' latency): exact mean
+    value analysis of the closed network the workers' batches make, one worker at a time added."""
+    queue = rate = 0.0
+    for n in range(1, workers + 1):
+        rate = n / (_cycle(demand, parallel, cores, queue) + waits)
+        queue = rate * demand / cores * (1 + queue)
+    return rate
 
 
 def predict(costs: Costs, cluster: Cluster, height: int, batch: int) -> tuple[float, str]:
     """Instances/s of ``cluster`` and the bound that sets it."""
     w, s = cluster.workers, cluster.servers
     hot = hot_shard(s, height, batch) if s > 1 else 1.0
-    server = 2 * w * costs.request + hot * w * costs.ids * costs.per_id / s  # the busiest server's, per round
+    per_server = costs.requests * costs.request  # per worker and batch, whatever the ids
+    server = w * (per_server + hot * costs.ids * costs.per_id / s)  # the busiest server's, per round
     bounds = {"worker": max(costs.worker, costs.side), "server": server}
-    if cluster.one_process:  # every role in one process: its CPU over the parallelism it reaches
-        total = w * (costs.worker + costs.side) + 2 * w * s * costs.request + w * costs.ids * costs.per_id
-        bounds["CPU"] = total / min(costs.parallelism, cluster.cores)
+    cores = _cores(costs, cluster)
+    if cluster.one_node:  # every role a process of one node: the workers' batches queue for its cores
+        bounds["CPU and latency"] = w / closed_loop(w, _demand(costs, s), costs.waits, cores, costs.parallel)
     else:
-        per_node = max(1, int(cluster.cores // (1 + costs.side / costs.worker)))  # workers a node holds
+        # a batch's: its worker's CPU, a server's answer (the servers answer side by side), as 1 x 1 overlapped
+        # them, and the waits
+        bounds["latency"] = (costs.worker + costs.side + server / w) / costs.parallel + costs.waits
+        per_node = max(1, int(cores // (1 + costs.side / costs.worker)))  # workers a node holds
         nodes = -(-w // per_node)
-        bounds["CPU"] = (w * (costs.worker + costs.side)) / (nodes * cluster.cores)
+        bounds["CPU"] = (w * (costs.worker + costs.side)) / (nodes * cores)
         bytes_per_s = cluster.gbit * 1e9 / 8
         bounds["network (worker node)"] = min(w, per_node) * costs.bytes / bytes_per_s
         bounds["network (server)"] = hot * w * costs.bytes / s / bytes_per_s
@@ -236,12 +218,51 @@ def main() -> None:
     parser.add_argument("--batch", type=int, default=5000)
     parser.add_argument("--height", type=int, default=10_000_000)
     parser.add_argument("--dim", type=int, default=16)
+    parser.add_argument("--rounds", type=int, default=3, help="runs of each setup (the medians are compared)")
     parser.add_argument("--chart", help="write the predicted curve here (a PNG)")
     args = parser.parse_args()
-    here = Cluster(1, 1, 2, 0.0, one_process=True)
-    measure(replace_args(args, batches=3), 1, 1)  # untimed: the first launch of the process warms it up
-    one = measure(args, 1, 1)
-    costs = fit(one, args)
+    here = Cluster(1, 1, os.cpu_count() or 2, 0.0, one_node=True)
+    import ray  # the dev extra's
+
+    from blockir.distributed.ray_backend import NAMESPACE, loopback_env
+
+    os.environ.update(loopback_env())
+    with tempfile.TemporaryDirectory(prefix="ray-") as tmp:
+        ray.init(
+            num_cpus=here.cores,
+            include_dashboard=False,
+            _node_ip_address="127.0.0.1",
+            namespace=NAMESPACE,
+            _temp_dir=tmp,
+            log_to_driver=False,
+        )
+        try:
+            measure(replace_args(args, batches=3), 1, 1)  # untimed: the cluster's first actors warm it up
+            runs: dict[tuple[int, int], list[dict[str, float]]] = {}
+            small = []  # 1 x 1 on batches of a quarter of the ids: the server's cost per request and per id
+            for r in range(args.rounds):  # alternating orders: a drift of the machine's load falls on each alike
+                for setup in SETUPS if r % 2 == 0 else SETUPS[::-1]:
+                    runs.setdefault(setup, []).append(measure(args, *setup))
+                small.append(measure(replace_args(args, batch=args.batch // 4), 1, 1))
+        finally:
+            ray.shutdown()
+    report(args, here, runs, small)
+
+
+def _median(rounds: list[dict[str, float]]) -> dict[str, float]:
+    return {k: statistics.median(r[k] for r in rounds) for k in rounds[0]}
+
+
+def report(
+    args: argparse.Namespace,
+    here: Cluster,
+    runs: dict[tuple[int, int], list[dict[str, float]]],
+    small: list[dict[str, float]],
+) -> None:
+    """The fit (on the medians of the 1 x 1 runs), the check against the runs, the curve (module docstring)."""
+    median = {setup: _median(rounds) for setup, rounds in runs.items()}
+    one = median[1, 1]
+    costs = fit(one, _median(small))
     print(
         f"fitted on 1 x 1 ({one['ips']:,.0f} instances/s measured): "
         + ", ".join(
@@ -249,13 +270,16 @@ def main() -> None:
             for k, v in costs.__dict__.items()
         )
     )
-    print("this machine (one process, in-process backend): measured against predicted")
-    for w, s in ((1, 1), (2, 1), (2, 2)):
-        run = one if (w, s) == (1, 1) else measure(args, w, s)
-        guess, limit = predict(costs, replace(here, workers=w, servers=s), args.height, args.batch)
+    print(f"this machine ({here.cores} cores, every role a process, Ray): measured against predicted")
+    for (w, s), run in median.items():
+        machine = replace(here, workers=w, servers=s, others=run["others"])
+        guess, limit = predict(costs, machine, args.height, args.batch)
         print(
-            f"  {w} x {s}: measured {run['ips']:>9,.0f}, predicted {guess:>9,.0f} ({limit} bound), "
-            f"{guess / run['ips'] - 1:+.0%}"
+            f"  {w} x {s}: measured {run['ips']:>9,.0f} ({min(r['ips'] for r in runs[w, s]):,.0f} - "
+            f"{max(r['ips'] for r in runs[w, s]):,.0f}), predicted {guess:>9,.0f} ({limit} bound), "
+            f"{guess / run['ips'] - 1:+.0%}; per batch: worker {run['worker'] * 1e3:.2f} ms, communicator "
+            f"{run['side'] * 1e3:.2f} ms, servers {run['server'] * 1e3:.2f} ms ({run['requests']:.2f} requests "
+            f"per server), daemons {run['daemons']:.2f} cores, other processes {run['others']:.2f} cores"
         )
     print("predicted: 16-core nodes at 10 GbE, servers on nodes of their own (instances/s, the bound)")
     curve: dict[int, list[tuple[int, float]]] = {}

@@ -14,6 +14,9 @@ rebuilt (from the live rows alone) when they fill it.
 
 from __future__ import annotations
 
+import os
+from concurrent.futures import ThreadPoolExecutor
+
 import numpy as np
 
 __all__ = ["IdIndex", "grown"]
@@ -24,6 +27,12 @@ _GOLDEN = np.uint64(0x9E3779B97F4A7C15)  # Fibonacci hashing: 2**64 / the golden
 _MAX_LOAD = 0.6  # live ids and tombstones over slots, at most
 _REBUILT_LOAD = 0.45  # at most, in a rebuilt table
 _INT32_ROWS = int(np.iinfo(np.int32).max)
+_CHECKED = 1 << 18  # rows checked at a time by IdIndex.restored
+
+
+def _tally(slots: np.ndarray) -> tuple[int, int, int, int]:
+    """The least and the greatest of ``slots`` (a part of a table), its live slots and its tombstones."""
+    return int(slots.min()), int(slots.max()), int(np.count_nonzero(slots >= 0)), int(np.count_nonzero(slots == _GONE))
 
 
 def grown(array: np.ndarray, size: int) -> np.ndarray:
@@ -78,20 +87,47 @@ class IdIndex:
     def restored(cls, ids: np.ndarray, slots: np.ndarray) -> IdIndex | None:
         """The index of ``ids`` (distinct, at rows 0, 1, ...: no row free) over ``slots``, the table of an index
         that held them so (its :attr:`slots`, saved); None where ``slots`` is no such table (then one is built).
-        Checked whole: the table's size and load, each slot's row, and every id found at its own row, which
-        also says that no id is there twice. It costs a look-up of every id, a fraction of building the table."""
+        Checked whole: the table's size and load, each slot's row, as many live slots as rows, and a look-up of
+        the id of each row finding that row (:meth:`_finds_rows`). Each row found in a slot of its own, and live
+        slots as many as rows: every live slot holds a row of its own, and no id is at two rows. It costs a
+        random read of the table per id, a fraction of building it: passes over parts of the table and batches
+        of :data:`_CHECKED` rows (their arrays stay in the cache) run on threads side by side (numpy's passes
+        release the GIL)."""
         n, size = len(ids), slots.size
-        if slots.ndim != 1 or slots.dtype not in (np.int32, np.int64) or size < 16 or size & (size - 1):
+        if slots.ndim != 1 or slots.dtype not in (np.int32, np.int64) or size < 16 or size & (size - 1) or n == 0:
             return None
-        if n == 0 or slots.min() < _GONE or slots.max() >= n:
-            return None
-        live, gone = int(np.count_nonzero(slots >= 0)), int(np.count_nonzero(slots == _GONE))
-        if live != n or live + gone > _MAX_LOAD * size:
-            return None
-        index = cls()
-        index._slots, index._shift = slots, np.uint64(64 - size.bit_length() + 1)
-        index._ids, index._end, index._live, index._gone = ids, n, n, gone
-        return index if np.array_equal(index.find(ids), np.arange(n)) else None
+        with ThreadPoolExecutor(min(8, os.cpu_count() or 1)) as pool:
+            tallies = list(pool.map(_tally, np.array_split(slots, max(1, size // (4 * _CHECKED)))))
+            low, high = min(t[0] for t in tallies), max(t[1] for t in tallies)
+            live, gone = sum(t[2] for t in tallies), sum(t[3] for t in tallies)
+            if low < _GONE or high >= n or live != n or live + gone > _MAX_LOAD * size:  # (an empty slot ends probes)
+                return None
+            index = cls()
+            index._slots, index._shift = slots, np.uint64(64 - size.bit_length() + 1)
+            index._ids, index._end, index._live, index._gone = ids, n, n, gone
+            return index if all(pool.map(index._finds_rows, range(0, n, _CHECKED))) else None
+
+    def _finds_rows(self, start: int) -> bool:
+        """Whether a look-up of the id of each of the rows ``start`` to ``start + _CHECKED`` (none free) finds that
+        row: the probe from the id's home slot passes only full slots (tombstones, or rows of other ids) before the
+        slot holding its row. As :meth:`find` would look it up, but the id of a row is read only where a probe
+        passes a row not its own: most ids are at their home slot, and the row sought is known."""
+        ids, mask = self._ids[: self._end], self._slots.size - 1
+        pos = self._hash(ids[start : start + _CHECKED])
+        at = np.take(self._slots, pos, mode="clip")  # (every position is in the table: no bound to check)
+        todo = np.flatnonzero(at != np.arange(start, start + len(pos), dtype=at.dtype))
+        pos, row, todo = pos[todo], at[todo].astype(np.int64), todo + start
+        while todo.size:
+            if np.any(row == _EMPTY):
+                return False  # a probe that ends before the row of its id
+            full = row >= 0
+            if np.any(ids[row[full]] == ids[todo[full]]):
+                return False  # another row of the same id, passed over
+            pos = (pos + 1) & mask
+            row = np.take(self._slots, pos).astype(np.int64)
+            on = row != todo
+            todo, pos, row = todo[on], pos[on], row[on]
+        return True
 
     def row_ids(self) -> np.ndarray:
         """The id of every row below :attr:`end` (-1 for a free row); a view, valid until the next change."""

@@ -761,13 +761,15 @@ class ParameterServer:
             missing = sorted(set(shard.store) - {name} - set(entry.states))
             if missing:
                 raise BlockirError(f"{dirname}: table {name!r} is saved without the optimizer state {missing}")
-            loaded[name] = replay(dirname, name, entry, list(shard.store), (self.index, self.servers))
+            rows = replay(dirname, name, entry, list(shard.store), (self.index, self.servers))
+            if entry.height > shard.table.height:  # (read_shard checked the ids against the save's height)
+                self._check_range(shard, rows.index.row_ids()[rows.index.live_rows()])
+            loaded[name] = rows  # (replay keeps only this server's ids by the rule)
         fresh = {}
         for name, rows in loaded.items():
             shard = self._table(name)
             fresh[name] = _Shard(shard.table, shard.init, shard.state_init)
             fresh[name].adopt(rows)
-            self._check_ids(fresh[name], fresh[name].ids)
         for name, shard in fresh.items():
             with self._table_locks[name]:
                 self.shards[name] = shard
@@ -919,6 +921,17 @@ class ParameterServer:
             yield self.shards[table]
 
     def _check_ids(self, shard: _Shard, ids: np.ndarray) -> None:
+        """``ids`` are ids of ``shard``'s table that this server holds."""
+        self._check_range(shard, ids)
+        wrong = ids[ids % self.servers != self.index]
+        if wrong.size:
+            raise BlockirError(
+                f"parameter server {self.index} does not hold id {int(wrong[0])} of {shard.table.name!r}"
+            )
+
+    @staticmethod
+    def _check_range(shard: _Shard, ids: np.ndarray) -> None:
+        """``ids`` are ids of ``shard``'s table (within its height)."""
         if ids.size == 0:
             return
         low, high = int(ids.min()), int(ids.max())
@@ -926,11 +939,6 @@ class ParameterServer:
             raise BlockirError(
                 f"table {shard.table.name!r}: id {low if low < 0 else high} is out of range (valid ids: "
                 f"0..{shard.table.height - 1})"
-            )
-        wrong = ids[ids % self.servers != self.index]
-        if wrong.size:
-            raise BlockirError(
-                f"parameter server {self.index} does not hold id {int(wrong[0])} of {shard.table.name!r}"
             )
 
 

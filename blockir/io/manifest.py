@@ -2,10 +2,11 @@
 
 A save's ``manifest.json`` (:mod:`blockir.io.persistence`) holds, per sparse table, an entry: the table's
 shape and dtype, its sharding rule, the optimizer state saved with its rows, and its shards save by save (the
-base, then each delta), each a file of ``.npy`` arrays with its rows and CRC-32. In the code an entry is a
-:class:`TableEntry` (frozen); it crosses the disk (and the wire) as JSON: :meth:`TableEntry.to_json` and
-:meth:`TableEntry.from_json`, which checks every claim that can be checked without the shards (types, ranges,
-the shards' arrays and counts) and names the first one that fails, with the file it came from.
+base, then each delta), each a file of ``.npy`` arrays with its rows and the CRC-32 of each of its parts. In
+the code an entry is a :class:`TableEntry` (frozen); it crosses the disk (and the wire) as JSON:
+:meth:`TableEntry.to_json` and :meth:`TableEntry.from_json`, which checks every claim that can be checked
+without the shards (types, ranges, the shards' arrays and counts) and names the first one that fails, with the
+file it came from.
 """
 
 from __future__ import annotations
@@ -48,21 +49,35 @@ def table_dtype(dtype: str) -> np.dtype | None:
 @dataclass(frozen=True)
 class ShardEntry:
     """One server's shard of a table in one save: its file (relative to the save's directory, ``/``
-    separators), the arrays it holds in order, its rows and the CRC-32 of its bytes (8 hexadecimal digits)."""
+    separators), the arrays it holds in order, its rows and the CRC-32 of its bytes part by part: ``crc32``
+    holds one checksum (8 hexadecimal digits) per ``part_bytes`` bytes of the file, the last part shorter, so
+    that a load reads and checks the parts on several threads at once. ``part_bytes`` 0: one checksum of the
+    whole file, as saves made before parts were checksummed apart have (they load, on one thread)."""
 
     file: str
     arrays: tuple[str, ...]
     rows: int
-    crc32: str
+    crc32: tuple[str, ...]
+    part_bytes: int = 0
 
     @classmethod
     def written(cls, file: str, facts: dict[str, Any]) -> ShardEntry:
         """The entry of a shard written to ``file`` (relative to the save's directory), ``facts`` what
-        :func:`~blockir.io.persistence.write_shard` said of it (its ``arrays``, ``rows`` and ``crc32``)."""
-        return cls(file, tuple(facts["arrays"]), int(facts["rows"]), str(facts["crc32"]))
+        :func:`~blockir.io.persistence.write_shard` said of it (its ``arrays``, ``rows``, ``crc32`` and
+        ``part_bytes``)."""
+        part = int(facts["part_bytes"])
+        crc = tuple(facts["crc32"]) if part else (str(facts["crc32"]),)
+        return cls(file, tuple(facts["arrays"]), int(facts["rows"]), crc, part)
+
+    def parts(self, size: int) -> int:
+        """How many parts a file of ``size`` bytes has (each checksummed apart)."""
+        return -(-size // self.part_bytes) if self.part_bytes else 1
 
     def to_json(self) -> dict[str, Any]:
-        return {"file": self.file, "arrays": list(self.arrays), "rows": self.rows, "crc32": self.crc32}
+        doc = {"file": self.file, "arrays": list(self.arrays), "rows": self.rows}
+        if not self.part_bytes:
+            return doc | {"crc32": self.crc32[0]}
+        return doc | {"crc32": list(self.crc32), "part_bytes": self.part_bytes}
 
     @classmethod
     def from_json(cls, doc: Any, where: str, table: str, required: tuple[str, ...]) -> ShardEntry:
@@ -70,9 +85,15 @@ class ShardEntry:
         if not isinstance(doc, dict) or not isinstance(doc.get("file"), str):
             raise BlockirError(f"{where}: bad shard entry of table {table!r}: {doc!r}")
         what = f"{where}: table {table!r}: shard {doc['file']!r}"
-        crc, rows, arrays = doc.get("crc32"), doc.get("rows"), doc.get("arrays")
-        if not isinstance(crc, str) or not _CRC32.fullmatch(crc):
-            raise BlockirError(f"{what}: crc32 {crc!r} is not 8 hexadecimal digits")
+        crc, rows, arrays, part = doc.get("crc32"), doc.get("rows"), doc.get("arrays"), doc.get("part_bytes", 0)
+        if not _is_count(part):
+            raise BlockirError(f"{what}: part_bytes {part!r} is not a count of bytes (0 or more)")
+        checksums = crc if part else [crc]  # a checksum per part, or one of the whole file
+        if not isinstance(checksums, list) or not checksums:
+            raise BlockirError(f"{what}: crc32 {crc!r} is not a list of checksums of 8 hexadecimal digits")
+        if not all(isinstance(c, str) and _CRC32.fullmatch(c) for c in checksums):
+            which = "a list of checksums of 8" if part else "8"
+            raise BlockirError(f"{what}: crc32 {crc!r} is not {which} hexadecimal digits")
         if not _is_count(rows):
             raise BlockirError(f"{what}: rows {rows!r} is not a count (0 or more)")
         if not isinstance(arrays, list) or not all(isinstance(a, str) for a in arrays):
@@ -81,7 +102,7 @@ class ShardEntry:
         if missing or len(set(arrays)) != len(arrays):
             problem = f"lacks {missing[0]!r}" if missing else "names an array twice"
             raise BlockirError(f"{what}: arrays {arrays!r} {problem}")
-        return cls(doc["file"], tuple(arrays), doc["rows"], crc)
+        return cls(doc["file"], tuple(arrays), doc["rows"], tuple(checksums), part)
 
 
 @dataclass(frozen=True)

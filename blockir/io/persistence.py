@@ -18,7 +18,8 @@ read without ever executing code from a file. Two layouts:
   is relative to ``dirname``, with ``/`` separators. A parameter server's save
   (:func:`save_sharded`) adds ``tables``: per sparse table its shape, dtype,
   sharding rule, the optimizer state saved with its rows, and its shards (file,
-  arrays, rows, CRC-32), written by the servers into the same generation.
+  arrays, rows, the CRC-32 of each 16 MiB part), written by the servers into the
+  same generation.
 * **a bundle** (``filename``): one zip archive of stored (uncompressed) ``.npy``
   members, so ``np.load`` opens it as an ``.npz``, plus ``index.json`` telling
   each variable's kind and members: a LoDTensor's data and one array per LoD
@@ -70,7 +71,7 @@ import tokenize
 import zipfile
 import zlib
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
 from typing import IO, Any, cast
@@ -103,6 +104,11 @@ from blockir.runtime.executor import Executor
 from blockir.runtime.plan import describe_value, shape_matches
 from blockir.runtime.scope import Scope, global_scope
 
+try:  # ISA-L's CRC-32 (the fast extra): zlib's checksum, its values the same, several times faster
+    from isal.isal_zlib import crc32 as _crc32_of
+except ImportError:
+    _crc32_of = zlib.crc32
+
 __all__ = [
     "MANIFEST_FILE",
     "MAX_INDEX_BYTES",
@@ -123,6 +129,7 @@ __all__ = [
     "check_distinct",
     "check_shard",
     "SHARD_EXTRAS",
+    "SHARD_PART_BYTES",
     "ArrayParts",
     "ShardEntry",
     "TableEntry",
@@ -147,6 +154,10 @@ TableWriter = Callable[[Path], Mapping[str, TableEntry | dict[str, Any]]]
 """What writes a save's sparse tables into its generation directory and returns their entries (:func:`save_sharded`)."""
 MAX_INDEX_BYTES = 64 << 20
 """The largest manifest or bundle ``index.json`` read (64 MiB)."""
+SHARD_PART_BYTES = 16 << 20
+"""The bytes of a table shard's file checksummed apart (16 MiB: :class:`ShardEntry`), so that a load reads and checks
+its parts on several threads at once."""
+_SHARD_BLOCK = 1 << 20  # a part is read and checksummed this much at a time, while its bytes are in the cache
 _INDEX = "index.json"
 _FORMAT, _VERSION = "blockir.vars", 1
 _MANIFEST_FORMAT, _MANIFEST_VERSION = "blockir.save", 1
@@ -640,52 +651,52 @@ def saved_values(dirname: str | os.PathLike[str]) -> dict[str, Any]:
     return {name: _load_file(dirname, manifest, name) for name in manifest.vars}
 
 
-class _Checksumming:
-    """A file's reads or writes, CRC-32 checksummed as they pass (one pass over the bytes). The checksum of a large
-    block is folded in on a thread of its own, in order, while the file is read on (in blocks of
-    :attr:`BLOCK` bytes) or the block written: zlib and the file's reads and writes release the GIL, so a
-    shard is read or written at about the pace of the slower of the two rather than of both in turn."""
+def _crc32(pieces: Iterable[Any]) -> str:
+    """The CRC-32 of ``pieces`` (buffers) one after the other, as 8 hexadecimal digits."""
+    crc = 0
+    for piece in pieces:
+        crc = _crc32_of(piece, crc)
+    return f"{crc:08x}"
 
-    BLOCK = 32 << 20
 
-    def __init__(self, f: Any) -> None:
-        self.f = f
-        self.crc = 0
-        self._pool: ThreadPoolExecutor | None = None
+class _PartChecksums:
+    """A shard file's writes, the CRC-32 of each ``part_bytes`` bytes of it computed on ``pool``'s threads while the
+    file is written on (the CRC and the file's writes release the GIL): the parts are checksummed side by side, and a
+    write waits while more than two per thread are waiting (what they hold stays bounded). The bytes written are
+    the writer's arrays, kept alive and unchanged until their part is checksummed."""
 
-    def _fold(self, data: Any) -> None:
-        self.crc = zlib.crc32(data, self.crc)
-
-    def _add(self, data: Any) -> None:
-        """Fold ``data`` (kept alive and unchanged until :attr:`checksum` is read) in after what came before."""
-        if self._pool is None and memoryview(data).nbytes < self.BLOCK // 4:
-            self._fold(data)
-            return
-        if self._pool is None:
-            self._pool = ThreadPoolExecutor(1, thread_name_prefix="blockir-checksum")
-        self._pool.submit(self._fold, data)
+    def __init__(self, f: IO[bytes], part_bytes: int, pool: ThreadPoolExecutor, threads: int) -> None:
+        self.f, self.part_bytes, self.pool, self.most = f, part_bytes, pool, 2 * threads
+        self.pieces: list[memoryview] = []  # of the part being written
+        self.filled = 0  # its bytes so far
+        self.parts: list[Future[str]] = []
+        self.known = 0  # the parts (the first ones) whose checksum is known
 
     def write(self, data: Any) -> int:
-        self._add(data)
-        return cast(int, self.f.write(data))
+        view = memoryview(data).cast("B")
+        self.f.write(view)
+        at = 0
+        while at < len(view):
+            piece = view[at : at + self.part_bytes - self.filled]
+            self.pieces.append(piece)
+            self.filled += len(piece)
+            at += len(piece)
+            if self.filled == self.part_bytes:
+                self._close()
+        return len(view)
 
-    def read(self, n: int = -1) -> bytes:
-        data = cast(bytes, self.f.read(n))
-        self._add(data)
-        return data
+    def _close(self) -> None:
+        self.parts.append(self.pool.submit(_crc32, self.pieces))
+        self.pieces, self.filled = [], 0
+        while len(self.parts) - self.known > self.most:
+            self.parts[self.known].result()
+            self.known += 1
 
-    def readinto(self, buffer: Any) -> int:
-        view = memoryview(buffer).cast("B")
-        n = cast(int, self.f.readinto(view[: self.BLOCK]))
-        self._add(view[:n])
-        return n
-
-    @property
-    def checksum(self) -> str:
-        if self._pool is not None:  # every block folded in
-            self._pool.shutdown(wait=True)
-            self._pool = None
-        return f"{self.crc:08x}"
+    def checksums(self) -> list[str]:
+        """The checksum of every part, the last one (shorter) closed."""
+        if self.pieces or not self.parts:
+            self._close()
+        return [part.result() for part in self.parts]
 
 
 @dataclass
@@ -701,10 +712,12 @@ class ArrayParts:
 
 def write_shard(path: Path, arrays: Mapping[str, np.ndarray | ArrayParts]) -> dict[str, Any]:
     """Write a table shard: ``arrays`` (``ids``, one array per saved array of the rows, and others; each whole or
-    in :class:`ArrayParts`) as ``.npy`` arrays one after the other, in a file created and synced, checksummed as
-    it is written; its ``arrays`` (their order), ``rows`` and ``crc32`` for the manifest."""
-    with _new_file(path) as f:
-        hashing = _Checksumming(f)
+    in :class:`ArrayParts`) as ``.npy`` arrays one after the other, in a file created and synced, the CRC-32 of
+    each :data:`SHARD_PART_BYTES` bytes computed on threads as it is written; its ``arrays`` (their order),
+    ``rows``, ``crc32`` (a checksum per part) and ``part_bytes`` for the manifest (:class:`ShardEntry`)."""
+    threads = _shard_threads()
+    with _new_file(path) as f, ThreadPoolExecutor(threads, thread_name_prefix="blockir-checksum") as pool:
+        hashing = _PartChecksums(f, SHARD_PART_BYTES, pool, threads)
         for name, array in arrays.items():
             dtype, shape = np.dtype(array.dtype), tuple(array.shape)
             if dtype.hasobject:
@@ -718,8 +731,9 @@ def write_shard(path: Path, arrays: Mapping[str, np.ndarray | ArrayParts]) -> di
                 rows += len(part)
             if rows != shape[0]:
                 raise BlockirError(f"{path}: {name!r} came in parts of {rows} rows, not the {shape[0]} of its header")
-    ids = arrays["ids"]
-    return {"arrays": list(arrays), "rows": int(ids.shape[0]), "crc32": hashing.checksum}
+        checksums = hashing.checksums()
+    rows = int(arrays["ids"].shape[0])
+    return {"arrays": list(arrays), "rows": rows, "crc32": checksums, "part_bytes": SHARD_PART_BYTES}
 
 
 def _check_arrays(
@@ -753,25 +767,89 @@ def _check_arrays(
         )
 
 
-def check_shard(dirname: str | os.PathLike[str], name: str, table: TableEntry, shard: ShardEntry) -> int:
-    """Check a shard of the table ``name`` (its manifest entry ``table``, the shard's ``shard``) against what the
-    manifest claims, without reading its data: a regular file of exactly the arrays the manifest names, their
-    headers giving its ``rows``, ``dim`` and ``dtype``. Its size in bytes; a :class:`BlockirError` naming the
-    first claim it belies. (:func:`read_shard` also checks the checksum and the ids.)"""
+@dataclass
+class _ShardLayout:
+    """Where a shard file's arrays lie: its ``size``, each array's header (its offset and bytes) and its data (its
+    offset, shape, Fortran order and dtype), by name."""
+
+    size: int
+    headers: list[tuple[int, bytes]]
+    data: dict[str, tuple[int, tuple[int, ...], bool, np.dtype]]
+
+
+def _shard_layout(dirname: str | os.PathLike[str], name: str, table: TableEntry, shard: ShardEntry) -> _ShardLayout:
+    """:func:`check_shard`'s checks; where the shard's arrays lie."""
     path = _inside(dirname, shard.file, "a table shard")
     where = str(path)
-    held = {}
+    headers, data = [], {}
     with os_errors(path, "read"), open_regular(path) as f:
         size = os.fstat(f.fileno()).st_size
         for array in shard.arrays:
-            shape, _, dtype, nbytes = _npy_header(cast(io.BufferedIOBase, f), size - f.tell(), f"{where}: {array}")
-            held[array] = (dtype, shape)
-            f.seek(nbytes, os.SEEK_CUR)
+            start = f.tell()
+            shape, fortran, dtype, nbytes = _npy_header(cast(io.BufferedIOBase, f), size - start, f"{where}: {array}")
+            at = f.tell()
+            f.seek(start)
+            headers.append((start, f.read(at - start)))
+            data[array] = (at, shape, fortran, dtype)
+            f.seek(at + nbytes)
         left = size - f.tell()
     if left:
         raise BlockirError(f"{where}: {left} bytes after the arrays its manifest names ({', '.join(shard.arrays)})")
-    _check_arrays(dirname, name, table, shard, held)
-    return size
+    if shard.parts(size) != len(shard.crc32):
+        raise BlockirError(
+            f"{where}: its {size} bytes make {shard.parts(size)} parts of {shard.part_bytes} bytes, and its manifest "
+            f"checksums {len(shard.crc32)} parts"
+        )
+    _check_arrays(dirname, name, table, shard, {a: (dtype, shape) for a, (_, shape, _, dtype) in data.items()})
+    return _ShardLayout(size, headers, data)
+
+
+def check_shard(dirname: str | os.PathLike[str], name: str, table: TableEntry, shard: ShardEntry) -> int:
+    """Check a shard of the table ``name`` (its manifest entry ``table``, the shard's ``shard``) against what the
+    manifest claims, without reading its data: a regular file of exactly the arrays the manifest names, their
+    headers giving its ``rows``, ``dim`` and ``dtype``, as many parts as it has checksums. Its size in bytes; a
+    :class:`BlockirError` naming the first claim it belies. (:func:`read_shard` also checks the checksums and the
+    ids.)"""
+    return _shard_layout(dirname, name, table, shard).size
+
+
+def _shard_threads() -> int:
+    """The threads that checksum a shard's parts as it is written, or read and checksum them as it is read."""
+    return min(8, os.cpu_count() or 1)
+
+
+def _fill(fd: int, block: memoryview, offset: int, where: str) -> None:
+    """Read ``block`` from the file ``fd`` at ``offset`` (the file's reads release the GIL)."""
+    done = 0
+    while done < len(block):
+        got = os.preadv(fd, [block[done:]], offset + done)
+        if not got:
+            raise BlockirError(f"{where}: cut short while it was read (it ends at byte {offset + done})")
+        done += got
+
+
+def _read_parts(fd: int, segments: list[tuple[int, memoryview]], shard: ShardEntry, size: int, where: str) -> list[str]:
+    """Read the file ``fd`` of ``size`` bytes into ``segments`` (each the offset of some of its bytes and the buffer
+    they go to, together covering the file), its parts (``shard.part_bytes`` bytes each; or the whole file) on
+    threads side by side, each part a block at a time, checksummed while its bytes are in the cache; the CRC-32
+    of each part."""
+    step = shard.part_bytes or size
+
+    def part(k: int) -> str:
+        begin, end, crc = k * step, min(size, (k + 1) * step), 0
+        for offset, buffer in segments:
+            low, high = max(begin, offset), min(end, offset + len(buffer))
+            for at in range(low, high, _SHARD_BLOCK):
+                block = buffer[at - offset : min(high, at + _SHARD_BLOCK) - offset]
+                _fill(fd, block, at, where)
+                crc = _crc32_of(block, crc)
+        return f"{crc:08x}"
+
+    count = shard.parts(size)
+    if count == 1:
+        return [part(0)]
+    with ThreadPoolExecutor(min(count, _shard_threads()), thread_name_prefix="blockir-read") as pool:
+        return list(pool.map(part, range(count)))
 
 
 def read_shard(
@@ -783,22 +861,38 @@ def read_shard(
 ) -> dict[str, np.ndarray]:
     """A shard of the table ``name`` (its manifest entry ``table``, the shard's ``shard``): its arrays by name
     (``ids``, the rows of the table and of each state in ``table.states``, :data:`SHARD_EXTRAS`). Checked
-    as :func:`check_shard` does, then read once, checksummed as it is read (a checksum that differs from the
-    manifest's is an error, and nothing read is returned), every id in ``0..height-1`` and (unless
-    ``distinct`` is False: the caller checks it, :func:`check_distinct`) none twice."""
-    check_shard(dirname, name, table, shard)
+    as :func:`check_shard` does, then read once, straight into the arrays returned, its parts side by side on
+    threads, each checksummed as it is read (a checksum that differs from the manifest's is an error naming the
+    part, and nothing read is returned), every id in ``0..height-1`` and (unless ``distinct`` is False: the caller
+    checks it, :func:`check_distinct`) none twice."""
+    layout = _shard_layout(dirname, name, table, shard)
     path = _inside(dirname, shard.file, "a table shard")
     where = str(path)
+    flat = {a: np.empty(math.prod(shape), dtype) for a, (_, shape, _, dtype) in layout.data.items()}
+    heads = [bytearray(len(raw)) for _, raw in layout.headers]
+    segments = sorted(
+        [(offset, memoryview(head)) for (offset, _), head in zip(layout.headers, heads, strict=True)]
+        + [(layout.data[a][0], array.view(np.uint8).data) for a, array in flat.items()],
+        key=lambda segment: segment[0],
+    )
     with os_errors(path, "read"), open_regular(path) as f:
-        size = os.fstat(f.fileno()).st_size
-        hashing = _Checksumming(f)
-        arrays = {}
-        for array in shard.arrays:
-            arrays[array] = _read_npy(cast(io.BufferedIOBase, hashing), size - f.tell(), f"{where}: {array}")
-        trailing = hashing.read()
-    if trailing or hashing.checksum != shard.crc32:
-        raise BlockirError(f"{where}: checksum mismatch (the shard changed or was cut short since it was saved)")
-    _check_arrays(dirname, name, table, shard, {a: (v.dtype, v.shape) for a, v in arrays.items()})  # as read
+        if os.fstat(f.fileno()).st_size != layout.size:
+            raise BlockirError(f"{where}: changed while it was read (its size is no longer {layout.size} bytes)")
+        checksums = _read_parts(f.fileno(), segments, shard, layout.size, where)
+    wrong = [k for k, (got, want) in enumerate(zip(checksums, shard.crc32, strict=True)) if got != want]
+    if wrong:
+        step = shard.part_bytes or layout.size
+        first, last = wrong[0] * step, min(layout.size, (wrong[0] + 1) * step)
+        raise BlockirError(
+            f"{where}: checksum mismatch in bytes {first}..{last - 1} (part {wrong[0] + 1} of {len(checksums)}"
+            f"{f', and {len(wrong) - 1} more' if len(wrong) > 1 else ''}: the shard changed or was cut short since "
+            f"it was saved)"
+        )
+    if any(bytes(head) != raw for head, (_, raw) in zip(heads, layout.headers, strict=True)):
+        raise BlockirError(f"{where}: changed while it was read (an array's header is not the one checked)")
+    arrays = {}
+    for array, (_, shape, fortran, _) in layout.data.items():
+        arrays[array] = flat[array].reshape(shape[::-1]).T if fortran else flat[array].reshape(shape)
     for array in ("ids", "pending_ids", "removed_ids"):
         ids = arrays[array]
         if ids.size and not 0 <= ids.min() <= ids.max() < table.height:
@@ -1155,6 +1249,7 @@ def save_inference_model(
 
         write_model(f"{os.fspath(dirname)}{onnx.ONNX_SUFFIX}", program, values)
         return targets
+    paddle.check_paddle_attrs(program, f"save_inference_model(format={format!r})")
     if format == "paddle":
         program_path = Path(f"{os.fspath(dirname)}{paddle.PDMODEL}")
         paddle.write_combined(f"{os.fspath(dirname)}{paddle.PDIPARAMS}", values)

@@ -129,7 +129,15 @@ LIES: dict[str, tuple[Callable[[Path], None], str]] = {
     ),
     "a crc32 that is no checksum": (
         _manifest(lambda d: d["tables"][TABLE]["shards"][1].__setitem__("crc32", "lots")),
-        "crc32 'lots' is not 8 hexadecimal digits",
+        "crc32 'lots' is not a list of checksums of 8 hexadecimal digits",
+    ),
+    "a checksum too few": (
+        _manifest(lambda d: d["tables"][TABLE]["shards"][1].__setitem__("part_bytes", 64)),
+        "base-001-of-002.npys: its 944 bytes make 15 parts of 64 bytes, and its manifest checksums 1 parts",
+    ),
+    "part_bytes -1": (
+        _manifest(lambda d: d["tables"][TABLE]["shards"][1].__setitem__("part_bytes", -1)),
+        "part_bytes -1 is not a count of bytes",
     ),
     "a shard of another table": (
         _manifest(lambda d: d["tables"][TABLE]["shards"][0].__setitem__("arrays", ["ids", "other"])),

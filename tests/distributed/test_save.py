@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+import zlib
 from pathlib import Path
 
 import numpy as np
@@ -9,6 +11,7 @@ import pytest
 
 from blockir.distributed.saves import format_inspection, inspect, reshard
 from blockir.errors import BlockirError
+from blockir.io import persistence
 from blockir.io.manifest import ShardEntry, TableEntry
 from blockir.io.persistence import (
     MANIFEST_FILE,
@@ -80,6 +83,53 @@ def test_a_table_entry_crosses_the_disk_as_json_and_a_bad_one_from_a_writer_is_r
     assert (tmp_path / MANIFEST_FILE).read_bytes() == before
     with pytest.raises(BlockirError, match=r"the-save: table 't': dim 0 is not 1 or more"):
         TableEntry.from_json({**table.to_json(), "dim": 0}, "the-save", "t")
+
+
+def test_a_shard_is_checksummed_part_by_part_and_a_changed_part_is_named(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A shard's file has a CRC-32 per ``part_bytes`` bytes (the last part shorter), read and checked on threads
+    side by side; a byte changed is a checksum mismatch naming the file and the part's bytes."""
+    monkeypatch.setattr(persistence, "SHARD_PART_BYTES", 100)
+    save_sharded(tmp_path, {}, lambda d: _table_entry(d, tmp_path.resolve(), 8))
+    table = saved_tables(tmp_path)["t"]
+    shard = table.shards[0]
+    size = (tmp_path / shard.file).stat().st_size
+    assert shard.part_bytes == 100 and len(shard.crc32) == -(-size // 100) > 5
+    assert TableEntry.from_json(table.to_json(), "here", "t") == table
+    assert read_shard(tmp_path, "t", table, shard)["t"].shape == (8, 2)
+    data = bytearray((tmp_path / shard.file).read_bytes())
+    data[350] ^= 0x01  # in the rows
+    (tmp_path / shard.file).write_bytes(bytes(data))
+    with pytest.raises(BlockirError, match=r"shard-000-of-001.npys: checksum mismatch in bytes 300..399 \(part 4 of "):
+        read_shard(tmp_path, "t", table, shard)
+
+
+def test_a_parts_checksum_is_zlibs_crc32_whichever_library_computes_it() -> None:
+    """ISA-L's CRC-32 (the fast extra, where installed) is zlib's: a save is the same bytes with or without it."""
+    data = np.random.default_rng(0).integers(0, 256, 100_000, dtype=np.uint8)
+    assert persistence._crc32([data[:5000].data, memoryview(b""), data[5000:].data]) == f"{zlib.crc32(data):08x}"
+
+
+def test_a_shard_saved_with_one_checksum_of_the_whole_file_still_loads(tmp_path: Path) -> None:
+    """A save made before parts were checksummed apart (one ``crc32`` of the whole file, no ``part_bytes``)
+    loads; its checksum is still checked."""
+    save_sharded(tmp_path, {}, lambda d: _table_entry(d, tmp_path.resolve(), 4))
+    doc = json.loads((tmp_path / MANIFEST_FILE).read_text())
+    entry = doc["tables"]["t"]["shards"][0]
+    path = tmp_path / entry.pop("file")
+    entry.pop("part_bytes")
+    old = {"file": path.relative_to(tmp_path).as_posix(), **entry, "crc32": f"{zlib.crc32(path.read_bytes()):08x}"}
+    doc["tables"]["t"]["shards"][0] = old
+    (tmp_path / MANIFEST_FILE).write_text(json.dumps(doc))
+    table = saved_tables(tmp_path)["t"]
+    assert table.shards[0].part_bytes == 0 and table.to_json()["shards"][0] == old
+    assert read_shard(tmp_path, "t", table, table.shards[0])["ids"].tolist() == [0, 1, 2, 3]
+    data = bytearray(path.read_bytes())
+    data[300] ^= 0x01  # in the rows
+    path.write_bytes(bytes(data))
+    with pytest.raises(BlockirError, match=rf"checksum mismatch in bytes 0..{len(data) - 1} \(part 1 of 1:"):
+        read_shard(tmp_path, "t", table, table.shards[0])
 
 
 def _chain_save(save: Path) -> None:

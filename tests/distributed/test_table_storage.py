@@ -413,3 +413,66 @@ def test_a_load_takes_the_index_saved_with_a_full_save(tmp_path: Path) -> None:
     fresh.load_tables(str(tmp_path), {TABLE: entry}, None)
     np.testing.assert_array_equal(fresh.shards[TABLE].index.slots, srv.shards[TABLE].index.slots)
     _same(_rows(fresh), _rows(srv))
+
+
+def test_an_index_table_that_misplaces_a_row_or_cuts_a_probe_short_is_not_taken() -> None:
+    """The check of a saved table catches a table whose every row is in one slot, with as many live slots as
+    rows, but not where a look-up of its id finds it: two rows swapped, a row moved past an empty slot."""
+    rng = np.random.default_rng(6)
+    ids = rng.permutation(10**6)[:4000].astype(np.int64)
+    index = IdIndex()
+    index.add(ids)
+    row_ids = index.row_ids().copy()
+    assert IdIndex.restored(row_ids, index.slots.copy()) is not None
+    live = np.flatnonzero(index.slots >= 0)
+    swapped = index.slots.copy()
+    swapped[live[[10, 2000]]] = swapped[live[[2000, 10]]]  # each row at the other's slot
+    assert IdIndex.restored(row_ids, swapped) is None
+    empty = np.flatnonzero(index.slots == -1)
+    moved = index.slots.copy()
+    slot = live[live < empty[-1]][-1]  # a row, and an empty slot after it: the row put there is past its probe
+    target = empty[empty > slot][0] + 1  # one past that empty slot (itself empty or a row's: moved to the next)
+    while moved[target % moved.size] != -1:
+        target += 1
+    moved[target % moved.size], moved[slot] = moved[slot], -1
+    assert IdIndex.restored(row_ids, moved) is None
+
+
+def test_a_load_builds_the_index_when_the_saved_table_does_not_check_out(tmp_path: Path) -> None:
+    """A full save whose index table was written wrong (its checksums right) still loads every row: the table
+    is refused by its check and the index built."""
+    from blockir.io.persistence import write_shard
+
+    srv, chain = _server(10**6), []
+    ids = np.random.default_rng(2).permutation(10**6)[:3000].astype(np.int64)
+    srv.push(0, {}, {TABLE: (ids, np.ones((3000, 4), np.float32))})
+    entry = _saved(srv, tmp_path, chain, delta=False)
+    shard = srv.shards[TABLE]
+    slots = shard.index.slots.copy()
+    live = np.flatnonzero(slots >= 0)
+    slots[live[[10, 2000]]] = slots[live[[2000, 10]]]  # each row at the other's slot, far from its own
+    arrays = {"ids": shard.ids, **shard.arrays, "pending_ids": np.zeros(0, np.int64)}
+    arrays |= {"pending_counts": np.zeros(0, np.int64), "removed_ids": np.zeros(0, np.int64), "index_slots": slots}
+    path = tmp_path / "wrong" / "base.npys"
+    written = {"file": path.relative_to(tmp_path).as_posix(), **write_shard(path, arrays)}
+    fresh = _server(10**6)
+    fresh.load_tables(str(tmp_path), {TABLE: entry | {"shards": [written]}}, None)
+    assert not np.array_equal(fresh.shards[TABLE].index.slots, slots)  # built, not taken
+    _same(_rows(fresh), _rows(srv))
+    np.testing.assert_array_equal(fresh.shards[TABLE].rows(ids), srv.shards[TABLE].rows(ids))
+
+
+def test_a_save_of_a_taller_table_loads_only_if_its_ids_fit(tmp_path: Path) -> None:
+    """A save of a table of another height loads where every id is below the program's height; an id that is
+    not is an error naming it (read_shard checks the ids against the save's height alone)."""
+    from blockir.errors import BlockirError
+
+    srv, chain = _server(10**6), []
+    srv.push(0, {}, {TABLE: (np.array([3, 500_000], np.int64), np.ones((2, 4), np.float32))})
+    entry = _saved(srv, tmp_path, chain, delta=False)
+    with pytest.raises(BlockirError, match=r"table 'embedding_0.w_0': id 500000 is out of range \(valid ids: 0..999\)"):
+        _server(1000).load_tables(str(tmp_path), {TABLE: entry}, None)
+    small, chain, base = _server(10), [], tmp_path / "small"
+    small.push(0, {}, {TABLE: (np.array([3, 7], np.int64), np.ones((2, 4), np.float32))})
+    base.mkdir()
+    _same(_loaded(base, _saved(small, base, chain, delta=False), 1000), _rows(small))
