@@ -485,10 +485,16 @@ def _flipped_filters(xp: Any, w: Any, groups: int) -> Any:
 
 def _direct_image_grad(ctx: KernelContext, dout: Any, w: Any, geo: ConvGeometry, shape: Sequence[int]) -> Any:
     """Input@GRAD of ``shape`` as a convolution of Output@GRAD (``dout``, the op's layout) by the flipped filter,
-    when the geometry allows one (:func:`_flipped_geometry`), else None. It trades col2im's strided adds over
-    the columns of Input's channels for an im2col of Output@GRAD and a gemm over a k of M x kh x kw."""
+    when the geometry allows one (:func:`_flipped_geometry`) and it pays, else None. It trades col2im's strided
+    adds over the columns of Input's channels (C x taps per pixel) for an im2col of Output@GRAD (M x taps per
+    pixel) and a gemm over a k of M x taps: measured (benchmarks/bench_cnn.py's layers, resnet's), it pays where
+    C >= M and an image has at least 64 pixels (0.55-0.90x the col2im's time there; 1.6x at M = 4C, 3.7x at
+    3 -> 32 channels, 1.6x for 512 channels at 7x7)."""
     channel_last, groups = _channel_last(ctx.attrs), ctx.attrs["groups"]
-    full = _flipped_geometry(geo, _spatial(shape, channel_last))
+    sizes = _spatial(shape, channel_last)
+    if w.shape[1] * groups < w.shape[0] or math.prod(sizes) < 64:
+        return None
+    full = _flipped_geometry(geo, sizes)
     if full is None or full.pointwise():
         return None
     flipped = _flipped_filters(ctx.xp, w, groups)

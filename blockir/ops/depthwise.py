@@ -149,9 +149,17 @@ def _layout(xp: Any, y: Any, planes: _Planes, channel_last: bool) -> Any:
     return xp.ascontiguousarray(y.transpose(0, 2, 3, 1) if channel_last else y)
 
 
+def _summed_in(xp: Any, *arrays: Any) -> list[Any]:
+    """``arrays`` in the dtype the taps are summed in: float16 as float32 (a sum over the taps in float16 loses
+    digits that a gemm's float32 accumulation keeps), the others as they are."""
+    return [a.astype(xp.float32) if a.dtype == xp.float16 else a for a in arrays]
+
+
 def conv(xp: Any, x: Any, w: Any, geo: ConvGeometry, channel_last: bool) -> Any:
     """Output of the depthwise convolution of ``x`` (NCHW, or NHWC with ``channel_last``) by Filter ``w``
     ``[C * multiplier, 1, kh, kw]``: per tap, its slice of the planes times the tap's weight, summed."""
+    dtype = x.dtype
+    x, w = _summed_in(xp, x, w)
     x = _channel_first(x, channel_last)
     n, c = x.shape[:2]
     planes = _Planes.of(geo)
@@ -168,7 +176,7 @@ def conv(xp: Any, x: Any, w: Any, geo: ConvGeometry, channel_last: bool) -> Any:
             xp.multiply(tap, weight, out=o if t == 0 else p)
             if t:
                 xp.add(o, p, out=o)
-    return _layout(xp, out.reshape(n, c * multiplier, span), planes, channel_last)
+    return _layout(xp, out.reshape(n, c * multiplier, span), planes, channel_last).astype(dtype, copy=False)
 
 
 def conv_grad(
@@ -176,6 +184,8 @@ def conv_grad(
 ) -> tuple[Any, Any]:
     """(Input@GRAD, Filter@GRAD) of :func:`conv` for Output@GRAD ``dout`` (the op's layout); None for an output
     ``wants`` (Input, Filter) does not ask for."""
+    dtypes = x.dtype, w.dtype
+    x, w, dout = _summed_in(xp, x, w, dout)
     x = _channel_first(x, channel_last)
     n, c = x.shape[:2]
     planes = _Planes.of(geo)
@@ -192,7 +202,7 @@ def conv_grad(
         rows_dw = xp.empty((n * c, multiplier, len(planes.taps)), dtype=x.dtype)
         for t, (phase, offset) in enumerate(planes.taps):
             rows_dw[:, :, t] = xp.einsum("rql,rl->rq", g, source[:, phase, offset : offset + span])
-        dw = rows_dw.reshape(n, c * multiplier, *geo.ksize).sum(axis=0)[:, None].astype(w.dtype, copy=False)
+        dw = rows_dw.reshape(n, c * multiplier, *geo.ksize).sum(axis=0)[:, None].astype(dtypes[1], copy=False)
     if wants[0]:
         grads = xp.zeros((n * c, planes.phases[0] * planes.phases[1], planes.rows * planes.cols), dtype=dout.dtype)
         chunks = _chunks(n * c, span)
@@ -204,5 +214,5 @@ def conv_grad(
                 xp.einsum("rql,rq->rl", g[chunk], weights[t, chunk], out=p)
                 xp.add(into, p, out=into)
         dx = _write_planes(xp, grads, planes, x.shape)
-        dx = xp.ascontiguousarray(dx.transpose(0, 2, 3, 1)) if channel_last else dx
+        dx = (xp.ascontiguousarray(dx.transpose(0, 2, 3, 1)) if channel_last else dx).astype(dtypes[0], copy=False)
     return dx, dw

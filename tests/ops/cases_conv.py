@@ -143,6 +143,19 @@ CONV2D = [
         "per_image_groups_strided", rand(2, 4, 6, 7), rand(6, 2, 2, 2), groups=2, strides=[1, 2], paddings=[1, 0]
     ),
     conv_case("per_image_stride1", rand(2, 2, 6, 6), rand(3, 2, 2, 2), paddings=[1, 1]),
+    # Input@GRAD by the flipped filter: strides 1, C >= M and at least 64 pixels an image (else the col2im)
+    conv_case("flipped_input_grad", rand(2, 4, 8, 9), rand(3, 4, 3, 3), paddings=[1, 2]),
+    conv_case(
+        "flipped_input_grad_groups_dilated",
+        rand(1, 4, 9, 8),
+        rand(4, 2, 3, 2),
+        groups=2,
+        dilations=[2, 1],
+        paddings=[2, 1],
+    ),
+    conv_case(
+        "flipped_input_grad_nhwc_same", rand(1, 8, 9, 3), rand(3, 3, 3, 3), data_format="NHWC", padding_algorithm="SAME"
+    ),
     conv_case("pointwise_groups_float32", rand(2, 4, 3, 3), rand(6, 2, 1, 1), "float32", groups=2),
     conv_case("pointwise_nhwc", rand(2, 3, 4, 3), rand(4, 3, 1, 1), data_format="NHWC"),
     conv_case("pointwise_nhwc_groups_batch1", rand(1, 3, 3, 6), rand(4, 3, 1, 1), data_format="NHWC", groups=2),
@@ -361,6 +374,8 @@ CONV2D_TRANSPOSE = [
     ),
     transpose_case("pointwise", rand(2, 3, 3, 4), rand(3, 5, 1, 1)),
     transpose_case("per_image_stride2", rand(2, 2, 5, 4), rand(2, 3, 2, 2), strides=[2, 2]),
+    # strides 1, Output's channels >= Input's, at least 64 pixels: the convolution by the flipped filter
+    transpose_case("stride1_flipped", rand(1, 2, 7, 8), rand(2, 3, 3, 3), paddings=[1, 0]),
     transpose_case("pointwise_nhwc_groups", rand(2, 3, 2, 4), rand(4, 3, 1, 1), data_format="NHWC", groups=2),
     # a 1x1 filter whose Output is larger than Input (output_padding with dilation 2): not pointwise
     transpose_case(
