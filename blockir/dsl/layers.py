@@ -1167,7 +1167,6 @@ def conv2d(
     default); the bias ``[num_filters]`` (none with ``bias_attr=False``) is added along the channel dim.
     ``padding``: an int, [pad_h, pad_w], [top, bottom, left, right], one pair per dim, "SAME" or "VALID".
     """
-    args = dict(locals())  # the layer's arguments, before any other name is bound
     channels = _known_channels(input, data_format, 2)
     depthwise = (
         channels > 0
@@ -1176,7 +1175,23 @@ def conv2d(
         and isinstance(num_filters, int)
         and num_filters % channels == 0
     )
-    return _conv("depthwise_conv2d" if depthwise else "conv2d", 2, **args)
+    return _conv(
+        "depthwise_conv2d" if depthwise else "conv2d",
+        2,
+        input=input,
+        num_filters=num_filters,
+        filter_size=filter_size,
+        stride=stride,
+        padding=padding,
+        dilation=dilation,
+        groups=groups,
+        param_attr=param_attr,
+        bias_attr=bias_attr,
+        use_cudnn=use_cudnn,
+        act=act,
+        name=name,
+        data_format=data_format,
+    )
 
 
 def conv3d(
@@ -1201,7 +1216,23 @@ def conv3d(
     ``padding``: an int, [pad_d, pad_h, pad_w], [front, back, top, bottom, left, right], one pair per dim, "SAME" or
     "VALID".
     """
-    return _conv("conv3d", 3, **locals())
+    return _conv(
+        "conv3d",
+        3,
+        input=input,
+        num_filters=num_filters,
+        filter_size=filter_size,
+        stride=stride,
+        padding=padding,
+        dilation=dilation,
+        groups=groups,
+        param_attr=param_attr,
+        bias_attr=bias_attr,
+        use_cudnn=use_cudnn,
+        act=act,
+        name=name,
+        data_format=data_format,
+    )
 
 
 def _conv_transpose(
@@ -1286,10 +1317,26 @@ def conv2d_transpose(
     ``(L - 1) * stride - paddings + dilation * (k - 1) + 1``; ``output_size`` picks one in ``[that, that + stride)``,
     and without ``filter_size`` it gives the filter size (as Fluid, from the paddings given). ``padding`` as
     conv2d's."""
-    args = dict(locals())  # the layer's arguments, before any other name is bound
     channels = _known_channels(input, data_format, 2)
     depthwise = channels > 0 and groups == channels and num_filters == channels and not use_cudnn
-    return _conv_transpose("depthwise_conv2d_transpose" if depthwise else "conv2d_transpose", 2, **args)
+    return _conv_transpose(
+        "depthwise_conv2d_transpose" if depthwise else "conv2d_transpose",
+        2,
+        input=input,
+        num_filters=num_filters,
+        output_size=output_size,
+        filter_size=filter_size,
+        padding=padding,
+        stride=stride,
+        dilation=dilation,
+        groups=groups,
+        param_attr=param_attr,
+        bias_attr=bias_attr,
+        use_cudnn=use_cudnn,
+        act=act,
+        name=name,
+        data_format=data_format,
+    )
 
 
 def conv3d_transpose(
@@ -1313,7 +1360,24 @@ def conv3d_transpose(
 
     The filter ``[C, num_filters / groups, kd, kh, kw]`` starts as Xavier's (Fluid's default); output sizes,
     ``output_size`` and a filter size from it as conv2d_transpose's, per spatial dim; ``padding`` as conv3d's."""
-    return _conv_transpose("conv3d_transpose", 3, **locals())
+    return _conv_transpose(
+        "conv3d_transpose",
+        3,
+        input=input,
+        num_filters=num_filters,
+        output_size=output_size,
+        filter_size=filter_size,
+        padding=padding,
+        stride=stride,
+        dilation=dilation,
+        groups=groups,
+        param_attr=param_attr,
+        bias_attr=bias_attr,
+        use_cudnn=use_cudnn,
+        act=act,
+        name=name,
+        data_format=data_format,
+    )
 
 
 def _pool(
@@ -1380,7 +1444,20 @@ def pool2d(
     """Max or average pooling over ``pool_size`` windows (``pool2d``); ``global_pooling``: over the whole
     image. ``exclusive`` leaves the padding out of averages; ``ceil_mode`` rounds the output size up.
     ``pool_padding`` as conv2d's ``padding``."""
-    return _pool(2, **locals())
+    return _pool(
+        2,
+        input=input,
+        pool_size=pool_size,
+        pool_type=pool_type,
+        pool_stride=pool_stride,
+        pool_padding=pool_padding,
+        global_pooling=global_pooling,
+        use_cudnn=use_cudnn,
+        ceil_mode=ceil_mode,
+        name=name,
+        exclusive=exclusive,
+        data_format=data_format,
+    )
 
 
 def pool3d(
@@ -1398,7 +1475,20 @@ def pool3d(
 ) -> Variable:
     """pool2d's layer over NCDHW (or NDHWC) ``input`` (``pool3d``): ``pool_size``, ``pool_stride`` an int or 3
     ints, ``pool_padding`` as conv3d's ``padding``."""
-    return _pool(3, **locals())
+    return _pool(
+        3,
+        input=input,
+        pool_size=pool_size,
+        pool_type=pool_type,
+        pool_stride=pool_stride,
+        pool_padding=pool_padding,
+        global_pooling=global_pooling,
+        use_cudnn=use_cudnn,
+        ceil_mode=ceil_mode,
+        name=name,
+        exclusive=exclusive,
+        data_format=data_format,
+    )
 
 
 def _adaptive_pool(
@@ -1433,7 +1523,9 @@ def adaptive_pool2d(
     """Pooling of NCHW ``input`` to ``pool_size`` [oh, ow], bin ``i`` spanning ``floor(i * H / oh)`` to
     ``ceil((i + 1) * H / oh)``: ``pool2d`` (avg) or ``max_pool2d_with_index`` (max), as Fluid builds it; with
     ``require_index`` (max only), also the int32 position ``h * W + w`` of each maximum."""
-    return _adaptive_pool(2, **locals())
+    return _adaptive_pool(
+        2, input=input, pool_size=pool_size, pool_type=pool_type, require_index=require_index, name=name
+    )
 
 
 def adaptive_pool3d(
@@ -1446,4 +1538,6 @@ def adaptive_pool3d(
     """Pooling of NCDHW ``input`` to ``pool_size`` [od, oh, ow], bins as adaptive_pool2d's per spatial dim:
     ``pool3d`` (avg) or ``max_pool3d_with_index`` (max); with ``require_index`` (max only), also the int32 position
     ``(d * H + h) * W + w`` of each maximum."""
-    return _adaptive_pool(3, **locals())
+    return _adaptive_pool(
+        3, input=input, pool_size=pool_size, pool_type=pool_type, require_index=require_index, name=name
+    )
