@@ -598,7 +598,10 @@ class _Pool:
         results: dict[int, _Result] = {}
         try:
             for k, (_, conn) in enumerate(self.workers[: spec.workers]):
-                conn.send((k, spec))
+                # a worker that died before taking the run (its start failed: its script raised) has closed its
+                # end; the wait below finds it dead and reports its exit status
+                with suppress(BrokenPipeError, ConnectionResetError):
+                    conn.send((k, spec))
             shown = np.zeros(2 + fetches)
             while len(results) < spec.workers:
                 waiting = {k: self.workers[k] for k in range(spec.workers) if k not in results}
