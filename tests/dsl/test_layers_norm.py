@@ -282,10 +282,11 @@ def test_dropout_in_training_zeroes_about_p_and_scales_per_implementation(implem
     batch = RNG.uniform(1.0, 2.0, size=(400, 50))
     got, kept = exe.run(main, feed={"x": batch}, fetch_list=[out, mask], scope=scope)
     assert kept.dtype == np.uint8 and set(np.unique(kept).tolist()) == {0, 1}
-    assert kept.mean() == pytest.approx(1 - p, abs=0.01)  # 20000 draws: standard error 0.003
+    # 20000 draws: standard error 0.0032; 6 of them (0.01 was 3.1, which a fresh mask missed once in CI)
+    assert kept.mean() == pytest.approx(1 - p, abs=0.02)
     factor = 1 / (1 - p) if implementation == "upscale_in_train" else 1.0
     np.testing.assert_allclose(got, batch * kept * factor)
-    assert got.mean() == pytest.approx(batch.mean() * (1 - p) * factor, rel=0.02)
+    assert got.mean() == pytest.approx(batch.mean() * (1 - p) * factor, rel=0.03)
 
 
 @pytest.mark.parametrize(
