@@ -37,7 +37,6 @@ from __future__ import annotations
 
 import argparse
 import functools
-import importlib.metadata
 import json
 import os
 import platform
@@ -353,7 +352,7 @@ def main() -> None:
     args = parser.parse_args()
     only = set(args.only.split(","))
     host = args.place == "cpu"
-    versions = {"numpy": np.__version__, "blockir": importlib.metadata.version("blockir")}
+    versions = {"numpy": np.__version__, "blockir": bir.__version__}
     torch = None
     if "torch" in only:
         try:

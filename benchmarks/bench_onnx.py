@@ -30,7 +30,6 @@ ratio blockir / onnxruntime taken within each round, with its range over the rou
 from __future__ import annotations
 
 import argparse
-import importlib.metadata
 import os
 import platform
 import statistics
@@ -196,7 +195,7 @@ def main(argv: list[str] | None = None) -> None:
     args = parser.parse_args(argv)
     import onnx
 
-    versions = {"numpy": np.__version__, "onnx": onnx.__version__, "blockir": importlib.metadata.version("blockir")}
+    versions = {"numpy": np.__version__, "onnx": onnx.__version__, "blockir": bir.__version__}
     with threadpool_limits(limits=1):
         print(f"{machine()}; Python {platform.python_version()}; BLAS threads 1 ({blas()})")
         if args.import_nodes:

@@ -30,7 +30,6 @@ OpenMP pools are limited to ``--threads`` (threadpoolctl, ``torch.set_num_thread
 from __future__ import annotations
 
 import argparse
-import importlib.metadata
 import os
 import platform
 import statistics
@@ -210,7 +209,7 @@ def paddle_bow(paddle: ModuleType, d: BowData, lr: float = BOW_LR) -> Step:
 def import_peers(only: set[str], threads: int) -> tuple[dict[str, ModuleType], dict[str, str]]:
     """The peers of ``only`` that import, and every framework's version (or "not installed")."""
     modules: dict[str, ModuleType] = {}
-    versions = {"numpy": np.__version__, "blockir": importlib.metadata.version("blockir")}
+    versions = {"numpy": np.__version__, "blockir": bir.__version__}
     if "paddle" in only:
         os.environ["FLAGS_enable_pir_api"] = "0"  # the legacy ProgramDesc graph, not PIR
         os.environ["FLAGS_paddle_num_threads"] = str(threads)

@@ -18,7 +18,6 @@ turn, the order reversed every other round, a pause of 0.3 s before each turn; t
 from __future__ import annotations
 
 import argparse
-import importlib.metadata
 import platform
 from collections.abc import Callable
 from types import ModuleType
@@ -158,7 +157,7 @@ def main() -> None:
     torch.set_num_threads(args.threads)
     with threadpool_limits(limits=args.threads):
         print(f"{machine()}; Python {platform.python_version()}; BLAS threads {args.threads} (numpy: {blas()})")
-        print(f"numpy {np.__version__}; blockir {importlib.metadata.version('blockir')}; torch {torch.__version__}")
+        print(f"numpy {np.__version__}; blockir {bir.__version__}; torch {torch.__version__}")
         data = transformer_data(args.batch)
         steps = {"torch": torch_transformer(torch, *data), "blockir": blockir_transformer(*data)}
         losses = {name: (fn(), fn()) for name, fn in steps.items()}
