@@ -7,8 +7,7 @@ import pytest
 import blockir as bir
 from blockir.errors import BlockirError, ShapeError
 from tests.dsl.test_backward_numeric import build, check_gradients
-from tests.ops.cases_conv import ref_conv2d, ref_conv2d_transpose, ref_max_pool_with_index, ref_pool2d
-from tests.ops.cases_conv3d import ref_conv, ref_conv_transpose, ref_pool
+from tests.ops.cases_conv import ref_conv, ref_conv_transpose, ref_max_pool_with_index, ref_pool
 
 RNG_X = np.random.default_rng(11)
 
@@ -122,13 +121,13 @@ def test_conv_and_pool_layers_compute_what_numpy_does(progs):
         [conv, pooled, glob, nhwc, adaptive, amax, mask],
     )
     w, b = np.asarray(scope.get("conv2d_0.w_0")), np.asarray(scope.get("conv2d_0.b_0"))
-    expected_conv = ref_conv2d(img, w, [2, 1], [1, 0, 1, 1], [1, 2], groups=2) + b.reshape(1, -1, 1, 1)
+    expected_conv = ref_conv(img, w, [2, 1], [1, 0, 1, 1], [1, 2], groups=2) + b.reshape(1, -1, 1, 1)
     expected = [
         expected_conv,
-        ref_pool2d(expected_conv, "avg", [3, 3], [2, 2], [1, 1], ceil_mode=True),
-        ref_pool2d(expected_conv, "max", [1, 1], global_pooling=True),
-        ref_pool2d(img.transpose(0, 2, 3, 1), "max", [2, 2], [2, 2], padding_algorithm="SAME", data_format="NHWC"),
-        ref_pool2d(expected_conv, "avg", [2, 3], adaptive=True),
+        ref_pool(expected_conv, "avg", [3, 3], [2, 2], [1, 1], ceil_mode=True),
+        ref_pool(expected_conv, "max", [1, 1], global_pooling=True),
+        ref_pool(img.transpose(0, 2, 3, 1), "max", [2, 2], [2, 2], padding_algorithm="SAME", data_format="NHWC"),
+        ref_pool(expected_conv, "avg", [2, 3], adaptive=True),
         *ref_max_pool_with_index(expected_conv, [2, 2], adaptive=True),
     ]
     for got, want, var in zip(fetched, expected, [conv, pooled, glob, nhwc, adaptive, amax, mask]):
@@ -248,12 +247,12 @@ def test_conv2d_transpose_layer_computes_what_the_reference_does_and_learns(prog
     loss = bir.layers.mean(bir.layers.square_error_cost(y, target))
     bir.optimizer.SGD(0.5).minimize(loss)
     img = RNG_X.uniform(-1, 1, (2, 2, 3, 4))
-    feed = {"img": img, "target": ref_conv2d_transpose(img, RNG_X.uniform(-1, 1, (2, 2, 2, 3)), (2, 1), groups=2)}
+    feed = {"img": img, "target": ref_conv_transpose(img, RNG_X.uniform(-1, 1, (2, 2, 2, 3)), (2, 1), groups=2)}
     exe, scope = bir.Executor("cpu"), bir.Scope()
     exe.run(startup, scope=scope)
     w = np.asarray(scope.get("conv2d_transpose_0.w_0")).copy()
     got_y, got_z, first = exe.run(main, feed=feed, fetch_list=[y, z, loss], scope=scope)
-    np.testing.assert_allclose(got_y, ref_conv2d_transpose(img, w, strides=(2, 1), groups=2), rtol=1e-10)
+    np.testing.assert_allclose(got_y, ref_conv_transpose(img, w, strides=(2, 1), groups=2), rtol=1e-10)
     assert np.asarray(got_z).shape == (2, 3, 5, 8)  # SAME: paddings [1, 1], [0, 1] resolved on Input, as Paddle
     for _ in range(100):
         (last,) = exe.run(main, feed=feed, fetch_list=[loss], scope=scope)

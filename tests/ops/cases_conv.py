@@ -1,14 +1,17 @@
 """Test cases of the convolution and pooling ops (blockir.ops.conv), as data.
 
-Expected values come from the plain loops below, written from Paddle's definitions (one output pixel at a
-time, windows clipped as Paddle's CPU kernels clip them), independently of the kernels' im2col and
-separable window reductions. Max-pooling cases whose ``grad`` names X hold distinct values (no ties), so
-that finite differences see one maximum per window; the tie rule is checked on the gradient ops directly.
+Expected values come from the plain loops below, written from Paddle's definitions for any number of spatial
+axes (one output position at a time, windows clipped as Paddle's CPU kernels clip them), independently of the
+kernels' im2col, col2im and separable window reductions; cases_conv3d.py builds its cases with the same
+references and case builders. Max-pooling cases whose ``grad`` names X hold distinct values (no ties), so that
+finite differences see one maximum per window; the tie rule is checked on the gradient ops directly.
 """
 
 from __future__ import annotations
 
 import itertools
+from collections.abc import Iterator, Sequence
+from typing import Any
 
 import numpy as np
 
@@ -16,6 +19,7 @@ from tests.ops.harness import Case
 
 RNG = np.random.default_rng(20240611)
 FLT_MAX = float(np.finfo(np.float32).max)
+CHANNEL_LAST = ("NHWC", "NDHWC")
 
 
 def rand(*shape: int, dtype: str = "float64") -> np.ndarray:
@@ -36,63 +40,104 @@ def trunc_div(a: int, b: int) -> int:
     return int(a / b)  # C's division truncates toward zero
 
 
-def resolve_paddings(paddings, algorithm, sizes, strides, ksize) -> list[tuple[int, int]]:
-    """(before, after) per spatial axis under Paddle's padding_algorithm."""
+def pads_of(
+    paddings: Sequence[int] | None, algorithm: str, sizes: Sequence[int], strides: Sequence[int], ksize: Sequence[int]
+) -> list[tuple[int, int]]:
+    """(before, after) per spatial axis under Paddle's padding_algorithm; ``paddings`` one value per axis (both
+    sides) or a (before, after) pair per axis, none for no padding."""
     if algorithm == "VALID":
-        return [(0, 0), (0, 0)]
+        return [(0, 0)] * len(sizes)
     if algorithm == "SAME":
-        out = []
-        for size, s, k in zip(sizes, strides, ksize):
-            total = max((int(np.ceil(size / s)) - 1) * s + k - size, 0)
-            out.append((total // 2, total - total // 2))
-        return out
-    p = list(paddings)
-    return [(p[0], p[0]), (p[1], p[1])] if len(p) == 2 else [(p[0], p[1]), (p[2], p[3])]
+        totals = [max((-(-size // s) - 1) * s + k - size, 0) for size, s, k in zip(sizes, strides, ksize)]
+        return [(t // 2, t - t // 2) for t in totals]
+    p = list(paddings or [0] * len(sizes))
+    return [(v, v) for v in p] if len(p) == len(sizes) else [(p[2 * a], p[2 * a + 1]) for a in range(len(sizes))]
+
+
+def filter_geometry(
+    sizes: Sequence[int],
+    ksize: Sequence[int],
+    strides: Sequence[int] | None,
+    paddings: Sequence[int] | None,
+    dilations: Sequence[int] | None,
+    padding_algorithm: str,
+) -> tuple[list[int], list[tuple[int, int]], list[int]]:
+    """A convolution's strides, (before, after) paddings and dilations per spatial axis, unset ones 1, 0 and 1;
+    SAME ignores dilations."""
+    strides = list(strides or [1] * len(sizes))
+    pads = pads_of(paddings, padding_algorithm, sizes, strides, ksize)
+    dil = [1] * len(sizes) if padding_algorithm == "SAME" else list(dilations or [1] * len(sizes))
+    return strides, pads, dil
+
+
+def taps_inside(
+    grid: Sequence[int],
+    bounds: Sequence[int],
+    ksize: Sequence[int],
+    strides: Sequence[int],
+    pads: Sequence[tuple[int, int]],
+    dil: Sequence[int],
+) -> Iterator[tuple[tuple[int, ...], tuple[int, ...], list[int]]]:
+    """(position, tap, at) for each position of a grid of shape ``grid`` and each filter tap whose
+    ``at = position * stride - pad_before + tap * dilation`` lies inside ``bounds``, one at a time."""
+    for position in itertools.product(*map(range, grid)):
+        for tap in itertools.product(*map(range, ksize)):
+            at = [q * s - b + t * d for q, s, (b, _), t, d in zip(position, strides, pads, tap, dil)]
+            if all(0 <= a < size for a, size in zip(at, bounds)):
+                yield position, tap, at
+
+
+def channel_first(x: np.ndarray, data_format: str) -> np.ndarray:
+    """``x`` as float64 with its channels at axis 1 (NHWC and NDHWC hold them last)."""
+    return (np.moveaxis(x, -1, 1) if data_format in CHANNEL_LAST else x).astype(np.float64)
+
+
+def in_layout(y: np.ndarray, data_format: str, dtype: np.dtype) -> np.ndarray:
+    """Channel-first ``y`` back in ``data_format``'s layout, as ``dtype``."""
+    return (np.moveaxis(y, 1, -1) if data_format in CHANNEL_LAST else y).astype(dtype)
 
 
 # -- conv2d ---------------------------------------------------------------------------------------------
 
 
-def ref_conv2d(
-    x, w, strides=(1, 1), paddings=(0, 0), dilations=(1, 1), groups=1, algorithm="EXPLICIT", nhwc=False, relu=False
+def ref_conv(
+    x: np.ndarray,
+    w: np.ndarray,
+    strides: Sequence[int] | None = None,
+    paddings: Sequence[int] | None = None,
+    dilations: Sequence[int] | None = None,
+    groups: int = 1,
+    padding_algorithm: str = "EXPLICIT",
+    data_format: str = "NCHW",
+    fuse_relu_before_depthwise_conv: bool = False,
+    **no_effect: Any,
 ) -> np.ndarray:
-    xc = x.transpose(0, 3, 1, 2) if nhwc else x
-    if relu:
+    """Paddle's convolution (cross-correlation) over any number of spatial axes, one output position at a time:
+    each reads the taps ``o * stride - pad_before + tap * dilation`` of Input (zeros outside); SAME ignores
+    dilations. ``no_effect``: attributes that change nothing (use_cudnn, ...)."""
+    xc = channel_first(x, data_format)
+    if fuse_relu_before_depthwise_conv:
         xc = np.maximum(xc, 0)
-    n, _, h, wd = xc.shape
-    m, cg, kh, kw = w.shape
-    pads = resolve_paddings(paddings, algorithm, (h, wd), strides, (kh, kw))
-    dil = (1, 1) if algorithm == "SAME" else tuple(dilations)
-    spans = [d * (k - 1) + 1 for d, k in zip(dil, (kh, kw))]
-    oh, ow = (trunc_div(size + b + a - span, s) + 1 for size, (b, a), span, s in zip((h, wd), pads, spans, strides))
-    padded = np.pad(
-        xc.astype(np.float64),
-        ((0, 0), (0, 0), (pads[0][0], pads[0][1] + kh * dil[0]), (pads[1][0], pads[1][1] + kw * dil[1])),
-    )
-    out = np.zeros((n, m, oh, ow))
+    n, _, *sizes = xc.shape
+    m, per_group, *ksize = w.shape
+    strides, pads, dil = filter_geometry(sizes, ksize, strides, paddings, dilations, padding_algorithm)
+    outs = [
+        trunc_div(size + b + a - (d * (k - 1) + 1), s) + 1
+        for size, (b, a), d, k, s in zip(sizes, pads, dil, ksize, strides)
+    ]
+    out = np.zeros((n, m, *outs))
     mg = m // groups
-    for i in range(oh):
-        for j in range(ow):
-            r, c = i * strides[0], j * strides[1]
-            for g in range(groups):
-                patch = padded[:, g * cg : (g + 1) * cg, r : r + spans[0] : dil[0], c : c + spans[1] : dil[1]]
-                out[:, g * mg : (g + 1) * mg, i, j] = np.einsum("nckl,mckl->nm", patch, w[g * mg : (g + 1) * mg])
-    out = out.transpose(0, 2, 3, 1) if nhwc else out
-    return out.astype(x.dtype)
+    for o, tap, at in taps_inside(outs, sizes, ksize, strides, pads, dil):
+        for g in range(groups):
+            values = xc[(slice(None), slice(g * per_group, (g + 1) * per_group), *at)]  # [N, C / groups]
+            taps = w[(slice(g * mg, (g + 1) * mg), slice(None), *tap)]  # [M / groups, C / groups]
+            out[(slice(None), slice(g * mg, (g + 1) * mg), *o)] += values @ taps.T
+    return in_layout(out, data_format, x.dtype)
 
 
-def conv_case(name, x, w, dtype="float64", grad=True, **attrs) -> Case:
+def conv_case(name: str, x: np.ndarray, w: np.ndarray, dtype: str = "float64", grad: bool = True, **attrs: Any) -> Case:
     x, w = x.astype(dtype), w.astype(dtype)
-    ref_args = {
-        "strides": attrs.get("strides", (1, 1)),
-        "paddings": attrs.get("paddings", (0, 0)),
-        "dilations": attrs.get("dilations", (1, 1)),
-        "groups": attrs.get("groups", 1),
-        "algorithm": attrs.get("padding_algorithm", "EXPLICIT"),
-        "nhwc": attrs.get("data_format") == "NHWC",
-        "relu": attrs.get("fuse_relu_before_depthwise_conv", False),
-    }
-    return filter_case(name, x, w, ref_conv2d(x, w, **ref_args), grad, attrs)
+    return filter_case(name, x, w, ref_conv(x, w, **attrs), grad, attrs)
 
 
 def filter_case(name, x, w, output, grad, attrs) -> Case:
@@ -285,52 +330,46 @@ DEPTHWISE_CONV2D = [
 # -- conv2d_transpose ---------------------------------------------------------------------------------------
 
 
-def ref_conv2d_transpose(
-    x,
-    w,
-    strides=(1, 1),
-    paddings=(0, 0),
-    dilations=(1, 1),
-    groups=1,
-    padding_algorithm="EXPLICIT",
-    output_padding=(),
-    output_size=(),
-    data_format="NCHW",
-    **no_effect,
+def ref_conv_transpose(
+    x: np.ndarray,
+    w: np.ndarray,
+    strides: Sequence[int] | None = None,
+    paddings: Sequence[int] | None = None,
+    dilations: Sequence[int] | None = None,
+    groups: int = 1,
+    padding_algorithm: str = "EXPLICIT",
+    output_padding: Sequence[int] = (),
+    output_size: Sequence[int] = (),
+    data_format: str = "NCHW",
+    **no_effect: Any,
 ) -> np.ndarray:
-    """Paddle's conv2d_transpose, one Input pixel at a time: each adds Filter's taps times its value into Output at
-    ``i * stride - pad_before + tap * dilation`` (positions outside Output dropped); Output's size is
-    ``(L - 1) * stride - pads + dilation * (k - 1) + 1``, or output_size, or that plus output_padding."""
-    nhwc = data_format == "NHWC"
-    xc = (x.transpose(0, 3, 1, 2) if nhwc else x).astype(np.float64)
-    n, c, h, wd = xc.shape
-    _, mg, kh, kw = w.shape
-    pads = resolve_paddings(paddings, padding_algorithm, (h, wd), strides, (kh, kw))
-    dil = (1, 1) if padding_algorithm == "SAME" else tuple(dilations)
-    sizes = []
-    for axis, (size, k) in enumerate(zip((h, wd), (kh, kw))):
+    """Paddle's transposed convolution over any number of spatial axes, one Input position at a time: each adds
+    Filter's taps times its value into Output at ``i * stride - pad_before + tap * dilation`` (positions outside
+    Output dropped); Output's size is ``(L - 1) * stride - pads + dilation * (k - 1) + 1``, or output_size, or that
+    plus output_padding."""
+    xc = channel_first(x, data_format)
+    n, c, *sizes = xc.shape
+    _, mg, *ksize = w.shape
+    strides, pads, dil = filter_geometry(sizes, ksize, strides, paddings, dilations, padding_algorithm)
+    outs = []
+    for axis, (size, k) in enumerate(zip(sizes, ksize)):
         inferred = (size - 1) * strides[axis] - sum(pads[axis]) + dil[axis] * (k - 1) + 1
-        sizes.append(output_size[axis] if output_size else inferred + (output_padding[axis] if output_padding else 0))
-    out = np.zeros((n, mg * groups, *sizes))
+        outs.append(output_size[axis] if output_size else inferred + (output_padding[axis] if output_padding else 0))
+    out = np.zeros((n, mg * groups, *outs))
     cg = c // groups
-    for i in range(h):
-        for j in range(wd):
-            for a in range(kh):
-                r = i * strides[0] - pads[0][0] + a * dil[0]
-                for b in range(kw):
-                    q = j * strides[1] - pads[1][0] + b * dil[1]
-                    if not (0 <= r < sizes[0] and 0 <= q < sizes[1]):
-                        continue
-                    for g in range(groups):
-                        patch = xc[:, g * cg : (g + 1) * cg, i, j]  # [N, C / groups]
-                        out[:, g * mg : (g + 1) * mg, r, q] += patch @ w[g * cg : (g + 1) * cg, :, a, b]
-    out = out.transpose(0, 2, 3, 1) if nhwc else out
-    return out.astype(x.dtype)
+    for i, tap, at in taps_inside(sizes, outs, ksize, strides, pads, dil):
+        for g in range(groups):
+            values = xc[(slice(None), slice(g * cg, (g + 1) * cg), *i)]  # [N, C / groups]
+            taps = w[(slice(g * cg, (g + 1) * cg), slice(None), *tap)]  # [C / groups, M / groups]
+            out[(slice(None), slice(g * mg, (g + 1) * mg), *at)] += values @ taps
+    return in_layout(out, data_format, x.dtype)
 
 
-def transpose_case(name, x, w, dtype="float64", grad=True, **attrs) -> Case:
+def transpose_case(
+    name: str, x: np.ndarray, w: np.ndarray, dtype: str = "float64", grad: bool = True, **attrs: Any
+) -> Case:
     x, w = x.astype(dtype), w.astype(dtype)
-    return filter_case(name, x, w, ref_conv2d_transpose(x, w, **attrs), grad, attrs)
+    return filter_case(name, x, w, ref_conv_transpose(x, w, **attrs), grad, attrs)
 
 
 CONV2D_TRANSPOSE = [
@@ -409,68 +448,61 @@ DEPTHWISE_CONV2D_TRANSPOSE = [
 # -- pool2d -----------------------------------------------------------------------------------------------
 
 
-def ref_pool2d(
-    x,
-    pooling_type,
-    ksize,
-    strides=(1, 1),
-    paddings=(0, 0),
-    global_pooling=False,
-    exclusive=True,
-    adaptive=False,
-    ceil_mode=False,
-    padding_algorithm="EXPLICIT",
-    data_format="NCHW",
-    **no_effect,
+def ref_pool(
+    x: np.ndarray,
+    pooling_type: str,
+    ksize: Sequence[int],
+    strides: Sequence[int] | None = None,
+    paddings: Sequence[int] | None = None,
+    global_pooling: bool = False,
+    exclusive: bool = True,
+    adaptive: bool = False,
+    ceil_mode: bool = False,
+    padding_algorithm: str = "EXPLICIT",
+    data_format: str = "NCHW",
+    **no_effect: Any,
 ) -> np.ndarray:
-    """Paddle's CPU pooling loops, one output pixel at a time (pool2d's max pooling ignores adaptive's bins);
+    """Paddle's CPU pooling loops over any number of spatial axes, one output position at a time (max pooling
+    ignores adaptive's bins; the inclusive divisor measures the far side with the near padding, as Paddle's does);
     ``no_effect``: attributes that change nothing (use_cudnn, ...)."""
-    nhwc = data_format == "NHWC"
-    xc = (x.transpose(0, 3, 1, 2) if nhwc else x).astype(np.float64)
-    n, c, h, w = xc.shape
-    sizes = (h, w)
-    ksize = sizes if global_pooling else tuple(ksize)
-    pads = resolve_paddings(paddings, padding_algorithm, sizes, strides, ksize)
+    xc = channel_first(x, data_format)
+    n, c, *sizes = xc.shape
+    ksize = sizes if global_pooling else list(ksize)
+    strides = strides or [1] * len(sizes)
+    pads = pads_of(paddings, padding_algorithm, sizes, strides, ksize)
     if global_pooling or adaptive:
-        pads = [(0, 0), (0, 0)]
+        pads = [(0, 0)] * len(sizes)
     if adaptive:
         outs = ksize
     else:
-        outs = tuple(
+        outs = [
             trunc_div(size - k + b + a + (s - 1 if ceil_mode else 0), s) + 1
             for size, k, (b, a), s in zip(sizes, ksize, pads, strides)
-        )
+        ]
     bins = adaptive and pooling_type == "avg"
     out = np.zeros((n, c, *outs))
-    for i in range(outs[0]):
-        for j in range(outs[1]):
-            bounds, nominal = [], 1
-            for o, size, k, s, (before, _), count in zip((i, j), sizes, ksize, strides, pads, outs):
-                if bins:
-                    bounds.append((o * size // count, -(-(o + 1) * size // count)))
-                    continue
-                start = o * s - before
-                end = min(start + k, size + before)
-                nominal *= end - start
-                bounds.append((max(start, 0), min(end, size)))
-            (h0, h1), (w0, w1) = bounds
-            window = xc[:, :, h0:h1, w0:w1].reshape(n, c, -1)
-            if pooling_type == "max":
-                out[:, :, i, j] = np.max(window, axis=-1, initial=-FLT_MAX)
-            else:
-                area = (h1 - h0) * (w1 - w0) if exclusive or adaptive else nominal
-                out[:, :, i, j] = window.sum(axis=-1) / area
-    out = out.transpose(0, 2, 3, 1) if nhwc else out
-    return out.astype(x.dtype)
+    for o in itertools.product(*map(range, outs)):
+        bounds, nominal = [], 1
+        for p, size, k, s, (before, _), count in zip(o, sizes, ksize, strides, pads, outs):
+            if bins:
+                bounds.append((p * size // count, -(-(p + 1) * size // count)))
+                continue
+            start = p * s - before
+            end = min(start + k, size + before)
+            nominal *= end - start
+            bounds.append((max(start, 0), min(end, size)))
+        window = xc[(slice(None), slice(None), *(slice(a, b) for a, b in bounds))].reshape(n, c, -1)
+        if pooling_type == "max":
+            out[(slice(None), slice(None), *o)] = np.max(window, axis=-1, initial=-FLT_MAX)
+        else:
+            area = np.prod([b - a for a, b in bounds]) if exclusive or adaptive else nominal
+            out[(slice(None), slice(None), *o)] = window.sum(axis=-1) / area
+    return in_layout(out, data_format, x.dtype)
 
 
-def pool_case(name, x, grad=True, **attrs) -> Case:
+def pool_case(name: str, x: np.ndarray, grad: bool = True, **attrs: Any) -> Case:
     return Case(
-        {"X": x},
-        attrs,
-        {"Out": ref_pool2d(x, **attrs)},
-        grad=("X",) if grad and x.dtype == np.float64 else (),
-        name=name,
+        {"X": x}, attrs, {"Out": ref_pool(x, **attrs)}, grad=("X",) if grad and x.dtype == np.float64 else (), name=name
     )
 
 
@@ -636,7 +668,7 @@ def ref_max_pool_with_index(
     return out, mask
 
 
-def with_index_case(name, x, grad=True, **attrs) -> Case:
+def with_index_case(name: str, x: np.ndarray, grad: bool = True, **attrs: Any) -> Case:
     out, mask = ref_max_pool_with_index(x, **attrs)
     return Case(
         {"X": x}, attrs, {"Out": out, "Mask": mask}, grad=("X",) if grad and x.dtype == np.float64 else (), name=name

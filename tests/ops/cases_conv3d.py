@@ -1,99 +1,20 @@
 """Test cases of the 3-D convolution and pooling ops (blockir.ops.conv: ``conv3d``, ``conv3d_transpose``,
 ``pool3d``, ``max_pool3d_with_index``), as data.
 
-Expected values come from the plain loops below, written from Paddle's definitions for any number of spatial
-dims (one output position at a time, windows clipped as Paddle's CPU kernels clip them), independently of the
+Expected values come from cases_conv.py's plain loops, written from Paddle's definitions for any number of spatial
+axes (one output position at a time, windows clipped as Paddle's CPU kernels clip them), independently of the
 kernels' im2col, col2im and separable window reductions. Max-pooling cases whose ``grad`` names X hold distinct
 values (no ties), so that finite differences see one maximum per window.
 """
 
 from __future__ import annotations
 
-import itertools
-
 import numpy as np
 
-from tests.ops.cases_conv import FLT_MAX, distinct, rand, trunc_div, with_index_case
+from tests.ops.cases_conv import conv_case, distinct, pool_case, rand, transpose_case, with_index_case
 from tests.ops.harness import Case
 
-
-def pads_of(paddings, algorithm, sizes, strides, ksize) -> list[tuple[int, int]]:
-    """(before, after) per spatial axis under Paddle's padding_algorithm; ``paddings`` one value per axis (both
-    sides) or a (before, after) pair per axis."""
-    if algorithm == "VALID":
-        return [(0, 0)] * len(sizes)
-    if algorithm == "SAME":
-        totals = [max((-(-size // s) - 1) * s + k - size, 0) for size, s, k in zip(sizes, strides, ksize)]
-        return [(t // 2, t - t // 2) for t in totals]
-    p = list(paddings)
-    return [(v, v) for v in p] if len(p) == len(sizes) else [(p[2 * a], p[2 * a + 1]) for a in range(len(sizes))]
-
-
-def channel_first(x, channel_last):
-    return np.moveaxis(x, -1, 1) if channel_last else x
-
-
-def in_layout(y, channel_last):
-    return np.moveaxis(y, 1, -1) if channel_last else y
-
-
 # -- conv3d ---------------------------------------------------------------------------------------------------
-
-
-def ref_conv(
-    x,
-    w,
-    strides=(1, 1, 1),
-    paddings=(0, 0, 0),
-    dilations=(1, 1, 1),
-    groups=1,
-    padding_algorithm="EXPLICIT",
-    data_format="NCDHW",
-    **no_effect,
-) -> np.ndarray:
-    """Paddle's convolution (cross-correlation), one output position at a time: each reads the taps ``o * stride -
-    pad_before + tap * dilation`` of Input (zeros outside); SAME ignores dilations."""
-    nhwc = data_format == "NDHWC"
-    xc = channel_first(x, nhwc).astype(np.float64)
-    n, _, *sizes = xc.shape
-    m, per_group, *ksize = w.shape
-    pads = pads_of(paddings, padding_algorithm, sizes, strides, ksize)
-    dil = [1] * len(sizes) if padding_algorithm == "SAME" else list(dilations)
-    outs = [
-        trunc_div(size + b + a - (d * (k - 1) + 1), s) + 1
-        for size, (b, a), d, k, s in zip(sizes, pads, dil, ksize, strides)
-    ]
-    out = np.zeros((n, m, *outs))
-    mg = m // groups
-    for o in itertools.product(*map(range, outs)):
-        for tap in itertools.product(*map(range, ksize)):
-            at = [p * s - b + t * d for p, s, (b, _), t, d in zip(o, strides, pads, tap, dil)]
-            if not all(0 <= q < size for q, size in zip(at, sizes)):
-                continue
-            for g in range(groups):
-                values = xc[(slice(None), slice(g * per_group, (g + 1) * per_group), *at)]  # [N, C / groups]
-                taps = w[(slice(g * mg, (g + 1) * mg), slice(None), *tap)]  # [M / groups, C / groups]
-                out[(slice(None), slice(g * mg, (g + 1) * mg), *o)] += values @ taps.T
-    return in_layout(out, nhwc).astype(x.dtype)
-
-
-def filter_case(name, x, w, output, grad, attrs) -> Case:
-    float32 = x.dtype == np.float32
-    return Case(
-        {"Input": x, "Filter": w},
-        attrs,
-        {"Output": output},
-        grad=("Input", "Filter") if grad and not float32 else (),
-        rtol=1e-4 if float32 else 1e-5,
-        atol=1e-4 if float32 else 1e-6,
-        name=name,
-    )
-
-
-def conv_case(name, x, w, dtype="float64", grad=True, **attrs) -> Case:
-    x, w = x.astype(dtype), w.astype(dtype)
-    return filter_case(name, x, w, ref_conv(x, w, **attrs), grad, attrs)
-
 
 CONV3D = [
     conv_case("3x3x3_pad1_float32", rand(2, 3, 4, 5, 4), rand(4, 3, 3, 3, 3), "float32", paddings=[1, 1, 1]),
@@ -147,51 +68,6 @@ CONV3D = [
 ]
 
 # -- conv3d_transpose ----------------------------------------------------------------------------------------
-
-
-def ref_conv_transpose(
-    x,
-    w,
-    strides=(1, 1, 1),
-    paddings=(0, 0, 0),
-    dilations=(1, 1, 1),
-    groups=1,
-    padding_algorithm="EXPLICIT",
-    output_padding=(),
-    output_size=(),
-    data_format="NCDHW",
-    **no_effect,
-) -> np.ndarray:
-    """Paddle's transposed convolution, one Input position at a time: each adds Filter's taps times its value into
-    Output at ``i * stride - pad_before + tap * dilation`` (positions outside Output dropped); Output's size is
-    ``(L - 1) * stride - pads + dilation * (k - 1) + 1``, or output_size, or that plus output_padding."""
-    nhwc = data_format == "NDHWC"
-    xc = channel_first(x, nhwc).astype(np.float64)
-    n, c, *sizes = xc.shape
-    _, mg, *ksize = w.shape
-    pads = pads_of(paddings, padding_algorithm, sizes, strides, ksize)
-    dil = [1] * len(sizes) if padding_algorithm == "SAME" else list(dilations)
-    outs = []
-    for axis, (size, k) in enumerate(zip(sizes, ksize)):
-        inferred = (size - 1) * strides[axis] - sum(pads[axis]) + dil[axis] * (k - 1) + 1
-        outs.append(output_size[axis] if output_size else inferred + (output_padding[axis] if output_padding else 0))
-    out = np.zeros((n, mg * groups, *outs))
-    cg = c // groups
-    for i in itertools.product(*map(range, sizes)):
-        for tap in itertools.product(*map(range, ksize)):
-            at = [p * s - b + t * d for p, s, (b, _), t, d in zip(i, strides, pads, tap, dil)]
-            if not all(0 <= q < size for q, size in zip(at, outs)):
-                continue
-            for g in range(groups):
-                values = xc[(slice(None), slice(g * cg, (g + 1) * cg), *i)]  # [N, C / groups]
-                taps = w[(slice(g * cg, (g + 1) * cg), slice(None), *tap)]  # [C / groups, M / groups]
-                out[(slice(None), slice(g * mg, (g + 1) * mg), *at)] += values @ taps
-    return in_layout(out, nhwc).astype(x.dtype)
-
-
-def transpose_case(name, x, w, dtype="float64", grad=True, **attrs) -> Case:
-    x, w = x.astype(dtype), w.astype(dtype)
-    return filter_case(name, x, w, ref_conv_transpose(x, w, **attrs), grad, attrs)
 
 
 CONV3D_TRANSPOSE = [
@@ -253,63 +129,6 @@ CONV3D_TRANSPOSE = [
 ]
 
 # -- pool3d ---------------------------------------------------------------------------------------------------
-
-
-def ref_pool(
-    x,
-    pooling_type,
-    ksize,
-    strides=(1, 1, 1),
-    paddings=(0, 0, 0),
-    global_pooling=False,
-    exclusive=True,
-    adaptive=False,
-    ceil_mode=False,
-    padding_algorithm="EXPLICIT",
-    data_format="NCDHW",
-    **no_effect,
-) -> np.ndarray:
-    """Paddle's CPU pooling loops, one output position at a time (max pooling ignores adaptive's bins; the
-    inclusive divisor measures the far side with the near padding, as Paddle's does)."""
-    nhwc = data_format == "NDHWC"
-    xc = channel_first(x, nhwc).astype(np.float64)
-    n, c, *sizes = xc.shape
-    ksize = sizes if global_pooling else list(ksize)
-    pads = pads_of(paddings, padding_algorithm, sizes, strides, ksize)
-    if global_pooling or adaptive:
-        pads = [(0, 0)] * len(sizes)
-    if adaptive:
-        outs = ksize
-    else:
-        outs = [
-            trunc_div(size - k + b + a + (s - 1 if ceil_mode else 0), s) + 1
-            for size, k, (b, a), s in zip(sizes, ksize, pads, strides)
-        ]
-    bins = adaptive and pooling_type == "avg"
-    out = np.zeros((n, c, *outs))
-    for o in itertools.product(*map(range, outs)):
-        bounds, nominal = [], 1
-        for p, size, k, s, (before, _), count in zip(o, sizes, ksize, strides, pads, outs):
-            if bins:
-                bounds.append((p * size // count, -(-(p + 1) * size // count)))
-                continue
-            start = p * s - before
-            end = min(start + k, size + before)
-            nominal *= end - start
-            bounds.append((max(start, 0), min(end, size)))
-        window = xc[(slice(None), slice(None), *(slice(a, b) for a, b in bounds))].reshape(n, c, -1)
-        if pooling_type == "max":
-            out[(slice(None), slice(None), *o)] = np.max(window, axis=-1, initial=-FLT_MAX)
-        else:
-            area = np.prod([b - a for a, b in bounds]) if exclusive or adaptive else nominal
-            out[(slice(None), slice(None), *o)] = window.sum(axis=-1) / area
-    return in_layout(out, nhwc).astype(x.dtype)
-
-
-def pool_case(name, x, grad=True, **attrs) -> Case:
-    return Case(
-        {"X": x}, attrs, {"Out": ref_pool(x, **attrs)}, grad=("X",) if grad and x.dtype == np.float64 else (), name=name
-    )
 
 
 POOL3D = [

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from tests.ops.cases_conv import ref_conv2d
+from tests.ops.cases_conv import ref_conv
 from tests.ops.cases_math import ACTIVATION_REFS, rand
 from tests.ops.cases_norm import bn_params, ref_batch_norm
 from tests.ops.harness import Case
@@ -52,8 +52,7 @@ def _fused_conv_case(
 ) -> Case:
     x, w, b = rand(*x_shape, dtype="float32"), rand(*w_shape, dtype="float32"), rand(w_shape[0], dtype="float32")
     nhwc = attrs.get("data_format") == "NHWC"
-    args = {k: attrs[k] for k in ("strides", "paddings", "groups") if k in attrs}
-    conv = ref_conv2d(x.astype(np.float64), w.astype(np.float64), nhwc=nhwc, **args)
+    conv = ref_conv(x.astype(np.float64), w.astype(np.float64), **attrs)
     pre = conv + (b if nhwc else b.reshape(-1, 1, 1))
     inputs = {"Input": x, "Filter": w, "Bias": b}
     if residual:

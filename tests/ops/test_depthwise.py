@@ -12,7 +12,7 @@ import pytest
 
 from blockir.ops import depthwise
 from blockir.ops.conv import ConvGeometry
-from tests.ops.cases_conv import ref_conv2d
+from tests.ops.cases_conv import ref_conv
 from tests.ops.harness import run_op
 
 # (N, C, H, W), multiplier, (kh, kw), strides, dilations, ((top, bottom), (left, right))
@@ -38,7 +38,7 @@ def geometry(shape, ksize, strides, dilations, pads) -> ConvGeometry:
 
 def reference(x, w, strides, dilations, pads) -> np.ndarray:
     paddings = [pads[0][0], pads[0][1], pads[1][0], pads[1][1]]
-    return ref_conv2d(x, w, strides=strides, paddings=paddings, dilations=dilations, groups=x.shape[1])
+    return ref_conv(x, w, strides=strides, paddings=paddings, dilations=dilations, groups=x.shape[1])
 
 
 def numeric_grads(f, x, w, dout, eps=1e-6) -> tuple[np.ndarray, np.ndarray]:
