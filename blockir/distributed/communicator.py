@@ -86,7 +86,7 @@ from typing import Any, ClassVar, Concatenate, Generic, ParamSpec, TypeVar, cast
 import numpy as np
 
 from blockir.distributed.api import ParameterServerAPI, Reply, ServerHandle, ServerLost
-from blockir.distributed.index import IdIndex, grown
+from blockir.distributed.index import grown, run_starts, unique_ids
 from blockir.errors import BlockirError
 from blockir.ops.values import add_rows
 from blockir.passes.distribute import DenseBlock, Split
@@ -380,13 +380,13 @@ class Communicator(ABC):
 
     def _pull_rows(self, table: str, uniq: np.ndarray, after: int, waited: bool) -> np.ndarray:
         """Rows of ``table`` at the sorted distinct ``uniq``, from the servers holding them."""
-        servers = len(self.handles)
-        parts = [uniq[uniq % servers == k] for k in range(servers)]
         calls = [
             (part, self.transport.submit(k, ParameterServerAPI.pull_sparse, table, part, after))
-            for k, part in enumerate(parts)
+            for k, part in enumerate(_by_server(uniq, len(self.handles)))
             if part.size
         ]
+        if len(calls) == 1 and len(calls[0][0]) == len(uniq):  # one server holds them all: its rows as they come
+            return self.transport.result(calls[0][1], waited)
         rows = np.zeros((len(uniq), self._dims[table]), np.float32)
         for part, call in calls:
             got = self.transport.result(call, waited)
@@ -428,7 +428,9 @@ class Communicator(ABC):
             owner = ids % servers
             for k in range(servers):
                 mine = owner == k
-                if mine.any():
+                if mine.all():  # this server holds them all
+                    sparse_parts[k][table] = (ids, rows)
+                elif mine.any():
                     sparse_parts[k][table] = (ids[mine], rows[mine])
         return dense_parts, sparse_parts
 
@@ -525,7 +527,7 @@ class AsyncCommunicator(Communicator):
         uniq, inverse = np.unique(np.asarray(ids, np.int64), return_inverse=True)
         with self._lock:
             rows, missing = self._cache.lookup(table, uniq)
-        if missing.any() and self._take_prefetched(table, uniq[missing]):
+        if missing.any() and self.prefetching and self._take_prefetched(table, uniq[missing]):
             with self._lock:
                 rows, missing = self._cache.lookup(table, uniq, note=False)
         if missing.any():
@@ -544,7 +546,7 @@ class AsyncCommunicator(Communicator):
         ``prefetch`` batches ahead)."""
         if self._stopped or not self.prefetching:
             return
-        uniq = np.unique(np.asarray(ids, np.int64))
+        uniq = unique_ids(np.asarray(ids, np.int64))
         with self._lock:
             self._cache.note(table, uniq)
             coming = self._coming.setdefault(table, [])
@@ -589,11 +591,9 @@ class AsyncCommunicator(Communicator):
         coming = self._coming.pop(table, [])
         if not coming:
             return
-        missing = self._not_on_their_way(table, self._cache.missing(table, np.unique(np.concatenate(coming))))
+        missing = self._not_on_their_way(table, self._cache.missing(table, _union(coming)))
         pending = self._prefetching.setdefault(table, [])
-        servers = len(self.handles)
-        for k in range(servers):
-            part = missing[missing % servers == k]
+        for k, part in enumerate(_by_server(missing, len(self.handles))):
             if part.size:
                 pending.append((part, self.transport.submit(k, ParameterServerAPI.pull_sparse, table, part, 0)))
 
@@ -662,7 +662,8 @@ class AsyncCommunicator(Communicator):
         blocks: list[list[str]] = [[] for _ in range(servers)]
         for b in self.split.blocks:
             blocks[b.server].append(b.name)
-        wanted = [{t: ids[ids % servers == k] for t, ids in used.items()} for k in range(servers)]
+        parts = {t: _by_server(ids, servers) for t, ids in used.items()}
+        wanted = [{t: p[k] for t, p in parts.items()} for k in range(servers)]
         calls = [
             self.transport.submit(
                 k,
@@ -682,6 +683,9 @@ class AsyncCommunicator(Communicator):
             _, dense_values, row_values = self.transport.result(call, waited=False)
             got.update(dense_values)
             for t, values in row_values.items():
+                if len(wanted[k][t]) == len(used[t]):  # this server holds them all: its rows as they come
+                    rows[t] = values
+                    continue
                 rows[t] = rows[t].astype(values.dtype, copy=False)
                 rows[t][np.searchsorted(used[t], wanted[k][t])] = values
         fresh = {name: _join([got[b.name] for b in self._blocks[name]]) for name in self._blocks}
@@ -732,12 +736,10 @@ class GeoCommunicator(Communicator):
         tables = {t.name for t in self.split.tables}
         if first:
             self.init_dense({n: v for n, v in values.items() if n not in tables})
-            servers = len(self.handles)
             calls = []
             for table in tables:
                 ids = np.arange(len(values[table]), dtype=np.int64)
-                for k in range(servers):
-                    mine = ids[ids % servers == k]
+                for k, mine in enumerate(_by_server(ids, len(self.handles))):
                     rows = np.asarray(values[table])[mine]
                     calls.append(self.transport.submit(k, ParameterServerAPI.init_rows, table, mine, rows))
             for call in calls:
@@ -760,7 +762,7 @@ class GeoCommunicator(Communicator):
         """Push the deltas since the last exchange; take the servers' values, into ``params`` and the base."""
         tables = {t.name for t in self.split.tables}
         dense = {n: np.asarray(v) - self._snapshot[n] for n, v in params.items() if n not in tables}
-        rows = {t: np.unique(np.concatenate(parts)) for t, parts in self._touched.items()}
+        rows = {t: unique_ids(np.concatenate(parts)) for t, parts in self._touched.items()}
         self._touched = {}
         sparse = {t: (ids, np.asarray(params[t])[ids] - self._snapshot[t][ids]) for t, ids in rows.items()}
         self._count_payload(dense, sparse)
@@ -797,12 +799,51 @@ def new_communicator(
     raise BlockirError(f"unknown parameter-server mode {mode!r} (expected sync, async or geo)")
 
 
+class _TableRows:
+    """The cached rows of one table: ``rows[slots[i]]`` is the row of ``keys[i]``, the ``keys`` sorted ascending and
+    distinct. A look-up is one ``np.searchsorted`` of the batch's sorted ids; an insert appends the rows (the
+    array grows by doubling) and merges the keys and their slots (16 bytes per cached id moved, never a row); a
+    cache made from a refresh's sorted ids takes its rows as they are, without a copy."""
+
+    def __init__(self, keys: np.ndarray, rows: np.ndarray) -> None:
+        self.keys = keys  # sorted, distinct
+        self.slots = np.arange(len(keys), dtype=np.int64)  # the row of each key
+        self.rows = rows  # rows[:count] hold values; the rest is room to grow
+        self.count = len(keys)
+
+    def find(self, ids: np.ndarray) -> np.ndarray:
+        """The row of each of ``ids`` (-1 for an id not held)."""
+        n = self.keys.size
+        if n == 0:
+            return np.full(len(ids), -1, np.int64)
+        pos = np.searchsorted(self.keys, ids)
+        np.minimum(pos, n - 1, out=pos)
+        return np.where(self.keys[pos] == ids, self.slots[pos], -1)
+
+    def add(self, ids: np.ndarray, rows: np.ndarray) -> None:
+        """Hold the ``rows`` of ``ids`` (sorted, distinct, none held); the rows' dtype becomes that of ``rows``."""
+        n = len(ids)
+        if n == 0:
+            return
+        values = self.rows if self.rows.dtype == rows.dtype else self.rows[: self.count].astype(rows.dtype)
+        self.rows = grown(values, self.count + n)
+        self.rows[self.count : self.count + n] = rows
+        at = np.searchsorted(self.keys, ids)  # where each goes among the keys held; then among all the keys
+        at += np.arange(n)
+        held = np.ones(len(self.keys) + n, bool)
+        held[at] = False
+        keys, slots = np.empty(len(held), np.int64), np.empty(len(held), np.int64)
+        keys[at], keys[held] = ids, self.keys
+        slots[at], slots[held] = np.arange(self.count, self.count + n), self.slots
+        self.keys, self.slots, self.count = keys, slots, self.count + n
+
+
 class _RowCache:
-    """Async mode: the rows a worker pulled, by table (in an array at the rows an id index hands out, the
-    server's :class:`~blockir.distributed.index.IdIndex`: a step costs what its ids do, whatever the cache holds),
-    the ids the current window
+    """Async mode: the rows a worker pulled, by table (a :class:`_TableRows` each: a step costs a search of its
+    ids among the cached ones, the rows it gathers and those it adds), the ids the current window
     of ``pull_every`` steps used, and those of the batches read ahead (noted) in the last ``windows`` windows;
-    the communicator thread replaces it at the window's end. Not thread-safe: every call holds the
+    the communicator thread replaces it at the window's end. Every array of ids given to it is sorted and
+    distinct, as ``np.unique`` makes them. Not thread-safe: every call holds the
     communicator's lock.
 
     Its ordering rules (what makes a row at most a window, and a prefetched one a window and ``prefetch``
@@ -821,8 +862,7 @@ class _RowCache:
     """
 
     def __init__(self, dims: dict[str, int], windows: int) -> None:
-        self.index = {t: IdIndex() for t in dims}  # id -> its row of `rows`
-        self.rows = {t: np.zeros((0, d), np.float32) for t, d in dims.items()}
+        self.tables = {t: _TableRows(np.zeros(0, np.int64), np.zeros((0, d), np.float32)) for t, d in dims.items()}
         self.used: dict[str, list[np.ndarray]] = {t: [] for t in dims}
         self.noted: collections.deque[dict[str, list[np.ndarray]]] = collections.deque(maxlen=windows)
         self.noted.append({t: [] for t in dims})
@@ -836,27 +876,29 @@ class _RowCache:
         (unless ``note`` is False: a second lookup of the same ids)."""
         if note:
             self.used[table].append(uniq)
-        at = self.index[table].find(uniq)
+        held = self.tables[table]
+        at = held.find(uniq)
         missing = at < 0
-        rows = self.rows[table]
-        out = rows[np.where(missing, 0, at)] if len(rows) else np.zeros((len(uniq), rows.shape[1]), rows.dtype)
+        if held.count == 0:
+            return np.zeros((len(uniq), held.rows.shape[1]), held.rows.dtype), missing
+        if not missing.any():
+            return np.take(held.rows, at, axis=0), missing
+        out = np.take(held.rows, np.where(missing, 0, at), axis=0)
         out[missing] = 0
         return out, missing
 
     def missing(self, table: str, uniq: np.ndarray) -> np.ndarray:
         """Of the distinct ``uniq``, the ids the cache lacks."""
-        return uniq[self.index[table].find(uniq) < 0]
+        return uniq[self.tables[table].find(uniq) < 0]
 
     def insert(self, table: str, ids: np.ndarray, rows: np.ndarray) -> None:
         """Add the rows of the distinct ``ids`` it lacks; a row it has is kept (rule 4)."""
-        index = self.index[table]
-        new = index.find(ids) < 0
-        at = index.add(ids[new])
-        held = self.rows[table]
-        if held.dtype != rows.dtype:
-            held = held.astype(rows.dtype)
-        self.rows[table] = held = grown(held, index.end)
-        held[at] = rows[new]
+        held = self.tables[table]
+        new = held.find(ids) < 0
+        if new.all():
+            held.add(ids, rows)
+        else:
+            held.add(ids[new], rows[new])
 
     def take_used(self) -> dict[str, np.ndarray]:
         """The ids the window used or that batches read ahead will use (those to refresh; the others leave the
@@ -867,21 +909,25 @@ class _RowCache:
                 parts[t] += p
         self.used = {t: [] for t in self.used}
         self.noted.append({t: [] for t in self.used})
-        return {t: np.unique(np.concatenate(p)) for t, p in parts.items() if p}
+        return {t: _union(p) for t, p in parts.items() if p}
 
     def replace(self, fresh: dict[str, tuple[np.ndarray, np.ndarray]]) -> None:
-        """The refreshed rows (distinct ids), and the rows used since the refresh began that it did not cover."""
-        for table in self.index:
-            old, old_rows = self.index[table], self.rows[table]
-            ids, rows = fresh.get(table, (np.zeros(0, np.int64), old_rows[:0]))
-            self.index[table], self.rows[table] = IdIndex(), old_rows[:0]
-            self.insert(table, ids, rows)
+        """The refreshed rows (sorted distinct ids; the arrays are taken, not copied), and the rows used since the
+        refresh began that it did not cover."""
+        for table, old in self.tables.items():
+            ids, rows = fresh.get(table, (np.zeros(0, np.int64), old.rows[:0]))
+            self.tables[table] = _TableRows(ids, rows)
             recent = self.used[table] + self.noted[-1][table]
             if recent:
-                kept = np.unique(np.concatenate(recent))
+                kept = _union(recent)
                 at = old.find(kept)
                 held = at >= 0
-                self.insert(table, kept[held], old_rows[at[held]])  # those refreshed are kept as refreshed
+                self.insert(table, kept[held], old.rows[at[held]])  # those refreshed are kept as refreshed
+
+
+def _union(parts: list[np.ndarray]) -> np.ndarray:
+    """The ids of ``parts`` (each sorted and distinct), sorted and distinct."""
+    return parts[0] if len(parts) == 1 else unique_ids(np.concatenate(parts))
 
 
 def _nbytes(value: Any) -> int:
@@ -894,22 +940,28 @@ def _nbytes(value: Any) -> int:
     return 0
 
 
+def _by_server(ids: np.ndarray, servers: int) -> list[np.ndarray]:
+    """The ids each server holds (``id % servers``), in their order (one server: ``ids`` itself)."""
+    if servers == 1:
+        return [ids]
+    owner = ids % servers
+    return [ids[owner == k] for k in range(servers)]
+
+
 def _join(parts: list[np.ndarray]) -> np.ndarray:
     return parts[0] if len(parts) == 1 else np.concatenate(parts)
 
 
 def _merge_rows(ids: np.ndarray, rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """Duplicate ids summed, ids sorted (one sort of the ids)."""
-    order = np.argsort(ids)
+    """Duplicate ids summed, ids sorted (one sort of the ids). The rows of an id are added in the order given (a
+    stable sort): its first row, then ``add.at`` of the others, of the duplicates alone."""
+    order = np.argsort(ids, kind="stable")
     ordered = ids[order]
-    first = np.ones(len(ids), bool)
-    first[1:] = ordered[1:] != ordered[:-1]
-    if first.all():
-        return ordered, rows[order]
-    inverse = np.empty(len(ids), np.int64)
-    inverse[order] = np.cumsum(first) - 1
-    out = np.zeros((int(np.count_nonzero(first)), rows.shape[1]), rows.dtype)
-    add_rows(out, inverse, rows)
+    first = run_starts(ordered)
+    out = rows[order[first]]
+    if not first.all():
+        again = ~first
+        add_rows(out, (np.cumsum(first) - 1)[again], rows[order[again]])
     return ordered[first], out
 
 

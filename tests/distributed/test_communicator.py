@@ -18,7 +18,7 @@ from hypothesis import strategies as st
 
 import blockir as bir
 from blockir.distributed.api import SERVER_METHODS, ParameterServerAPI, ServerHandle
-from blockir.distributed.communicator import AsyncCommunicator, _merge_rows, _RowCache, _sum_distinct
+from blockir.distributed.communicator import AsyncCommunicator, _merge_rows, _RowCache, _sum_distinct, _TableRows
 from blockir.distributed.server import ParameterServer
 from blockir.parallel.async_executor import _looking_ahead
 from tests.distributed.test_server import TABLE, _split
@@ -278,3 +278,50 @@ def test_the_row_cache_follows_its_rules_as_a_dict_does(ops: list) -> None:
             model = {i: model[i] for i in used if i in model} | {i: [float(value)] * 2 for i in asked}
             asked = None
         assert cache.missing("t", uniq).tolist() == [i for i in sorted(ids) if i not in model]
+
+
+_table_ops = st.lists(st.tuples(st.booleans(), st.lists(st.integers(0, 2**40), max_size=12, unique=True)), max_size=30)
+
+
+@settings(max_examples=200, deadline=None)
+@given(_table_ops, st.booleans())
+def test_a_tables_cached_rows_find_ids_as_a_dict_does(ops: list, from_refresh: bool) -> None:
+    """The row cache's per-table store against a dict: ``find`` gives -1 for an id not held and, for one held,
+    the row whose values were added with it, wherever later adds put their ids among the sorted keys; a store
+    made from a refresh's ids holds them at the refresh's rows; rows added in another dtype convert those it holds
+    to it."""
+    model: dict[int, float] = {}
+    dtype: type = np.float32
+    if from_refresh:  # as a window's refresh makes it: the ids asked for, their rows taken as they are
+        held = _TableRows(np.array([3, 8, 2**40], np.int64), np.array([[3.0, 3.0], [8.0, 8.0], [9.0, 9.0]], np.float32))
+        model = {3: 3.0, 8: 8.0, 2**40: 9.0}
+    else:
+        held = _TableRows(np.zeros(0, np.int64), np.zeros((0, 2), np.float32))
+    for add, ids in ops:
+        if add:
+            new = sorted(i for i in ids if i not in model)
+            wide = len(new) % 3 == 2  # some adds bring float64 rows: what the store holds takes their dtype
+            rows = np.array([[i % 1000, i % 7] for i in new], np.float64 if wide else np.float32).reshape(-1, 2)
+            held.add(np.array(new, np.int64), rows)
+            model.update({i: float(i % 1000) for i in new})
+            dtype = (np.float64 if wide else np.float32) if new else dtype  # the last rows added
+            assert held.rows.dtype == dtype
+        at = held.find(np.array(sorted(ids), np.int64))
+        assert [a >= 0 for a in at] == [i in model for i in sorted(ids)]
+        assert held.rows[at[at >= 0], 0].tolist() == [model[i] for i in sorted(ids) if i in model]
+        assert held.keys.tolist() == sorted(model) and held.count == len(model)
+        assert sorted(held.slots.tolist()) == list(range(len(model)))  # each row held once, none lost
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.integers(0, 20), max_size=40), st.integers(0, 2**32 - 1))
+def test_merged_rows_sum_an_ids_rows_in_the_order_given(ids: list, seed: int) -> None:
+    """A push's merge against a dict summing each id's rows one after the other, in float32, as given: the same
+    bits (the order of a float sum matters), ids sorted."""
+    rows = np.random.default_rng(seed).standard_normal((len(ids), 3)).astype(np.float32)
+    model: dict[int, np.ndarray] = {}
+    for i, row in zip(ids, rows, strict=True):
+        model[i] = model[i] + row if i in model else row.copy()
+    got_ids, got_rows = _merge_rows(np.array(ids, np.int64), rows)
+    assert got_ids.tolist() == sorted(model) and got_rows.dtype == np.float32
+    np.testing.assert_array_equal(got_rows, np.array([model[i] for i in sorted(model)], np.float32).reshape(-1, 3))

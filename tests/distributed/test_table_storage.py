@@ -13,7 +13,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import blockir as bir
-from blockir.distributed.index import IdIndex
+from blockir.distributed.index import IdIndex, run_starts, unique_ids
 from blockir.distributed.server import ParameterServer, _FullSave, _Shard
 from blockir.io.manifest import TableEntry
 from blockir.passes.distribute import split
@@ -48,6 +48,18 @@ def test_the_index_maps_ids_to_rows_as_a_dict_does_and_hands_out_free_rows_first
         assert len(index) == len(reference)
     live = index.live_rows()
     assert dict(zip(index.row_ids()[live].tolist(), live.tolist(), strict=True)) == reference
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    st.lists(st.integers(-5, 5) | st.integers(-(2**63), 2**63 - 1), max_size=60), st.sampled_from([np.int64, np.int32])
+)
+def test_unique_ids_is_numpys_unique_by_one_sort(ids: list, dtype: type) -> None:
+    keys = np.array(ids, np.int64).astype(dtype)
+    got, want = unique_ids(keys), np.unique(keys)
+    assert got.dtype == want.dtype and got.tolist() == want.tolist()
+    ordered = np.sort(keys)
+    assert run_starts(ordered).tolist() == [k == 0 or ordered[k] != ordered[k - 1] for k in range(len(ordered))]
 
 
 def test_the_index_finds_a_million_ids_after_removals_and_rebuilds() -> None:
