@@ -103,10 +103,26 @@ def _unordered(n: Node, x: str, dtype: str, out: str) -> None:
     n.cast(x, dtype, out=out)
 
 
+def _per_channel(n: Node) -> np.ndarray | None:
+    """B as Paddle's per-channel operand when it is a constant that numpy's broadcasting puts on dim 1 of an A of
+    rank 3 or more (``[1, C, 1, 1]`` or ``[C, 1, 1]`` over ``[N, C, H, W]``, C known): its C values, for ``axis=1``
+    (the form of a convolution's bias, which the fusion passes take into the convolution); else None."""
+    b, shape = n.const(1), n.shape(0)
+    if b is None or shape is None or _legacy_axis(n) != -1 or len(shape) < 3 or b.ndim > len(shape):
+        return None
+    aligned = (1,) * (len(shape) - b.ndim) + b.shape
+    channel_only = all(d == 1 for k, d in enumerate(aligned) if k != 1)
+    return b.reshape(-1) if channel_only and aligned[1] == shape[1] else None
+
+
 def _binary(type: str) -> Converter:
     def convert(n: Node) -> None:
         narrow = _NARROW.get(n.dtype(0))
         if narrow is None:
+            channels = _per_channel(n)
+            if channels is not None:
+                n.binary(type, n.x(0), n.constant(channels), out=n.y(), attrs={"axis": 1})
+                return
             n.binary(type, n.x(0), n.x(1), out=n.y(), attrs={"axis": _legacy_axis(n)})
             return
         wide = n.binary(type, n.cast(n.x(0), narrow), n.cast(n.x(1), narrow), attrs={"axis": _legacy_axis(n)})

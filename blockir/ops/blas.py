@@ -1,19 +1,22 @@
-"""``c -= scale * (a @ b)`` in place: BLAS's gemm with beta = 1, which numpy does not expose.
+"""BLAS's gemm as numpy does not expose it: ``c = alpha * (a @ b) + beta * c`` in place, on operands read where
+they lie (a column slice of a wider matrix is read through its leading dimension, not copied).
 
-numpy computes ``a @ b`` into a new array; subtracting it from ``c`` is then a second pass over ``c`` and a
-product-sized temporary. The kernels that update a parameter by a product (``fc_grad_sgd``'s
-``W -= lr * (Input^T @ dPre)``) call :func:`subtract_product` instead, which calls the gemm of the BLAS
-library numpy itself uses (the OpenBLAS its wheels ship, found in ``numpy.libs``), so that the thread
-settings of numpy's BLAS (``OMP_NUM_THREADS``, ``OPENBLAS_NUM_THREADS``, threadpoolctl) apply to it too.
-Where that library is not found (another BLAS, another array module such as CuPy) or the arrays do not suit
-gemm (dtype other than float32/float64, strides, overlap, a small product), it computes
-``c -= a @ (scale * b)`` with ``xp``.
+numpy computes ``a @ b`` into a new array, of contiguous copies of operands it cannot hand to BLAS as they are;
+adding it into ``c`` is then a second pass over ``c`` and a product-sized temporary. :func:`gemm` calls the gemm
+of the BLAS library numpy itself uses (the OpenBLAS its wheels ship, found in ``numpy.libs``), so that the
+thread settings of numpy's BLAS (``OMP_NUM_THREADS``, ``OPENBLAS_NUM_THREADS``, threadpoolctl) apply to it too,
+and answers False where it cannot (another BLAS, another array module such as CuPy, a dtype other than
+float32/float64, strides, overlap): its callers then compute with ``xp``. The kernels that update a parameter by
+a product (``fc_grad_sgd``'s ``W -= lr * (Input^T @ dPre)``) call :func:`subtract_product`, gemm with beta = 1;
+the convolutions of ``blockir.ops.conv`` sum their filter taps' products with it
+(``blockir.ops.conv._grid_product``).
 """
 
 from __future__ import annotations
 
 import ctypes
 import functools
+import math
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -61,38 +64,68 @@ def _gemms() -> dict[np.dtype, Callable[..., None]]:
 
 
 def _operand(x: np.ndarray) -> tuple[int, int] | None:
-    """(transpose flag, leading dimension) of a row-major view of ``x``, or None if gemm cannot read it."""
-    if x.flags.c_contiguous:
-        return _NO_TRANS, max(1, x.shape[1])
-    if x.flags.f_contiguous:  # the transpose of a row-major array
-        return _TRANS, max(1, x.shape[0])
+    """(transpose flag, leading dimension) with which gemm reads the matrix of ``x``'s last two axes where it lies:
+    one axis of unit stride (or of size 1), the other's stride a whole number of elements at least the first's
+    size (a row-major matrix, a column slice of a wider one, their transposes); else None."""
+    item = x.itemsize
+    for flag, outer, inner in ((_NO_TRANS, -2, -1), (_TRANS, -1, -2)):
+        size, stride = x.shape[inner], x.strides[outer]
+        if size > 1 and x.strides[inner] != item:
+            continue
+        if x.shape[outer] <= 1:
+            return flag, max(1, size)
+        if stride % item == 0 and stride // item >= max(1, size):
+            return flag, stride // item
     return None
 
 
-def _blas(c: Any, a: Any, b: Any) -> Callable[..., None] | None:
-    """The gemm that can compute into ``c`` from ``a`` and ``b`` as they are, or None."""
-    if not (type(c) is type(a) is type(b) is np.ndarray) or c.size < MIN_ELEMENTS:
-        return None
-    if not (c.dtype == a.dtype == b.dtype and c.ndim == a.ndim == b.ndim == 2 and c.dtype.isnative):
-        return None
-    if not (c.flags.c_contiguous and c.flags.writeable and c.flags.aligned and a.flags.aligned and b.flags.aligned):
-        return None
-    if np.may_share_memory(c, a) or np.may_share_memory(c, b):
-        return None
-    return _gemms().get(c.dtype)
+def _usable(*arrays: Any) -> bool:
+    """Whether gemm can read (and, the first, write) ``arrays`` as numpy keeps them."""
+    if not all(type(x) is np.ndarray and x.ndim >= 2 and x.flags.aligned for x in arrays):
+        return False
+    c = arrays[0]
+    return c.dtype.isnative and all(x.dtype == c.dtype for x in arrays) and c.flags.writeable
+
+
+def gemm(c: Any, a: Any, b: Any, alpha: float = 1.0, beta: float = 0.0) -> bool:
+    """``c = alpha * (a @ b) + beta * c`` in place by numpy's own BLAS, every operand read where it lies; False,
+    with nothing done, where it cannot.
+
+    The matrices are the last two axes: ``a`` [..., m, k], ``b`` [..., k, n], ``c`` [..., m, n], of one dtype
+    (float32 or float64). Each is read in place where one of its two axes has unit stride and the other a
+    leading dimension (:func:`_operand`: a view ``x[:, j : j + n]`` of a wider row-major matrix, a transposed
+    view); ``c`` must have unit stride along n. The leading axes broadcast (numpy's rules) and run one gemm per
+    index, in row-major order: a ``c`` of size 1 along an axis is one matrix receiving every product along it
+    in turn, so that with ``beta = 1`` they add up. Refused: other array modules, other dtypes, byte-swapped or
+    unaligned arrays, a read-only ``c``, a ``c`` sharing memory with ``a`` or ``b``, numpy's BLAS not found."""
+    if not _usable(c, a, b) or np.may_share_memory(c, a) or np.may_share_memory(c, b):
+        return False
+    fn, ta, tb, tc = _gemms().get(c.dtype), _operand(a), _operand(b), _operand(c)
+    if fn is None or ta is None or tb is None or tc is None or tc[0] != _NO_TRANS:
+        return False
+    (m, k), n = a.shape[-2:], b.shape[-1]
+    if b.shape[-2] != k or c.shape[-2:] != (m, n):
+        raise ValueError(f"gemm: shapes {a.shape} @ {b.shape} into {c.shape}")
+    batch = np.broadcast_shapes(c.shape[:-2], a.shape[:-2], b.shape[:-2])
+    count = math.prod(batch)
+    if count == 0 or m == 0 or n == 0:
+        return True
+    index = np.indices(batch).reshape(len(batch), count)
+    pointers = [
+        (x.ctypes.data + np.asarray(np.broadcast_to(x, (*batch, *x.shape[-2:])).strides[:-2], np.int64) @ index)
+        for x in (a, b, c)
+    ]
+    for pa, pb, pc in zip(*(p.tolist() for p in pointers)):
+        fn(_ROW_MAJOR, ta[0], tb[0], m, n, k, alpha, pa, ta[1], pb, tb[1], beta, pc, tc[1])
+    return True
 
 
 def subtract_product(xp: Any, c: Any, a: Any, b: Any, scale: Any) -> None:
     """``c -= scale * (a @ b)`` in place, for matrices ``a`` [m, k], ``b`` [k, n] and ``c`` [m, n] of one float
     dtype; ``scale``, a number or an array of one element (read on the host only for numpy's BLAS), is rounded
-    to that dtype."""
-    gemm = _blas(c, a, b)
-    ta, tb = (_operand(a), _operand(b)) if gemm is not None else (None, None)
-    if gemm is None or ta is None or tb is None:
-        c -= xp.matmul(a, xp.multiply(b, scale))
-        return
-    (m, k), n = a.shape, b.shape[1]
-    if k == 0:
-        return
-    alpha = -(scale.item() if isinstance(scale, np.ndarray) else float(scale))
-    gemm(_ROW_MAJOR, ta[0], tb[0], m, n, k, alpha, a.ctypes.data, ta[1], b.ctypes.data, tb[1], 1.0, c.ctypes.data, n)
+    to that dtype: :func:`gemm` with beta = 1 from ``MIN_ELEMENTS`` elements of ``c`` on, else with ``xp``."""
+    if isinstance(c, np.ndarray) and c.size >= MIN_ELEMENTS:
+        alpha = -(scale.item() if isinstance(scale, np.ndarray) else float(scale))
+        if gemm(c, a, b, alpha, 1.0):
+            return
+    c -= xp.matmul(a, xp.multiply(b, scale))

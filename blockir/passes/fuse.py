@@ -32,8 +32,10 @@ inference form (the forward ops alone):
     parameter or writes the learning rate.
 
 Floating-point inputs only. The named pipeline ``fuse{keep=... conv_bn= conv_add_act= bn_act= fc=
-elementwise_act= softmax_ce= optimizer=}`` runs the passes of convolutional networks first
-(:mod:`blockir.passes.fuse_conv`: ``fold-conv-bn``, ``fuse-conv-add-act``, ``fuse-bn-act``), then
+elementwise_act= softmax_ce= optimizer= max_pool_index=}`` runs the passes of convolutional networks first
+(:mod:`blockir.passes.fuse_conv`: ``fold-conv-bn``, ``fuse-conv-add-act``, ``fuse-bn-act``; with
+``max_pool_index`` :mod:`blockir.passes.pool_index`'s ``max-pool-with-index``, a max pooling that has a
+gradient op keeping the position of each maximum for it), then
 ``fuse-fc``, ``fuse-elementwise-act`` (after ``fuse-fc``, which would otherwise find its ``elementwise_add`` taken),
 ``fuse-softmax-ce``, and with ``optimizer`` ``fuse-fc-sgd`` and ``fuse-optimizer``
 (:mod:`blockir.passes.fuse_optimizer`: the sgd, momentum or adam updates left in
@@ -52,6 +54,7 @@ from blockir.ops.fused import ACTIVATIONS, BINARIES
 from blockir.passes.base import Pass, Pipeline, register_pass
 from blockir.passes.fuse_conv import FoldConvBN, FuseBNAct, FuseConvAddAct
 from blockir.passes.fuse_optimizer import FuseOptimizer
+from blockir.passes.pool_index import MaxPoolWithIndex
 from blockir.passes.rewrite import Create, Match, OpPattern, Pattern, RewritePass
 
 __all__ = ["Fuse", "FuseElementwiseAct", "FuseFC", "FuseFCSGD", "FuseSoftmaxCE"]
@@ -412,13 +415,13 @@ class FuseFCSGD(RewritePass):
 @register_pass
 @dataclass(frozen=True)
 class Fuse(Pipeline):
-    """fold-conv-bn, fuse-conv-add-act, fuse-bn-act, fuse-fc, fuse-elementwise-act, fuse-softmax-ce, fuse-fc-sgd
-    and fuse-optimizer, each unless turned off (module docstring)."""
+    """fold-conv-bn, fuse-conv-add-act, fuse-bn-act, max-pool-with-index, fuse-fc, fuse-elementwise-act,
+    fuse-softmax-ce, fuse-fc-sgd and fuse-optimizer, each unless turned off (module docstring)."""
 
     name: ClassVar[str] = "fuse"
     summary: ClassVar[str] = (
-        "the fusion passes the executor applies: fold-conv-bn, fuse-conv-add-act, fuse-bn-act, fuse-fc, "
-        "fuse-elementwise-act, fuse-softmax-ce, fuse-fc-sgd, fuse-optimizer"
+        "the fusion passes the executor applies: fold-conv-bn, fuse-conv-add-act, fuse-bn-act, max-pool-with-index, "
+        "fuse-fc, fuse-elementwise-act, fuse-softmax-ce, fuse-fc-sgd, fuse-optimizer"
     )
 
     keep: tuple[str, ...] = field(
@@ -439,15 +442,18 @@ class Fuse(Pipeline):
     optimizer: bool = field(
         default=True, metadata={"help": "run fuse-fc-sgd and fuse-optimizer (BuildStrategy.fuse_all_optimizer_ops)"}
     )
+    max_pool_index: bool = field(
+        default=True, metadata={"help": "run max-pool-with-index (BuildStrategy.max_pool_with_index)"}
+    )
 
     def passes(self) -> list[Pass]:
-        chosen = (
-            (self.conv_bn, FoldConvBN),
-            (self.conv_add_act, FuseConvAddAct),
-            (self.bn_act, FuseBNAct),
-            (self.fc, FuseFC),
-            (self.elementwise_act, FuseElementwiseAct),
-            (self.softmax_ce, FuseSoftmaxCE),
+        def rewrites(*chosen: tuple[bool, type[RewritePass]]) -> list[Pass]:
+            return [cls(keep=self.keep) for on, cls in chosen if on]
+
+        conv = rewrites((self.conv_bn, FoldConvBN), (self.conv_add_act, FuseConvAddAct), (self.bn_act, FuseBNAct))
+        pooling: list[Pass] = [MaxPoolWithIndex()] if self.max_pool_index else []
+        dense = rewrites(
+            (self.fc, FuseFC), (self.elementwise_act, FuseElementwiseAct), (self.softmax_ce, FuseSoftmaxCE)
         )
-        rewrites: list[Pass] = [cls(keep=self.keep) for on, cls in chosen if on]
-        return rewrites + ([FuseFCSGD(keep=self.keep), FuseOptimizer()] if self.optimizer else [])
+        optimizer: list[Pass] = [FuseFCSGD(keep=self.keep), FuseOptimizer()] if self.optimizer else []
+        return conv + pooling + dense + optimizer

@@ -94,6 +94,7 @@ __all__ = [
     "Refused",
     "RewritePass",
     "Rewrites",
+    "fresh_name",
     "insert_created",
     "placement",
     "rewrite",
@@ -705,17 +706,22 @@ def insert_created(
     return op
 
 
+def fresh_name(program: Program, base: str, taken: Collection[str | None] = ()) -> str:
+    """``base``, or ``base.N`` with the least N >= 1, whichever no block of ``program`` declares and ``taken``
+    does not hold."""
+    name, n = base, 0
+    while any(b.has_var(name) for b in program.blocks) or name in taken:
+        n += 1
+        name = f"{base}.{n}"
+    return name
+
+
 def _with_fresh(match: Match) -> Match:
     """``match`` with each fresh symbol bound to a new name: its ``like`` variable's, the suffix, and a number
     when the program has that name already."""
     program, values = match.block.program, dict(match.values)
     for symbol, fresh in match.pattern.fresh.items():
-        base = f"{values[fresh.like]}@{fresh.suffix}"
-        name, n = base, 0
-        while any(b.has_var(name) for b in program.blocks) or name in values.values():
-            n += 1
-            name = f"{base}.{n}"
-        values[symbol] = name
+        values[symbol] = fresh_name(program, f"{values[fresh.like]}@{fresh.suffix}", set(values.values()))
     return Match(match.pattern, match.block, match.ops, values)
 
 

@@ -39,8 +39,9 @@ AUTO_PLACE_WITH_DATA_PARALLEL = (
     "BuildStrategy.auto_place cannot be combined with data parallelism (with_data_parallel) yet: turn one off"
 )
 
-# BuildStrategy.fusions(): the fuse pipeline's conv_bn, conv_add_act, bn_act, fc, elementwise_act, softmax_ce, optimizer
-Fusions = tuple[bool, bool, bool, bool, bool, bool, bool]
+# BuildStrategy.fusions(): the fuse pipeline's conv_bn, conv_add_act, bn_act, fc, elementwise_act, softmax_ce,
+# optimizer, max_pool_index
+Fusions = tuple[bool, bool, bool, bool, bool, bool, bool, bool]
 # BuildStrategy.placing(): the devices of automatic placement and its cost file ('' for a calibration of its own)
 Placing = tuple[tuple[str, ...], str]
 
@@ -83,7 +84,11 @@ class BuildStrategy:
       ``fused_conv2d_add_act`` (inference programs: it has no gradient);
     - ``fuse_bn_act_ops`` (Paddle's name): ``fuse-bn-act``, batch_norm + relu, sigmoid or tanh into blockir's
       ``batch_norm_act`` and their gradient ops into ``batch_norm_act_grad``, in training and inference (not a
-      Paddle op: the Paddle export refuses it, and exports are unfused anyway).
+      Paddle op: the Paddle export refuses it, and exports are unfused anyway);
+    - ``max_pool_with_index`` (blockir's flag): ``max-pool-with-index`` (:mod:`blockir.passes.pool_index`), in
+      training, a max ``pool2d`` and its ``pool2d_grad`` into ``max_pool2d_with_index``, which keeps the
+      position of each maximum (a new ``Mask``), and its gradient, one scatter to those positions, where the two
+      compute the same (NCHW, the same padding on both sides of each axis, not adaptive).
 
     The others:
 
@@ -125,6 +130,7 @@ class BuildStrategy:
         self.fuse_elewise_add_act_ops = True
         self.fuse_softmax_with_cross_entropy = True
         self.fuse_all_optimizer_ops = True
+        self.max_pool_with_index = True
         # Automatic placement (the auto-place pass, docs/placement.md): the ops nobody pinned go over
         # place_devices by a list scheduler on measured costs: cost_file's (blockir profile), else a calibration
         # run of the executor's own, cached per machine (blockir.runtime.calibration). Not with data parallelism.
@@ -134,8 +140,8 @@ class BuildStrategy:
 
     def fusions(self) -> Fusions:
         """The fusion flags, in the order of the ``fuse`` pipeline's options (``conv_bn``, ``conv_add_act``,
-        ``bn_act``, ``fc``, ``elementwise_act``, ``softmax_ce``, ``optimizer``): what an executor caches its plans
-        by."""
+        ``bn_act``, ``fc``, ``elementwise_act``, ``softmax_ce``, ``optimizer``, ``max_pool_index``): what an
+        executor caches its plans by."""
         return (
             bool(self.fuse_conv_bn),
             bool(self.fuse_conv_add_act),
@@ -144,6 +150,7 @@ class BuildStrategy:
             bool(self.fuse_elewise_add_act_ops),
             bool(self.fuse_softmax_with_cross_entropy),
             bool(self.fuse_all_optimizer_ops),
+            bool(self.max_pool_with_index),
         )
 
     def placing(self) -> Placing | None:
@@ -173,7 +180,7 @@ def fuse_pipeline(fusions: Fusions, keep: Iterable[str]) -> Fuse | None:
     (fetched and fed); None when every fusion is off."""
     if not any(fusions):
         return None
-    conv_bn, conv_add_act, bn_act, fc, elementwise_act, softmax_ce, optimizer = fusions
+    conv_bn, conv_add_act, bn_act, fc, elementwise_act, softmax_ce, optimizer, max_pool_index = fusions
     return Fuse(
         keep=tuple(sorted(set(keep))),
         conv_bn=conv_bn,
@@ -183,6 +190,7 @@ def fuse_pipeline(fusions: Fusions, keep: Iterable[str]) -> Fuse | None:
         elementwise_act=elementwise_act,
         softmax_ce=softmax_ce,
         optimizer=optimizer,
+        max_pool_index=max_pool_index,
     )
 
 

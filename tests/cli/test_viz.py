@@ -49,7 +49,7 @@ def test_viz_defaults_to_the_executors_pipeline_and_a_page_named_after_the_progr
     assert main(["viz", "train.pb", "--title", "mine"]) == 0
     data = embedded((work / "train.html").read_text())
     assert data["pipeline"] == "fuse,default-device-pipeline" and data["title"] == "mine"
-    conv = ["fold-conv-bn", "fuse-conv-add-act", "fuse-bn-act"]
+    conv = ["fold-conv-bn", "fuse-conv-add-act", "fuse-bn-act", "max-pool-with-index"]
     fusions = [*conv, "fuse-fc", "fuse-elementwise-act", "fuse-softmax-ce", "fuse-fc-sgd", "fuse-optimizer"]
     assert [s["label"] for s in data["states"][1:]] == [*fusions, "place", "insert-copies", "streams{keep=true}"]
 
@@ -58,9 +58,9 @@ def test_viz_links_the_trace_of_blockir_run(work: Path, capsys: pytest.CaptureFi
     run = ["run", "train.pb", "--params", "params", "--feed", "x=x.npy", "--fetch", "mean_0.tmp_0"]
     assert main([*run, "--trace", "run.json"]) == 0
     assert main(["viz", "train.pb", "--trace", "run.json", "-o", "p.html"]) == 0
-    assert capsys.readouterr().out.endswith("wrote p.html: 11 passes, linked to the run in run.json\n")
+    assert capsys.readouterr().out.endswith("wrote p.html: 12 passes, linked to the run in run.json\n")
     trace = embedded((work / "p.html").read_text())["trace"]
-    assert trace["match"] == "compiled" and trace["state"] == 11 and trace["unlinked"] == 0
+    assert trace["match"] == "compiled" and trace["state"] == 12 and trace["unlinked"] == 0
 
 
 def test_a_failing_pass_still_gives_the_page_and_exits_1(work: Path, capsys: pytest.CaptureFixture[str]) -> None:

@@ -61,6 +61,17 @@ def test_onnx_names_map_to_blockir_names_and_back() -> None:
     bir.ir.verify(imported.program)
 
 
+def _run_traced(tmp_path: Path, model: onnx.ModelProto, x: np.ndarray) -> tuple[np.ndarray, set[str]]:
+    """The one output of ``model`` (saved, loaded as a user would) on the one feed ``x``, and the op types it ran."""
+    path = tmp_path / "model.onnx"
+    path.write_bytes(model.SerializeToString())
+    exe, scope = bir.Executor("cpu"), bir.Scope()
+    program, feeds, fetches = bir.io.load_inference_model(path, exe, scope=scope)
+    trace = tmp_path / "trace.json"
+    (got,) = exe.run(program, feed={feeds[0]: x}, fetch_list=fetches, scope=scope, trace=trace)
+    return got, {e["name"] for e in json.loads(trace.read_text())["traceEvents"] if e.get("ph") == "X"}
+
+
 def test_each_op_names_its_onnx_node_as_lineage() -> None:
     model = _model([helper.make_node("Relu", ["x"], ["y"], name="my_relu")], [_tensor("x", shape=[2])], [_tensor("y")])
     (op,) = [op for op in import_model(model).program.global_block().ops if op.type == "relu"]
@@ -92,15 +103,45 @@ def test_conv_batch_norm_relu_import_without_copies_and_fold_for_inference(tmp_p
     assert [op.type for op in ops] == ["feed", "conv2d", "elementwise_add", "batch_norm", "relu", "fetch"]
     (bn,) = [op for op in ops if op.type == "batch_norm"]
     assert bn.output("MeanOut") == bn.input("Mean") and bn.output("VarianceOut") == bn.input("Variance")
-    path = tmp_path / "model.onnx"
-    path.write_bytes(model.SerializeToString())
-    exe, scope = bir.Executor("cpu"), bir.Scope()
-    program, feeds, fetches = bir.io.load_inference_model(path, exe, scope=scope)
     x = rng.standard_normal((1, 3, 5, 5)).astype("float32")
-    trace = tmp_path / "trace.json"
-    (got,) = exe.run(program, feed={feeds[0]: x}, fetch_list=fetches, scope=scope, trace=trace)
-    ran = {e["name"] for e in json.loads(trace.read_text())["traceEvents"] if e.get("ph") == "X"}
+    got, ran = _run_traced(tmp_path, model, x)
     assert "fused_conv2d_add_act" in ran and not ran & {"conv2d", "batch_norm", "relu", "assign"}
+    (expected,) = ReferenceEvaluator(model).run(None, {"x": x})
+    np.testing.assert_allclose(got, expected, rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize(
+    ("bias_shape", "per_channel"),
+    [((1, 4, 1, 1), True), ((4, 1, 1), True), ((1, 1, 1, 5), False), ((1, 4, 5, 5), False)],
+    ids=["1C11", "C11", "along_W", "whole"],
+)
+def test_a_constant_on_the_channels_imports_as_paddles_per_channel_operand(
+    tmp_path: Path, bias_shape: tuple[int, ...], per_channel: bool
+) -> None:
+    """Add and Mul of a constant that broadcasts along dim 1 alone become axis=1 ops of its C values (a conv's bias in
+    Paddle's form, which the inference passes fuse into the conv); other constants keep numpy's broadcasting."""
+    rng = np.random.default_rng(1)
+    w, b, s = rng.standard_normal((4, 3, 3, 3)), rng.standard_normal(bias_shape), rng.standard_normal((1, 4, 1, 1))
+    model = _model(
+        [
+            helper.make_node("Conv", ["x", "w"], ["c"], pads=[1, 1, 1, 1]),
+            helper.make_node("Add", ["c", "b"], ["a"]),
+            helper.make_node("Relu", ["a"], ["r"]),
+            helper.make_node("Mul", ["r", "s"], ["y"]),
+        ],
+        [_tensor("x", shape=[1, 3, 5, 5])],
+        [_tensor("y")],
+        [numpy_helper.from_array(v.astype("float32"), k) for k, v in {"w": w, "b": b, "s": s}.items()],
+    )
+    imported = import_model(model)
+    block = imported.program.global_block()
+    add, mul = (next(op for op in block.ops if op.type == t) for t in ("elementwise_add", "elementwise_mul"))
+    assert mul.attr("axis") == 1 and block.var(mul.input("Y")[0]).shape == (4,)
+    assert add.attr("axis") == (1 if per_channel else -1)
+    assert block.var(add.input("Y")[0]).shape == ((4,) if per_channel else bias_shape)
+    x = rng.standard_normal((1, 3, 5, 5)).astype("float32")
+    got, ran = _run_traced(tmp_path, model, x)
+    assert ("conv2d" not in ran) == per_channel
     (expected,) = ReferenceEvaluator(model).run(None, {"x": x})
     np.testing.assert_allclose(got, expected, rtol=1e-5, atol=1e-5)
 

@@ -500,6 +500,15 @@ def ref_pool(
     return in_layout(out, data_format, x.dtype)
 
 
+def _below_flt_max(n: int, c: int, h: int, w: int) -> np.ndarray:
+    """float64 values in [-1, 1] but for channel 0's top left 3x3 block (-1e300) and the last channel's bottom right
+    one (-inf): windows whose maximum is below -FLT_MAX."""
+    x = np.linspace(-1.0, 1.0, n * c * h * w).reshape(n, c, h, w)
+    x[:, 0, :3, :3] = -1e300
+    x[:, -1, h - 3 :, w - 3 :] = -np.inf
+    return x
+
+
 def pool_case(name: str, x: np.ndarray, grad: bool = True, **attrs: Any) -> Case:
     return Case(
         {"X": x}, attrs, {"Out": ref_pool(x, **attrs)}, grad=("X",) if grad and x.dtype == np.float64 else (), name=name
@@ -599,6 +608,18 @@ POOL2D = [
         ceil_mode=True,
     ),
     pool_case("max_big_window_few_outputs", distinct(1, 1, 6, 7), pooling_type="max", ksize=[5, 6], strides=[1, 1]),
+    # maxima below -FLT_MAX (windows of -1e300 or -inf only) are Paddle's initial -FLT_MAX: windows, global
+    pool_case(
+        "max_below_flt_max", _below_flt_max(1, 2, 6, 6), grad=False, pooling_type="max", ksize=[3, 3], strides=[3, 3]
+    ),
+    pool_case(
+        "max_global_below_flt_max",
+        _below_flt_max(1, 2, 3, 3),
+        grad=False,
+        pooling_type="max",
+        ksize=[3, 3],
+        global_pooling=True,
+    ),
     pool_case(
         "non_semantic_attributes",
         rand(1, 2, 4, 4),

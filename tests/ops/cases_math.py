@@ -224,6 +224,7 @@ def _activation_cases(op_type: str) -> list[Case]:
         ("float64", away_from_zero(3, 4)),
         ("rank3", away_from_zero(2, 3, 2)),
         ("rank1", away_from_zero(5)),
+        ("rank4_short_rows", away_from_zero(2, 30, 3, 3)),  # relu views it as rows of 270
         ("large_magnitudes_float32", np.array([-100.0, -30.0, 0.0, 30.0, 100.0], np.float32)),
     ]
     if op_type in INT_ACTIVATIONS:

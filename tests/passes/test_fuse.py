@@ -253,13 +253,14 @@ def test_the_fuse_pipeline_runs_the_passes_asked_for() -> None:
         "fold-conv-bn",
         "fuse-conv-add-act",
         "fuse-bn-act",
+        "max-pool-with-index",
         "fuse-fc",
         "fuse-elementwise-act",
         "fuse-softmax-ce",
         "fuse-fc-sgd",
         "fuse-optimizer",
     ]
-    off = "conv_bn=false conv_add_act=false bn_act=false fc=false softmax_ce=false optimizer=false"
+    off = "conv_bn=false conv_add_act=false bn_act=false fc=false softmax_ce=false optimizer=false max_pool_index=false"
     assert [p.name for p in expand(parse_pipeline(f"fuse{{{off} keep=a,b}}"))] == ["fuse-elementwise-act"]
     assert expand(parse_pipeline("fuse{keep=a,b}"))[5].keep == ("a", "b")
     assert "fuse-fc: mul + elementwise_add" in describe_passes()

@@ -25,6 +25,7 @@ def test_the_executor_reports_the_default_pipeline_it_ran() -> None:
             "fold-conv-bn",
             "fuse-conv-add-act",
             "fuse-bn-act",
+            "max-pool-with-index",
             "fuse-fc",
             "fuse-elementwise-act",
             "fuse-softmax-ce",

@@ -41,12 +41,12 @@ FEED = {
 def strategy(
     fc: bool = True, elementwise_act: bool = True, softmax_ce: bool = True, optimizer: bool = True, conv: bool = True
 ) -> bir.BuildStrategy:
-    """A BuildStrategy with these fusions, ``conv`` the three of convolutional networks (the tests of other modules
-    use it too)."""
+    """A BuildStrategy with these fusions, ``conv`` the four passes of convolutional networks (the three fusions and
+    max_pool_with_index; the tests of other modules use it too)."""
     s = bir.BuildStrategy()
     s.fuse_gemm_epilogue, s.fuse_elewise_add_act_ops = fc, elementwise_act
     s.fuse_softmax_with_cross_entropy, s.fuse_all_optimizer_ops = softmax_ce, optimizer
-    s.fuse_conv_bn = s.fuse_conv_add_act = s.fuse_bn_act_ops = conv
+    s.fuse_conv_bn = s.fuse_conv_add_act = s.fuse_bn_act_ops = s.max_pool_with_index = conv
     return s
 
 

@@ -1,0 +1,42 @@
+"""pool2d and pool3d forward on random windows against the loop reference of ``cases_conv.ref_pool``: the kernel's
+passes per window tap over the windows that read it inside the image (the first a copy of a tap every window reads,
+where one does), its per-window loop (windows longer than there are windows), its one reduction over the axes a
+global window covers, and max pooling's floor at -FLT_MAX (values of -inf and below -FLT_MAX, windows all in the
+padding)."""
+
+from __future__ import annotations
+
+import numpy as np
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from tests.ops.cases_conv import ref_pool
+from tests.ops.harness import run_op
+from tests.ops.pool_strategies import pool_windows
+
+FLT_MAX = float(np.finfo(np.float32).max)
+
+
+@st.composite
+def pools(draw: st.DrawFn) -> tuple[np.ndarray, dict]:
+    sizes, attrs = draw(pool_windows(8))
+    attrs.update(pooling_type=draw(st.sampled_from(("max", "avg"))), exclusive=draw(st.booleans()))
+    rng = np.random.default_rng(draw(st.integers(0, 2**31 - 1)))
+    dtype = draw(st.sampled_from(("float32", "float64")))
+    x = rng.uniform(-2.0, 2.0, size=(2, 3, *sizes)).astype(dtype)
+    if attrs["pooling_type"] == "max":  # some values that never beat -FLT_MAX (float64: some finite ones)
+        x[rng.random(x.shape) < 0.3] = draw(st.sampled_from((-np.inf, -1e300 if dtype == "float64" else -FLT_MAX)))
+    return x, attrs
+
+
+@settings(max_examples=200, deadline=None)
+@given(pools())
+def test_each_window_reduces_as_the_loop_does(case: tuple[np.ndarray, dict]) -> None:
+    x, attrs = case
+    got = run_op(f"pool{x.ndim - 2}d", {"X": x}, attrs)["Out"]
+    expected = ref_pool(x, **attrs)
+    if attrs["pooling_type"] == "max":
+        np.testing.assert_array_equal(got, expected)
+        assert got.min() >= -FLT_MAX
+    else:
+        np.testing.assert_allclose(got, expected, rtol=1e-5 if x.dtype == np.float32 else 1e-12, atol=1e-6)
