@@ -193,7 +193,8 @@ def conv_rows(label: str, x: np.ndarray, w: np.ndarray, dy: np.ndarray, layout: 
 
 
 def other_rows(label: str, y: np.ndarray, layout: str, pool: bool, rounds: int) -> list:
-    """batch_norm and its gradient on the conv's output ``y`` (and max pooling after it with ``pool``), ms."""
+    """batch_norm and its gradient on the conv's output ``y`` (and max pooling after it with ``pool``: pool2d, and in
+    NCHW max_pool2d_with_index, which the training step runs in its place), ms."""
     m = y.shape[-1 if layout == "NHWC" else 1]
     ones, zeros = np.ones(m, np.float32), np.zeros(m, np.float32)
     bn, bn_grad = (
@@ -211,6 +212,13 @@ def other_rows(label: str, y: np.ndarray, layout: str, pool: bool, rounds: int) 
         pooled = pool2d(y)
         calls["pool2d max"] = lambda: pool2d(y)
         calls["pool2d_grad max"] = lambda: pool2d_grad(y, pooled, pooled)
+        if layout == "NCHW":  # what the training step runs (BuildStrategy.max_pool_with_index)
+            index_attrs = {"ksize": [2, 2], "strides": [2, 2]}
+            with_index = kernel("max_pool2d_with_index", index_attrs, (True, True))
+            with_index_grad = kernel("max_pool2d_with_index_grad", index_attrs, (True,))
+            mask = with_index(y)[1]
+            calls["max_pool2d_with_index"] = lambda: with_index(y)
+            calls["max_pool2d_with_index_grad"] = lambda: with_index_grad(y, mask, pooled)
     steps = max(3, int(2e7 / y.size))
     return [
         (label, name, f"{statistics.median(per_call(fn, steps) for _ in range(rounds)) * 1e3:.2f}", "", "")
