@@ -19,7 +19,8 @@
 - ``batch_norm_act`` (blockir's; Paddle 3.3.1's legacy program format has no CPU op for it, so it is never
   exported: :mod:`blockir.io.paddle` refuses it): ``Y = act(batch_norm(X))`` with ``act_type`` ``relu``,
   ``sigmoid`` or ``tanh``, the slots and attributes of ``batch_norm`` (its kernel), the activation in Y's
-  buffer; ``batch_norm_act_grad`` takes the activation's gradient from Y, then ``batch_norm_grad``'s kernel.
+  buffer; ``batch_norm_act_grad`` takes the activation's gradient from Y (relu's in Y@GRAD's buffer when the
+  executor offers it), then ``batch_norm_grad``'s kernel, which writes X@GRAD into that gradient's buffer.
 """
 
 from __future__ import annotations
@@ -33,7 +34,7 @@ from blockir.ir.core import Operator
 from blockir.ir.schema import AttrDef, GradContext, InferContext, KernelContext, OpSchema, OpSpec, Slot
 from blockir.ops.common import FLOATS, check_dtype, compatible, fmt, kernel_error, same_dtype
 from blockir.ops.conv import CONV2D
-from blockir.ops.fused import ACTIVATIONS, _check_activation
+from blockir.ops.fused import ACTIVATIONS, _activation_grad, _check_activation
 from blockir.ops.norm import BATCH_NORM, BATCH_NORM_GRAD
 
 __all__ = ["BATCH_NORM_ACT", "BATCH_NORM_ACT_GRAD", "CONV_BN_FOLD", "FUSED_CONV2D_ADD_ACT", "NOT_IN_PADDLE", "SCHEMAS"]
@@ -259,9 +260,13 @@ def _batch_norm_act_grad(
     reserve: Any,
     y: Any,
     dy: Any,
+    *,
+    reuse: Sequence[bool] = (),
 ) -> tuple[Any, Any, Any]:
-    """The activation's gradient from Y (a new array), then batch_norm_grad's kernel, which may overwrite it."""
-    d = ACTIVATIONS[ctx.attrs["act_type"]].grad(ctx, y, dy)
+    """The activation's gradient from Y: relu's (Y@GRAD times the mask Y > 0) in Y@GRAD's buffer where it may be
+    overwritten (``reuse``), else (and sigmoid's, tanh's) a new array; then batch_norm_grad's kernel, which writes
+    X@GRAD into that gradient's buffer."""
+    d = _activation_grad(ctx, ctx.attrs["act_type"], y, dy, bool(reuse and reuse[-1]))
     offer = (False,) * 8 + (True,)  # batch_norm_grad's inputs: Y@GRAD is the last of nine
     return _BN_GRAD(ctx, x, scale, bias, mean, variance, saved_mean, saved_variance, reserve, d, reuse=offer)
 

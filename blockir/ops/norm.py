@@ -37,7 +37,6 @@ in that dtype and give ``Y`` X's dtype.
 from __future__ import annotations
 
 import math
-import string
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
@@ -211,21 +210,41 @@ def _infer_batch_norm(ctx: InferContext) -> None:
     ctx.set_output("ReserveSpace", (0,), "uint8")
 
 
-def _channels(attrs: dict[str, Any], x: Any) -> tuple[tuple[int, ...], tuple[int, ...], int]:
-    """(the axes batch_norm reduces, the shape per-channel vectors broadcast in, values per channel)."""
-    axis = 1 if attrs["data_layout"] == "NCHW" else x.ndim - 1
-    axes = tuple(i for i in range(x.ndim) if i != axis)
-    view = (-1,) + (1,) * (x.ndim - 1 - axis)
-    return axes, view, math.prod(x.shape[i] for i in axes)
+def _channels(attrs: dict[str, Any], x: Any) -> tuple[bool, tuple[int, ...], int]:
+    """(whether the channels are X's last dim, the shape per-channel vectors broadcast in, values per channel)."""
+    channel_last = attrs["data_layout"] == "NHWC"
+    axis = x.ndim - 1 if channel_last else 1
+    return channel_last, (-1,) + (1,) * (x.ndim - 1 - axis), math.prod(n for i, n in enumerate(x.shape) if i != axis)
 
 
-def _channel_sums(xp: Any, axes: tuple[int, ...], a: Any, b: Any) -> tuple[Any, Any]:
-    """(sum of ``a``, sum of ``a * b``) per channel, over ``axes``, in float64: each one read of the data with no
-    temporary of its size, and enough digits for a variance taken as E[x^2] - E[x]^2 (or a covariance likewise)
-    unless the mean is some 10^4 standard deviations away from 0."""
-    letters = string.ascii_lowercase[: a.ndim]
-    channel = "".join(c for i, c in enumerate(letters) if i not in axes)
-    return a.sum(axis=axes, dtype=np.float64), xp.einsum(f"{letters},{letters}->{channel}", a, b, dtype=np.float64)
+# A row's float32 sums (:func:`_channel_sums` on NCHW) give E[x^2] - E[x]^2 (or the like covariance) to some 1e-6 of
+# E[x^2]: with a mean more than 4 standard deviations from 0 (a square over 16 variances) too few digits are left, and
+# the values are centered first.
+_FAR = 16.0
+
+
+def _rows_dot(xp: Any, a: Any, b: Any) -> Any:
+    """The sum of ``a * b`` over each row of ``[N, C, S]`` ``a`` and ``b``, ``[N, C]``: one BLAS dot product a row,
+    accumulated in the data's dtype, and no temporary of the data's size."""
+    return xp.matmul(a[:, :, None, :], b[:, :, :, None])[:, :, 0, 0]
+
+
+def _channel_sums(xp: Any, a: Any, b: Any) -> tuple[Any, Any]:
+    """(sum of ``a``, sum of ``a * b``) per channel of ``[N, C, S]`` ``a`` and ``b``, in float64. Rows of S > 1
+    contiguous values (NCHW): each row's sums in the data's dtype (BLAS: ``a`` times a vector of ones, and
+    :func:`_rows_dot`; a read of ``a`` each and one of ``b``), then their sums over N in float64, some 3x as fast as
+    numpy's float64 reductions. Otherwise (NHWC, or one value a row, which would make as many BLAS calls as values)
+    those reductions: a read of the data each, with no temporary of its size."""
+    if a.shape[2] > 1 and a.strides[2] == a.itemsize and b.strides[2] == b.itemsize:
+        rows = xp.matmul(a, xp.ones(a.shape[2], dtype=a.dtype))
+        return rows.sum(axis=0, dtype=np.float64), _rows_dot(xp, a, b).sum(axis=0, dtype=np.float64)
+    return a.sum(axis=(0, 2), dtype=np.float64), xp.einsum("ncs,ncs->c", a, b, dtype=np.float64)
+
+
+def _centered(ctx: KernelContext, x: Any, mean: Any, view: tuple[int, ...]) -> Any:
+    """``x`` minus ``mean`` per channel (broadcast in ``view``), in scratch buffer 0."""
+    xp = ctx.xp
+    return xp.subtract(x, mean.astype(x.dtype).reshape(view), out=ctx.scratch.empty(xp, 0, x.shape, x.dtype))
 
 
 def _affine(xp: Any, x: Any, a: Any, b: Any, view: tuple[int, ...]) -> Any:
@@ -240,9 +259,11 @@ def _batch_norm(
 ) -> tuple[Any, ...]:
     """(Y, MeanOut, VarianceOut, SavedMean, SavedVariance, ReserveSpace): see the module docstring.
 
-    Two passes over X: the statistics (its sums and sums of squares, in training), then ``Y = X * a + b``."""
+    In training, the statistics: per channel the sums of X and of its squares (:func:`_channel_sums`: two reads
+    of X); a mean more than 4 standard deviations from 0 takes the variance again from X minus the mean (a
+    pass writing it, a read). Then ``Y = X * a + b``: a pass writing Y, one adding in place."""
     xp, attrs = ctx.xp, ctx.attrs
-    axes, view, count = _channels(attrs, x)
+    channel_last, view, count = _channels(attrs, x)
     reserve = xp.empty((0,), dtype=np.uint8)
     xf = x.astype(scale.dtype, copy=False)
     if _global_stats(attrs):
@@ -261,9 +282,14 @@ def _batch_norm(
     if count == 1:  # Paddle's kernel: nothing to normalize over, Y = X and the running statistics stay
         zeros = xp.zeros_like(mean)
         return x, mean, variance, zeros, zeros, reserve
-    total, squares = _channel_sums(xp, axes, xf, xf)
+    xv = _channel_view(xf, channel_last)
+    total, squares = _channel_sums(xp, xv, xv)
     batch_mean = total / count
-    batch_var = xp.maximum(squares / count - batch_mean * batch_mean, 0).astype(scale.dtype)
+    batch_var = squares / count - batch_mean * batch_mean
+    if bool((batch_mean * batch_mean > _FAR * batch_var).any()):
+        centered = _channel_view(_centered(ctx, xf, batch_mean, view), channel_last)
+        batch_var = _channel_sums(xp, centered, centered)[1] / count
+    batch_var = xp.maximum(batch_var, 0).astype(scale.dtype)
     batch_mean = batch_mean.astype(scale.dtype)
     inv_std = _inv_std(xp, batch_var, attrs["epsilon"])
     a = scale * inv_std
@@ -290,12 +316,14 @@ def _batch_norm_grad(
 ) -> tuple[Any, Any, Any]:
     """(X@GRAD, Scale@GRAD, Bias@GRAD) of batch_norm, each only when ``ctx.wants`` it.
 
-    Two passes over the data: the sums of Y@GRAD and of Y@GRAD * X per channel, which give Bias@GRAD and
-    Scale@GRAD; then X@GRAD = a * Y@GRAD + b * X + c per channel (training: the batch statistics depend on X,
-    hence ``b`` and ``c``; with global statistics X@GRAD is Y@GRAD * scale / std alone), ``a * Y@GRAD`` in Y@GRAD's
-    buffer where it may be overwritten (``reuse``; a float32 copy of a float16 Y@GRAD always)."""
+    The sums of Y@GRAD and of Y@GRAD * X per channel (:func:`_channel_sums`: two reads of Y@GRAD and one of X; of
+    X minus the mean instead, written first to scratch, when the mean is more than 4 standard deviations from 0),
+    which give Bias@GRAD and Scale@GRAD. Then X@GRAD = a * Y@GRAD + b * X + c per channel (training: the batch
+    statistics depend on X, hence ``b`` and ``c``; with global statistics X@GRAD is Y@GRAD * scale / std alone):
+    ``a * Y@GRAD`` in Y@GRAD's buffer where it may be overwritten (``reuse``; a float32 copy of a float16 Y@GRAD
+    always), ``b * X + c`` in scratch, then added: four passes."""
     xp, attrs = ctx.xp, ctx.attrs
-    axes, view, count = _channels(attrs, x)
+    channel_last, view, count = _channels(attrs, x)
     global_stats = _global_stats(attrs)
     if not global_stats and count == 1:  # Y was X
         zeros = xp.zeros_like(scale)
@@ -304,18 +332,23 @@ def _batch_norm_grad(
         mu, inv_std = mean, _inv_std(xp, variance, attrs["epsilon"])
     else:
         mu, inv_std = saved_mean, saved_inv_std
-    dyf, xf = dy.astype(scale.dtype, copy=False), x.astype(scale.dtype, copy=False)
+    dyf, xs = dy.astype(scale.dtype, copy=False), x.astype(scale.dtype, copy=False)
     a = scale * inv_std
     dx = d_scale = d_bias = None
+    shift: Any = mu  # X minus what xs is
     if ctx.wants[1] or ctx.wants[2] or (ctx.wants[0] and not global_stats):
-        total, products = _channel_sums(xp, axes, dyf, xf)
+        if bool((mu * mu * inv_std * inv_std > _FAR).any()):
+            xs, shift = _centered(ctx, xs, mu, view), 0.0
+        total, products = _channel_sums(xp, _channel_view(dyf, channel_last), _channel_view(xs, channel_last))
         d_bias = total.astype(scale.dtype)
-        d_scale = ((products - mu * total) * inv_std).astype(scale.dtype)  # the sum of Y@GRAD * (X - mean) / std
+        d_scale = ((products - shift * total) * inv_std).astype(scale.dtype)  # the sum of Y@GRAD * (X - mean) / std
     if ctx.wants[0]:
         dx = xp.multiply(dyf, a.reshape(view), out=dyf if dyf is not dy or (reuse and reuse[-1]) else None)
         if not global_stats:  # a * (Y@GRAD - Bias@GRAD / count - (X - mean) / std * Scale@GRAD / count)
             b = -a * inv_std * d_scale / count
-            dx += _affine(xp, xf, b, -a * d_bias / count - b * mu, view)
+            bx = xp.multiply(xs, b.reshape(view), out=ctx.scratch.empty(xp, 0, xs.shape, xs.dtype))
+            bx += (-a * d_bias / count - b * shift).reshape(view)
+            dx += bx
     return (
         None if dx is None else dx.astype(x.dtype, copy=False),
         d_scale if ctx.wants[1] else None,

@@ -135,9 +135,12 @@ BATCH_NORM = [
     _bn_case((2, 3, 2, 4), "train_rank4_nhwc_float32", dtype="float32", layout="NHWC"),
     _bn_case((2, 2, 2, 2, 3), "train_rank5_nchw_float32", dtype="float32"),
     _bn_case((5, 3), "train_rank2"),
-    # the mean far from 0 next to the spread: the variance as E[x^2] - E[x]^2 needs its float64 sums
+    # the mean far from 0 next to the spread: E[x^2] - E[x]^2 from float32 sums would lose the variance, which is
+    # taken from X minus the mean (and the gradient's sums likewise)
     _bn_case((4, 3, 6, 6), "train_far_from_zero_float32", dtype="float32", offset=30.0),
     _bn_case((2, 3, 5, 4), "train_far_from_zero_nhwc_float32", dtype="float32", layout="NHWC", offset=30.0),
+    _bn_case((3, 2, 3, 3), "train_far_from_zero", offset=30.0),
+    _bn_case((3, 3, 2, 2), "train_far_from_zero_nhwc", layout="NHWC", offset=30.0),
     _bn_case((5, 3), "train_rank2_nhwc", layout="NHWC"),
     _bn_case((4, 3, 2), "momentum_and_epsilon", attrs={"momentum": 0.5, "epsilon": 1e-3}),
     _bn_case((4, 3, 2), "momentum_tensor_wins", attrs={"momentum": 0.5}, momentum_tensor=0.25),

@@ -63,6 +63,7 @@ def _params() -> list:
 
 def test_the_reusing_kernels_are_the_expected_ones() -> None:
     assert REUSING == [
+        "batch_norm_act_grad",
         "batch_norm_grad",
         "elementwise_add",
         "elementwise_mul",
@@ -132,6 +133,29 @@ def test_batch_norm_grad_writes_x_grad_into_an_offered_y_grad(is_test: bool) -> 
     offered = dy.copy()
     reused = kernel(ctx, *args, offered, reuse=[False] * 8 + [True])
     assert reused[0] is offered
+    for got, want in zip(reused, plain):
+        np.testing.assert_allclose(got, want, rtol=1e-15, atol=1e-15)
+
+
+def test_batch_norm_act_grad_writes_x_grad_into_an_offered_y_grad() -> None:
+    """relu's gradient and then X@GRAD both go into the offered Y@GRAD, with the gradients numpy gives."""
+    rng = np.random.default_rng(3)
+    x, dy = rng.normal(size=(4, 3, 2, 2)), rng.normal(size=(4, 3, 2, 2))
+    scale, bias = rng.normal(size=3), rng.normal(size=3)
+    mu, inv_std = x.mean(axis=(0, 2, 3)), 1 / np.sqrt(x.var(axis=(0, 2, 3)) + 1e-5)
+    x_hat = (x - mu[:, None, None]) * inv_std[:, None, None]
+    y = np.maximum(x_hat * scale[:, None, None] + bias[:, None, None], 0)
+    d = dy * (y > 0)
+    d_scale, d_bias = (d * x_hat).sum(axis=(0, 2, 3)), d.sum(axis=(0, 2, 3))
+    dx = (scale * inv_std)[:, None, None] * (d - (d_bias[:, None, None] + x_hat * d_scale[:, None, None]) / 16)
+    args = (x, scale, bias, None, None, mu, inv_std, None, y)
+    kernel, ctx = lookup("batch_norm_act_grad").kernel, _ctx("batch_norm_act_grad", {"act_type": "relu"})
+    plain = kernel(ctx, *args, dy)
+    offered = dy.copy()
+    reused = kernel(ctx, *args, offered, reuse=[False] * 9 + [True])
+    assert reused[0] is offered
+    for got, want in zip(reused, (dx, d_scale, d_bias)):
+        np.testing.assert_allclose(got, want, rtol=1e-12, atol=1e-12)
     for got, want in zip(reused, plain):
         np.testing.assert_allclose(got, want, rtol=1e-15, atol=1e-15)
 
