@@ -237,6 +237,7 @@ class _Shard:
         # a save in progress: its interval, and how many of `changed` and `removed` it saw (None: none)
         self.saving: tuple[int, int, int] | None = None
         self.writing: list[_FullSave] = []  # full saves being written
+        self.scratch: dict[str, np.ndarray] = {}  # per variable: the rows an update gathers (:meth:`gather`)
 
     def __len__(self) -> int:
         return len(self.index)
@@ -258,6 +259,17 @@ class _Shard:
     def rows(self, ids: np.ndarray) -> np.ndarray:
         """Row positions of ``ids`` (-1: not admitted)."""
         return self.index.find(ids)
+
+    def gather(self, rows: np.ndarray) -> dict[str, np.ndarray]:
+        """Every variable's ``rows`` (rows it holds), in arrays kept from one update to the next (valid until the
+        next call, made with the table's lock held): a batch's rows in fresh arrays cost page faults at every
+        update (the allocator hands memory of this size back to the system once freed)."""
+        out = {}
+        for name, array in self.store.items():
+            self.scratch[name] = grown(self.scratch.get(name, array[:0]), len(rows))
+            # (every row in range: "clip" checks nothing, which spares `take` a buffered copy into `out`)
+            out[name] = np.take(array, rows, axis=0, out=self.scratch[name][: len(rows)], mode="clip")
+        return out
 
     def admit(self, ids: np.ndarray) -> np.ndarray:
         """Count a push's sightings of ``ids``; make the rows of those admitted now; the positions of those
@@ -886,26 +898,26 @@ class ParameterServer:
         keep = rows >= 0
         if not keep.any():
             return
-        uniq, inverse = np.unique(rows[keep], return_inverse=True)
-        shard.touch(uniq)
-        kept = values[keep].reshape(-1, shard.table.dim)
-        if len(uniq) == len(kept):  # a merged push (the communicator's): no id twice
-            grad = np.empty_like(kept)
-            grad[inverse] = kept
-        else:
-            grad = np.zeros((len(uniq), shard.table.dim), values.dtype)
-            add_rows(grad, inverse, kept)
+        grad = values.reshape(-1, shard.table.dim)
+        if not keep.all():
+            rows, grad = rows[keep], grad[keep]
+        if not _ascending(ids):  # perhaps an id twice (a sync step's pushes, a push not merged): rows summed
+            rows, inverse = np.unique(rows, return_inverse=True)
+            summed = np.zeros((len(rows), shard.table.dim), grad.dtype)
+            add_rows(summed, inverse, grad)
+            grad = summed
+        shard.touch(rows)
         name = shard.table.name
-        shard.changing(uniq)
+        shard.changing(rows)
         if self.mode == "geo":
-            shard.store[name][uniq] += grad
+            shard.store[name][rows] += grad
             return
-        feed = {n: array[uniq] for n, array in shard.store.items()}
+        feed = shard.gather(rows)
         feed[name + GRAD_SUFFIX] = grad
         rows_scope = Scope(self.scope)  # the updated rows are read from it: no fetched copies
         self._executors[name].run(self._programs[name], feed=feed, fetch_list=[], scope=rows_scope)
         for n, array in shard.store.items():
-            array[uniq] = rows_scope.get(n)
+            array[rows] = rows_scope.get(n)
 
     def _table(self, table: str) -> _Shard:
         shard = self.shards.get(table)
@@ -940,6 +952,11 @@ class ParameterServer:
                 f"table {shard.table.name!r}: id {low if low < 0 else high} is out of range (valid ids: "
                 f"0..{shard.table.height - 1})"
             )
+
+
+def _ascending(ids: np.ndarray) -> bool:
+    """Whether ``ids`` ascend strictly, so that none is there twice (a merged push's: the communicator's)."""
+    return bool((ids[1:] > ids[:-1]).all())
 
 
 def _renamed_grad(held: DenseBlock) -> str:

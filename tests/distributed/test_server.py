@@ -7,6 +7,8 @@ import threading
 
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 import blockir as bir
 from blockir.distributed import CountFilterEntry, ProbabilityEntry
@@ -171,3 +173,42 @@ def test_an_id_pushed_twice_gets_the_sum_of_its_gradients() -> None:
     want = start - 0.5 * np.stack([rows[0] + rows[2], rows[1]])
     for server in (twice[0], merged[0]):
         np.testing.assert_allclose(server.pull_sparse(TABLE, np.array([3, 5], np.int64)), want, rtol=1e-6)
+
+
+_pushes = st.lists(st.tuples(st.lists(st.integers(0, 99), max_size=30), st.booleans()), min_size=1, max_size=8)
+
+
+@settings(max_examples=60, deadline=None)
+@given(_pushes, st.sampled_from([None, 2]))
+def test_pushes_in_any_order_with_or_without_repeats_update_rows_as_a_dict_of_rows_does(
+    pushes: list, count: int | None
+) -> None:
+    """Against a model (a dict of rows, SGD at 0.5): a push of ascending distinct ids (a merged push, taken as it
+    comes) or of ids in any order with repeats (summed), of any size (the rows gathered for an update are kept
+    from one push to the next), with or without ids not yet admitted (count_filter: their gradients dropped)."""
+    server = _servers(1, mode="async", entry=None if count is None else CountFilterEntry(count))[0]
+    first = _servers(1)[0].pull_sparse(TABLE, np.arange(100, dtype=np.int64))  # each id's initial row
+    rows: dict[int, np.ndarray] = {}
+    sightings: dict[int, int] = {}
+    rng = np.random.default_rng(0)
+    for ids, merged in pushes:
+        if merged:
+            ids = sorted(set(ids))
+        grads = rng.standard_normal((len(ids), 4)).astype(np.float32)
+        admitted = set(rows)
+        for i in ids:
+            sightings[i] = sightings.get(i, 0) + 1
+            if i not in rows and (count is None or sightings[i] >= count):
+                rows[i] = first[i].copy()
+        summed: dict[int, np.ndarray] = {}
+        for i, g in zip(ids, grads, strict=True):
+            if count is None or i in admitted:  # the push that admits an id drops its gradient
+                summed[i] = summed.get(i, np.zeros(4, np.float32)) + g
+        for i, g in summed.items():
+            rows[i] -= np.float32(0.5) * g
+        server.push(0, {}, {TABLE: (np.array(ids, np.int64), grads)})
+    assert sorted(server.table_ids(TABLE).tolist()) == sorted(rows)
+    if rows:
+        held = np.array(sorted(rows), np.int64)
+        want = np.stack([rows[i] for i in held.tolist()])
+        np.testing.assert_allclose(server.pull_sparse(TABLE, held), want, rtol=1e-6, atol=1e-7)
