@@ -666,8 +666,8 @@ def _drop_copy(graph: _Graph, node: Node, ops: Sequence[Operator]) -> None:
     if len(writers) != 1 or readers or temporary in outputs or not block.has_var(temporary) or not block.has_var(out):
         return
     block.remove_op(copy)
-    block.remove_var(out)
-    block.rename_var(temporary, out)
+    writers[0].rename_output(temporary, out)  # the temporary's only use: no walk over the block (per node)
+    block.remove_var(temporary)
 
 
 def _first_line(e: BaseException) -> str:

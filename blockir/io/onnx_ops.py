@@ -107,8 +107,11 @@ def _per_channel(n: Node) -> np.ndarray | None:
     """B as Paddle's per-channel operand when it is a constant that numpy's broadcasting puts on dim 1 of an A of
     rank 3 or more (``[1, C, 1, 1]`` or ``[C, 1, 1]`` over ``[N, C, H, W]``, C known): its C values, for ``axis=1``
     (the form of a convolution's bias, which the fusion passes take into the convolution); else None."""
-    b, shape = n.const(1), n.shape(0)
-    if b is None or shape is None or _legacy_axis(n) != -1 or len(shape) < 3 or b.ndim > len(shape):
+    b = n.const(1)
+    if b is None or b.ndim == 0 or _legacy_axis(n) != -1:
+        return None
+    shape = n.shape(0)
+    if shape is None or len(shape) < 3 or b.ndim > len(shape):
         return None
     aligned = (1,) * (len(shape) - b.ndim) + b.shape
     channel_only = all(d == 1 for k, d in enumerate(aligned) if k != 1)

@@ -670,8 +670,9 @@ class Block:
             self.program._touch()
 
     def _index(self, op: Operator) -> int:
-        for i, o in enumerate(self._ops):
-            if o is op:
+        """``op``'s position, searched from the end: an importer or a pass removes the op it just added."""
+        for i in range(len(self._ops) - 1, -1, -1):
+            if self._ops[i] is op:
                 return i
         raise BlockirError(f"op is not in block {self.idx}: {op}")
 

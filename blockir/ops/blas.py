@@ -106,6 +106,25 @@ def gemm(c: Any, a: Any, b: Any, alpha: float = 1.0, beta: float = 0.0) -> bool:
     (m, k), n = a.shape[-2:], b.shape[-1]
     if b.shape[-2] != k or c.shape[-2:] != (m, n):
         raise ValueError(f"gemm: shapes {a.shape} @ {b.shape} into {c.shape}")
+    if a.ndim == b.ndim == c.ndim == 2:  # one product: no pointers to work out (a per-call cost of small gemms)
+        if m and n:
+            fn(
+                _ROW_MAJOR,
+                ta[0],
+                tb[0],
+                m,
+                n,
+                k,
+                alpha,
+                a.ctypes.data,
+                ta[1],
+                b.ctypes.data,
+                tb[1],
+                beta,
+                c.ctypes.data,
+                tc[1],
+            )
+        return True
     batch = np.broadcast_shapes(c.shape[:-2], a.shape[:-2], b.shape[:-2])
     count = math.prod(batch)
     if count == 0 or m == 0 or n == 0:
