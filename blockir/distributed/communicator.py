@@ -86,9 +86,8 @@ from typing import Any, ClassVar, Concatenate, Generic, ParamSpec, TypeVar, cast
 import numpy as np
 
 from blockir.distributed.api import ParameterServerAPI, Reply, ServerHandle, ServerLost
-from blockir.distributed.index import grown, run_starts, unique_ids
+from blockir.distributed.index import grown, merge_rows, unique_ids
 from blockir.errors import BlockirError
-from blockir.ops.values import add_rows
 from blockir.passes.distribute import DenseBlock, Split
 
 __all__ = [
@@ -952,19 +951,6 @@ def _join(parts: list[np.ndarray]) -> np.ndarray:
     return parts[0] if len(parts) == 1 else np.concatenate(parts)
 
 
-def _merge_rows(ids: np.ndarray, rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """Duplicate ids summed, ids sorted (one sort of the ids). The rows of an id are added in the order given (a
-    stable sort): its first row, then ``add.at`` of the others, of the duplicates alone."""
-    order = np.argsort(ids, kind="stable")
-    ordered = ids[order]
-    first = run_starts(ordered)
-    out = rows[order[first]]
-    if not first.all():
-        again = ~first
-        add_rows(out, (np.cumsum(first) - 1)[again], rows[order[again]])
-    return ordered[first], out
-
-
 def _merge_sparse(sparse: list[tuple[str, np.ndarray, np.ndarray]]) -> dict[str, tuple[np.ndarray, np.ndarray]]:
     """One (ids, rows) per table, duplicates summed (a table looked up twice in a step gives two entries)."""
     by_table: dict[str, tuple[list[np.ndarray], list[np.ndarray]]] = {}
@@ -972,7 +958,7 @@ def _merge_sparse(sparse: list[tuple[str, np.ndarray, np.ndarray]]) -> dict[str,
         parts = by_table.setdefault(table, ([], []))
         parts[0].append(np.asarray(ids, np.int64))
         parts[1].append(np.asarray(rows))
-    return {t: _merge_rows(np.concatenate(i), np.concatenate(r)) for t, (i, r) in by_table.items()}
+    return {t: merge_rows(np.concatenate(i), np.concatenate(r)) for t, (i, r) in by_table.items()}
 
 
 def _merge_steps(

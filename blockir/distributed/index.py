@@ -12,7 +12,8 @@ tombstone that probes walk past and insertions fill; tombstones count towards th
 rebuilt (from the live rows alone) when they fill it.
 
 :func:`unique_ids` is ``np.unique`` of a batch's ids by one sort (:func:`run_starts` marks where each run of equal
-ids begins in a sorted array), which the worker's communicator uses.
+ids begins in a sorted array), which the worker's communicator uses; :func:`merge_rows` sums the rows of repeated
+keys by one sort (a push's rows by id on the worker, a push's rows by table row on the server).
 """
 
 from __future__ import annotations
@@ -22,7 +23,9 @@ from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 
-__all__ = ["IdIndex", "grown", "run_starts", "unique_ids"]
+from blockir.ops.values import add_rows
+
+__all__ = ["IdIndex", "grown", "merge_rows", "run_starts", "unique_ids"]
 
 _EMPTY = -1  # a slot never used since the table was built
 _GONE = -2  # a slot whose id was removed (a tombstone)
@@ -62,6 +65,20 @@ def run_starts(ordered: np.ndarray) -> np.ndarray:
     first[:1] = True
     np.not_equal(ordered[1:], ordered[:-1], out=first[1:])
     return first
+
+
+def merge_rows(ids: np.ndarray, rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """The rows of repeated ``ids`` (any integer keys) summed, ids sorted (one sort of the ids). The rows of an id
+    are added in the order given (a stable sort): its first row, then ``add.at`` of the others, of the duplicates
+    alone."""
+    order = np.argsort(ids, kind="stable")
+    ordered = ids[order]
+    first = run_starts(ordered)
+    out = rows[order[first]]
+    if not first.all():
+        again = ~first
+        add_rows(out, (np.cumsum(first) - 1)[again], rows[order[again]])
+    return ordered[first], out
 
 
 class IdIndex:

@@ -52,7 +52,7 @@ from typing import Any
 
 import numpy as np
 
-from blockir.distributed.index import IdIndex, grown
+from blockir.distributed.index import IdIndex, grown, merge_rows
 from blockir.distributed.saves import Replayed, checkpoint_info, replay
 from blockir.distributed.seeded import SAMPLERS, SIGHTING, first_rows, uniforms
 from blockir.errors import BlockirError
@@ -60,7 +60,6 @@ from blockir.io.manifest import TableEntry
 from blockir.io.persistence import ArrayParts, saved_tables, saved_values, write_shard
 from blockir.ir import Operator, Program
 from blockir.ir.schema import GRAD_SUFFIX, KernelContext, lookup
-from blockir.ops.values import add_rows
 from blockir.passes.distribute import DenseBlock, SparseTable, Split, block_name
 from blockir.runtime.executor import Executor
 from blockir.runtime.scope import Scope
@@ -902,10 +901,7 @@ class ParameterServer:
         if not keep.all():
             rows, grad = rows[keep], grad[keep]
         if not _ascending(ids):  # perhaps an id twice (a sync step's pushes, a push not merged): rows summed
-            rows, inverse = np.unique(rows, return_inverse=True)
-            summed = np.zeros((len(rows), shard.table.dim), grad.dtype)
-            add_rows(summed, inverse, grad)
-            grad = summed
+            rows, grad = merge_rows(rows, grad)
         shard.touch(rows)
         name = shard.table.name
         shard.changing(rows)

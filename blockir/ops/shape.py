@@ -17,6 +17,7 @@ also hands the first input's LoD to a join on axis 0, where it no longer fits th
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 from collections.abc import Callable, Sequence
 from typing import Any, NoReturn
@@ -297,10 +298,8 @@ def _reshape2(ctx: KernelContext, x: Any, shape: Any, shape_tensor: list[Any]) -
     what numpy refuses, :func:`_reshaped` reports."""
     target = _given_ints((shape_tensor, shape), ctx.attrs["shape"])
     if 0 not in target and min(target, default=0) >= -1:
-        try:
+        with contextlib.suppress(ValueError):  # what numpy refuses is reported below, by the checks
             return x.reshape(target)
-        except ValueError:
-            pass
     return x.reshape(_reshaped(x.shape, target, f"of shape {list(x.shape)}", _kernel_fail(ctx, "reshape2")))
 
 
@@ -331,10 +330,8 @@ def _perm(axis: Sequence[int], rank: int, x_text: str, fail: Fail) -> list[int]:
 def _transpose2(ctx: KernelContext, x: Any) -> Any:
     """X's dims permuted by ``axis`` (a view): numpy's transpose counts negative entries from the end too, and what
     it refuses, :func:`_perm` reports."""
-    try:
+    with contextlib.suppress(ValueError):  # what numpy refuses is reported below, by the checks
         return x.transpose(ctx.attrs["axis"])
-    except ValueError:
-        pass
     return x.transpose(_perm(ctx.attrs["axis"], x.ndim, f"of shape {list(x.shape)}", _kernel_fail(ctx, "transpose2")))
 
 

@@ -18,7 +18,8 @@ from hypothesis import strategies as st
 
 import blockir as bir
 from blockir.distributed.api import SERVER_METHODS, ParameterServerAPI, ServerHandle
-from blockir.distributed.communicator import AsyncCommunicator, _merge_rows, _RowCache, _sum_distinct, _TableRows
+from blockir.distributed.communicator import AsyncCommunicator, _RowCache, _sum_distinct, _TableRows
+from blockir.distributed.index import merge_rows
 from blockir.distributed.server import ParameterServer
 from blockir.parallel.async_executor import _looking_ahead
 from tests.distributed.test_server import TABLE, _split
@@ -190,9 +191,9 @@ def test_merged_pushes_summed_by_id_equal_one_merge_of_all_their_rows() -> None:
         parts = []
         for _ in range(int(rng.integers(1, 6))):
             ids = rng.integers(0, 30, int(rng.integers(1, 12)))
-            parts.append(_merge_rows(ids, rng.standard_normal((len(ids), 3))))
+            parts.append(merge_rows(ids, rng.standard_normal((len(ids), 3))))
         ids, rows = _sum_distinct(parts)
-        want_ids, want_rows = _merge_rows(np.concatenate([i for i, _ in parts]), np.concatenate([r for _, r in parts]))
+        want_ids, want_rows = merge_rows(np.concatenate([i for i, _ in parts]), np.concatenate([r for _, r in parts]))
         np.testing.assert_array_equal(ids, want_ids)
         np.testing.assert_allclose(rows, want_rows, rtol=1e-12)
 
@@ -322,6 +323,6 @@ def test_merged_rows_sum_an_ids_rows_in_the_order_given(ids: list, seed: int) ->
     model: dict[int, np.ndarray] = {}
     for i, row in zip(ids, rows, strict=True):
         model[i] = model[i] + row if i in model else row.copy()
-    got_ids, got_rows = _merge_rows(np.array(ids, np.int64), rows)
+    got_ids, got_rows = merge_rows(np.array(ids, np.int64), rows)
     assert got_ids.tolist() == sorted(model) and got_rows.dtype == np.float32
     np.testing.assert_array_equal(got_rows, np.array([model[i] for i in sorted(model)], np.float32).reshape(-1, 3))
