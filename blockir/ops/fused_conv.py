@@ -6,10 +6,12 @@
   ``BiasOut = (ConvBias - Mean) * k + Bias`` (``ConvBias`` 0 when absent). ``MeanOut`` and ``VarianceOut`` pass
   ``Mean`` and ``Variance`` through, as ``batch_norm`` with ``is_test`` does, so that the variables keep a writer.
   Its inputs are parameters that the program never writes, so the op computes the same values at every run: it
-  remembers its results for the arrays it was given and computes again only when one of them is another array
-  (a parameter replaced through ``Scope.set``, a load, a startup run). A change written into a parameter's
-  array in place is not seen, the rule Paddle Inference has (it folds once, when it loads the model). The
-  parameters themselves are never written: the folded values are the plan's.
+  remembers its results for the arrays it was given and computes again when one of them is another array (a
+  parameter replaced through ``Scope.set``, a load, a startup run) or was written in place since (a training
+  program's optimizer step on the same scope, a load into a fused buffer: the executor counts those writes,
+  :func:`blockir.ops.values.note_written`). A change written into a parameter's array by code outside the
+  executor is not seen (set the variable again). The parameters themselves are never written: the folded values
+  are the plan's.
 - ``fused_conv2d_add_act`` (Paddle's op of that name, its slots and attributes): ``Output = act(conv2d(Input,
   Filter) + Bias + ResidualData)``, ``Bias`` of ``[M]`` on the channel axis, ``ResidualData`` (optional) of
   Output's shape, ``activation`` one of ``identity``, ``relu``, ``sigmoid``, ``tanh``. The convolution is
@@ -36,6 +38,7 @@ from blockir.ops.common import FLOATS, check_dtype, compatible, fmt, kernel_erro
 from blockir.ops.conv import CONV2D
 from blockir.ops.fused import ACTIVATIONS, _activation_grad, _check_activation
 from blockir.ops.norm import BATCH_NORM, BATCH_NORM_GRAD
+from blockir.ops.values import writes
 
 __all__ = ["BATCH_NORM_ACT", "BATCH_NORM_ACT_GRAD", "CONV_BN_FOLD", "FUSED_CONV2D_ADD_ACT", "NOT_IN_PADDLE", "SCHEMAS"]
 
@@ -78,16 +81,19 @@ def _infer_conv_bn_fold(ctx: InferContext) -> None:
         ctx.set_output(f"{slot}Out", var.shape, var.dtype)
 
 
-# (id of each input, epsilon) -> (a weak reference to each input, the folded filter and bias): the results for
-# those very arrays. An entry goes when one of its arrays is collected.
-_FOLDS: dict[tuple[Any, ...], tuple[tuple[weakref.ref[Any], ...], tuple[Any, Any]]] = {}
+# (id of each input, epsilon) -> (a weak reference to each input, their writes in place then, the folded filter
+# and bias): the results for those very arrays holding those values. An entry goes when one of its arrays is
+# collected.
+_FOLDS: dict[tuple[Any, ...], tuple[tuple[weakref.ref[Any], ...], tuple[int, ...], tuple[Any, Any]]] = {}
 
 
 def _remembered(inputs: Sequence[Any], epsilon: float) -> tuple[Any, Any] | None:
     entry = _FOLDS.get((*map(id, inputs), epsilon))
     if entry is None or any(ref() is not x for ref, x in zip(entry[0], inputs)):
         return None
-    return entry[1]
+    if entry[1] != tuple(map(writes, inputs)):  # a parameter updated in place since (an optimizer's step)
+        return None
+    return entry[2]
 
 
 def _remember(inputs: Sequence[Any], epsilon: float, folded: tuple[Any, Any]) -> None:
@@ -96,7 +102,7 @@ def _remember(inputs: Sequence[Any], epsilon: float, folded: tuple[Any, Any]) ->
         refs = tuple(weakref.ref(x, lambda _: _FOLDS.pop(key, None)) for x in inputs)
     except TypeError:  # an array type without weak references: computed at every run
         return
-    _FOLDS[key] = (refs, folded)
+    _FOLDS[key] = (refs, tuple(map(writes, inputs)), folded)
 
 
 def _conv_bn_fold(

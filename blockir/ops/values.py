@@ -1,11 +1,21 @@
-"""Runtime value types besides dense arrays: LoDTensor, SelectedRows and TensorArray.
+"""Runtime value types besides dense arrays: LoDTensor, SelectedRows and TensorArray; the count of in-place
+writes of an array's memory.
 
 Both are written against any array module: ``data``/``values`` may be numpy or
 cupy arrays; LoD offsets and row indices are always host ``list``/numpy int64.
+
+:func:`note_written` and :func:`writes`: a kernel that remembers what it computed from an array (``conv_bn_fold``'s
+folded filter) must see that array's values change when the array object stays the same: an optimizer updates
+its parameter in place, a value loaded into a variable bound to a fused buffer is copied into it. The executor
+notes each persistable an op wrote in place (:meth:`blockir.runtime.plan.Plan.run`'s write-back, and
+:meth:`~blockir.runtime.scope.ScopeVariable.copy_in`), counted per memory owner (the array at the end of a
+view's ``base`` chain, so that a write into a fused buffer counts for every parameter viewing it). A write into
+an array by code outside the executor is not seen: set the variable again (``Scope.set``).
 """
 
 from __future__ import annotations
 
+import weakref
 from dataclasses import dataclass
 from typing import Any
 
@@ -141,3 +151,33 @@ def describe_value(value: Any) -> str:
         return "[" + ", ".join(map(describe_value, value)) + "]"
     dtype, shape = getattr(value, "dtype", None), getattr(value, "shape", None)
     return f"{dtype}{list(shape)}" if shape is not None else type(value).__name__
+
+
+# id of a memory owner -> its writes in place noted so far; an entry goes when its owner is collected.
+_WRITES: dict[int, int] = {}
+
+
+def _owner(array: Any) -> Any:
+    """The array owning ``array``'s memory: the end of its chain of views (numpy's and cupy's ``base``)."""
+    while getattr(getattr(array, "base", None), "shape", None) is not None:
+        array = array.base
+    return array
+
+
+def note_written(array: Any) -> None:
+    """Count a write into ``array``'s memory in place (module docstring)."""
+    owner = _owner(array)
+    key = id(owner)
+    count = _WRITES.get(key)
+    if count is None:
+        try:
+            weakref.finalize(owner, _WRITES.pop, key, None)
+        except TypeError:  # no weak references (a LoDTensor): nothing remembers values of it
+            return
+        count = 0
+    _WRITES[key] = count + 1
+
+
+def writes(array: Any) -> int:
+    """The writes in place noted of ``array``'s memory (module docstring)."""
+    return _WRITES.get(id(_owner(array)), 0)

@@ -10,7 +10,8 @@
     ``fused_conv2d_add_act`` (``activation=identity``) reading them. The parameters must be persistable and
     written by no op of the program (the batch_norm's ``MeanOut`` and ``VarianceOut`` hand its statistics back
     unchanged: not writes), so that the helper, which remembers its results for the parameter arrays it is
-    given, computes them at the first run and again only when a parameter is replaced in the scope. The
+    given, computes them at the first run and again only when a parameter is replaced in the scope or written
+    in place by the executor (another program's optimizer step). The
     parameters are never written: the folded values are the plan's.
 ``fuse-conv-add-act`` (Paddle's ``conv_elementwise_add_act_fuse_pass`` and ``..._add2_act_...``)
     ``conv2d`` or ``depthwise_conv2d`` then an ``elementwise_add`` of a bias ``[M]`` on the channel axis into

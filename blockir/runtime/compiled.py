@@ -77,8 +77,9 @@ class BuildStrategy:
       ``clone(for_test=True)``, ``load_inference_model`` and ``blockir run`` give) folded into the convolution's
       filter and bias by a ``conv_bn_fold`` op and a ``fused_conv2d_add_act``. The folded values are the plan's:
       the scope's parameters are never written. They are computed at the first run and again whenever a
-      parameter's array is replaced (``Scope.set``, a load, a startup run); a change written into a parameter's
-      array in place is not seen (Paddle Inference folds once, at load);
+      parameter's array is replaced (``Scope.set``, a load, a startup run) or written in place by the executor
+      (a training program's optimizer step on the same scope: train, then run its ``clone(for_test=True)``); a
+      change written into a parameter's array by code outside the executor is not seen (set it again);
     - ``fuse_conv_add_act`` (blockir's flag; Paddle's ``conv_elementwise_add_act_fuse_pass``):
       ``fuse-conv-add-act``, conv2d + bias, then a residual add and relu, sigmoid or tanh, into Paddle's
       ``fused_conv2d_add_act`` (inference programs: it has no gradient);

@@ -73,7 +73,7 @@ from blockir.ir.dtypes import VarKind
 from blockir.ir.schema import EMPTY_VAR, KernelContext, Lowering, OpSchema, Scratch, Slot, lookup
 from blockir.ir.verify import column_problems, op_problems
 from blockir.ops.transfer import map_arrays
-from blockir.ops.values import LoDTensor, SelectedRows, TensorArray, describe_value
+from blockir.ops.values import LoDTensor, SelectedRows, TensorArray, describe_value, note_written
 from blockir.passes.copies import value_devices
 from blockir.passes.deps import dependency_graph
 from blockir.passes.streams import op_stream
@@ -1002,6 +1002,7 @@ class Plan:
             # (storing it unbound into a bound view would copy the view into itself).
             holder = holders[read] if read >= 0 else None
             if holder is not None and holder.value is values[slot] and holder.device == device:
+                note_written(values[slot])  # for kernels that remember what they computed from it (conv_bn_fold)
                 if holder.bound or not bind:
                     continue
             if bind:

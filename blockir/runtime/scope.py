@@ -34,7 +34,7 @@ from typing import Any
 
 from blockir.errors import BlockirError
 from blockir.ir.devices import HOST
-from blockir.ops.values import LoDTensor, SelectedRows, describe_value
+from blockir.ops.values import LoDTensor, SelectedRows, describe_value, note_written
 from blockir.runtime.device import transfer
 
 __all__ = ["Scope", "ScopeVariable", "global_scope", "scope_guard", "set_context_scope"]
@@ -86,6 +86,7 @@ class ScopeVariable:
             )
         if value is not view:
             view[...] = value if device == self.device else transfer(value, self.device)
+            note_written(view)
 
     def __repr__(self) -> str:
         shape = getattr(self.value, "shape", None)

@@ -13,6 +13,7 @@ import pytest
 import blockir as bir
 from blockir.errors import BlockirError, ShapeError
 from blockir.ir import Program
+from blockir.ops.values import note_written, writes
 from blockir.passes import run
 from blockir.passes.rewrite import Create, Fresh, OpPattern, Pattern
 from tests.runtime.test_fusion import strategy, unfused
@@ -80,6 +81,48 @@ def test_a_parameter_replaced_in_the_scope_is_folded_again_at_the_next_run() -> 
         want = exe.run(test, feed=FEED, fetch_list=[out], scope=scope)[0]
     assert not np.allclose(got, first)
     assert np.abs(got - want).max() <= 1e-5 * np.abs(want).max()
+
+
+@pytest.mark.parametrize("fuse_optimizer", [False, True])
+def test_training_steps_on_the_same_scope_are_folded_into_the_next_inference_run(fuse_optimizer: bool) -> None:
+    # The optimizer updates the parameters' arrays in place (with fuse_all_optimizer_ops, a buffer they view):
+    # the same arrays, new values, which the test clone must fold again.
+    main, startup = Program(), Program()
+    main.random_seed = startup.random_seed = 3
+    with bir.unique_name.guard(), bir.program_guard(main, startup):
+        x = bir.data("x", shape=[-1, 3, 6, 6])
+        conv = bir.layers.conv2d(x, 4, 3, padding=1, bias_attr=False)
+        h = bir.layers.batch_norm(conv, act="relu", use_global_stats=True)
+        loss = bir.layers.mean(h)
+        test = main.clone(for_test=True)
+        bir.optimizer.Momentum(0.5, 0.9).minimize(loss)
+    training = strategy(conv=False, optimizer=fuse_optimizer)
+    scope = bir.Scope()
+    with bir.Executor(build_strategy=training) as trainer, bir.Executor() as exe:
+        trainer.run(startup, scope=scope)
+        trainer.run(main, feed=FEED, fetch_list=[loss], scope=scope)  # fused: the scope holds views from now on
+        filters = scope.get("conv2d_0.w_0")
+        before = exe.run(test, feed=FEED, fetch_list=[h], scope=scope)[0]
+        for _ in range(3):
+            trainer.run(main, feed=FEED, fetch_list=[loss], scope=scope)
+        after = exe.run(test, feed=FEED, fetch_list=[h], scope=scope)[0]
+        assert "conv_bn_fold" in types(exe.compiled_program(test, FEED, [h]))
+        assert ("coalesce_tensor" in types(trainer.compiled_program(main, FEED, [loss]))) == fuse_optimizer
+    with bir.Executor(build_strategy=unfused()) as exe:
+        want = exe.run(test, feed=FEED, fetch_list=[h], scope=scope)[0]
+    assert scope.get("conv2d_0.w_0") is filters  # updated in place
+    assert not np.allclose(after, before)
+    assert np.abs(after - want).max() <= 1e-5 * np.abs(want).max()
+
+
+def test_writes_in_place_count_for_the_memory_every_view_shares() -> None:
+    buffer = np.zeros(12, np.float32)
+    a, b = buffer[:6].reshape(2, 3), buffer[6:]
+    other = np.zeros(3)
+    counts = [writes(x) for x in (a, b, buffer, other)]
+    note_written(buffer)
+    note_written(a)
+    assert [writes(x) - n for x, n in zip((a, b, buffer, other), counts)] == [2, 2, 2, 0]
 
 
 @pytest.mark.parametrize(
