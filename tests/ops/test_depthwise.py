@@ -2,7 +2,9 @@
 
 The op cases (cases_conv.DEPTHWISE_CONV2D) reach the kernel through conv2d's dispatch, which takes it forward
 for a channel multiplier of 1 only (``depthwise.direct``); here it is called directly for every multiplier, with
-chunks of one plane row (the chunk loop's bounds), in both layouts, and its rule is checked.
+chunks of one plane row (the chunk loop's bounds), in both layouts, and its rule is checked. Small planes run the
+forward flattened, with the weights spread over them and remembered per Filter: the fixture takes that path and the
+rows' (in chunks and row by row) in turn, and the remembered weights follow a Filter changed in place.
 """
 
 from __future__ import annotations
@@ -57,10 +59,15 @@ def numeric_grads(f, x, w, dout, eps=1e-6) -> tuple[np.ndarray, np.ndarray]:
     return grads[0], grads[1]
 
 
-@pytest.fixture(params=[depthwise.CHUNK, 1], ids=["chunks", "row_by_row"])
+@pytest.fixture(
+    params=[(True, depthwise.CHUNK), (False, depthwise.CHUNK), (False, 1)], ids=["flat", "chunks", "row_by_row"]
+)
 def chunk(request, monkeypatch):
-    monkeypatch.setattr(depthwise, "CHUNK", request.param)
-    return request.param
+    """The forward's paths: flattened planes (a multiplier of 1; the others by rows), by rows in chunks, row by row."""
+    flat, chunk = request.param
+    monkeypatch.setattr(depthwise, "FLAT", flat)
+    monkeypatch.setattr(depthwise, "CHUNK", chunk)
+    return chunk
 
 
 @pytest.mark.parametrize(("shape", "multiplier", "ksize", "strides", "dilations", "pads"), GEOMETRIES)
@@ -119,3 +126,18 @@ def test_the_rule() -> None:
     assert not depthwise.direct(object(), (4, 1, 3, 3), 4, geo)  # another array module: the gemms
     volume = ConvGeometry(((1, 1),) * 3, (1, 1, 1), (1, 1, 1), (3, 3, 3), (5, 5, 5))
     assert not depthwise.direct(np, (4, 1, 3, 3, 3), 4, volume)  # 3-D: conv.py's kernels
+
+
+def test_the_flat_path_follows_a_filter_changed_in_place_and_forgets_a_collected_one() -> None:
+    rng = np.random.default_rng(7)
+    strides, dilations, pads = (2, 1), (1, 1), ((1, 1), (1, 1))
+    geo = geometry((2, 3, 8, 7), (3, 3), strides, dilations, pads)
+    x = rng.standard_normal((2, 3, 8, 7))
+    w = rng.standard_normal((3, 1, 3, 3))
+    assert 9 * 2 * 3 * depthwise._Planes.of(geo).size <= depthwise.SPREAD_ELEMENTS  # the flat path
+    np.testing.assert_allclose(depthwise.conv(np, x, w, geo, False), reference(x, w, strides, dilations, pads))
+    w *= -2.0  # in place: the same array, other values
+    np.testing.assert_allclose(depthwise.conv(np, x, w, geo, False), reference(x, w, strides, dilations, pads))
+    before = len(depthwise._SPREAD)
+    del w
+    assert len(depthwise._SPREAD) == before - 1
