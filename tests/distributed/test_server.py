@@ -19,6 +19,14 @@ from blockir.passes.distribute import Split, split
 TABLE = "embedding_0.w_0"
 
 
+OPTIMIZERS = {
+    "sgd": lambda: bir.optimizer.SGD(0.5),
+    "momentum": lambda: bir.optimizer.Momentum(0.1, 0.9, use_nesterov=True),
+    "adagrad": lambda: bir.optimizer.Adagrad(0.1),
+    "adam": lambda: bir.optimizer.Adam(0.1),
+}
+
+
 def _split(servers: int, workers: int = 1, entry: object = None, optimizer: str = "sgd") -> tuple[Split, bir.Program]:
     main, startup = bir.Program(), bir.Program()
     main.random_seed = startup.random_seed = 7
@@ -27,8 +35,7 @@ def _split(servers: int, workers: int = 1, entry: object = None, optimizer: str 
         y = bir.layers.data("y", [-1, 4], dtype="float32")
         emb = bir.layers.embedding(ids, size=[100, 4], is_sparse=True, entry=entry)  # type: ignore[arg-type]
         loss = bir.layers.mean(bir.layers.square_error_cost(bir.layers.fc(emb, 4), y))
-        opt = bir.optimizer.SGD(0.5) if optimizer == "sgd" else bir.optimizer.Adam(0.1)
-        opt.minimize(loss)
+        OPTIMIZERS[optimizer]().minimize(loss)
     return split(main, servers, workers), startup
 
 
@@ -212,3 +219,51 @@ def test_pushes_in_any_order_with_or_without_repeats_update_rows_as_a_dict_of_ro
         held = np.array(sorted(rows), np.int64)
         want = np.stack([rows[i] for i in held.tolist()])
         np.testing.assert_allclose(server.pull_sparse(TABLE, held), want, rtol=1e-6, atol=1e-7)
+
+
+@pytest.mark.parametrize("optimizer", sorted(OPTIMIZERS))
+def test_a_push_updates_as_the_executor_runs_the_server_programs_ops(optimizer: str) -> None:
+    """The server applies each optimizer op's kernel on the arrays: the blocks, the rows and every optimizer
+    state after two pushes are those of the executor running the server's program on them, bit for bit."""
+    s, startup = _split(1, optimizer=optimizer)
+    server = ParameterServer(0, s, startup, "async")
+    program = s.servers[0]
+    grads = {op.input("Param")[0]: op.input("Grad")[0] for op in program.global_block().ops}
+    rng = np.random.default_rng(1)
+    server.init_dense({name: rng.standard_normal(_shape(program, name), np.float32) for name in server.blocks})
+    ids = np.array([3, 7, 42], np.int64)
+    server.pull_sparse(TABLE, ids)  # the rows made
+    shard = server.shards[TABLE]
+    scope = bir.Scope()  # the executor's: the same values
+    for name in server.scope._vars:
+        scope.set(name, np.array(server.scope.get(name)))
+    for name, rows in shard.arrays.items():
+        scope.set(name, rows[np.argsort(shard.ids)].copy())
+    exe = bir.Executor("cpu")
+    for _ in range(2):
+        dense = {n: rng.standard_normal(_shape(program, n), np.float32) for n in server.blocks}
+        sparse = rng.standard_normal((3, 4), np.float32)
+        server.push(0, dense, {TABLE: (ids, sparse)})
+        exe.run(program, feed={grads[n]: g for n, g in dense.items()} | {grads[TABLE]: sparse}, scope=scope)
+    for name in server.scope._vars:
+        np.testing.assert_array_equal(server.scope.get(name), scope.get(name), err_msg=name)
+    order = np.argsort(shard.ids)
+    for name, rows in shard.arrays.items():
+        np.testing.assert_array_equal(rows[order], scope.get(name), err_msg=name)
+
+
+def _shape(program: bir.Program, name: str) -> tuple[int, ...]:
+    return tuple(program.global_block().var(name).shape)
+
+
+def test_a_gradient_of_another_dtype_or_shape_is_refused_naming_it() -> None:
+    server = _servers(1, mode="async")[0]
+    (block,) = [b for b in server.blocks if b.endswith(".w_0")]
+    shape = _shape(server.program, block)
+    server.init_dense({name: np.zeros(_shape(server.program, name), np.float32) for name in server.blocks})
+    with pytest.raises(BlockirError, match=rf"the gradient '{block}@GRAD' must be float32\[4, 4\].*float64"):
+        server.push(0, {block: np.zeros(shape, np.float64)}, {})
+    with pytest.raises(BlockirError, match=rf"the gradient '{block}@GRAD' must be float32\[4, 4\]"):
+        server.push(0, {block: np.zeros((2, 4), np.float32)}, {})
+    with pytest.raises(BlockirError, match=rf"the gradient '{TABLE}@GRAD' must be float32\[-1, 4\]"):
+        server.push(0, {}, {TABLE: (np.array([1], np.int64), np.zeros((1, 4), np.float64))})

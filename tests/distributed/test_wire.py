@@ -39,6 +39,7 @@ from blockir.distributed.wire import (
     WireClient,
     WireError,
     WireServer,
+    framing,
     new_token,
 )
 from blockir.distributed.wire.framing import WIRE_DTYPES, send
@@ -153,6 +154,51 @@ def test_arrays_of_every_dtype_and_shape_round_trip(
     _same(ids, ids_back)
     _same(rows, rows_back)
     assert (names_back, n_back, x_back, flag_back) == (names, n, x, flag)
+
+
+_HEADER = framing.codec_of(tuple[list[str], dict[str, int], float, bool])
+
+
+def _header_round_trip(value: object) -> object:
+    """``value`` encoded as a request's header by ``_HEADER``, and decoded."""
+    (head,) = framing.encode(framing.Kind.REQUEST, 1, 1, _HEADER, value, framing.DEFAULT_LIMITS)
+    reader = framing._Reader(head[framing.PREFIX.size :], framing.DEFAULT_LIMITS)
+    out = _HEADER.decode(reader)
+    assert reader.pos == len(head) - framing.PREFIX.size
+    return out
+
+
+@settings(max_examples=100, deadline=None)
+@given(
+    names=st.lists(st.text(max_size=300), max_size=12),
+    counts=st.dictionaries(st.text(max_size=40), st.integers(-(2**63), 2**63 - 1), max_size=8),
+    x=st.floats(allow_nan=False) | st.integers(-(2**53), 2**53),
+    flag=st.booleans(),
+)
+def test_headers_round_trip_the_same_at_every_call(
+    names: list[str], counts: dict[str, int], x: float, flag: bool
+) -> None:
+    """Strings (short ones encoded once, from then on taken from a cache of their bytes), ints, floats given as
+    ints, bools: the same values back at the first call and the next."""
+    for _ in range(2):
+        assert _header_round_trip((names, counts, x, flag)) == (names, counts, float(x), flag)
+
+
+class _Name(str):
+    def encode(self, *args: object) -> bytes:  # type: ignore[override]
+        return b"not this"
+
+
+def test_the_cache_of_encoded_strings_holds_so_many_and_only_plain_strings(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(framing, "_ENCODED", {})
+    monkeypatch.setattr(framing, "_ENCODED_MOST", 3)
+    names = [f"block{i}" for i in range(10)]
+    assert _header_round_trip((names, {}, 0.0, False)) == (names, {}, 0.0, False)
+    assert 0 < len(framing._ENCODED) <= 3
+    assert _header_round_trip(([_Name("kept")], {}, 0.0, False)) == (["not this"], {}, 0.0, False)
+    assert "kept" not in framing._ENCODED  # a subclass of str: encoded as it encodes itself, never cached
+    with pytest.raises(FrameError, match="expected a str, got bytes"):
+        _header_round_trip(([b"x"], {}, 0.0, False))
 
 
 def test_a_frame_larger_than_the_socket_takes_goes_out_whole_in_pieces() -> None:

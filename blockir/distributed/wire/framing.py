@@ -164,7 +164,9 @@ class _Scalar:
     accepts: tuple[type, ...] = field(repr=False)
 
     def encode(self, w: _Writer, value: Any) -> None:
-        if not isinstance(value, self.accepts) or (isinstance(value, bool) and bool not in self.accepts):
+        if type(value) is not self.accepts[0] and (  # the common case first: the builtin type itself
+            not isinstance(value, self.accepts) or (isinstance(value, bool) and bool not in self.accepts)
+        ):
             raise FrameError(f"expected {self.what}, got {type(value).__name__}")
         try:
             w.parts.append(self.fmt.pack(value))
@@ -175,13 +177,24 @@ class _Scalar:
         return r.take(self.fmt)[0]
 
 
+_ENCODED: dict[str, bytes] = {}  # short strings as the header holds them: the names a frame repeats at every call
+_ENCODED_MOST = 4096
+
+
 @dataclass(frozen=True)
 class _Str:
     def encode(self, w: _Writer, value: Any) -> None:
-        if not isinstance(value, str):
-            raise FrameError(f"expected a str, got {type(value).__name__}")
-        data = value.encode()
-        w.parts.append(_COUNT.pack(len(data)) + data)
+        data = _ENCODED.get(value) if type(value) is str else None
+        if data is None:
+            if not isinstance(value, str):
+                raise FrameError(f"expected a str, got {type(value).__name__}")
+            text = value.encode()
+            data = _COUNT.pack(len(text)) + text
+            if type(value) is str and len(text) <= 256:
+                if len(_ENCODED) >= _ENCODED_MOST:
+                    _ENCODED.clear()
+                _ENCODED[value] = data
+        w.parts.append(data)
 
     def decode(self, r: _Reader) -> Any:
         return r.take_str()
@@ -290,7 +303,7 @@ class _Dict:
             raise FrameError(f"a dict of {n} items in a header of {len(r.data)} bytes")
         out = {}
         for _ in range(n):
-            key = _STR.decode(r)
+            key = r.take_str()
             if key in out:
                 raise FrameError(f"the key {key!r} twice in a dict")
             out[key] = self.value.decode(r)

@@ -411,6 +411,7 @@ class _Connection:
         self.turn_lock = threading.Lock()  # guards `reading` and the waiting on `turn`
         self.turn = threading.Condition(self.turn_lock)  # notified when a call is done or the turn is free
         self.reading = False
+        self.waiting = 0  # threads waiting on `turn` (none: nobody to notify, the common case of one call)
 
     def _lookup(self, kind: int, method_id: int, request: int) -> tuple[Method, Codec]:
         with self.client._lock:
@@ -434,7 +435,11 @@ class _Connection:
                 left = None if deadline is None else deadline - time.monotonic()
                 if left is not None and left <= 0:
                     raise TimeoutError(f"no reply from {self.client.address} within {timeout:g} s")
-                self.turn.wait(left)
+                self.waiting += 1
+                try:
+                    self.turn.wait(left)
+                finally:
+                    self.waiting -= 1
             if call.ready:
                 return
             self.reading = True
@@ -452,7 +457,8 @@ class _Connection:
         finally:
             with self.turn_lock:
                 self.reading = False
-                self.turn.notify_all()
+                if self.waiting:
+                    self.turn.notify_all()
 
     def _read_one(self, mine: Pending) -> None:
         """Read the next frame and complete its call (waking the threads waiting when it is not ``mine``)."""
@@ -468,7 +474,8 @@ class _Connection:
             call._finish(error=error_of(method, value))
         if call is not mine:
             with self.turn_lock:
-                self.turn.notify_all()
+                if self.waiting:
+                    self.turn.notify_all()
 
     def fail(self, cause: BaseException) -> None:
         """The connection is broken: every call in flight on it fails with :class:`ConnectionLost`."""
