@@ -606,11 +606,27 @@ def _infer_pow(ctx: InferContext) -> None:
     ctx.set_output("Out", x.shape, x.dtype, lod_level=x.lod_level)
 
 
+def _root_power(xp: Any, x: Any, factor: float) -> Any:
+    """X ** 0.75 as sqrt(X * sqrt(X)), X ** 0.25 as sqrt(sqrt(X)) where every value of X is positive (LRN's
+    denominator, ONNX's ``(k + alpha / n * sum) ** beta`` with beta 0.75), else None. numpy's power by a float
+    exponent (other than its own fast 0.5, 1, 2) calls the C library's pow per element, some 10x the time of
+    these square roots (1 thread, [1, 192, 56, 56]: 6.6 ms against 0.7); within 2 ulps of the power. Zeros,
+    infinities and NaN (also negative values, whose power is NaN) go to numpy's power: the minimum decides."""
+    if factor not in (0.25, 0.75) or not x.size or not x.min() > 0:
+        return None
+    out = xp.sqrt(x)
+    if factor == 0.75:
+        xp.multiply(out, x, out=out)
+    return xp.sqrt(out, out=out)
+
+
 def _pow(ctx: KernelContext, x: Any, factor_tensor: Any) -> Any:
-    """X ** factor; integers: the power of doubles truncated, as Paddle's cast of std::pow."""
+    """X ** factor; integers: the power of doubles truncated, as Paddle's cast of std::pow. Floats by square
+    roots for the exponents :func:`_root_power` takes."""
     factor, xp = _value(factor_tensor, ctx.attrs["factor"]), ctx.xp
     if x.dtype.kind == "f":
-        return xp.power(x, x.dtype.type(factor))
+        out = _root_power(xp, x, factor)
+        return xp.power(x, x.dtype.type(factor)) if out is None else out
     return xp.power(x.astype("float64"), factor).astype(x.dtype)
 
 

@@ -30,8 +30,9 @@ range, never over batch items or pixels. A convolution is one gemm per group ove
 image, :func:`_gemms`); :func:`col2im`, its adjoint, gives Input@GRAD (and is
 conv2d_transpose's forward). NCHW with strides 1, where measured faster (:func:`_grid`), there is no im2col: each
 filter tap's gemm reads the padded image where it lies and numpy's BLAS sums the taps' products
-(:func:`_grid_product`, :func:`_grid_filter_grad`). ``docs/ops.md`` describes the kernels and
-``benchmarks/bench_cnn.py`` times them.
+(:func:`_grid_product`, :func:`_grid_filter_grad`); on one small image with few output channels im2col's
+columns are laid out on the padded width, each a contiguous stretch of the image (:func:`_wide_product`).
+``docs/ops.md`` describes the kernels and ``benchmarks/bench_cnn.py`` times them.
 """
 
 from __future__ import annotations
@@ -40,7 +41,7 @@ import itertools
 import math
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from functools import partial, reduce
+from functools import lru_cache, partial, reduce
 from typing import Any, NamedTuple, NoReturn
 
 import numpy as np
@@ -114,12 +115,28 @@ def _tap(start: int, stride: int, count: int) -> slice:
     return slice(start, start + stride * (count - 1) + 1, stride)
 
 
+def _pad_into(out: Any, x: Any, widths: Sequence[tuple[int, int]], value: float) -> Any:
+    """``out``, of ``x``'s shape with its last ``len(widths)`` axes grown by ``widths``, holding ``x`` padded by
+    ``value``: the borders set, then ``x`` copied in (numpy's pad takes some 0.1 ms of Python a call, as long as
+    a 3x3 convolution's gemm over [1, 128, 7, 7])."""
+    lead = x.ndim - len(widths)
+    for axis, (size, (before, _)) in enumerate(zip(x.shape[lead:], widths)):
+        out[_along(lead + axis, slice(before))] = value
+        out[_along(lead + axis, slice(before + size, None))] = value
+    out[(Ellipsis, *(slice(b, b + size) for size, (b, _) in zip(x.shape[lead:], widths)))] = x
+    return out
+
+
+def _padded_shape(x: Any, widths: Sequence[tuple[int, int]]) -> tuple[int, ...]:
+    lead = x.ndim - len(widths)
+    return (*x.shape[:lead], *(n + a + b for n, (a, b) in zip(x.shape[lead:], widths)))
+
+
 def _pad(xp: Any, x: Any, widths: Sequence[tuple[int, int]], value: float = 0.0) -> Any:
     """``x`` padded on its last ``len(widths)`` axes (itself when every width is 0)."""
     if not any(a or b for a, b in widths):
         return x
-    full = [(0, 0)] * (x.ndim - len(widths)) + list(widths)
-    return xp.pad(x, full, mode="constant", constant_values=value)
+    return _pad_into(xp.empty(_padded_shape(x, widths), x.dtype), x, widths, value)
 
 
 # -- validation shared by inference --------------------------------------------------------------------
@@ -277,9 +294,12 @@ _COLUMNS = {(*order, dims): _columns_order(*order, dims) for order in _ORDERS fo
 _COLUMNS_INVERSE = {k: tuple(int(a) for a in np.argsort(v)) for k, v in _COLUMNS.items()}
 
 
-def _padded_image(xp: Any, x: Any, geo: ConvGeometry, channel_last: bool) -> Any:
-    """``x`` (channel first or last) padded with zeros by ``geo.pads``."""
-    return _pad(xp, x, [*geo.pads, (0, 0)] if channel_last else list(geo.pads))
+def _padded_image(xp: Any, x: Any, geo: ConvGeometry, channel_last: bool, scratch: Scratch | None = None) -> Any:
+    """``x`` (channel first or last) padded with zeros by ``geo.pads``; with ``scratch``, in its buffer 1."""
+    widths = [*geo.pads, (0, 0)] if channel_last else list(geo.pads)
+    if scratch is None or not any(a or b for a, b in widths):
+        return _pad(xp, x, widths)
+    return _pad_into(scratch.empty(xp, 1, _padded_shape(x, widths), x.dtype), x, widths, 0.0)
 
 
 def _taps(xp: Any, padded: Any, geo: ConvGeometry, groups: int, channel_last: bool) -> Any:
@@ -312,8 +332,9 @@ def im2col(
     copy through a strided view: channel first ``[groups, C / groups * taps, N * pixels]`` (rows in the
     filter's (channel, tap) order; 2-D: taps = kh * kw, pixels = OH * OW) or, ``per_image``, ``[N, groups,
     C / groups * taps, pixels]``, channel last ``[N * pixels, groups, taps * C / groups]`` ((tap, channel)
-    order). With ``scratch``, the copy goes into its buffer 0 (the caller's to use within its call only)."""
-    view = _taps(xp, _padded_image(xp, x, geo, channel_last), geo, groups, channel_last).transpose(
+    order). With ``scratch``, the copy goes into its buffer 0 (the caller's to use within its call only), the padded
+    image into its buffer 1."""
+    view = _taps(xp, _padded_image(xp, x, geo, channel_last, scratch), geo, groups, channel_last).transpose(
         _COLUMNS[channel_last, per_image, len(geo.out)]
     )
     if scratch is None:
@@ -470,7 +491,7 @@ _GRID_MIN_CHANNELS = 16
 _GRID_MAX_FILTERS = 64
 _GRID_FILTERS_PER_CHANNEL = 1.0
 _GRID_MAX_SPAN = 1.15
-_GRID_MIN_COLUMNS = 1 << 20
+_GRID_MIN_COLUMNS = 1 << 19
 
 
 def _grid(xp: Any, n: int, geo: ConvGeometry, w_shape: Sequence[int], groups: int, channel_last: bool) -> bool:
@@ -512,11 +533,7 @@ def _grid_taps(xp: Any, x: Any, geo: ConvGeometry, groups: int, scratch: Scratch
     tap of each image and group as a matrix ``[C / groups, span]`` read in place (:func:`_grid_span`): the padded
     image's channels flattened, from the tap's offset on (2-D ``i * dh * Wp + j * dw``), ``Hp * Wp`` apart. One
     strided view, axes ``(N, groups, *taps, C / groups, span)``."""
-    padded = scratch.empty(xp, 0, (*x.shape[:2], *_grid_sizes(geo)), x.dtype)
-    for axis, (size, (before, _)) in enumerate(zip(x.shape[2:], geo.pads)):  # the padding alone, then the image
-        padded[_along(2 + axis, slice(before))] = 0
-        padded[_along(2 + axis, slice(before + size, None))] = 0
-    padded[(slice(None), slice(None), *(slice(b, b + size) for size, (b, _) in zip(x.shape[2:], geo.pads)))] = x
+    padded = _pad_into(scratch.empty(xp, 0, (*x.shape[:2], *_grid_sizes(geo)), x.dtype), x, geo.pads, 0.0)
     (n, c), (s_n, s_c, *s_spatial) = padded.shape[:2], padded.strides
     per_group = c // groups
     shape = (n, groups, *geo.ksize, per_group, _grid_span(geo))
@@ -549,6 +566,56 @@ def _grid_product(xp: Any, x: Any, w: Any, geo: ConvGeometry, groups: int, chann
     if not blas.gemm(product, xp.ascontiguousarray(filters), _grid_taps(xp, x, geo, groups, scratch), 1.0, 1.0):
         return None
     return grid[_grid_inside(geo)].copy()  # out of the scratch buffer, contiguous
+
+
+# im2col's columns on the padded grid's width (:func:`_wide_product`) replace im2col's for at most _WIDE_MAX_IMAGES
+# images of at most _WIDE_MAX_PIXELS output pixels each, by at most _WIDE_MAX_FILTERS output channels: measured,
+# docs/ops.md.
+_WIDE_MAX_IMAGES = 1
+_WIDE_MAX_PIXELS = 196
+_WIDE_MAX_FILTERS = 64
+
+
+def _wide(xp: Any, n: int, geo: ConvGeometry, w_shape: Sequence[int], groups: int, channel_last: bool) -> bool:
+    """Whether a convolution of ``n`` images of geometry ``geo`` by a filter of ``w_shape`` takes
+    :func:`_wide_product` rather than im2col: numpy, channel first, 2-D, strides 1, one group, not pointwise, and
+    the measured rule (the constants above): small images, whose im2col copies many short rows, and few output
+    channels, whose gemm is cheap beside that copy (with more, or larger images, the gemm's columns past the output
+    cost more than the copy saves; with more images, the per-image gemms lose to im2col's one over the batch)."""
+    if xp is not np or channel_last or groups != 1 or len(geo.out) != 2 or geo.pointwise():
+        return False
+    return (
+        all(s == 1 for s in geo.strides)
+        and n <= _WIDE_MAX_IMAGES
+        and math.prod(geo.out) <= _WIDE_MAX_PIXELS
+        and w_shape[0] <= _WIDE_MAX_FILTERS
+    )
+
+
+def _wide_product(xp: Any, x: Any, w: Any, geo: ConvGeometry, groups: int, channel_last: bool, scratch: Scratch) -> Any:
+    """Filter ``w`` (*) channel-first ``x`` where :func:`_wide` says so, else None: each image's im2col columns laid
+    out on the padded image's width, ``[C * taps, OH * Wp]`` (output pixel ``(oh, ow)`` at ``oh * Wp + ow``, the
+    ``Wp - OW`` columns past OW not the output's), so that each row is one contiguous stretch of the padded image
+    (one copy of ``C * taps`` rows of ``OH * Wp`` values, where im2col copies ``C * taps * OH`` rows of OW: short
+    rows, whose per-row cost dominates on small images); one gemm per image, the output's columns copied out after.
+    The padded image (one zero row more, which the last tap's stretch reaches) is ``scratch``'s buffer 1, the
+    columns its buffer 0 and the product its buffer 2."""
+    if not _wide(xp, x.shape[0], geo, w.shape, groups, channel_last):
+        return None
+    (n, c), m, (oh, ow), (kh, kw) = x.shape[:2], w.shape[0], geo.out, geo.ksize
+    hp, wp = _grid_sizes(geo)
+    (top, bottom), sides = geo.pads
+    padded = _pad_into(scratch.empty(xp, 1, (n, c, hp + 1, wp), x.dtype), x, [(top, bottom + 1), sides], 0.0)
+    s_n, s_c, s_h, s_w = padded.strides
+    dh, dw = geo.dilations
+    view = xp.lib.stride_tricks.as_strided(
+        padded, (n, c, kh, kw, oh * wp), (s_n, s_c, s_h * dh, s_w * dw, s_w), writeable=False
+    )
+    cols = scratch.empty(xp, 0, view.shape, x.dtype)
+    xp.copyto(cols, view)
+    out = scratch.empty(xp, 2, (n, m, oh * wp), x.dtype)
+    xp.matmul(w.reshape(m, -1), cols.reshape(n, -1, oh * wp), out=out)
+    return out.reshape(n, m, oh, wp)[..., :ow].copy()  # out of the scratch buffer, contiguous
 
 
 def _grid_filter_grad(
@@ -625,9 +692,10 @@ def _direct_image_grad(ctx: KernelContext, dout: Any, w: Any, geo: ConvGeometry,
 
 
 def _conv(ctx: KernelContext, x: Any, w: Any, *onednn: Any) -> Any:
-    """Output = Filter (*) Input: on the padded grid without im2col where :func:`_grid` says so, else per group one
-    gemm over the whole batch's im2col columns, or NCHW one per image (:func:`_gemms`: where images have many
-    pixels, or a pointwise Input is its own columns).
+    """Output = Filter (*) Input: on the padded grid without im2col where :func:`_grid` says so, by im2col's columns
+    on the padded width where :func:`_wide` says so, else per group one gemm over the whole batch's im2col
+    columns, or NCHW one per image (:func:`_gemms`: where images have many pixels, or a pointwise Input is its own
+    columns).
 
     ``onednn``: oneDNN's optional slots (conv2d: Bias, ResidualData; conv3d: ResidualData), None: inference refuses
     them."""
@@ -636,6 +704,8 @@ def _conv(ctx: KernelContext, x: Any, w: Any, *onednn: Any) -> Any:
     if depthwise.direct(xp, w.shape, groups, geo):
         return depthwise.conv(xp, x, w, geo, channel_last)
     out = _grid_product(xp, x, w, geo, groups, channel_last, ctx.scratch)
+    if out is None:
+        out = _wide_product(xp, x, w, geo, groups, channel_last, ctx.scratch)
     if out is not None:
         return out
     gemms = _gemms(channel_last, geo.pointwise(), geo, w.shape)
@@ -983,6 +1053,7 @@ class _Windows:
     taps: tuple[int, int, int] | None
 
     @staticmethod
+    @lru_cache(maxsize=1024)
     def regular(size: int, out: int, k: int, stride: int, before: int) -> _Windows:
         starts = [o * stride - before for o in range(out)]
         return _Windows(
@@ -990,6 +1061,7 @@ class _Windows:
         )
 
     @staticmethod
+    @lru_cache(maxsize=1024)
     def adaptive(size: int, out: int) -> _Windows:
         return _Windows(
             size,
@@ -1046,6 +1118,9 @@ class _Windows:
         shape = list(a.shape)
         shape[axis] = self.out
         if self.uses_taps():
+            shifted = self.shifted(xp, a, axis, op)
+            if shifted is not None:
+                return shifted
             k, stride, before = self.regular_taps()
             spans = [self.tap_windows(i) for i in range(k)]
 
@@ -1067,6 +1142,38 @@ class _Windows:
                 window = a[_along(axis, slice(start, end))]
                 out[_along(axis, o)] = window.sum(axis=axis) if op == "sum" else window.max(axis=axis)
         return out
+
+    def shifted(self, xp: Any, a: Any, axis: int, op: str) -> Any:
+        """:meth:`reduce` of regular windows of stride 1 by passes over ``a`` flattened, or None where it does not
+        apply (another array module, a stride above 1, ``a`` not C-contiguous, a padding before of ``k`` or more,
+        more windows than positions, an axis with nothing before it: LRN's channel windows over ``[1, 1, C, H *
+        W]``, whose slices are contiguous already). Window ``o`` reads ``[o - pad, o - pad + k)``: per tap one pass
+        over all of ``a`` against ``a`` shifted along the axis (contiguous reads, where a slice along the axis reads
+        short rows of the axes after it), then the positions within ``k`` of either end, which read across into the
+        neighbouring rows, taken again from their taps inside the axis. Measured against :meth:`reduce`'s slices
+        (pool2d, 1 thread): 3x3 windows by 1 padded, average or max, over [1, 256, 28, 28] and [1, 576, 14, 14]
+        0.39-0.49x the time, over [8, 64, 56, 56] 0.66x. Under strides the passes over every position cost more
+        than they save (the last axis by 2: 0.76-0.98x at batch 1 but 1.05-1.33x at batch 64)."""
+        k, stride, before = self.regular_taps()
+        if xp is not np or stride != 1 or not a.flags.c_contiguous or not 0 <= before < k or self.out > self.size:
+            return None
+        if math.prod(a.shape[:axis]) == 1:  # one row: its slices are contiguous
+            return None
+        combine = np.add if op == "sum" else np.maximum
+        flat, unit = a.reshape(-1), math.prod(a.shape[axis + 1 :])
+        out = flat.copy()  # tap ``before``: position p itself
+        n = out.size
+        for i in range(k):
+            shift = (i - before) * unit
+            if 0 < shift < n:
+                combine(out[: n - shift], flat[shift:], out=out[: n - shift])
+            elif 0 < -shift < n:
+                combine(out[-shift:], flat[: n + shift], out=out[-shift:])
+        out = out.reshape(a.shape)
+        for p in sorted({*range(min(before, self.size)), *range(max(0, self.size - (k - 1 - before)), self.size)}):
+            taps = range(max(0, p - before), min(self.size, p - before + k))
+            out[_along(axis, p)] = reduce(combine, (a[_along(axis, q)] for q in taps))
+        return out if self.out == self.size else np.ascontiguousarray(out[_along(axis, slice(self.out))])
 
     def scatter(self, xp: Any, g: Any, axis: int) -> Any:
         """The adjoint of ``reduce(..., "sum")``: each window's value added to every position it reads."""
@@ -1311,9 +1418,23 @@ def _pool_windows(ctx: KernelContext, x: Any) -> list[_Windows]:
 
 
 def _avg_divisor(ctx: KernelContext, windows: Sequence[_Windows], dtype: Any) -> Any:
-    exclusive = ctx.attrs["exclusive"] or ctx.attrs["adaptive"]
+    """Average pooling's divisors, broadcastable to Out's spatial axes: the outer product of each axis's, an
+    axis whose windows all have one divisor taking one value (size 1), so that an axis of many windows of one
+    size adds no array of its size (LRN's channel windows over ``[N, 1, C, H * W]``: ``[C, 1]``, not ``[C,
+    H * W]``)."""
+    exclusive = bool(ctx.attrs["exclusive"] or ctx.attrs["adaptive"])
+    return ctx.xp.asarray(_divisors(tuple(windows), exclusive), dtype=dtype)
+
+
+@lru_cache(maxsize=256)
+def _divisors(windows: tuple[_Windows, ...], exclusive: bool) -> np.ndarray:
+    """:func:`_avg_divisor`'s divisors on the host (read-only: shared by the calls with these windows, as the
+    windows themselves are, so that a call builds neither: an axis of 3,136 windows takes a millisecond of
+    Python)."""
     sizes = [w.counts() if exclusive else w.nominal() for w in windows]
-    return ctx.xp.asarray(reduce(np.multiply.outer, sizes), dtype=dtype)
+    divisors = reduce(np.multiply.outer, [s[:1] if s.size and (s == s[0]).all() else s for s in sizes])
+    divisors.setflags(write=False)
+    return divisors
 
 
 def _pool(ctx: KernelContext, x: Any) -> Any:

@@ -340,6 +340,15 @@ POW = [
     _pow_case(RNG.uniform(0.5, 2, (3, 4)), -1.5, "float64"),
     _pow_case(RNG.uniform(-2, 2, (2, 3)), 3.0, "integer_factor"),
     _pow_case(RNG.uniform(0.5, 2, (2, 3)), 0.5, "factor_tensor", tensor=True),
+    # 0.75 and 0.25 by square roots where X is positive (LRN's beta), numpy's power where it is not
+    _pow_case(RNG.uniform(1e-3, 50, (2, 3, 4)).astype(np.float32), 0.75, "three_quarters"),
+    _pow_case(RNG.uniform(0.5, 50, (3, 4)), 0.25, "quarter"),
+    Case(
+        {"X": np.array([4.0, 0.0, -1.0, np.inf, -np.inf, 2.0], np.float32)},
+        {"factor": 0.75},
+        {"Out": np.array([4.0**0.75, 0.0, np.nan, np.inf, np.inf, 2.0**0.75], np.float32)},
+        name="three_quarters_not_positive",
+    ),
     _pow_case(RNG.integers(0, 5, (2, 3)).astype(np.int32), 2.0, "int32"),
 ]
 

@@ -87,6 +87,8 @@ def test_the_rule_follows_the_measurements() -> None:
     assert not _grid(64, 128, 8)  # the grid 22% wider than the output
     assert not _grid(128, 128, 28, n=8) and not _grid(512, 512, 7, n=8)  # im2col's copy cheap beside M >= 128
     assert not _grid(32, 32, 32, n=1) and not _grid(64, 64, 16, n=1)  # im2col's columns in the cache
+    assert _grid(128, 32, 28, n=1) and _grid(96, 32, 28, n=1)  # densenet's at batch 1: columns of 0.65-0.86 Mi
+    assert not _grid(128, 32, 14, n=1) and not _grid(64, 32, 28, n=1)  # 0.22 and 0.43 Mi
     assert _grid(64, 32, 32, groups=2) and not _grid(32, 32, 32, groups=4)  # per group: 16 and 8 output channels
     assert not _grid(32, 32, 32, strides=2) and not _grid(32, 32, 32, channel_last=True)
     geo = ConvGeometry(((1, 1), (1, 1)), (1, 1), (1, 1), (3, 3), (32, 32))

@@ -2,7 +2,8 @@
 passes per window tap over the windows that read it inside the image (the first a copy of a tap every window reads,
 where one does), its per-window loop (windows longer than there are windows), its one reduction over the axes a
 global window covers, and max pooling's floor at -FLT_MAX (values of -inf and below -FLT_MAX, windows all in the
-padding)."""
+padding); windows of stride 1 by passes over the flattened image (``_Windows.shifted``), against the loop over
+windows."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ import numpy as np
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from blockir.ops.conv import _Windows
 from tests.ops.cases_conv import ref_pool
 from tests.ops.harness import run_op
 from tests.ops.pool_strategies import pool_windows
@@ -40,3 +42,44 @@ def test_each_window_reduces_as_the_loop_does(case: tuple[np.ndarray, dict]) -> 
         assert got.min() >= -FLT_MAX
     else:
         np.testing.assert_allclose(got, expected, rtol=1e-5 if x.dtype == np.float32 else 1e-12, atol=1e-6)
+
+
+@settings(max_examples=100, deadline=None)
+@given(
+    st.integers(1, 9),
+    st.integers(1, 4),
+    st.data(),
+    st.sampled_from(("sum", "max")),
+    st.integers(1, 2),
+)
+def test_windows_by_shifted_passes(size: int, k: int, data: st.DataObject, op: str, axis: int) -> None:
+    """Windows of stride 1 (padding before under k) by shifted passes over all of the array, the positions near
+    either end taken again from their taps: the same values as the loop over windows, along any axis after the
+    first; None under strides, a padding before of k or more, an array not C-contiguous, or an axis with nothing
+    before it (its slices are contiguous)."""
+    before = data.draw(st.integers(0, k - 1))
+    after = data.draw(st.integers(0, k - 1 - before))
+    out = size + before + after - k + 1
+    if out < k:  # the per-window loop, not the taps
+        return
+    windows = _Windows.regular(size, out, k, 1, before)
+    shape = [2, 3, 4]
+    shape[axis] = size
+    a = np.random.default_rng(size * 31 + k).uniform(-2, 2, shape)
+    a[a < -1.5] = -np.inf if op == "max" else 0.0
+    got = windows.shifted(np, a, axis, op)
+    reference = np.stack(
+        [
+            (np.sum if op == "sum" else np.max)(
+                a[(slice(None),) * axis + (slice(max(0, o - before), min(size, o - before + k)),)], axis=axis
+            )
+            for o in range(out)
+        ],
+        axis=axis,
+    )
+    assert got is not None and got.flags.c_contiguous
+    np.testing.assert_allclose(got, reference, rtol=1e-12, atol=1e-12)
+    assert _Windows.regular(size, (out - 1) // 2 + 1, k, 2, before).shifted(np, a, axis, op) is None
+    assert windows.shifted(np, np.asfortranarray(a), axis, op) is None
+    assert _Windows.regular(size, out, k, 1, k).shifted(np, a, axis, op) is None
+    assert windows.shifted(np, a[(0,) * axis][None], 1, op) is None  # one row: its slices are contiguous
