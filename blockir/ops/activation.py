@@ -607,17 +607,18 @@ def _infer_pow(ctx: InferContext) -> None:
 
 
 def _root_power(xp: Any, x: Any, factor: float) -> Any:
-    """X ** 0.75 as sqrt(X * sqrt(X)), X ** 0.25 as sqrt(sqrt(X)) where every value of X is positive (LRN's
-    denominator, ONNX's ``(k + alpha / n * sum) ** beta`` with beta 0.75), else None. numpy's power by a float
-    exponent (other than its own fast 0.5, 1, 2) calls the C library's pow per element, some 10x the time of
-    these square roots (1 thread, [1, 192, 56, 56]: 6.6 ms against 0.7); within 2 ulps of the power. Zeros,
-    infinities and NaN (also negative values, whose power is NaN) go to numpy's power: the minimum decides."""
+    """X ** 0.75 as sqrt(X) * sqrt(sqrt(X)) (no product larger than X: nothing overflows), X ** 0.25 as
+    sqrt(sqrt(X)), where every value of X is positive (LRN's denominator, ONNX's ``(k + alpha / n * sum) ** beta``
+    with beta 0.75), else None. numpy's power by a float exponent (other than its own fast 0.5, 1, 2) calls the
+    C library's pow per element, some 10x the time of these square roots (1 thread, [1, 192, 56, 56]: 6.6 ms
+    against 0.7); within 2 ulps of the power. Zeros, infinities and NaN (also negative values, whose power is
+    NaN) go to numpy's power: the minimum decides."""
     if factor not in (0.25, 0.75) or not x.size or not x.min() > 0:
         return None
-    out = xp.sqrt(x)
-    if factor == 0.75:
-        xp.multiply(out, x, out=out)
-    return xp.sqrt(out, out=out)
+    root = xp.sqrt(x)
+    if factor == 0.25:
+        return xp.sqrt(root, out=root)
+    return xp.multiply(root, xp.sqrt(root), out=root)
 
 
 def _pow(ctx: KernelContext, x: Any, factor_tensor: Any) -> Any:

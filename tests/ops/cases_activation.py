@@ -343,6 +343,7 @@ POW = [
     # 0.75 and 0.25 by square roots where X is positive (LRN's beta), numpy's power where it is not
     _pow_case(RNG.uniform(1e-3, 50, (2, 3, 4)).astype(np.float32), 0.75, "three_quarters"),
     _pow_case(RNG.uniform(0.5, 50, (3, 4)), 0.25, "quarter"),
+    _pow_case(np.array([1e30, 3e38, 1e-30, 1.5], np.float32), 0.75, "three_quarters_of_large_and_tiny"),
     Case(
         {"X": np.array([4.0, 0.0, -1.0, np.inf, -np.inf, 2.0], np.float32)},
         {"factor": 0.75},
