@@ -18,6 +18,9 @@ blockir ops, under these rules:
   only the constants the remaining ops read become parameters;
 - a node's result is written by the op that computes it, not copied into the node's output by an ``assign``
   (which would also hide a conv2d's batch_norm from the inference passes that fold it);
+- a Mul or an Add of per-channel constants right after an inference BatchNormalization (whose output nothing
+  else reads), or after such a Mul or Add already folded, folds into its ``batch_norm``'s Scale and Bias, as
+  onnxruntime folds them when it builds a session (``_into_batch_norm`` in :mod:`blockir.io.onnx_ops`);
 - every op made records its lineage (``op_pass`` ``onnx-import``, ``op_origin`` ``OpType:node name``), which
   ``blockir viz`` shows;
 - each output gets the dtype ONNX's shape inference gives it (a cast is added where a blockir op computes
@@ -31,6 +34,7 @@ from __future__ import annotations
 import contextlib
 import os
 import re
+from collections import Counter
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -280,8 +284,12 @@ class Node:
                     block.create_var(name)
         op = block.append_op(type, ins, outs, dict(attrs or {}))
         op.set_attr("op_pass", IMPORT_PASS)
-        op.set_attr("op_origin", [f"{self.op_type}:{self.proto.name or self.y_base()}"])
+        op.set_attr("op_origin", [self.origin()])
         return op
+
+    def origin(self) -> str:
+        """This node as the lineage of the ops made for it (``op_origin``): ``OpType:node name``."""
+        return f"{self.op_type}:{self.proto.name or self.y_base()}"
 
     def unary(self, type: str, x: str, attrs: Mapping[str, Any] | None = None, out: str | None = None) -> str:
         out = out or self.tmp(type)
@@ -394,6 +402,11 @@ class _Graph:
         self.values: dict[str, np.ndarray] = {}  # the same, for the constants of folded ops too
         self.expected: dict[str, str] = {}  # ONNX value name -> the dtype ONNX gives it
         self.opsets: dict[str, int] = {}  # the other domains the model imports -> their versions
+        # ONNX value name -> how many nodes (of every graph, subgraphs too) and graph outputs read it
+        self.readers: Counter[str] = Counter()
+        # ONNX value name -> the inference batch_norm writing it, which a per-channel Mul or Add after it folds into
+        self.batch_norms: dict[str, Operator] = {}
+        self.replaced: set[str] = set()  # constants such folds replaced, removed at the end where no op reads them
 
     def known(self, name: str) -> bool:
         """Whether blockir variable ``name`` is in the block being built or a block around it."""
@@ -562,6 +575,7 @@ def import_model(
     graph = _Graph(opset)
     graph.expected = _value_dtypes(model)
     graph.opsets = {o.domain: o.version for o in model.opset_import if o.domain not in ("", "ai.onnx")}
+    graph.readers = _readers(g)
     problems: list[str] = []
     failed: set[str] = set()  # values a reported problem leaves undefined (their readers are not reported)
     for t in g.initializer:
@@ -603,8 +617,34 @@ def import_model(
         fetches.append(graph.var_of(info.name))
         onnx_fetches.append(info.name)
     FeedFetch(feeds=tuple(feeds), targets=tuple(fetches)).run(graph.program)
+    _drop_replaced(graph)
     names = dict(graph.names.of)
     return OnnxModel(graph.program, graph.params, feeds, fetches, onnx_feeds, onnx_fetches, opset, names, where)
+
+
+def _readers(g: Any) -> Counter[str]:
+    """How many nodes of GraphProto ``g`` and of its nodes' subgraphs (at any depth), and graph outputs, read each
+    value (a name a subgraph shadows counts too: more readers, never fewer)."""
+    counts = Counter(o.name for o in g.output)
+    for node in g.node:
+        counts.update(node.input)
+        for a in node.attribute:
+            for sub in (*([a.g] if a.HasField("g") else []), *a.graphs):
+                counts.update(_readers(sub))
+    return counts
+
+
+def _drop_replaced(graph: _Graph) -> None:
+    """Remove the constants that folds into a batch_norm replaced (its Scale and Bias before) where no op reads
+    them any more: only the constants the ops read are parameters."""
+    if not graph.replaced:
+        return
+    read = {name for op in graph.program.ops() for name in op.input_names()}
+    root = graph.program.global_block()
+    for name in graph.replaced - read:
+        root.remove_var(name)
+        graph.params.pop(name, None)
+        graph.values.pop(name, None)
 
 
 def _tensor(t: Any, what: str) -> np.ndarray:

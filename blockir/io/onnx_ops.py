@@ -118,15 +118,49 @@ def _per_channel(n: Node) -> np.ndarray | None:
     return b.reshape(-1) if channel_only and aligned[1] == shape[1] else None
 
 
+def _into_batch_norm(n: Node, type: str, channels: np.ndarray) -> bool:
+    """A Mul or Add of per-channel constants ``channels`` (``m``, ``a``) right after an inference
+    BatchNormalization, or after a Mul or Add already folded into one (caffe2's exports put a Mul and an Add after
+    every batch norm), folds into its ``batch_norm``, as onnxruntime folds them when it builds a session: Scale and
+    Bias become new constants, ``scale * m`` and ``bias * m`` for a Mul, ``bias + a`` for an Add (computed in
+    float64, stored in their type), and the batch_norm writes this node's output. Only where this node alone reads
+    its input X (no other node, subgraph or graph output: X is then no value of the program), in the batch_norm's
+    block, and the batch_norm's Scale and Bias are constants of ``channels``' type and shape. False: nothing done
+    (the node imports as an ``axis=1`` op)."""
+    graph, x = n.graph, n.inputs[0]
+    bn = graph.batch_norms.get(x)
+    if type not in ("elementwise_mul", "elementwise_add") or bn is None or graph.readers[x] != 1:
+        return False
+    if bn.block is not graph.block or n.const(0) is not None or bn.output("Y") != (n.x(0),):
+        return False
+    names = {slot: bn.input(slot)[0] for slot in ("Scale", "Bias")}
+    values = {slot: graph.values.get(name) for slot, name in names.items()}
+    if any(v is None or v.dtype != channels.dtype or v.shape != channels.shape for v in values.values()):
+        return False
+    scale, bias, c = (np.asarray(v, np.float64) for v in (values["Scale"], values["Bias"], channels))
+    folded = {"Scale": scale * c, "Bias": bias * c} if type == "elementwise_mul" else {"Bias": bias + c}
+    for slot, value in folded.items():
+        bn.set_input(slot, [n.constant(value.astype(channels.dtype))])
+        graph.replaced.add(names[slot])
+    before, after = graph.find(n.x(0)), graph.find(n.y())
+    after.shape, after.dtype = before.shape, before.dtype
+    bn.rename_output(before.name, after.name)
+    graph.block.remove_var(before.name)
+    bn.set_attr("op_origin", [*bn.attr("op_origin"), n.origin()])
+    del graph.names.of[x], graph.batch_norms[x]
+    graph.batch_norms[n.outputs[0]] = bn
+    return True
+
+
 def _binary(type: str) -> Converter:
     def convert(n: Node) -> None:
         narrow = _NARROW.get(n.dtype(0))
         if narrow is None:
             channels = _per_channel(n)
-            if channels is not None:
+            if channels is None:
+                n.binary(type, n.x(0), n.x(1), out=n.y(), attrs={"axis": _legacy_axis(n)})
+            elif not _into_batch_norm(n, type, channels):
                 n.binary(type, n.x(0), n.constant(channels), out=n.y(), attrs={"axis": 1})
-                return
-            n.binary(type, n.x(0), n.x(1), out=n.y(), attrs={"axis": _legacy_axis(n)})
             return
         wide = n.binary(type, n.cast(n.x(0), narrow), n.cast(n.x(1), narrow), attrs={"axis": _legacy_axis(n)})
         n.cast(wide, n.dtype(0), out=n.y())
@@ -1155,7 +1189,7 @@ def _batch_norm(n: Node) -> None:
     # are constants (Paddle's form, which fold-conv-bn folds into a convolution), else into temporaries
     for i, slot in ((3, "MeanOut"), (4, "VarianceOut")):
         outs[slot] = n.x(i) if n.const(i) is not None else n.tmp(slot)
-    n.emit(
+    n.graph.batch_norms[n.outputs[0]] = n.emit(
         "batch_norm",
         {"X": n.x(0), "Scale": n.x(1), "Bias": n.x(2), "Mean": n.x(3), "Variance": n.x(4)},
         {"Y": n.y(), **outs},

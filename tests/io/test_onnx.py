@@ -17,9 +17,11 @@ onnx = pytest.importorskip("onnx")
 from onnx import TensorProto, helper, numpy_helper  # noqa: E402
 from onnx.reference import ReferenceEvaluator  # noqa: E402
 
+from blockir.io import onnx_ops  # noqa: E402
 from blockir.io.onnx import IMPORT_PASS, import_model, read_model  # noqa: E402
 from blockir.io.onnx_export import to_onnx  # noqa: E402
 from blockir.io.onnx_ops import RULES  # noqa: E402
+from tests.io.onnx_peer import onnxruntime, session  # noqa: E402
 
 
 def _model(nodes, inputs, outputs, initializers=(), opset=17):
@@ -143,6 +145,157 @@ def test_a_constant_on_the_channels_imports_as_paddles_per_channel_operand(
     got, ran = _run_traced(tmp_path, model, x)
     assert ("conv2d" not in ran) == per_channel
     (expected,) = ReferenceEvaluator(model).run(None, {"x": x})
+    np.testing.assert_allclose(got, expected, rtol=1e-5, atol=1e-5)
+
+
+_C = 4  # the channels of the batch-norm tests
+
+
+def _bn_model(tail: list, outputs: list[str], consts: dict[str, tuple[int, ...]]):
+    """x [2, C, 3, 5] -> BatchNormalization -> "n", then the nodes ``tail``; ``consts``: initializers (random) by
+    shape, beside the batch norm's scale, beta, mean and var."""
+    rng = np.random.default_rng(7)
+    values = {
+        "scale": rng.uniform(-2, 2, _C),
+        "beta": rng.standard_normal(_C),
+        "mean": rng.standard_normal(_C),
+        "var": rng.uniform(0.5, 2, _C),
+        **{name: rng.uniform(-2, 2, shape) for name, shape in consts.items()},
+    }
+    bn = helper.make_node("BatchNormalization", ["x", "scale", "beta", "mean", "var"], ["n"], name="bn")
+    return _model(
+        [bn, *tail],
+        [_tensor("x", shape=[2, _C, 3, 5])],
+        [_tensor(name) for name in outputs],
+        [numpy_helper.from_array(v.astype("float32"), k) for k, v in values.items()],
+    )
+
+
+_BN_CASES = {
+    # the caffe2 exports' pattern (light densenet121, inception_v2): all folded, the batch_norm writes "r"
+    "mul_add_relu": (
+        [
+            helper.make_node("Mul", ["n", "m"], ["a"], name="mul"),
+            helper.make_node("Add", ["a", "b"], ["r"], name="add"),
+            helper.make_node("Relu", ["r"], ["y"]),
+        ],
+        ["y"],
+        {"m": (_C, 1, 1), "b": (1, _C, 1, 1)},
+        ["batch_norm", "relu"],
+    ),
+    "mul_only": ([helper.make_node("Mul", ["n", "m"], ["y"], name="mul")], ["y"], {"m": (_C, 1, 1)}, ["batch_norm"]),
+    "add_only": ([helper.make_node("Add", ["n", "b"], ["y"], name="add")], ["y"], {"b": (_C, 1, 1)}, ["batch_norm"]),
+    # the batch norm's output read twice (by a node, by a graph output): not folded
+    "two_readers": (
+        [helper.make_node("Mul", ["n", "m"], ["a"]), helper.make_node("Relu", ["n"], ["r"])],
+        ["a", "r"],
+        {"m": (_C, 1, 1)},
+        ["batch_norm", "elementwise_mul", "relu"],
+    ),
+    "bn_output_fetched": (
+        [helper.make_node("Mul", ["n", "m"], ["a"])],
+        ["n", "a"],
+        {"m": (_C, 1, 1)},
+        ["batch_norm", "elementwise_mul"],
+    ),
+    # the Mul folds; its output is read twice, so the Add after it does not
+    "mul_read_twice": (
+        [
+            helper.make_node("Mul", ["n", "m"], ["a"]),
+            helper.make_node("Add", ["a", "b"], ["s"]),
+            helper.make_node("Relu", ["a"], ["r"]),
+        ],
+        ["s", "r"],
+        {"m": (_C, 1, 1), "b": (_C, 1, 1)},
+        ["batch_norm", "elementwise_add", "relu"],
+    ),
+    # constants that are not per channel: along W, of the whole shape, a scalar
+    "not_per_channel": (
+        [
+            helper.make_node("Mul", ["n", "w"], ["a"]),
+            helper.make_node("Add", ["a", "whole"], ["s"]),
+            helper.make_node("Mul", ["s", "k"], ["y"]),
+        ],
+        ["y"],
+        {"w": (1, 1, 1, 5), "whole": (2, _C, 3, 5), "k": ()},
+        ["batch_norm", "elementwise_mul", "elementwise_add", "elementwise_mul"],
+    ),
+    # the constant first: not folded (the per-channel form takes B as the constant)
+    "constant_first": (
+        [helper.make_node("Mul", ["m", "n"], ["y"])],
+        ["y"],
+        {"m": (_C, 1, 1)},
+        ["batch_norm", "elementwise_mul"],
+    ),
+}
+
+
+@pytest.mark.parametrize("case", list(_BN_CASES))
+def test_a_per_channel_mul_and_add_after_a_batch_norm_fold_into_it(case: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """BatchNormalization then Mul and Add of per-channel constants import as one batch_norm (scale * m, bias * m +
+    a) writing the last node's output, where nothing else reads the values folded away; the same outputs as ONNX's
+    reference, onnxruntime and the import without the fold."""
+    tail, outputs, consts, expected = _BN_CASES[case]
+    model = _bn_model(tail, outputs, consts)
+    imported = import_model(model)
+    ops = [op for op in imported.program.global_block().ops if op.type not in ("feed", "fetch")]
+    assert [op.type for op in ops] == expected
+    bir.ir.verify(imported.program)
+    if case == "mul_add_relu":
+        bn = ops[0]
+        assert list(bn.attrs["op_origin"]) == ["BatchNormalization:bn", "Mul:mul", "Add:add"]
+        assert bn.output("Y") == (imported.names["r"],) and "n" not in imported.names and "a" not in imported.names
+    if expected == ["batch_norm"]:  # the graph's output, written by the batch_norm under its name
+        assert ops[0].output("Y") == tuple(imported.fetches) and imported.onnx_fetches == ["y"]
+    # the constants a fold replaced (the batch norm's scale and beta) are no parameters: every parameter is read
+    assert set(imported.params) <= {name for op in imported.program.ops() for name in op.input_names()}
+    x = np.random.default_rng(3).standard_normal((2, _C, 3, 5)).astype("float32")
+    got = _run(imported, {"x": x})
+    expected_values = ReferenceEvaluator(model).run(None, {"x": x})
+    for a, b in zip(got, expected_values, strict=True):
+        np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-5)
+    if onnxruntime is not None:
+        for a, b in zip(got, session(model).run(None, {"x": x}), strict=True):
+            np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-5)
+    monkeypatch.setattr(onnx_ops, "_into_batch_norm", lambda *args: False)
+    unfolded = import_model(model)
+    assert [op.type for op in unfolded.program.global_block().ops if op.type == "batch_norm"] == ["batch_norm"]
+    for a, b in zip(got, _run(unfolded, {"x": x}), strict=True):
+        np.testing.assert_allclose(a, b, rtol=1e-6, atol=1e-6)
+
+
+def test_a_mul_after_a_batch_norm_folds_per_batch_norm_where_they_share_their_scale() -> None:
+    """Two batch norms of one scale and beta, one followed by a Mul (folded), one fetched as it is: the first
+    reads new constants, the second the initializers, which stay parameters."""
+    tail = [
+        helper.make_node("BatchNormalization", ["x", "scale", "beta", "mean", "var"], ["n2"]),
+        helper.make_node("Mul", ["n", "m"], ["y"]),
+    ]
+    model = _bn_model(tail, ["y", "n2"], {"m": (_C, 1, 1)})
+    imported = import_model(model)
+    first, second = (op for op in imported.program.global_block().ops if op.type == "batch_norm")
+    assert first.input("Scale") != (imported.names["scale"],) and second.input("Scale") == (imported.names["scale"],)
+    assert {imported.names["scale"], imported.names["beta"]} <= set(imported.params)
+    x = np.random.default_rng(4).standard_normal((2, _C, 3, 5)).astype("float32")
+    for a, b in zip(_run(imported, {"x": x}), ReferenceEvaluator(model).run(None, {"x": x}), strict=True):
+        np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-5)
+
+
+def test_a_mul_in_a_subgraph_does_not_fold_into_a_batch_norm_outside_it() -> None:
+    """The batch norm's one reader is a Mul in a branch of an If (another block): not folded."""
+    mul = helper.make_node("Mul", ["n", "m"], ["t"])
+    then = helper.make_graph([mul], "then", [], [_tensor("t")])
+    other = helper.make_graph([helper.make_node("Identity", ["x"], ["e"])], "else", [], [_tensor("e")])
+    tail = [helper.make_node("If", ["c"], ["y"], then_branch=then, else_branch=other)]
+    model = _bn_model(tail, ["y"], {"m": (_C, 1, 1)})
+    model.graph.input.append(_tensor("c", TensorProto.BOOL, []))
+    imported = import_model(model)
+    assert [op.type for op in imported.program.global_block().ops if op.type == "batch_norm"] == ["batch_norm"]
+    assert "elementwise_mul" in {op.type for op in imported.program.ops()}
+    x = np.random.default_rng(5).standard_normal((2, _C, 3, 5)).astype("float32")
+    feed = {"x": x, "c": np.asarray(True)}
+    (got,) = _run(imported, feed)
+    (expected,) = ReferenceEvaluator(model).run(None, feed)
     np.testing.assert_allclose(got, expected, rtol=1e-5, atol=1e-5)
 
 
