@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import difflib
 import enum
+import math
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -98,7 +99,7 @@ class Scratch:
         if xp is not np:
             return xp.empty(shape, dtype)
         dtype = np.dtype(dtype)
-        nbytes = int(np.prod(shape, dtype=np.int64)) * dtype.itemsize
+        nbytes = math.prod(shape) * dtype.itemsize  # numpy's prod takes 5 us a call, a tenth of a small gemm
         buffers: dict[int, np.ndarray] = self._local.__dict__.setdefault("buffers", {})
         buffer = buffers.get(index)
         if buffer is None or buffer.nbytes < nbytes:

@@ -2,7 +2,8 @@
 
 im2col's matrices must hold, entry by entry, the input pixel (or padding zero) each output pixel reads through
 each filter tap, in the documented order of each layout; col2im must be its adjoint (<im2col(x), c> = <x,
-col2im(c)>), which is what makes it conv2d's Input@GRAD and conv2d_transpose's forward.
+col2im(c)>), which is what makes it conv2d's Input@GRAD and conv2d_transpose's forward. The geometry they read is
+remembered per shapes and attributes; their strided views are the ones numpy's ``as_strided`` makes.
 """
 
 from __future__ import annotations
@@ -12,7 +13,10 @@ import itertools
 import numpy as np
 import pytest
 
-from blockir.ops.conv import ConvGeometry, col2im, im2col
+from blockir.errors import BlockirError
+from blockir.ir.schema import KernelContext, lookup
+from blockir.ops.conv import ConvGeometry, _conv_geometry, _strided, col2im, im2col
+from tests.ops.harness import kernel_attrs
 
 # (N, C, H, W), groups, (kh, kw), strides, dilations, ((top, bottom), (left, right)); and 3-D: (N, C, D, H, W), ...
 GEOMETRIES = [
@@ -80,3 +84,44 @@ def test_im2col_matches_the_naive_loop_and_col2im_is_its_adjoint(
     back = col2im(np, c, image.shape, geo, groups, channel_last, per_image)
     assert back.shape == image.shape
     np.testing.assert_allclose(np.sum(cols * c), np.sum(image * back), rtol=1e-12)
+
+
+def test_geometry_remembered_per_shapes_and_attributes() -> None:
+    """conv2d's kernel makes a geometry once per (spatial sizes, taps, padding attributes): the same object again
+    for the same ones whatever the batch and channels, another for other attributes, each knowing whether it is
+    pointwise; Input and Filter that do not fit still fail at every call."""
+    attrs = kernel_attrs(lookup("conv2d"), {"strides": [2, 2], "paddings": [1, 1]})
+    geo = _conv_geometry(KernelContext(np, attrs, (True,)), (1, 3, 9, 9), (4, 3, 3, 3))
+    assert geo == ConvGeometry(((1, 1), (1, 1)), (1, 1), (2, 2), (3, 3), (5, 5)) and not geo.pointwise()
+    assert _conv_geometry(KernelContext(np, dict(attrs), (True,)), (2, 6, 9, 9), (8, 6, 3, 3)) is geo
+    valid = _conv_geometry(
+        KernelContext(np, {**attrs, "padding_algorithm": "VALID"}, (True,)), (1, 3, 9, 9), (4, 3, 3, 3)
+    )
+    assert valid == ConvGeometry(((0, 0), (0, 0)), (1, 1), (2, 2), (3, 3), (4, 4))
+    ones = {**attrs, "strides": [1, 1], "paddings": [0, 0]}
+    assert _conv_geometry(KernelContext(np, ones, (True,)), (1, 3, 9, 9), (4, 3, 1, 1)).pointwise()
+    for _ in range(2):
+        with pytest.raises(BlockirError, match=r"give output size \[-3, -3\]"):
+            _conv_geometry(KernelContext(np, {**ones, "dilations": [6, 6]}, (True,)), (1, 3, 9, 9), (4, 3, 3, 3))
+
+
+@pytest.mark.parametrize("contiguous", [True, False])
+@pytest.mark.parametrize("writeable", [True, False])
+def test_strided_views_as_numpy_makes_them(contiguous: bool, writeable: bool) -> None:
+    """``_strided`` (the ndarray constructor on a C-contiguous array, else numpy's ``as_strided``): the view numpy's
+    ``as_strided`` makes, writeable as asked, writes reaching the array; a view past the array's end is refused
+    where the constructor makes it."""
+    a = np.arange(2 * 3 * 6 * 6, dtype=np.float32).reshape(2, 3, 6, 6)
+    if not contiguous:
+        a = np.swapaxes(np.swapaxes(a, 2, 3).copy(), 2, 3)
+    s_n, s_c, s_h, s_w = a.strides
+    shape, strides = (2, 3, 2, 2, 3, 3), (s_n, s_c, s_h, s_w, 2 * s_h, 2 * s_w)
+    view = _strided(np, a, shape, strides, writeable)
+    np.testing.assert_array_equal(view, np.lib.stride_tricks.as_strided(a, shape, strides))
+    assert view.flags.writeable == writeable
+    if writeable:
+        view[1, 2, 1, 1, 2, 2] = -1.0
+        assert a[1, 2, 5, 5] == -1.0
+    if contiguous:
+        with pytest.raises(ValueError):
+            _strided(np, a, (2, 3, 7, 6), a.strides)

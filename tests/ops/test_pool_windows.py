@@ -3,15 +3,17 @@ passes per window tap over the windows that read it inside the image (the first 
 where one does), its per-window loop (windows longer than there are windows), its one reduction over the axes a
 global window covers, and max pooling's floor at -FLT_MAX (values of -inf and below -FLT_MAX, windows all in the
 padding); windows of stride 1 by passes over the flattened image (``_Windows.shifted``), against the loop over
-windows."""
+windows; the reduction over axes a window covers whole (global pooling: a matrix-vector product where it sums),
+against numpy's."""
 
 from __future__ import annotations
 
 import numpy as np
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from blockir.ops.conv import _Windows
+from blockir.ops.conv import _reduce_whole, _Windows
 from tests.ops.cases_conv import ref_pool
 from tests.ops.harness import run_op
 from tests.ops.pool_strategies import pool_windows
@@ -83,3 +85,30 @@ def test_windows_by_shifted_passes(size: int, k: int, data: st.DataObject, op: s
     assert windows.shifted(np, np.asfortranarray(a), axis, op) is None
     assert _Windows.regular(size, out, k, 1, k).shifted(np, a, axis, op) is None
     assert windows.shifted(np, a[(0,) * axis][None], 1, op) is None  # one row: its slices are contiguous
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float64", "float16"])
+@pytest.mark.parametrize("op", ["sum", "max"])
+@pytest.mark.parametrize(
+    ("shape", "axes", "contiguous"),
+    [
+        ((2, 5, 7, 7), (2, 3), True),  # global pooling: a matrix-vector product by ones where it sums
+        ((1, 3, 4, 6, 5), (2, 3, 4), True),
+        ((2, 5, 7, 7), (3,), True),
+        ((2, 5, 7, 7), (2,), True),  # not trailing: numpy's reduction
+        ((2, 5, 7, 7), (2, 3), False),  # not C-contiguous: numpy's reduction
+    ],
+)
+def test_whole_axes_reduce_as_numpy(
+    shape: tuple[int, ...], axes: tuple[int, ...], contiguous: bool, op: str, dtype: str
+) -> None:
+    """The reduction over the axes a window covers whole (``_reduce_whole``): numpy's sum or max, keeping the axes;
+    a sum over trailing axes of a contiguous float32 or float64 array by BLAS, within a dot product's rounding."""
+    x = np.random.default_rng(len(shape) * 7 + len(axes)).uniform(-2.0, 2.0, shape).astype(dtype)
+    if not contiguous:
+        x = np.swapaxes(np.swapaxes(x, 2, 3).copy(), 2, 3)
+    got = _reduce_whole(np, x, axes, op)
+    expected = (np.sum if op == "sum" else np.max)(x.astype(np.float64), axis=axes, keepdims=True)
+    assert got.shape == expected.shape and got.dtype == x.dtype
+    tolerance = {"float16": 1e-2, "float32": 1e-5, "float64": 1e-12}[dtype]
+    np.testing.assert_allclose(got, expected, rtol=tolerance, atol=tolerance)
