@@ -86,7 +86,7 @@ from typing import Any, ClassVar, Concatenate, Generic, ParamSpec, TypeVar, cast
 import numpy as np
 
 from blockir.distributed.api import ParameterServerAPI, Reply, ServerHandle, ServerLost
-from blockir.distributed.index import grown, merge_rows, unique_ids
+from blockir.distributed.index import SortedIds, grown, merge_rows, sort_ids, unique_ids
 from blockir.errors import BlockirError
 from blockir.passes.distribute import DenseBlock, Split
 
@@ -148,7 +148,7 @@ class Transport:
     ) -> _Call[R]:
         """Send ``method`` (``ParameterServerAPI.push``, say) with these arguments to server ``server``."""
         self.stats["requests"] += 1
-        self.stats["bytes_sent"] += _nbytes(args) + _nbytes(kwargs)
+        self.stats["bytes_sent"] += _nbytes(args) + _nbytes(kwargs) if kwargs else _nbytes(args)
         return _Call(server, method, args, kwargs, self.handles[server].submit(method, *args, **kwargs))
 
     def result(self, call: _Call[R], waited: bool, retry: bool = True) -> R:
@@ -297,7 +297,9 @@ class Communicator(ABC):
         for b in split.blocks:
             self._blocks.setdefault(b.param, []).append(b)
         self._dims = {t.name: t.dim for t in split.tables}
+        self._heights = {t.name: t.height for t in split.tables}
         self._lock = threading.Lock()
+        self._sorts = threading.local()  # a training thread's last lookup of each table: its ids and their sort
 
     @property
     def handles(self) -> list[ServerHandle]:
@@ -311,8 +313,8 @@ class Communicator(ABC):
     # -- the ops' Client ----------------------------------------------------------------------------------
     def pull_sparse(self, table: str, ids: np.ndarray) -> np.ndarray:
         """Rows of ``table`` at ``ids``, from the servers holding them."""
-        uniq, inverse = np.unique(np.asarray(ids, np.int64), return_inverse=True)
-        return self._pull_rows(table, uniq, self._after(), waited=True)[inverse]
+        uniq, inverse = self._sorted(table, ids)
+        return self._pull_rows(table, uniq, self._after(), waited=True).take(inverse, axis=0)
 
     def prefetch(self, table: str, ids: np.ndarray) -> None:  # noqa: B027 (nothing to do but in async mode)
         """The ids of a batch read ahead (``AsyncExecutor``'s thread workers call it): only the async communicator
@@ -360,6 +362,21 @@ class Communicator(ABC):
             self.transport.close()
 
     # -- inside ------------------------------------------------------------------------------------------
+    def _sorted(self, table: str, ids: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """A lookup's ``ids`` (one dimension) of ``table``: the distinct ids, sorted, and where each of ``ids`` is
+        among them (``np.unique``'s ``return_inverse``), by one stable sort, which the push of this step's rows at
+        the same ids takes (:meth:`_merged`: the rows merged by id, not sorted again). The sort is this training
+        thread's (each thread pushes what it looked up)."""
+        flat = np.asarray(ids, np.int64).reshape(-1)
+        sort = sort_ids(flat)
+        self._sorts.__dict__.setdefault("tables", {})[table] = (flat.copy(), sort)
+        return sort.distinct, sort.inverse()
+
+    def _merged(self, sparse: list[tuple[str, np.ndarray, np.ndarray]]) -> dict[str, tuple[np.ndarray, np.ndarray]]:
+        """One (ids, rows) per table of a push, the rows of an id summed, ids sorted (:func:`_merge_sparse`); a
+        table pushed at the ids this thread last looked it up at takes that lookup's sort."""
+        return _merge_sparse(sparse, self._sorts.__dict__.get("tables"))
+
     def _after(self) -> int:
         """The servers' step a pull waits for (sync mode: this worker's)."""
         return 0
@@ -422,6 +439,8 @@ class Communicator(ABC):
         for name, grad in dense.items():
             for b in self._blocks[name]:
                 dense_parts[b.server][b.name] = np.ascontiguousarray(grad[b.begin : b.end]) if b.count > 1 else grad
+        if servers == 1:  # it holds every id
+            return dense_parts, [dict(sparse)]
         sparse_parts: list[dict[str, tuple[np.ndarray, np.ndarray]]] = [{} for _ in range(servers)]
         for table, (ids, rows) in sparse.items():
             owner = ids % servers
@@ -459,7 +478,7 @@ class SyncCommunicator(Communicator):
         self.transport.restarted = self._resume
 
     def push(self, dense: dict[str, np.ndarray], sparse: list[tuple[str, np.ndarray, np.ndarray]], weight: int) -> None:
-        merged = _merge_sparse(sparse)
+        merged = self._merged(sparse)
         self._count_payload(dense, merged)
         self._send(dense, merged, weight, waited=True, every_server=True)
         self._stepped()
@@ -509,7 +528,10 @@ class AsyncCommunicator(Communicator):
         self._installed = 0  # the steps the dense values the worker has include (of its own)
         self.stats.update(stale_steps=0)  # summed over recvs: this worker's steps its dense values lack
         self._group = max(1, prefetch // 2)  # batches read ahead whose missing rows go in one request
-        self._cache = _RowCache(self._dims, self._noted_windows())
+        self._cache = _RowCache(self._dims, self._noted_windows(), self._heights)
+        self._server_blocks: list[list[str]] = [[] for _ in handles]  # the dense blocks each server holds
+        for b in split.blocks:
+            self._server_blocks[b.server].append(b.name)
         self._coming: dict[str, list[np.ndarray]] = {}  # table -> the ids of batches read ahead, not yet asked for
         self._prefetching: dict[str, list[tuple[np.ndarray, _Call[np.ndarray]]]] = {}  # table -> rows on their way
         self._stopped = False
@@ -523,20 +545,28 @@ class AsyncCommunicator(Communicator):
         self._raise()
         if self._stopped:  # no refresh keeps a cache fresh any more
             return super().pull_sparse(table, ids)
-        uniq, inverse = np.unique(np.asarray(ids, np.int64), return_inverse=True)
+        uniq, inverse = self._sorted(table, ids)
         with self._lock:
-            rows, missing = self._cache.lookup(table, uniq)
-        if missing.any() and self.prefetching and self._take_prefetched(table, uniq[missing]):
+            held, count, rows, at = self._cache.find(table, uniq)
+        missing = at < 0
+        if self.prefetching and missing.any() and self._take_prefetched(table, uniq[missing]):
             with self._lock:
-                rows, missing = self._cache.lookup(table, uniq, note=False)
+                held, count, rows, at = self._cache.find(table, uniq, note=False)
+            missing = at < 0
         if missing.any():
             wanted = uniq[missing]
             got = self._pull_rows(table, wanted, 0, waited=True)
             with self._lock:
-                self._cache.insert(table, wanted, got)
-            rows = rows.astype(got.dtype, copy=False)
-            rows[missing] = got
-        return rows[inverse]
+                slots = self._cache.fill(table, held, count, wanted, got)
+                now = held.rows
+            if slots is None:  # the cache changed meanwhile: the rows it had at the lookup, and those pulled
+                out = np.empty((len(uniq), got.shape[1]), got.dtype)
+                out[~missing] = rows[at[~missing]]
+                out[missing] = got
+                return out.take(inverse, axis=0)
+            at[missing] = slots
+            rows = now
+        return rows.take(at.take(inverse), axis=0)  # each id's row, gathered once from the cache's rows
 
     def prefetch(self, table: str, ids: np.ndarray) -> None:
         """Note the ids of a coming batch (read ahead), which the cache keeps and refreshes until it ran; once
@@ -555,7 +585,7 @@ class AsyncCommunicator(Communicator):
 
     def push(self, dense: dict[str, np.ndarray], sparse: list[tuple[str, np.ndarray, np.ndarray]], weight: int) -> None:
         self._raise()
-        merged = _merge_sparse(sparse)
+        merged = self._merged(sparse)
         self._count_payload(dense, merged)
         start = time.perf_counter()
         self._queue.put((dense, merged, weight))  # blocks while the queue is full: backpressure
@@ -579,7 +609,7 @@ class AsyncCommunicator(Communicator):
             self._thread.join()
         with self._lock:
             self._stopped = True
-            self._cache = _RowCache(self._dims, self._noted_windows())
+            self._cache = _RowCache(self._dims, self._noted_windows(), self._heights)
             self._coming, self._prefetching = {}, {}
         self._raise()
 
@@ -658,9 +688,7 @@ class AsyncCommunicator(Communicator):
         with self._lock:
             used = self._cache.take_used()
             used = {t: self._not_on_their_way(t, ids) for t, ids in used.items()}  # not asked for twice
-        blocks: list[list[str]] = [[] for _ in range(servers)]
-        for b in self.split.blocks:
-            blocks[b.server].append(b.name)
+        blocks = self._server_blocks
         parts = {t: _by_server(ids, servers) for t, ids in used.items()}
         wanted = [{t: p[k] for t, p in parts.items()} for k in range(servers)]
         calls = [
@@ -677,7 +705,7 @@ class AsyncCommunicator(Communicator):
             for k in range(servers)
         ]
         got: dict[str, np.ndarray] = {}
-        rows = {t: np.zeros((len(ids), self._dims[t]), np.float32) for t, ids in used.items()}
+        rows: dict[str, np.ndarray] = {}
         for k, call in enumerate(calls):
             _, dense_values, row_values = self.transport.result(call, waited=False)
             got.update(dense_values)
@@ -685,8 +713,13 @@ class AsyncCommunicator(Communicator):
                 if len(wanted[k][t]) == len(used[t]):  # this server holds them all: its rows as they come
                     rows[t] = values
                     continue
+                if t not in rows:
+                    rows[t] = np.zeros((len(used[t]), self._dims[t]), np.float32)
                 rows[t] = rows[t].astype(values.dtype, copy=False)
                 rows[t][np.searchsorted(used[t], wanted[k][t])] = values
+        for t, ids in used.items():  # (rows no server was asked for: none)
+            if t not in rows:
+                rows[t] = np.zeros((len(ids), self._dims[t]), np.float32)
         fresh = {name: _join([got[b.name] for b in self._blocks[name]]) for name in self._blocks}
         with self._lock:
             self._fresh = (steps, fresh)
@@ -800,9 +833,10 @@ def new_communicator(
 
 class _TableRows:
     """The cached rows of one table: ``rows[slots[i]]`` is the row of ``keys[i]``, the ``keys`` sorted ascending and
-    distinct. A look-up is one ``np.searchsorted`` of the batch's sorted ids; an insert appends the rows (the
-    array grows by doubling) and merges the keys and their slots (16 bytes per cached id moved, never a row); a
-    cache made from a refresh's sorted ids takes its rows as they are, without a copy."""
+    distinct. A look-up is one ``np.searchsorted`` of the batch's sorted ids; an insert appends the rows (an
+    array that grows takes room for twice the rows it then holds) and merges the keys and their slots (16 bytes
+    per cached id moved, never a row); a cache made from a refresh's sorted ids takes its rows as they are,
+    without a copy."""
 
     def __init__(self, keys: np.ndarray, rows: np.ndarray) -> None:
         self.keys = keys  # sorted, distinct
@@ -815,31 +849,126 @@ class _TableRows:
         n = self.keys.size
         if n == 0:
             return np.full(len(ids), -1, np.int64)
-        pos = np.searchsorted(self.keys, ids)
+        pos = self.keys.searchsorted(ids)
         np.minimum(pos, n - 1, out=pos)
-        return np.where(self.keys[pos] == ids, self.slots[pos], -1)
+        return np.where(self.keys.take(pos) == ids, self.slots.take(pos), -1)
 
-    def add(self, ids: np.ndarray, rows: np.ndarray) -> None:
-        """Hold the ``rows`` of ``ids`` (sorted, distinct, none held); the rows' dtype becomes that of ``rows``."""
+    def renewed(self, keys: np.ndarray, rows: np.ndarray) -> _TableRows:
+        """A store of the refreshed ``rows`` of ``keys`` (sorted, distinct), taken as they are, in place of this one
+        (which stays as it is: a lookup may still read it)."""
+        return _TableRows(keys, rows)
+
+    def add(self, ids: np.ndarray, rows: np.ndarray, at: np.ndarray | None = None) -> None:
+        """Hold the ``rows`` of ``ids`` (sorted, distinct, none held; ``at``: ``rows[at]`` are theirs, gathered
+        straight into the store); the rows' dtype becomes that of ``rows``. An array that grows takes room for as
+        many rows again as it then holds (a window's refresh and the lookups that follow it add to it: a few
+        adds, one copy)."""
         n = len(ids)
         if n == 0:
             return
-        values = self.rows if self.rows.dtype == rows.dtype else self.rows[: self.count].astype(rows.dtype)
-        self.rows = grown(values, self.count + n)
-        self.rows[self.count : self.count + n] = rows
-        at = np.searchsorted(self.keys, ids)  # where each goes among the keys held; then among all the keys
+        end = self.count + n
+        self.rows = _room(self.rows, self.count, end, rows.dtype)
+        _put(self.rows[self.count : end], rows, at)
+        at = self.keys.searchsorted(ids)  # where each goes among the keys held; then among all the keys
         at += np.arange(n)
         held = np.ones(len(self.keys) + n, bool)
         held[at] = False
         keys, slots = np.empty(len(held), np.int64), np.empty(len(held), np.int64)
         keys[at], keys[held] = ids, self.keys
-        slots[at], slots[held] = np.arange(self.count, self.count + n), self.slots
-        self.keys, self.slots, self.count = keys, slots, self.count + n
+        slots[at], slots[held] = np.arange(self.count, end), self.slots
+        self.keys, self.slots, self.count = keys, slots, end
+
+
+MAPPED_HEIGHT = 1 << 20  # a table of at most so many ids has its cached rows found through an array by id
+
+
+class _MappedRows:
+    """The cached rows of a table of ``len(where)`` ids (at most :data:`MAPPED_HEIGHT`), as :class:`_TableRows`
+    holds them, found through ``where``, the row of every id of the table (-1: not held), which the stores of
+    the table's successive refreshes share (each :meth:`renewed` clears its ids from it and puts the new
+    store's): a look-up is one ``take``, an insert one assignment, whatever the ids held (no search among sorted
+    keys, no merge of them). ``ids[:count]`` are the ids held, by row. Ids outside the table (which only a
+    batch read ahead can bring: a lookup checks them) are not held: found missing, never added."""
+
+    def __init__(self, keys: np.ndarray, rows: np.ndarray, where: np.ndarray) -> None:
+        lo, hi = _in_range(keys, len(where))
+        self.where = where
+        self.ids = keys[lo:hi]  # sorted, distinct
+        self.rows = rows[lo:hi]  # rows[:count] hold values; the rest is room to grow
+        self.count = hi - lo
+        where[self.ids] = np.arange(self.count)
+
+    @classmethod
+    def empty(cls, height: int, dim: int) -> _MappedRows:
+        return cls(np.zeros(0, np.int64), np.zeros((0, dim), np.float32), np.full(height, -1, np.intp))
+
+    def find(self, ids: np.ndarray) -> np.ndarray:
+        """The row of each of ``ids`` (sorted; -1 for an id not held)."""
+        lo, hi = _in_range(ids, len(self.where))
+        if lo == 0 and hi == len(ids):
+            return self.where.take(ids)
+        at = np.full(len(ids), -1, np.intp)
+        at[lo:hi] = self.where.take(ids[lo:hi])
+        return at
+
+    def renewed(self, keys: np.ndarray, rows: np.ndarray) -> _MappedRows:
+        """A store of the refreshed ``rows`` of ``keys`` (sorted, distinct), taken as they are, in place of this one,
+        whose ids leave ``where`` (its rows stay as they are: a lookup may still read them)."""
+        self.where[self.ids[: self.count]] = -1
+        return _MappedRows(keys, rows, self.where)
+
+    def add(self, ids: np.ndarray, rows: np.ndarray, at: np.ndarray | None = None) -> None:
+        """Hold the ``rows`` of ``ids`` (sorted, distinct, none held; those outside the table are left out;
+        ``at``: ``rows[at]`` are theirs, gathered straight into the store); the rows' dtype becomes that of
+        ``rows``; an array that grows takes room for as many rows again."""
+        lo, hi = _in_range(ids, len(self.where))
+        if lo or hi < len(ids):
+            ids = ids[lo:hi]
+            if at is None:
+                rows = rows[lo:hi]
+            else:
+                at = at[lo:hi]
+        n = len(ids)
+        if n == 0:
+            return
+        end = self.count + n
+        self.rows = _room(self.rows, self.count, end, rows.dtype)
+        _put(self.rows[self.count : end], rows, at)
+        if end > len(self.ids):
+            self.ids = grown(self.ids[: self.count], len(self.rows))
+        self.ids[self.count : end] = ids
+        self.where[ids] = np.arange(self.count, end)
+        self.count = end
+
+
+def _room(rows: np.ndarray, count: int, end: int, dtype: np.dtype) -> np.ndarray:
+    """A store's array of rows, of ``dtype``, with room for rows ``count`` to ``end``: ``rows`` itself, or its first
+    ``count`` rows in a new array of room for ``2 * end``."""
+    if rows.dtype != dtype:
+        rows = rows[:count].astype(dtype)
+    return rows if end <= len(rows) else grown(rows[:count], 2 * end)
+
+
+def _put(into: np.ndarray, rows: np.ndarray, at: np.ndarray | None) -> None:
+    """``into[:] = rows`` (``rows[at]`` when ``at`` is given: gathered in place, the rows ``at`` being valid)."""
+    if at is None:
+        into[...] = rows
+    else:
+        rows.take(at, axis=0, out=into, mode="clip")  # (mode "raise" would gather into a buffer first)
+
+
+def _in_range(ids: np.ndarray, height: int) -> tuple[int, int]:
+    """Of sorted ``ids``, the slice of those in ``0..height-1``."""
+    n = len(ids)
+    if n == 0 or (ids[0] >= 0 and ids[-1] < height):
+        return 0, n
+    return int(ids.searchsorted(0)), int(ids.searchsorted(height))
 
 
 class _RowCache:
-    """Async mode: the rows a worker pulled, by table (a :class:`_TableRows` each: a step costs a search of its
-    ids among the cached ones, the rows it gathers and those it adds), the ids the current window
+    """Async mode: the rows a worker pulled, by table (a :class:`_MappedRows` each for a table of at most
+    :data:`MAPPED_HEIGHT` ids, whose ``heights`` are given, else a :class:`_TableRows`: a step costs a look-up of
+    its ids among the cached ones, the rows it gathers and those it adds), the ids the current window
     of ``pull_every`` steps used, and those of the batches read ahead (noted) in the last ``windows`` windows;
     the communicator thread replaces it at the window's end. Every array of ids given to it is sorted and
     distinct, as ``np.unique`` makes them. Not thread-safe: every call holds the
@@ -860,8 +989,14 @@ class _RowCache:
        before the last refresh may answer after it, and the refreshed row is the newer.
     """
 
-    def __init__(self, dims: dict[str, int], windows: int) -> None:
-        self.tables = {t: _TableRows(np.zeros(0, np.int64), np.zeros((0, d), np.float32)) for t, d in dims.items()}
+    def __init__(self, dims: dict[str, int], windows: int, heights: dict[str, int] | None = None) -> None:
+        heights = heights or {}
+        self.tables: dict[str, _TableRows | _MappedRows] = {
+            t: _MappedRows.empty(heights[t], d)
+            if 0 < heights.get(t, 0) <= MAPPED_HEIGHT
+            else _TableRows(np.zeros(0, np.int64), np.zeros((0, d), np.float32))
+            for t, d in dims.items()
+        }
         self.used: dict[str, list[np.ndarray]] = {t: [] for t in dims}
         self.noted: collections.deque[dict[str, list[np.ndarray]]] = collections.deque(maxlen=windows)
         self.noted.append({t: [] for t in dims})
@@ -873,18 +1008,41 @@ class _RowCache:
     def lookup(self, table: str, uniq: np.ndarray, note: bool = True) -> tuple[np.ndarray, np.ndarray]:
         """Rows for the distinct ``uniq`` (zeros where missing), and which are missing (a mask); notes them used
         (unless ``note`` is False: a second lookup of the same ids)."""
+        _, count, rows, at = self.find(table, uniq, note)
+        missing = at < 0
+        if count == 0:
+            return np.zeros((len(uniq), rows.shape[1]), rows.dtype), missing
+        if not missing.any():
+            return rows.take(at, axis=0), missing
+        out = rows.take(np.where(missing, 0, at), axis=0)
+        out[missing] = 0
+        return out, missing
+
+    def find(
+        self, table: str, uniq: np.ndarray, note: bool = True
+    ) -> tuple[_TableRows | _MappedRows, int, np.ndarray, np.ndarray]:
+        """Where the rows of the distinct ``uniq`` are: the table's store, the rows it holds, its array of rows
+        and the row of each of ``uniq`` in it (-1 where missing); notes them used (unless ``note`` is False: a
+        second lookup of the same ids). The array's rows up to the count never change (a store only adds rows,
+        and a refresh makes another store): they can be read after the lock is released."""
         if note:
             self.used[table].append(uniq)
         held = self.tables[table]
-        at = held.find(uniq)
-        missing = at < 0
-        if held.count == 0:
-            return np.zeros((len(uniq), held.rows.shape[1]), held.rows.dtype), missing
-        if not missing.any():
-            return np.take(held.rows, at, axis=0), missing
-        out = np.take(held.rows, np.where(missing, 0, at), axis=0)
-        out[missing] = 0
-        return out, missing
+        return held, held.count, held.rows, held.find(uniq)
+
+    def fill(
+        self, table: str, held: _TableRows | _MappedRows, count: int, ids: np.ndarray, rows: np.ndarray
+    ) -> np.ndarray | None:
+        """Add the ``rows`` of the distinct ``ids`` that :meth:`find` found missing in ``held`` when it held
+        ``count`` rows. Where ``held`` is still the table's store and has not grown since, none of ``ids`` is
+        held: their rows are added, and where they went returned (their rows in ``held.rows``); else (or where
+        some were not added: ids outside the table) they are inserted as :meth:`insert` does, and None
+        returned."""
+        if self.tables[table] is held and held.count == count:
+            held.add(ids, rows)
+            return np.arange(count, count + len(ids)) if held.count == count + len(ids) else None
+        self.insert(table, ids, rows)
+        return None
 
     def missing(self, table: str, uniq: np.ndarray) -> np.ndarray:
         """Of the distinct ``uniq``, the ids the cache lacks."""
@@ -915,13 +1073,15 @@ class _RowCache:
         refresh began that it did not cover."""
         for table, old in self.tables.items():
             ids, rows = fresh.get(table, (np.zeros(0, np.int64), old.rows[:0]))
-            self.tables[table] = _TableRows(ids, rows)
             recent = self.used[table] + self.noted[-1][table]
-            if recent:
-                kept = _union(recent)
-                at = old.find(kept)
-                held = at >= 0
-                self.insert(table, kept[held], old.rows[at[held]])  # those refreshed are kept as refreshed
+            kept = _union(recent) if recent else None
+            at = old.find(kept) if kept is not None else None  # (before the new store: it may take old's map)
+            new = self.tables[table] = old.renewed(ids, rows)
+            if kept is not None and at is not None:
+                keep = (at >= 0) & (new.find(kept) < 0)  # those refreshed are kept as refreshed
+                if not keep.all():
+                    kept, at = kept[keep], at[keep]
+                new.add(kept, old.rows, at)
 
 
 def _union(parts: list[np.ndarray]) -> np.ndarray:
@@ -930,13 +1090,20 @@ def _union(parts: list[np.ndarray]) -> np.ndarray:
 
 
 def _nbytes(value: Any) -> int:
+    """The bytes of the arrays in ``value`` (an array, or a dict, list or tuple of them, nested)."""
     if isinstance(value, np.ndarray):
         return value.nbytes
     if isinstance(value, dict):
-        return sum(_nbytes(v) for v in value.values())
-    if isinstance(value, (list, tuple)):
-        return sum(_nbytes(v) for v in value)
-    return 0
+        value = value.values()
+    elif not isinstance(value, (list, tuple)):
+        return 0
+    total = 0
+    for v in value:
+        if type(v) is np.ndarray:  # (the usual item: one test)
+            total += v.nbytes
+        elif isinstance(v, (np.ndarray, dict, list, tuple)):
+            total += _nbytes(v)
+    return total
 
 
 def _by_server(ids: np.ndarray, servers: int) -> list[np.ndarray]:
@@ -951,14 +1118,27 @@ def _join(parts: list[np.ndarray]) -> np.ndarray:
     return parts[0] if len(parts) == 1 else np.concatenate(parts)
 
 
-def _merge_sparse(sparse: list[tuple[str, np.ndarray, np.ndarray]]) -> dict[str, tuple[np.ndarray, np.ndarray]]:
-    """One (ids, rows) per table, duplicates summed (a table looked up twice in a step gives two entries)."""
+def _merge_sparse(
+    sparse: list[tuple[str, np.ndarray, np.ndarray]],
+    sorts: dict[str, tuple[np.ndarray, SortedIds]] | None = None,
+) -> dict[str, tuple[np.ndarray, np.ndarray]]:
+    """One (ids, rows) per table, duplicates summed (a table looked up twice in a step gives two entries); a
+    table of one entry whose ids are those of ``sorts`` (table -> ids and their sort: the lookup's) is merged by
+    that sort, without sorting its ids again."""
     by_table: dict[str, tuple[list[np.ndarray], list[np.ndarray]]] = {}
     for table, ids, rows in sparse:
         parts = by_table.setdefault(table, ([], []))
         parts[0].append(np.asarray(ids, np.int64))
         parts[1].append(np.asarray(rows))
-    return {t: merge_rows(np.concatenate(i), np.concatenate(r)) for t, (i, r) in by_table.items()}
+    merged = {}
+    for table, (id_parts, row_parts) in by_table.items():
+        if len(id_parts) > 1:
+            merged[table] = merge_rows(np.concatenate(id_parts), np.concatenate(row_parts))
+            continue
+        ids, known = id_parts[0], sorts.get(table) if sorts is not None else None
+        same = known is not None and known[0].shape == ids.shape and bool((known[0] == ids).all())
+        merged[table] = merge_rows(ids, row_parts[0], known[1] if known is not None and same else None)
+    return merged
 
 
 def _merge_steps(

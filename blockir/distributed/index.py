@@ -12,20 +12,21 @@ tombstone that probes walk past and insertions fill; tombstones count towards th
 rebuilt (from the live rows alone) when they fill it.
 
 :func:`unique_ids` is ``np.unique`` of a batch's ids by one sort (:func:`run_starts` marks where each run of equal
-ids begins in a sorted array), which the worker's communicator uses; :func:`merge_rows` sums the rows of repeated
-keys by one sort (a push's rows by id on the worker, a push's rows by table row on the server).
+ids begins in a sorted array), and :func:`sort_ids` the stable sort of a batch's ids with where each one's run of
+equal ids is, which the worker's communicator uses; :func:`merge_rows` sums the rows of repeated keys by one sort
+(a push's rows by id on the worker, sorted once for its lookup and its push; a push's rows by table row on the
+server).
 """
 
 from __future__ import annotations
 
 import os
 from concurrent.futures import ThreadPoolExecutor
+from typing import NamedTuple
 
 import numpy as np
 
-from blockir.ops.values import add_rows
-
-__all__ = ["IdIndex", "grown", "merge_rows", "run_starts", "unique_ids"]
+__all__ = ["IdIndex", "SortedIds", "grown", "merge_rows", "run_starts", "sort_ids", "unique_ids"]
 
 _EMPTY = -1  # a slot never used since the table was built
 _GONE = -2  # a slot whose id was removed (a tombstone)
@@ -67,17 +68,57 @@ def run_starts(ordered: np.ndarray) -> np.ndarray:
     return first
 
 
-def merge_rows(ids: np.ndarray, rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """The rows of repeated ``ids`` (any integer keys) summed, ids sorted (one sort of the ids). The rows of an id
-    are added in the order given (a stable sort): its first row, then ``add.at`` of the others, of the duplicates
-    alone."""
+class SortedIds(NamedTuple):
+    """A stable sort of a 1-D array of ids (:func:`sort_ids`): ``order`` (``np.argsort(ids, kind="stable")``),
+    ``ordered`` (the ids in that order), ``first`` (:func:`run_starts` of ``ordered``) and ``run`` (the distinct id
+    of each sorted position: 0 for the least, ...)."""
+
+    order: np.ndarray
+    ordered: np.ndarray
+    first: np.ndarray
+    run: np.ndarray
+
+    @property
+    def distinct(self) -> np.ndarray:
+        """The distinct ids, sorted (``np.unique``'s)."""
+        return self.ordered[self.first]
+
+    def inverse(self) -> np.ndarray:
+        """Where each of the ids is among :attr:`distinct` (``np.unique``'s ``return_inverse``)."""
+        inverse = np.empty(len(self.order), np.int64)
+        inverse[self.order] = self.run
+        return inverse
+
+
+def sort_ids(ids: np.ndarray) -> SortedIds:
+    """The :class:`SortedIds` of ``ids`` (any integer keys, one dimension): one stable sort."""
     order = np.argsort(ids, kind="stable")
     ordered = ids[order]
     first = run_starts(ordered)
-    out = rows[order[first]]
-    if not first.all():
-        again = ~first
-        add_rows(out, (np.cumsum(first) - 1)[again], rows[order[again]])
+    run = np.cumsum(first)
+    run -= 1
+    return SortedIds(order, ordered, first, run)
+
+
+def merge_rows(ids: np.ndarray, rows: np.ndarray, sort: SortedIds | None = None) -> tuple[np.ndarray, np.ndarray]:
+    """The rows of repeated ``ids`` (any integer keys) summed, ids sorted (one sort of the ids; ``sort``: the ids'
+    :func:`sort_ids` when known, a worker's lookup of the same ids having sorted them). The rows of an id are added
+    in the order given: its first row, then its second, and so on, each rank by one fancy-indexed ``+=`` over
+    the ids that have a row of that rank (distinct ids: no ``add.at``, which costs several times as much per
+    element)."""
+    order, ordered, first, run = sort_ids(ids) if sort is None else sort
+    out = rows.take(order[first], axis=0)
+    if len(out) == len(ordered):
+        return ordered, out
+    again = np.flatnonzero(~first)  # the sorted positions of the rows after an id's first
+    rank = again - np.flatnonzero(first).take(run.take(again))  # 1 for an id's second row, 2 for its third...
+    by_rank = np.argsort(rank, kind="stable")  # by rank, then by id
+    again, rank = again.take(by_rank), rank.take(by_rank)
+    to = run.take(again)
+    values = rows.take(order.take(again), axis=0)
+    cuts = (np.flatnonzero(rank[1:] != rank[:-1]) + 1).tolist()
+    for begin, end in zip([0, *cuts], [*cuts, len(again)]):
+        out[to[begin:end]] += values[begin:end]
     return ordered[first], out
 
 

@@ -18,8 +18,16 @@ from hypothesis import strategies as st
 
 import blockir as bir
 from blockir.distributed.api import SERVER_METHODS, ParameterServerAPI, ServerHandle
-from blockir.distributed.communicator import AsyncCommunicator, _RowCache, _sum_distinct, _TableRows
-from blockir.distributed.index import merge_rows
+from blockir.distributed.communicator import (
+    MAPPED_HEIGHT,
+    AsyncCommunicator,
+    _MappedRows,
+    _merge_sparse,
+    _RowCache,
+    _sum_distinct,
+    _TableRows,
+)
+from blockir.distributed.index import merge_rows, sort_ids
 from blockir.distributed.server import ParameterServer
 from blockir.parallel.async_executor import _looking_ahead
 from tests.distributed.test_server import TABLE, _split
@@ -236,21 +244,35 @@ def test_an_async_worker_hands_each_batch_over_depth_batches_before_it_runs(dept
             assert events.index(f"ahead {k + depth + 1}") > events.index(f"run {k}")
 
 
-_cache_ids = st.lists(st.integers(0, 2**40), max_size=12, unique=True)
+_CACHE_HEIGHT = 50  # the mapped cache's table: ids 0..49 (the ids drawn for it go a little beyond)
 _cache_ops = st.lists(
-    st.tuples(st.sampled_from(["lookup", "insert", "note", "take", "replace"]), _cache_ids, st.integers(0, 99)),
+    st.tuples(
+        st.sampled_from(["lookup", "insert", "note", "take", "replace"]),
+        st.lists(st.integers(0, 2**40), max_size=12, unique=True),
+        st.integers(0, 99),
+    ),
     max_size=40,
 )
 
 
 @settings(max_examples=100, deadline=None)
-@given(_cache_ops)
-def test_the_row_cache_follows_its_rules_as_a_dict_does(ops: list) -> None:
+@given(_cache_ops, st.booleans())
+def test_the_row_cache_follows_its_rules_as_a_dict_does(ops: list, mapped: bool) -> None:
     """The worker's row cache against a dict kept by its documented rules: a lookup finds what was inserted and
     notes the ids used; an insert keeps a row the cache has (rule 4); a refresh replaces the cache with the
     rows asked for at the window's end, keeping (as they were) the rows used or noted since, and nothing else
-    (rule 3)."""
-    cache, model = _RowCache({"t": 2}, 1), {}
+    (rule 3). ``mapped``: a table of :data:`_CACHE_HEIGHT` ids, its rows found through an array by id, which
+    never holds an id outside the table (one a batch read ahead may bring)."""
+    cache = _RowCache({"t": 2}, 1, {"t": _CACHE_HEIGHT} if mapped else None)
+    assert isinstance(cache.tables["t"], _MappedRows if mapped else _TableRows)
+    if mapped:
+        ops = [(kind, [i % (_CACHE_HEIGHT + 10) for i in ids], value) for kind, ids, value in ops]
+        ops = [(kind, list(dict.fromkeys(ids)), value) for kind, ids, value in ops]
+
+    def held(ids: object) -> dict[int, list[float]]:
+        return {i: v for i, v in ids.items() if not mapped or i < _CACHE_HEIGHT}  # type: ignore[attr-defined]
+
+    model: dict[int, list[float]] = {}
     used: set[int] = set()  # used or noted since the last take_used
     asked: list[int] | None = None
     for kind, ids, value in ops:
@@ -266,6 +288,7 @@ def test_the_row_cache_follows_its_rules_as_a_dict_does(ops: list) -> None:
             cache.insert("t", uniq, np.full((len(uniq), 2), value, np.float32))
             for i in ids:
                 model.setdefault(i, [float(value)] * 2)
+            model = held(model)
         elif kind == "note":
             cache.note("t", uniq)
             used |= set(ids)
@@ -276,7 +299,7 @@ def test_the_row_cache_follows_its_rules_as_a_dict_does(ops: list) -> None:
         elif asked is not None:  # replace: the rows asked for, refreshed
             fresh = np.array(asked, np.int64)
             cache.replace({"t": (fresh, np.full((len(fresh), 2), value, np.float32))})
-            model = {i: model[i] for i in used if i in model} | {i: [float(value)] * 2 for i in asked}
+            model = held({i: model[i] for i in used if i in model} | {i: [float(value)] * 2 for i in asked})
             asked = None
         assert cache.missing("t", uniq).tolist() == [i for i in sorted(ids) if i not in model]
 
@@ -285,19 +308,27 @@ _table_ops = st.lists(st.tuples(st.booleans(), st.lists(st.integers(0, 2**40), m
 
 
 @settings(max_examples=200, deadline=None)
-@given(_table_ops, st.booleans())
-def test_a_tables_cached_rows_find_ids_as_a_dict_does(ops: list, from_refresh: bool) -> None:
+@given(_table_ops, st.booleans(), st.booleans())
+def test_a_tables_cached_rows_find_ids_as_a_dict_does(ops: list, from_refresh: bool, mapped: bool) -> None:
     """The row cache's per-table store against a dict: ``find`` gives -1 for an id not held and, for one held,
-    the row whose values were added with it, wherever later adds put their ids among the sorted keys; a store
-    made from a refresh's ids holds them at the refresh's rows; rows added in another dtype convert those it holds
-    to it."""
+    the row whose values were added with it, wherever later adds put their ids among the sorted keys (or, in a
+    store ``mapped`` by id, a table of MAPPED_HEIGHT ids, the ids taken modulo that: its ``where``, renewed once
+    by a refresh); a store made from a refresh's ids holds them at the refresh's rows; rows added in another
+    dtype convert those it holds to it."""
     model: dict[int, float] = {}
     dtype: type = np.float32
-    if from_refresh:  # as a window's refresh makes it: the ids asked for, their rows taken as they are
-        held = _TableRows(np.array([3, 8, 2**40], np.int64), np.array([[3.0, 3.0], [8.0, 8.0], [9.0, 9.0]], np.float32))
-        model = {3: 3.0, 8: 8.0, 2**40: 9.0}
+    held: _TableRows | _MappedRows
+    top = MAPPED_HEIGHT - 1 if mapped else 2**40
+    if mapped:
+        ops = [(add, list(dict.fromkeys(i % MAPPED_HEIGHT for i in ids))) for add, ids in ops]
+        held = _MappedRows(np.array([5, 6], np.int64), np.zeros((2, 2), np.float32), np.full(MAPPED_HEIGHT, -1))
     else:
         held = _TableRows(np.zeros(0, np.int64), np.zeros((0, 2), np.float32))
+    if from_refresh:  # as a window's refresh makes it: the ids asked for, their rows taken as they are
+        held = held.renewed(np.array([3, 8, top], np.int64), np.array([[3.0, 3.0], [8.0, 8.0], [9.0, 9.0]], np.float32))
+        model = {3: 3.0, 8: 8.0, top: 9.0}
+    elif mapped:
+        held = held.renewed(np.zeros(0, np.int64), np.zeros((0, 2), np.float32))  # 5 and 6 leave
     for add, ids in ops:
         if add:
             new = sorted(i for i in ids if i not in model)
@@ -310,8 +341,13 @@ def test_a_tables_cached_rows_find_ids_as_a_dict_does(ops: list, from_refresh: b
         at = held.find(np.array(sorted(ids), np.int64))
         assert [a >= 0 for a in at] == [i in model for i in sorted(ids)]
         assert held.rows[at[at >= 0], 0].tolist() == [model[i] for i in sorted(ids) if i in model]
-        assert held.keys.tolist() == sorted(model) and held.count == len(model)
-        assert sorted(held.slots.tolist()) == list(range(len(model)))  # each row held once, none lost
+        assert held.count == len(model)
+        if isinstance(held, _TableRows):
+            assert held.keys.tolist() == sorted(model)
+            assert sorted(held.slots.tolist()) == list(range(len(model)))  # each row held once, none lost
+        else:
+            assert sorted(held.ids[: held.count].tolist()) == sorted(model)  # each id at one row, none lost
+            assert held.find(held.ids[: held.count]).tolist() == list(range(held.count))
 
 
 @settings(max_examples=200, deadline=None)
@@ -323,6 +359,65 @@ def test_merged_rows_sum_an_ids_rows_in_the_order_given(ids: list, seed: int) ->
     model: dict[int, np.ndarray] = {}
     for i, row in zip(ids, rows, strict=True):
         model[i] = model[i] + row if i in model else row.copy()
-    got_ids, got_rows = merge_rows(np.array(ids, np.int64), rows)
-    assert got_ids.tolist() == sorted(model) and got_rows.dtype == np.float32
-    np.testing.assert_array_equal(got_rows, np.array([model[i] for i in sorted(model)], np.float32).reshape(-1, 3))
+    keys = np.array(ids, np.int64)
+    want = np.array([model[i] for i in sorted(model)], np.float32).reshape(-1, 3)
+    for sort in (None, sort_ids(keys)):  # sorted here, or by the lookup of the same ids
+        got_ids, got_rows = merge_rows(keys, rows, sort)
+        assert got_ids.tolist() == sorted(model) and got_rows.dtype == np.float32
+        np.testing.assert_array_equal(got_rows, want)
+
+
+@settings(max_examples=100, deadline=None)
+@given(st.lists(st.integers(0, 20), min_size=1, max_size=40), st.integers(0, 2**32 - 1))
+def test_a_push_takes_the_sort_of_the_lookup_of_its_ids_and_no_other(ids: list, seed: int) -> None:
+    """A push merged with the sort a lookup of the same ids made (the worker's step: the lookup's ids are the
+    push's) gives the bits of a merge that sorts them itself; a sort of other ids (a lookup of other ids, the
+    push leaving padding out) is not taken."""
+    rng = np.random.default_rng(seed)
+    keys = np.array(ids, np.int64)
+    rows = rng.standard_normal((len(ids), 3)).astype(np.float32)
+    other = rng.permutation(keys)
+    want_ids, want_rows = merge_rows(keys, rows)
+    for looked_up in (keys, other, keys[1:]):
+        sorts = {"t": (looked_up.copy(), sort_ids(looked_up))}
+        got_ids, got_rows = _merge_sparse([("t", keys, rows)], sorts)["t"]
+        np.testing.assert_array_equal(got_ids, want_ids)
+        np.testing.assert_array_equal(got_rows, want_rows)
+
+
+@pytest.mark.timeout(30)
+def test_a_lookup_gives_the_rows_it_found_when_a_refresh_comes_while_it_pulls() -> None:
+    """A lookup's rows are those the cache held when it looked and those it pulled, and the pulled ones go into
+    the cache, whether the window's refresh replaced the cache while the pull was away (then they are inserted
+    into the new one: rule 4) or not (then added where the lookup looked, its rows gathered once)."""
+    mine, handle = _async(pull_every=1)
+    server = handle.server
+    first = np.array([1, 2, 3], np.int64)
+    mine.pull_sparse(TABLE, first)
+    _next_window(mine, first)  # 1, 2 and 3 cached as the exchange left them (pushed once: changed)
+    cached = server.pull_sparse(TABLE, first)
+    pulls = handle.calls.count("pull_sparse")
+    mine.pull_sparse(TABLE, np.array([3, 4], np.int64))  # no refresh meanwhile: 4 added where 3 was found
+    assert handle.calls.count("pull_sparse") == pulls + 1
+    server.push(1, {}, {TABLE: (np.array([2, 3, 4, 5], np.int64), np.ones((4, 4), np.float32))}, 1)  # servers move
+    ids = np.array([5, 2, 3, 5], np.int64)  # 2 and 3 cached (the old values), 5 missing (pulled: the new)
+    pull = mine._pull_rows
+
+    def refreshed_meanwhile(table: str, wanted: np.ndarray, after: int, waited: bool) -> np.ndarray:
+        got = pull(table, wanted, after, waited)
+        with mine._lock:  # the window's refresh lands while the pull is away
+            mine._cache.replace({TABLE: (np.array([2], np.int64), np.full((1, 4), 7.0, np.float32))})
+        return got
+
+    mine._pull_rows = refreshed_meanwhile  # type: ignore[method-assign]
+    got = mine.pull_sparse(TABLE, ids)
+    mine._pull_rows = pull  # type: ignore[method-assign]
+    np.testing.assert_array_equal(got[[1, 2]], cached[[1, 2]])  # as the cache held them when the lookup looked
+    np.testing.assert_array_equal(got[[0, 3]], server.pull_sparse(TABLE, np.array([5, 5], np.int64)))
+    with mine._lock:
+        rows, missing = mine._cache.lookup(TABLE, np.array([2, 3, 5], np.int64), note=False)
+    assert not missing.any()  # 2 refreshed, 3 kept (used since), 5 inserted into the new cache
+    np.testing.assert_array_equal(rows[0], np.full(4, 7.0, np.float32))
+    np.testing.assert_array_equal(rows[1], cached[2])
+    np.testing.assert_array_equal(rows[2], got[0])
+    mine.stop()
