@@ -866,9 +866,7 @@ class _TableRows:
         n = len(ids)
         if n == 0:
             return
-        end = self.count + n
-        self.rows = _room(self.rows, self.count, end, rows.dtype)
-        _put(self.rows[self.count : end], rows, at)
+        self.rows, end = _appended(self.rows, self.count, n, rows, at)
         at = self.keys.searchsorted(ids)  # where each goes among the keys held; then among all the keys
         at += np.arange(n)
         held = np.ones(len(self.keys) + n, bool)
@@ -931,9 +929,7 @@ class _MappedRows:
         n = len(ids)
         if n == 0:
             return
-        end = self.count + n
-        self.rows = _room(self.rows, self.count, end, rows.dtype)
-        _put(self.rows[self.count : end], rows, at)
+        self.rows, end = _appended(self.rows, self.count, n, rows, at)
         if end > len(self.ids):
             self.ids = grown(self.ids[: self.count], len(self.rows))
         self.ids[self.count : end] = ids
@@ -941,20 +937,21 @@ class _MappedRows:
         self.count = end
 
 
-def _room(rows: np.ndarray, count: int, end: int, dtype: np.dtype) -> np.ndarray:
-    """A store's array of rows, of ``dtype``, with room for rows ``count`` to ``end``: ``rows`` itself, or its first
-    ``count`` rows in a new array of room for ``2 * end``."""
-    if rows.dtype != dtype:
-        rows = rows[:count].astype(dtype)
-    return rows if end <= len(rows) else grown(rows[:count], 2 * end)
-
-
-def _put(into: np.ndarray, rows: np.ndarray, at: np.ndarray | None) -> None:
-    """``into[:] = rows`` (``rows[at]`` when ``at`` is given: gathered in place, the rows ``at`` being valid)."""
+def _appended(store: np.ndarray, count: int, n: int, rows: np.ndarray, at: np.ndarray | None) -> tuple[np.ndarray, int]:
+    """A store's array of rows (its first ``count`` held) with ``n`` more after them, and its new count: ``rows``
+    (``rows[at]`` when ``at`` is given: gathered in place, the rows ``at`` being valid). The array becomes of
+    ``rows``' dtype; one that grows takes room for ``2 * (count + n)`` rows."""
+    end = count + n
+    if store.dtype != rows.dtype:
+        store = store[:count].astype(rows.dtype)
+    if end > len(store):
+        store = grown(store[:count], 2 * end)
+    into = store[count:end]
     if at is None:
         into[...] = rows
     else:
         rows.take(at, axis=0, out=into, mode="clip")  # (mode "raise" would gather into a buffer first)
+    return store, end
 
 
 def _in_range(ids: np.ndarray, height: int) -> tuple[int, int]:
