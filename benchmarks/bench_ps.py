@@ -2,8 +2,8 @@
 async (Downpour) mode, two workers on two servers in sync mode (issue 32's goals 2 and 3).
 
     python benchmarks/bench_ps.py [--model bow_net] [--rounds 3] [--parts 8] [--docs 8000]
-        [--backends ray inprocess] [--workers 1 2] [--sync | --no-sync] [--pull-every 1] [--queue-size 0]
-        [--prefetch 0]
+        [--backends ray inprocess] [--workers 1 2] [--sync | --no-sync] [--pull-every 0] [--queue-size 0]
+        [--cache-windows 0] [--prefetch 0]
 
 ``--model`` (:data:`MODELS`; fixed seeds: the corpus's 0, the net's 1): ``bow_net``, Adagrad 0.01, one epoch of
 8 files of 8,000 documents; ``bow_net-lr0.05``, Adagrad 0.05, three epochs of 2 files of 8,000 documents (the
@@ -15,8 +15,8 @@ MultiSlot files, a held-out file), in one run, alternating, ``--rounds`` times:
   thread of one process): async, 1 server + 1 worker and 1 server + 2 workers (``--workers``), and, with
   ``--sync`` (the default), sync, 2 servers + 2 workers (``blockir launch``, the script
   ``benchmarks/ps_bow_role.py``; each worker one AsyncExecutor thread over its share of the files; async with
-  ``a_sync_configs`` ``pull_every`` of ``--pull-every``, ``queue_size`` of ``--queue-size`` (0: the default)
-  and ``prefetch`` of ``--prefetch``).
+  ``a_sync_configs`` ``pull_every`` of ``--pull-every``, ``queue_size`` of ``--queue-size``, ``cache_windows`` of
+  ``--cache-windows`` and ``prefetch`` of ``--prefetch``; 0: the default).
 
 Printed per setup: instances/s (median and range; a run's instances over its slowest worker's seconds) and
 its ratio to one process's (goals: one worker >= 0.80, two workers >= 0.90, async and sync), the held-out
@@ -53,6 +53,7 @@ from typing import Any
 from proc_cpu import Snapshot, descendants
 
 import blockir as bir
+from blockir.distributed.communicator import CACHE_WINDOWS, PULL_EVERY
 from blockir.distributed.launch import launch
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -85,7 +86,8 @@ def ps_run(corpus: Any, setup: Setup, out: Path, args: argparse.Namespace) -> di
     me = os.getpid()
     before = Snapshot.of(descendants(me))
     lr, epochs, _, _ = MODELS[args.model]
-    role_args = [str(out), mode, str(args.pull_every), str(args.queue_size), str(args.prefetch), str(lr), str(epochs)]
+    settings = (args.pull_every, args.queue_size, args.cache_windows, args.prefetch)
+    role_args = [str(out), mode, *map(str, settings), str(lr), str(epochs)]
     role_args += [str(corpus.prototxt), corpus.heldout]
     role_args += corpus.train_files
     result = launch(ROLE, servers, workers, role_args, backend=backend, timeout=600)
@@ -157,9 +159,12 @@ def main() -> None:
     parser.add_argument(
         "--sync", action=argparse.BooleanOptionalAction, default=True, help="sync mode, 2 servers + 2 workers"
     )
-    parser.add_argument("--pull-every", type=int, default=1, help="async: pull every n steps (a_sync_configs)")
+    parser.add_argument("--pull-every", type=int, default=0, help="async: pull every n steps (0: the default)")
     parser.add_argument(
         "--queue-size", type=int, default=0, help="async: steps queued before a push blocks (0: the default)"
+    )
+    parser.add_argument(
+        "--cache-windows", type=int, default=0, help="async: windows a cached row outlives its last use (0: default)"
     )
     parser.add_argument("--prefetch", type=int, default=0, help="async: prefetch the rows of n batches ahead")
     args = parser.parse_args()
@@ -213,7 +218,8 @@ def report(args: argparse.Namespace, results: dict[str, list[dict[str, Any]]], e
     cores = os.cpu_count() or 2
     print(
         f"\n{args.model}, {args.parts} x {args.docs} documents, batch 32, {epochs} epochs, "
-        f"pull_every {args.pull_every}, queue_size {args.queue_size or 'default'}, prefetch {args.prefetch}, "
+        f"pull_every {args.pull_every or PULL_EVERY}, queue_size {args.queue_size or 'default'}, "
+        f"cache_windows {args.cache_windows or CACHE_WINDOWS}, prefetch {args.prefetch}, "
         f"{cores} cores, BLAS threads: {os.environ.get('OPENBLAS_NUM_THREADS', 'default')}"
     )
     base = results["async executor"]

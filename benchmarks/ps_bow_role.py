@@ -27,9 +27,9 @@ from pathlib import Path
 import blockir as bir
 from blockir.distributed import fleet
 
-out, mode, (pull_every, queue_size, prefetch) = Path(sys.argv[1]), sys.argv[2], map(int, sys.argv[3:6])
-learning_rate, epochs = float(sys.argv[6]), int(sys.argv[7])
-prototxt, heldout, files = sys.argv[8], sys.argv[9], sys.argv[10:]
+out, mode, (pull_every, queue_size, cache_windows, prefetch) = Path(sys.argv[1]), sys.argv[2], map(int, sys.argv[3:7])
+learning_rate, epochs = float(sys.argv[7]), int(sys.argv[8])
+prototxt, heldout, files = sys.argv[9], sys.argv[10], sys.argv[11:]
 
 
 def load(name: str, path: Path):  # noqa: ANN201 (a module)
@@ -61,10 +61,9 @@ def communicator_cpu_seconds() -> float:
 fleet.init()
 strategy = fleet.DistributedStrategy()
 strategy.a_sync = mode == "async"
-if strategy.a_sync:
-    strategy.a_sync_configs = {"pull_every": pull_every, "prefetch": prefetch}
-if strategy.a_sync and queue_size:
-    strategy.a_sync_configs["queue_size"] = queue_size
+if strategy.a_sync:  # the settings given (0: the default)
+    given = {"pull_every": pull_every, "queue_size": queue_size, "cache_windows": cache_windows, "prefetch": prefetch}
+    strategy.a_sync_configs = {key: value for key, value in given.items() if value}
 net = example.bow_net(
     example.bow_classifier.VOCAB,
     learning_rate=learning_rate,

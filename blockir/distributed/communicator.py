@@ -33,9 +33,14 @@ and waits.
   server, pushes it and pulls the dense parameters, which the next ``recv``
   installs. Sparse rows are cached: a lookup pulls only the ids the cache
   lacks, and at each window's end the communicator thread pulls afresh the
-  rows of the ids the window used and of those noted for batches read ahead
-  (below), which replace the cache (a row is at most one window stale; ids
-  neither used nor noted leave it, and are pulled fresh when they come back).
+  rows of the ids used in the last ``cache_windows`` windows and of those
+  noted for batches read ahead (below), which replace the cache (a row is at
+  most one window stale; ids neither used in those windows nor noted leave
+  it, and are pulled fresh when they come back). A row kept over several
+  windows spares the lookups a round trip to a server for the ids of the
+  vocabulary's long tail: with one window only, nearly every batch has an
+  id the window before did not use, and waits for it (``docs/distributed.md``
+  measures it).
   The worker waits only for a lookup's missing rows and for a full queue
   (``stats["wait_s"]``); ``stop`` pushes what the window holds and drops the
   cache. With ``prefetch`` (n batches), an ``AsyncExecutor`` thread worker
@@ -91,6 +96,8 @@ from blockir.errors import BlockirError
 from blockir.passes.distribute import DenseBlock, Split
 
 __all__ = [
+    "CACHE_WINDOWS",
+    "PULL_EVERY",
     "AsyncCommunicator",
     "Communicator",
     "GeoCommunicator",
@@ -100,6 +107,11 @@ __all__ = [
 ]
 
 RECONNECT_POLL_S = 0.2  # how often a worker asks a lost server whether it is back
+
+# Async mode's defaults (``a_sync_configs``), chosen by measurement (docs/distributed.md, *Async defaults*): a
+# window of 4 steps per exchange, and a cached row kept (and refreshed) for 16 windows after the last use of its id.
+PULL_EVERY = 4
+CACHE_WINDOWS = 16
 
 P = ParamSpec("P")
 R = TypeVar("R")
@@ -499,8 +511,8 @@ _STOP = object()
 
 class AsyncCommunicator(Communicator):
     """Async mode (Downpour, module docstring): pushes queued for the communicator thread, which pushes a window
-    of ``pull_every`` steps in one exchange that refreshes the dense parameters and the cached rows; ``prefetch``
-    batches read ahead."""
+    of ``pull_every`` steps in one exchange that refreshes the dense parameters and the cached rows (those of the
+    ids used in the last ``cache_windows`` windows); ``prefetch`` batches read ahead."""
 
     mode = "async"
 
@@ -509,17 +521,18 @@ class AsyncCommunicator(Communicator):
         split: Split,
         handles: Sequence[ServerHandle],
         worker: int,
-        pull_every: int = 1,
+        pull_every: int = PULL_EVERY,
         queue_size: int | None = None,
         prefetch: int = 0,
         timeout: float = 300.0,
+        cache_windows: int = CACHE_WINDOWS,
     ) -> None:
         if queue_size is None:  # one window: the next window's steps queue while one is exchanged
             queue_size = pull_every
-        if pull_every < 1 or queue_size < 1 or prefetch < 0:
+        if pull_every < 1 or queue_size < 1 or cache_windows < 1 or prefetch < 0:
             raise BlockirError(
-                f"pull_every ({pull_every}) and queue_size ({queue_size}) must be at least 1, prefetch ({prefetch}) "
-                f"at least 0"
+                f"pull_every ({pull_every}), queue_size ({queue_size}) and cache_windows ({cache_windows}) must be at "
+                f"least 1, prefetch ({prefetch}) at least 0"
             )
         super().__init__(split, handles, worker, timeout)
         self.pull_every = pull_every
@@ -528,7 +541,8 @@ class AsyncCommunicator(Communicator):
         self._installed = 0  # the steps the dense values the worker has include (of its own)
         self.stats.update(stale_steps=0)  # summed over recvs: this worker's steps its dense values lack
         self._group = max(1, prefetch // 2)  # batches read ahead whose missing rows go in one request
-        self._cache = _RowCache(self._dims, self._noted_windows(), self._heights)
+        self.cache_windows = cache_windows
+        self._cache = self._new_cache()
         self._server_blocks: list[list[str]] = [[] for _ in handles]  # the dense blocks each server holds
         for b in split.blocks:
             self._server_blocks[b.server].append(b.name)
@@ -609,7 +623,7 @@ class AsyncCommunicator(Communicator):
             self._thread.join()
         with self._lock:
             self._stopped = True
-            self._cache = _RowCache(self._dims, self._noted_windows(), self._heights)
+            self._cache = self._new_cache()
             self._coming, self._prefetching = {}, {}
         self._raise()
 
@@ -631,9 +645,11 @@ class AsyncCommunicator(Communicator):
         pending = self._prefetching.get(table)
         return ids[~np.isin(ids, np.concatenate([i for i, _ in pending]))] if pending else ids
 
-    def _noted_windows(self) -> int:
-        """How many windows the cache keeps a noted batch's ids: it runs at most ``prefetch`` batches later."""
-        return 1 + -(-self.prefetching // self.pull_every)
+    def _new_cache(self) -> _RowCache:
+        """An empty cache; it keeps a noted batch's ids as many windows as the batch can take to run (at most
+        ``prefetch`` batches later)."""
+        windows = 1 + -(-self.prefetching // self.pull_every)
+        return _RowCache(self._dims, windows, self._heights, kept=self.cache_windows)
 
     def _take_prefetched(self, table: str, missing: np.ndarray) -> bool:
         """Put into the cache the prefetched rows of ``table`` that hold some of ``missing`` (waiting for those
@@ -814,9 +830,10 @@ def new_communicator(
     worker: int,
     mode: str = "async",
     *,
-    pull_every: int = 1,
+    pull_every: int = PULL_EVERY,
     queue_size: int | None = None,
     prefetch: int = 0,
+    cache_windows: int = CACHE_WINDOWS,
     k_steps: int = 1,
     timeout: float = 300.0,
 ) -> Communicator:
@@ -825,7 +842,7 @@ def new_communicator(
     if mode == "sync":
         return SyncCommunicator(split, handles, worker, timeout)
     if mode == "async":
-        return AsyncCommunicator(split, handles, worker, pull_every, queue_size, prefetch, timeout)
+        return AsyncCommunicator(split, handles, worker, pull_every, queue_size, prefetch, timeout, cache_windows)
     if mode == "geo":
         return GeoCommunicator(split, handles, worker, k_steps, timeout)
     raise BlockirError(f"unknown parameter-server mode {mode!r} (expected sync, async or geo)")
@@ -965,10 +982,10 @@ def _in_range(ids: np.ndarray, height: int) -> tuple[int, int]:
 class _RowCache:
     """Async mode: the rows a worker pulled, by table (a :class:`_MappedRows` each for a table of at most
     :data:`MAPPED_HEIGHT` ids, whose ``heights`` are given, else a :class:`_TableRows`: a step costs a look-up of
-    its ids among the cached ones, the rows it gathers and those it adds), the ids the current window
-    of ``pull_every`` steps used, and those of the batches read ahead (noted) in the last ``windows`` windows;
-    the communicator thread replaces it at the window's end. Every array of ids given to it is sorted and
-    distinct, as ``np.unique`` makes them. Not thread-safe: every call holds the
+    its ids among the cached ones, the rows it gathers and those it adds), the ids the current window of
+    ``pull_every`` steps used and those the ``kept - 1`` windows before it used, and those of the batches read ahead
+    (noted) in the last ``windows`` windows; the communicator thread replaces it at the window's end. Every array of
+    ids given to it is sorted and distinct, as ``np.unique`` makes them. Not thread-safe: every call holds the
     communicator's lock.
 
     Its ordering rules (what makes a row at most a window, and a prefetched one a window and ``prefetch``
@@ -977,8 +994,8 @@ class _RowCache:
     1. :meth:`note` comes before the noted batch runs (a reader thread notes the batch it reads ahead); a noted
        id is refreshed and kept for ``windows`` windows, as long as the batch can take to run.
     2. :meth:`take_used` comes at a window's end, before its exchange is sent, in the communicator thread: the
-       ids it returns (used in the window or noted) are those the exchange asks for; the uses and notes after it
-       belong to the next window.
+       ids it returns (used in the window or the ``kept - 1`` windows before it, or noted) are those the exchange
+       asks for; the uses and notes after it belong to the next window.
     3. :meth:`replace` comes once that exchange answered, in the same thread, before the next :meth:`take_used`:
        the refreshed rows replace the cache's; a row used or noted between :meth:`take_used` and
        :meth:`replace` (so not asked for) is kept as it was, never dropped; every other row leaves.
@@ -986,7 +1003,9 @@ class _RowCache:
        before the last refresh may answer after it, and the refreshed row is the newer.
     """
 
-    def __init__(self, dims: dict[str, int], windows: int, heights: dict[str, int] | None = None) -> None:
+    def __init__(
+        self, dims: dict[str, int], windows: int, heights: dict[str, int] | None = None, kept: int = 1
+    ) -> None:
         heights = heights or {}
         self.tables: dict[str, _TableRows | _MappedRows] = {
             t: _MappedRows.empty(heights[t], d)
@@ -995,6 +1014,7 @@ class _RowCache:
             for t, d in dims.items()
         }
         self.used: dict[str, list[np.ndarray]] = {t: [] for t in dims}
+        self.recent: collections.deque[dict[str, np.ndarray]] = collections.deque(maxlen=kept)  # windows' ids used
         self.noted: collections.deque[dict[str, list[np.ndarray]]] = collections.deque(maxlen=windows)
         self.noted.append({t: [] for t in dims})
 
@@ -1055,9 +1075,13 @@ class _RowCache:
             held.add(ids[new], rows[new])
 
     def take_used(self) -> dict[str, np.ndarray]:
-        """The ids the window used or that batches read ahead will use (those to refresh; the others leave the
-        cache), sorted; a new window starts."""
-        parts = {t: list(p) for t, p in self.used.items()}
+        """The ids used in the window and the ``kept - 1`` before it or that batches read ahead will use (those to
+        refresh; the others leave the cache), sorted; a new window starts."""
+        self.recent.append({t: _union(p) for t, p in self.used.items() if p})
+        parts: dict[str, list[np.ndarray]] = {t: [] for t in self.used}
+        for window in self.recent:
+            for t, ids in window.items():
+                parts[t].append(ids)
         for noted in self.noted:
             for t, p in noted.items():
                 parts[t] += p

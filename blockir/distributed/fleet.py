@@ -59,7 +59,7 @@ import numpy as np
 
 from blockir.distributed.api import ParameterServerAPI, ServerControl, ServerLost
 from blockir.distributed.backend import Backend, backend_named
-from blockir.distributed.communicator import Communicator, GeoCommunicator, new_communicator
+from blockir.distributed.communicator import CACHE_WINDOWS, PULL_EVERY, Communicator, GeoCommunicator, new_communicator
 from blockir.distributed.role import Role
 from blockir.distributed.server import ParameterServer
 from blockir.errors import BlockirError
@@ -105,21 +105,21 @@ __all__ = [
 @dataclass
 class DistributedStrategy:
     """``a_sync``: False for sync training (every step averaged over the workers), True (default) for async
-    (Downpour). ``a_sync_configs``: ``pull_every`` (async: a window of n steps, whose gradients are summed
-    and pushed once at its end, when the dense parameters are pulled and the cached sparse rows refreshed;
-    default 1), ``queue_size`` (async: steps queued before a push blocks; default one window, ``pull_every``;
-    each queued step is one more step the values a worker trains with may lack), ``prefetch`` (async:
-    ``AsyncExecutor`` thread workers read that many batches ahead, and the rows of each ``prefetch // 2``
-    batches read that the worker's cache lacks are pulled in one request while earlier batches run; True is
-    1; default 0, off) and ``k_steps`` (GEO-SGD: workers train locally and exchange parameter deltas every k
-    steps)."""
+    (Downpour). ``a_sync_configs``: ``pull_every`` (async: a window of n steps, whose gradients are summed and
+    pushed once at its end, when the dense parameters are pulled and the cached sparse rows refreshed; default 4),
+    ``cache_windows`` (async: a cached sparse row is kept, and refreshed at each window's end, until its id went
+    unused for n windows; default 16), ``queue_size`` (async: steps queued before a push blocks; default one window,
+    ``pull_every``; each queued step is one more step the values a worker trains with may lack), ``prefetch``
+    (async: ``AsyncExecutor`` thread workers read that many batches ahead, and the rows of each ``prefetch // 2``
+    batches read that the worker's cache lacks are pulled in one request while earlier batches run; True is 1;
+    default 0, off) and ``k_steps`` (GEO-SGD: workers train locally and exchange parameter deltas every k steps)."""
 
     a_sync: bool = True
     a_sync_configs: dict[str, Any] = field(default_factory=dict)
     min_block_size: int = 8192  # dense parameters this large are cut into one block per server (distribute pass)
 
     def mode(self) -> str:
-        unknown = set(self.a_sync_configs) - {"pull_every", "queue_size", "k_steps", "prefetch"}
+        unknown = set(self.a_sync_configs) - {"pull_every", "queue_size", "cache_windows", "k_steps", "prefetch"}
         if unknown:
             raise BlockirError(f"DistributedStrategy.a_sync_configs: unknown keys {sorted(unknown)}")
         prefetch = self.a_sync_configs.get("prefetch", 0)
@@ -587,8 +587,9 @@ def init_worker() -> None:
         handles,
         role.index,
         state.strategy.mode(),
-        pull_every=int(configs.get("pull_every", 1)),
+        pull_every=int(configs.get("pull_every", PULL_EVERY)),
         queue_size=configs.get("queue_size"),
+        cache_windows=int(configs.get("cache_windows", CACHE_WINDOWS)),
         k_steps=int(configs.get("k_steps", 1)),
         prefetch=int(configs.get("prefetch", 0)),
         timeout=role.timeout,

@@ -29,6 +29,7 @@ from blockir.distributed.communicator import (
 )
 from blockir.distributed.index import merge_rows, sort_ids
 from blockir.distributed.server import ParameterServer
+from blockir.errors import BlockirError
 from blockir.parallel.async_executor import _looking_ahead
 from tests.distributed.test_server import TABLE, _split
 
@@ -72,11 +73,16 @@ def _stopped() -> Iterator[None]:
         _made.pop().stop()
 
 
-def _async(pull_every: int = 1, prefetch: int = 0, queue_size: int | None = 16) -> tuple[AsyncCommunicator, _Handle]:
-    """A worker's communicator and the handle of its one server, which holds the dense parameters' first values."""
+def _async(
+    pull_every: int = 1, prefetch: int = 0, queue_size: int | None = 16, cache_windows: int = 1
+) -> tuple[AsyncCommunicator, _Handle]:
+    """A worker's communicator and the handle of its one server, which holds the dense parameters' first values
+    (a cached row kept one window, unless ``cache_windows`` says otherwise)."""
     split, startup = _split(1)
     handle = _Handle(ParameterServer(0, split, startup, "async", timeout=5))
-    mine = AsyncCommunicator(split, [handle], 0, pull_every=pull_every, queue_size=queue_size, prefetch=prefetch)
+    mine = AsyncCommunicator(
+        split, [handle], 0, pull_every=pull_every, queue_size=queue_size, prefetch=prefetch, cache_windows=cache_windows
+    )
     _made.append(mine)
     scope = bir.Scope()
     bir.Executor("cpu").run(startup, scope=scope)
@@ -191,6 +197,26 @@ def test_a_windows_refresh_keeps_the_rows_of_batches_read_ahead() -> None:
     mine.pull_sparse(TABLE, np.array([5], np.int64))
     assert handle.calls.count("pull_sparse") == pulls + 1  # 5 left it: pulled
     mine.stop()
+
+
+@pytest.mark.timeout(30)
+def test_a_cached_row_is_refreshed_until_its_id_went_unused_for_cache_windows_windows() -> None:
+    mine, handle = _async(pull_every=1, cache_windows=2)
+    four = np.array([4], np.int64)
+    mine.pull_sparse(TABLE, four)
+    _next_window(mine, four)  # window 1 used 4
+    _next_window(mine, four)  # window 2 did not (its push changed the server's row): kept, refreshed
+    pulls = handle.calls.count("pull_sparse")
+    got = mine.pull_sparse(TABLE, four)  # window 3 uses it
+    assert handle.calls.count("pull_sparse") == pulls
+    np.testing.assert_array_equal(got, handle.server.pull_sparse(TABLE, four))
+    for _ in range(3):  # windows 3 (its use), 4 and 5 end: 4 unused in 4 and 5, it left at 5's refresh
+        _next_window(mine, np.array([6], np.int64))
+    mine.pull_sparse(TABLE, four)
+    assert handle.calls.count("pull_sparse") == pulls + 1
+    mine.stop()
+    with pytest.raises(BlockirError, match="cache_windows"):
+        AsyncCommunicator(mine.split, [handle], 0, cache_windows=0)
 
 
 def test_merged_pushes_summed_by_id_equal_one_merge_of_all_their_rows() -> None:
