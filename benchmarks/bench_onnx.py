@@ -4,6 +4,7 @@ and the import of a large model (goal 3).
     python benchmarks/bench_onnx.py [--rounds 5] [--models light,convnets] [--light NAME,...] [--size 224]
                                     [--batch 1] [--paddle-python PATH] [--turn 0.3]
     python benchmarks/bench_onnx.py --import-nodes 5000 [--rounds 3]
+    python benchmarks/bench_onnx.py --layers [--models ...] [--rounds 3]
 
 The models: the light models of ONNX's backend suite (``onnx/backend/test/data/light``, in the onnx wheel: the
 ``real`` models with their weights made by ``ConstantOfShape``, which both sides fold when they load), as shipped;
@@ -22,6 +23,13 @@ Timing (``bench_executor.alternate``): ``--rounds`` rounds, in each both run as 
 seconds in turn, the order reversed every other round; per model the medians of the ms per call and of the
 ratio blockir / onnxruntime taken within each round, with its range over the rounds.
 
+``--layers``: where a model's time goes against onnxruntime's, layer kind by layer kind. Per model, onnxruntime's
+time for the whole model; the floor its convolutions set for any kernel built on numpy's BLAS: the sgemm of each
+convolution that is not depthwise (Filter ``K x C/g*kh*kw`` by the columns ``C/g*kh*kw x OH*OW``, per group),
+timed alone with warm caches through ``numpy.matmul`` and summed over the model's convolutions; and its depthwise
+convolutions (``group`` = input channels), each layer made a model of one ``Conv`` node and timed alone in blockir
+and in onnxruntime, summed. The shapes come from ONNX's shape inference (``--batch``).
+
 ``--import-nodes N``: an ONNX model of N nodes (blocks of Conv 3x3, Relu, MatMul, Add as a residual and Relu over
 [1, 8, 8, 8] values, each Conv and MatMul with initializers of its own) written to a temporary file and loaded by
 ``load_inference_model`` ``--rounds`` times: the median and range of the seconds (goal 3: under 2 s for 5,000).
@@ -37,7 +45,7 @@ import tempfile
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 from bench_cnn import INFER_MODELS, PaddleSide, print_rows
@@ -124,6 +132,123 @@ def model_rows(models: dict[str, Path], args: argparse.Namespace) -> list[tuple[
     return rows
 
 
+class ConvLayer(NamedTuple):
+    """One ``Conv`` node of a model: its input's [N, C, H, W], its filter's [K, C/g, kh, kw], its output's [N, K,
+    OH, OW] and its attributes."""
+
+    x: tuple[int, ...]
+    w: tuple[int, ...]
+    y: tuple[int, ...]
+    attrs: tuple[tuple[str, Any], ...]
+
+    @property
+    def group(self) -> int:
+        return int(dict(self.attrs).get("group", 1))
+
+    @property
+    def depthwise(self) -> bool:
+        return self.group > 1 and self.group == self.x[1]
+
+
+def conv_layers(path: Path, batch: int) -> list[ConvLayer]:
+    """The ``Conv`` nodes of the model at ``path`` (2-D, shapes known after ONNX's shape inference with the dynamic
+    first dims ``batch``), in graph order."""
+    import onnx
+    from onnx import helper, shape_inference
+
+    model = onnx.load(str(path))
+    for value in model.graph.input:  # fix the dynamic dims, so that inference gives every shape
+        for d in value.type.tensor_type.shape.dim:
+            if not d.HasField("dim_value"):
+                d.dim_value = batch
+    graph = shape_inference.infer_shapes(model).graph
+    shapes = {
+        v.name: tuple(d.dim_value for d in v.type.tensor_type.shape.dim)
+        for v in (*graph.input, *graph.value_info, *graph.output)
+    }
+    shapes.update((t.name, tuple(t.dims)) for t in graph.initializer)
+    layers = []
+    for node in (n for n in graph.node if n.op_type == "Conv"):
+        x, w, y = (shapes.get(name, ()) for name in (*node.input[:2], node.output[0]))
+        if all(len(s) == 4 and all(s) for s in (x, w, y)):
+            attrs = tuple((a.name, helper.get_attribute_value(a)) for a in node.attribute)
+            layers.append(ConvLayer(x, w, y, tuple((k, tuple(v) if isinstance(v, list) else v) for k, v in attrs)))
+    return layers
+
+
+def layer_model(layer: ConvLayer) -> Any:
+    """A model of one ``Conv`` node (with a bias) of ``layer``'s shapes and attributes, random weights."""
+    from onnx import TensorProto, helper, numpy_helper
+
+    rng = np.random.default_rng(0)
+    weights = [
+        numpy_helper.from_array(rng.normal(0, 0.1, layer.w).astype(np.float32), "w"),
+        numpy_helper.from_array(rng.normal(0, 0.1, layer.w[0]).astype(np.float32), "b"),
+    ]
+    node = helper.make_node("Conv", ["x", "w", "b"], ["y"], **dict(layer.attrs))
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, list(layer.x))
+    y = helper.make_tensor_value_info("y", TensorProto.FLOAT, None)
+    graph = helper.make_graph([node], "layer", [x], [y], initializer=weights)
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+
+
+def gemm_seconds(layer: ConvLayer, rounds: int, turn: float) -> float:
+    """Seconds of numpy's sgemm for ``layer``'s convolution as im2col gemms (one per group and image), warm: the
+    least over ``rounds`` of ``turn`` seconds of calls."""
+    images = layer.x[0]
+    k, per_group, kh, kw = layer.w
+    oh, ow = layer.y[2:]
+    rng = np.random.default_rng(0)
+    g = layer.group
+    w = rng.standard_normal((k // g, per_group * kh * kw), dtype=np.float32)
+    cols = rng.standard_normal((per_group * kh * kw, oh * ow), dtype=np.float32)
+    out = np.empty((k // g, oh * ow), np.float32)
+
+    def gemm() -> Any:
+        return np.matmul(w, cols, out=out)
+
+    calls = max(2, int(turn / per_call(gemm, 1)))
+    return min(per_call(gemm, calls) for _ in range(rounds)) * g * images
+
+
+def layer_rows(models: dict[str, Path], args: argparse.Namespace) -> list[tuple[str, ...]]:
+    """Per model (module docstring, ``--layers``): onnxruntime's ms for the model; numpy's sgemm floor of its
+    convolutions that are not depthwise, in ms and as a share of onnxruntime's model; its depthwise convolutions
+    alone, blockir's and onnxruntime's ms and their ratio."""
+    import onnx
+
+    rows = []
+    for name, path in models.items():
+        runs, _ = contenders(path, args.batch)
+        model_ms = 1e3 * alternate({"onnxruntime": runs["onnxruntime"]}, 5, args.rounds).seconds["onnxruntime"]
+        layers = conv_layers(path, args.batch)
+        floor_ms = 1e3 * sum(gemm_seconds(layer, args.rounds, args.turn) for layer in layers if not layer.depthwise)
+        depthwise = {"blockir": 0.0, "onnxruntime": 0.0}
+        with tempfile.TemporaryDirectory() as tmp:
+            for k, layer in enumerate(layer for layer in layers if layer.depthwise):
+                layer_path = Path(tmp) / f"layer{k}.onnx"
+                onnx.save(layer_model(layer), str(layer_path))
+                one, _ = contenders(layer_path, args.batch)
+                n = max(2, int(args.turn / per_call(one["blockir"], 1)))
+                for side, seconds in alternate(one, n, args.rounds).seconds.items():
+                    depthwise[side] += 1e3 * seconds
+        count = sum(layer.depthwise for layer in layers)
+        ratio = f"{depthwise['blockir'] / depthwise['onnxruntime']:.2f}x" if count else "-"
+        rows.append(
+            (
+                name,
+                f"{model_ms:.2f}",
+                f"{floor_ms:.2f}",
+                f"{floor_ms / model_ms:.2f}x",
+                str(count),
+                f"{depthwise['blockir']:.2f}",
+                f"{depthwise['onnxruntime']:.2f}",
+                ratio,
+            )
+        )
+    return rows
+
+
 def large_model(nodes: int) -> Any:
     """An ONNX model of ``nodes`` nodes (rounded up to whole blocks of :data:`BLOCK_NODES`) over [1, 8, 8, 8]."""
     from onnx import TensorProto, helper, numpy_helper
@@ -192,6 +317,7 @@ def main(argv: list[str] | None = None) -> None:
         "$BLOCKIR_PADDLE_PYTHON)",
     )
     parser.add_argument("--import-nodes", type=int, default=0, help="time the import of a model of N nodes instead")
+    parser.add_argument("--layers", action="store_true", help="where the models' time goes, layer kind by kind")
     args = parser.parse_args(argv)
     import onnx
 
@@ -219,6 +345,11 @@ def main(argv: list[str] | None = None) -> None:
             if "light" in kinds:
                 only = set(args.light.split(",")) - {""}
                 models.update((f"light {k}", p) for k, p in light_models().items() if not only or k in only)
+            if args.layers:
+                header = ("model", "onnxruntime ms", "sgemm floor ms", "/ onnxruntime", "depthwise", "blockir ms")
+                header += ("onnxruntime ms", "blockir / onnxruntime")
+                print_rows([header, *layer_rows(models, args)])
+                return
             header = ("model", "blockir ms", "onnxruntime ms", "/ onnxruntime (range)", "max diff")
             rows = model_rows(models, args)
         if rows:

@@ -187,6 +187,24 @@ def test_bench_onnx_times_a_light_model_against_onnxruntime_and_an_import(capsys
     assert "import of a 50-node model, 1 loads:" in capsys.readouterr().out
 
 
+def test_bench_onnx_layers_splits_a_model_into_its_sgemm_floor_and_its_depthwise_layers(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """bench_onnx --layers (issue 38's goal 2: where the time goes) in tiny rounds: light shufflenet's sgemm floor
+    and its depthwise layers timed alone on both sides; its layers' shapes from ONNX's shape inference."""
+    pytest.importorskip("onnxruntime")
+    bench = load_benchmark("bench_onnx")
+    layers = bench.conv_layers(bench.light_models()["shufflenet"], 1)
+    assert len(layers) > 40 and layers[0].x == (1, 3, 224, 224) and layers[0].y[:2] == (1, layers[0].w[0])
+    depthwise = [layer for layer in layers if layer.depthwise]
+    assert depthwise and all(layer.w[1] == 1 and layer.group == layer.x[1] for layer in depthwise)
+    bench.main(["--models", "light", "--light", "shufflenet", "--layers", "--rounds", "1", "--turn", "0.001"])
+    (row,) = [line.split() for line in capsys.readouterr().out.splitlines() if line.startswith("light shufflenet")]
+    model_ms, floor_ms, share, count, ours, theirs, ratio = row[2:]
+    assert float(model_ms) > 0 and float(floor_ms) > 0 and share.endswith("x")
+    assert int(count) == len(depthwise) and float(ours) > 0 and float(theirs) > 0 and ratio.endswith("x")
+
+
 def test_bench_depthwise_times_the_direct_kernel_against_the_gemms(capsys: pytest.CaptureFixture[str]) -> None:
     """bench_depthwise (the measurement behind depthwise.direct's rule) in tiny rounds: both passes of a layer,
     their results compared before they are timed, and the gemms' switch left on."""
