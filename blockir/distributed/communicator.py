@@ -33,14 +33,16 @@ and waits.
   server, pushes it and pulls the dense parameters, which the next ``recv``
   installs. Sparse rows are cached: a lookup pulls only the ids the cache
   lacks, and at each window's end the communicator thread pulls afresh the
-  rows of the ids used in the last ``cache_windows`` windows and of those
-  noted for batches read ahead (below), which replace the cache (a row is at
-  most one window stale; ids neither used in those windows nor noted leave
-  it, and are pulled fresh when they come back). A row kept over several
-  windows spares the lookups a round trip to a server for the ids of the
-  vocabulary's long tail: with one window only, nearly every batch has an
-  id the window before did not use, and waits for it (``docs/distributed.md``
-  measures it).
+  rows of the ids the window used and of those noted for batches read ahead
+  (below), which replace the cache's (a row the window used is at most one
+  window stale). The rows of ids used in one of the ``cache_windows - 1``
+  windows before stay as they were (at most ``cache_windows`` windows stale:
+  with one worker they are exact, as no other worker changes them); the
+  others leave the cache, and are pulled fresh when they come back. Rows kept
+  over several windows spare the lookups a round trip to a server for the
+  ids of the vocabulary's long tail (with one window only, nearly every batch
+  has an id the window before did not use, and waits for it:
+  ``docs/distributed.md`` measures it), and cost no more bytes per exchange.
   The worker waits only for a lookup's missing rows and for a full queue
   (``stats["wait_s"]``); ``stop`` pushes what the window holds and drops the
   cache. With ``prefetch`` (n batches), an ``AsyncExecutor`` thread worker
@@ -109,7 +111,7 @@ __all__ = [
 RECONNECT_POLL_S = 0.2  # how often a worker asks a lost server whether it is back
 
 # Async mode's defaults (``a_sync_configs``), chosen by measurement (docs/distributed.md, *Async defaults*): a
-# window of 4 steps per exchange, and a cached row kept (and refreshed) for 16 windows after the last use of its id.
+# window of 4 steps per exchange, and a cached row kept for 16 windows after the last use of its id.
 PULL_EVERY = 4
 CACHE_WINDOWS = 16
 
@@ -511,8 +513,9 @@ _STOP = object()
 
 class AsyncCommunicator(Communicator):
     """Async mode (Downpour, module docstring): pushes queued for the communicator thread, which pushes a window
-    of ``pull_every`` steps in one exchange that refreshes the dense parameters and the cached rows (those of the
-    ids used in the last ``cache_windows`` windows); ``prefetch`` batches read ahead."""
+    of ``pull_every`` steps in one exchange that refreshes the dense parameters and the cached rows the window
+    used (the rows of the ids used in the ``cache_windows - 1`` windows before are kept as they are); ``prefetch``
+    batches read ahead."""
 
     mode = "async"
 
@@ -543,6 +546,7 @@ class AsyncCommunicator(Communicator):
         self._group = max(1, prefetch // 2)  # batches read ahead whose missing rows go in one request
         self.cache_windows = cache_windows
         self._cache = self._new_cache()
+        self.transport.restarted = self._forget_rows
         self._server_blocks: list[list[str]] = [[] for _ in handles]  # the dense blocks each server holds
         for b in split.blocks:
             self._server_blocks[b.server].append(b.name)
@@ -644,6 +648,13 @@ class AsyncCommunicator(Communicator):
         """(Holding the lock.) Those of ``ids`` whose rows no prefetch of ``table`` is bringing."""
         pending = self._prefetching.get(table)
         return ids[~np.isin(ids, np.concatenate([i for i, _ in pending]))] if pending else ids
+
+    def _forget_rows(self, server: int) -> None:
+        """Server ``server`` came back restarted from a checkpoint, without the updates it applied after it: every
+        cached row is dropped (a kept one may hold values the server lost), and pulled again as the servers now
+        have it."""
+        with self._lock:
+            self._cache = self._new_cache()
 
     def _new_cache(self) -> _RowCache:
         """An empty cache; it keeps a noted batch's ids as many windows as the batch can take to run (at most
@@ -983,22 +994,25 @@ class _RowCache:
     """Async mode: the rows a worker pulled, by table (a :class:`_MappedRows` each for a table of at most
     :data:`MAPPED_HEIGHT` ids, whose ``heights`` are given, else a :class:`_TableRows`: a step costs a look-up of
     its ids among the cached ones, the rows it gathers and those it adds), the ids the current window of
-    ``pull_every`` steps used and those the ``kept - 1`` windows before it used, and those of the batches read ahead
-    (noted) in the last ``windows`` windows; the communicator thread replaces it at the window's end. Every array of
-    ids given to it is sorted and distinct, as ``np.unique`` makes them. Not thread-safe: every call holds the
-    communicator's lock.
+    ``pull_every`` steps used and those each of the ``kept - 1`` windows before it used, and those of the batches
+    read ahead (noted) in the last ``windows`` windows; the communicator thread replaces it at the window's end.
+    Every array of ids given to it is sorted and distinct, as ``np.unique`` makes them. Not thread-safe: every call
+    holds the communicator's lock.
 
-    Its ordering rules (what makes a row at most a window, and a prefetched one a window and ``prefetch``
-    batches, stale, and a lookup never find a row it needs dropped):
+    Its ordering rules (what makes a row the window used at most a window stale, a prefetched one a window and
+    ``prefetch`` batches, a row kept unused at most ``kept`` windows, and a lookup never find a row it needs
+    dropped):
 
     1. :meth:`note` comes before the noted batch runs (a reader thread notes the batch it reads ahead); a noted
        id is refreshed and kept for ``windows`` windows, as long as the batch can take to run.
     2. :meth:`take_used` comes at a window's end, before its exchange is sent, in the communicator thread: the
-       ids it returns (used in the window or the ``kept - 1`` windows before it, or noted) are those the exchange
-       asks for; the uses and notes after it belong to the next window.
+       ids it returns (used in the window or noted) are those the exchange asks for; the uses and notes after it
+       belong to the next window.
     3. :meth:`replace` comes once that exchange answered, in the same thread, before the next :meth:`take_used`:
        the refreshed rows replace the cache's; a row used or noted between :meth:`take_used` and
-       :meth:`replace` (so not asked for) is kept as it was, never dropped; every other row leaves.
+       :meth:`replace` (so not asked for) is kept as it was, never dropped, and so is a row whose id one of the
+       ``kept - 1`` windows before this one used (not refreshed: as the servers had it when it last was); every
+       other row leaves.
     4. :meth:`insert` of a looked-up or prefetched row keeps a row the cache already has: a prefetch asked for
        before the last refresh may answer after it, and the refreshed row is the newer.
     """
@@ -1075,26 +1089,24 @@ class _RowCache:
             held.add(ids[new], rows[new])
 
     def take_used(self) -> dict[str, np.ndarray]:
-        """The ids used in the window and the ``kept - 1`` before it or that batches read ahead will use (those to
-        refresh; the others leave the cache), sorted; a new window starts."""
-        self.recent.append({t: _union(p) for t, p in self.used.items() if p})
-        parts: dict[str, list[np.ndarray]] = {t: [] for t in self.used}
-        for window in self.recent:
-            for t, ids in window.items():
-                parts[t].append(ids)
+        """The ids the window used or that batches read ahead will use (those to refresh), sorted; a new window
+        starts."""
+        window = {t: _union(p) for t, p in self.used.items() if p}
+        self.recent.append(window)
+        parts = {t: [ids] for t, ids in window.items()}
         for noted in self.noted:
             for t, p in noted.items():
-                parts[t] += p
+                parts.setdefault(t, []).extend(p)
         self.used = {t: [] for t in self.used}
         self.noted.append({t: [] for t in self.used})
         return {t: _union(p) for t, p in parts.items() if p}
 
     def replace(self, fresh: dict[str, tuple[np.ndarray, np.ndarray]]) -> None:
-        """The refreshed rows (sorted distinct ids; the arrays are taken, not copied), and the rows used since the
-        refresh began that it did not cover."""
+        """The refreshed rows (sorted distinct ids; the arrays are taken, not copied); the rows of the ids used in
+        the ``kept - 1`` windows before and since the refresh began that it did not cover stay as they were."""
         for table, old in self.tables.items():
             ids, rows = fresh.get(table, (np.zeros(0, np.int64), old.rows[:0]))
-            recent = self.used[table] + self.noted[-1][table]
+            recent = [w[table] for w in self.recent if table in w] + self.used[table] + self.noted[-1][table]
             kept = _union(recent) if recent else None
             at = old.find(kept) if kept is not None else None  # (before the new store: it may take old's map)
             new = self.tables[table] = old.renewed(ids, rows)

@@ -107,12 +107,13 @@ class DistributedStrategy:
     """``a_sync``: False for sync training (every step averaged over the workers), True (default) for async
     (Downpour). ``a_sync_configs``: ``pull_every`` (async: a window of n steps, whose gradients are summed and
     pushed once at its end, when the dense parameters are pulled and the cached sparse rows refreshed; default 4),
-    ``cache_windows`` (async: a cached sparse row is kept, and refreshed at each window's end, until its id went
-    unused for n windows; default 16), ``queue_size`` (async: steps queued before a push blocks; default one window,
-    ``pull_every``; each queued step is one more step the values a worker trains with may lack), ``prefetch``
-    (async: ``AsyncExecutor`` thread workers read that many batches ahead, and the rows of each ``prefetch // 2``
-    batches read that the worker's cache lacks are pulled in one request while earlier batches run; True is 1;
-    default 0, off) and ``k_steps`` (GEO-SGD: workers train locally and exchange parameter deltas every k steps)."""
+    ``cache_windows`` (async: a cached sparse row is refreshed at the end of each window that used its id, and kept
+    as it is until its id went unused for n windows; default 16), ``queue_size`` (async: steps queued before a push
+    blocks; default one window, ``pull_every``; each queued step is one more step the values a worker trains with
+    may lack), ``prefetch`` (async: ``AsyncExecutor`` thread workers read that many batches ahead, and the rows of
+    each ``prefetch // 2`` batches read that the worker's cache lacks are pulled in one request while earlier
+    batches run; True is 1; default 0, off) and ``k_steps`` (GEO-SGD: workers train locally and exchange parameter
+    deltas every k steps)."""
 
     a_sync: bool = True
     a_sync_configs: dict[str, Any] = field(default_factory=dict)

@@ -89,11 +89,12 @@ def test_one_communicator_class_per_mode() -> None:
     registry = InProcessBackend()
     registry.serve("modes", 0, server)
     made = {mode: new_communicator(split, registry.handles("modes", 1, 5), 0, mode) for mode in ("sync", "geo")}
-    made["async"] = new_communicator(split, registry.handles("modes", 1, 5), 0, "async", pull_every=3)
+    made["async"] = new_communicator(split, registry.handles("modes", 1, 5), 0, "async", pull_every=3, cache_windows=5)
     try:
         assert isinstance(made["sync"], SyncCommunicator)
         assert isinstance(made["geo"], GeoCommunicator)
         assert isinstance(made["async"], AsyncCommunicator) and made["async"].pull_every == 3
+        assert made["async"].cache_windows == 5 and made["async"]._cache.recent.maxlen == 5
         with pytest.raises(BlockirError, match="geo_sync needs the GEO communicator"):
             made["sync"].geo_step({}, {})
         with pytest.raises(BlockirError, match="exchanges deltas"):

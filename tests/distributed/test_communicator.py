@@ -17,7 +17,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import blockir as bir
-from blockir.distributed.api import SERVER_METHODS, ParameterServerAPI, ServerHandle
+from blockir.distributed.api import SERVER_METHODS, ParameterServerAPI, ServerHandle, ServerLost
 from blockir.distributed.communicator import (
     MAPPED_HEIGHT,
     AsyncCommunicator,
@@ -42,12 +42,16 @@ class _Handle(ServerHandle):
         self.calls: list[str] = []
         self.gate = threading.Event()
         self.gated: set[int] = set()  # ids whose pull_sparse waits for the gate
+        self.lose_next = False  # the next request finds the server lost
 
     def submit(self, method: Callable[..., Any], *args: Any, **kwargs: Any) -> Future:
         name = SERVER_METHODS[method]
         self.calls.append(name)
         future: Future = Future()
-        if method is ParameterServerAPI.pull_sparse and self.gated & set(np.asarray(args[1]).tolist()):
+        if self.lose_next:
+            self.lose_next = False
+            future.set_exception(ServerLost("the connection was closed"))
+        elif method is ParameterServerAPI.pull_sparse and self.gated & set(np.asarray(args[1]).tolist()):
 
             def later() -> None:
                 self.gate.wait(10)
@@ -200,23 +204,45 @@ def test_a_windows_refresh_keeps_the_rows_of_batches_read_ahead() -> None:
 
 
 @pytest.mark.timeout(30)
-def test_a_cached_row_is_refreshed_until_its_id_went_unused_for_cache_windows_windows() -> None:
+def test_a_cached_row_stays_as_it_was_until_its_id_went_unused_for_cache_windows_windows() -> None:
     mine, handle = _async(pull_every=1, cache_windows=2)
     four = np.array([4], np.int64)
     mine.pull_sparse(TABLE, four)
-    _next_window(mine, four)  # window 1 used 4
-    _next_window(mine, four)  # window 2 did not (its push changed the server's row): kept, refreshed
+    _next_window(mine, four)  # window 1 used 4: refreshed
+    then = handle.server.pull_sparse(TABLE, four)
+    _next_window(mine, four)  # window 2 did not (its push changed the server's row): kept as it was
     pulls = handle.calls.count("pull_sparse")
     got = mine.pull_sparse(TABLE, four)  # window 3 uses it
     assert handle.calls.count("pull_sparse") == pulls
-    np.testing.assert_array_equal(got, handle.server.pull_sparse(TABLE, four))
-    for _ in range(3):  # windows 3 (its use), 4 and 5 end: 4 unused in 4 and 5, it left at 5's refresh
+    np.testing.assert_array_equal(got, then)
+    assert not np.array_equal(got, handle.server.pull_sparse(TABLE, four))
+    _next_window(mine, np.array([6], np.int64))  # window 3 used it: refreshed
+    np.testing.assert_array_equal(mine.pull_sparse(TABLE, four), handle.server.pull_sparse(TABLE, four))
+    for _ in range(3):  # windows 4 (the lookup above), 5 and 6 end: unused in 5 and 6, it left at 6's refresh
         _next_window(mine, np.array([6], np.int64))
     mine.pull_sparse(TABLE, four)
     assert handle.calls.count("pull_sparse") == pulls + 1
     mine.stop()
     with pytest.raises(BlockirError, match="cache_windows"):
         AsyncCommunicator(mine.split, [handle], 0, cache_windows=0)
+
+
+@pytest.mark.timeout(30)
+def test_a_server_found_restarted_empties_the_row_cache(capsys: pytest.CaptureFixture[str]) -> None:
+    mine, handle = _async(pull_every=1, cache_windows=4)
+    mine.know_servers()
+    four = np.array([4], np.int64)
+    mine.pull_sparse(TABLE, four)
+    _next_window(mine, four)  # 4 cached
+    life = handle.server.incarnation()
+    restored = dict(life, restart=int(life["restart"]) + 1, checkpoint="ckpt-1", step=1, version=0)
+    handle.server.incarnation = lambda: restored  # type: ignore[method-assign]
+    handle.lose_next = True
+    mine.pull_sparse(TABLE, np.array([7], np.int64))  # a miss, whose pull finds the server restarted
+    assert len(mine.recoveries) == 1 and "was restarted" in capsys.readouterr().err
+    pulls = handle.calls.count("pull_sparse")
+    np.testing.assert_array_equal(mine.pull_sparse(TABLE, four), handle.server.pull_sparse(TABLE, four))
+    assert handle.calls.count("pull_sparse") == pulls + 1  # pulled again: the cache was emptied
 
 
 def test_merged_pushes_summed_by_id_equal_one_merge_of_all_their_rows() -> None:

@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 
 from blockir.distributed.backend import InProcessBackend
+from blockir.distributed.communicator import PULL_EVERY
 from blockir.distributed.launch import launch
 from tests.distributed import scenarios
 
@@ -166,6 +167,7 @@ def test_async_executor_thread_workers_inside_ps_workers_train_from_files(tmp_pa
     # single process on the same files (measured 0.853-0.862 against 0.8645).
     assert report["accuracy"] >= report["reference"] - 0.02, report
     assert report["stats"]["prefetched_rows"] > 0  # rows of coming batches pulled while one ran
+    assert report["settings"] == [PULL_EVERY, 8]  # the strategy's settings reach the worker, defaults and given
 
 
 @pytest.mark.parametrize(("model", "optimizer"), [("sparse", "adam"), ("sparse", "adagrad"), ("dense", "adam")])

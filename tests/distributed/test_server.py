@@ -136,6 +136,7 @@ def test_bad_requests_name_what_is_wrong() -> None:
         ({"k_steps": 4}, False, "k_steps \\(GEO\\) needs a_sync = True"),
         ({"pull_evry": 4}, True, "unknown keys \\['pull_evry'\\]"),
         ({"pull_every": 0}, True, "pull_every must be an int >= 1, got 0"),
+        ({"cache_windows": 0}, True, "cache_windows must be an int >= 1, got 0"),
         ({"prefetch": -1}, True, r"prefetch must be a number of batches >= 0 \(or True, 1\), got -1"),
         ({"prefetch": "2"}, True, r"prefetch must be a number of batches >= 0 \(or True, 1\), got '2'"),
     ],

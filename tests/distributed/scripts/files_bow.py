@@ -28,7 +28,7 @@ spec.loader.exec_module(example)
 fleet.init()
 strategy = fleet.DistributedStrategy()
 strategy.a_sync = True
-strategy.a_sync_configs = {"queue_size": 1, "prefetch": True}
+strategy.a_sync_configs = {"queue_size": 1, "prefetch": True, "cache_windows": 8}  # pull_every: the default
 net = example.bow_net(
     example.bow_classifier.VOCAB,
     minimize=lambda opt, loss: fleet.distributed_optimizer(opt, strategy).minimize(loss),
@@ -65,6 +65,7 @@ else:
             total += len(probs)
         reference = example.train(corpus, 1, "thread", 1, out=data / "reference", verbose=False)
         report = {"accuracy": right / total, "reference": reference["accuracy"], "stats": communicator.stats}
+        report["settings"] = [communicator.pull_every, communicator.cache_windows]
         (out / "files.json").write_text(json.dumps(report))
     fleet.barrier_worker()
     fleet.stop_worker()
