@@ -19,7 +19,8 @@ and waits.
   sparse gradient (duplicate ids summed) before sending: one request per server
   per step, carrying every block and table that server holds.
 - **sync** (:class:`SyncCommunicator`): a push waits for the servers to apply the step (every worker's
-  gradients, averaged by batch), and ``recv`` pulls the dense blocks after it.
+  gradients, averaged by batch); it is an exchange, whose replies carry the dense blocks as the step left
+  them, which ``recv`` takes (a second ``recv`` of the step pulls them).
 - **async** (Downpour, :class:`AsyncCommunicator`): a push goes into a bounded queue (``queue_size``
   steps, by default one window, ``pull_every``: a full queue blocks the
   step, never grows memory, and bounds how far the worker runs ahead of
@@ -308,8 +309,10 @@ class Communicator(ABC):
         self.checkpoint_every = 0
         self.steps = 0  # steps pushed
         self._blocks: dict[str, list[DenseBlock]] = {}
+        self._server_blocks: list[list[str]] = [[] for _ in handles]  # the dense blocks each server holds
         for b in split.blocks:
             self._blocks.setdefault(b.param, []).append(b)
+            self._server_blocks[b.server].append(b.name)
         self._dims = {t.name: t.dim for t in split.tables}
         self._heights = {t.name: t.height for t in split.tables}
         self._lock = threading.Lock()
@@ -431,15 +434,13 @@ class Communicator(ABC):
         sparse: dict[str, tuple[np.ndarray, np.ndarray]],
         weight: int,
         waited: bool,
-        every_server: bool = False,
     ) -> None:
-        """Push to the servers their parts of the gradients (to ``every_server``, with nothing for it included:
-        a sync step counts every worker's push)."""
+        """Push to the servers their parts of the gradients (to those with a part)."""
         dense_parts, sparse_parts = self._parts(dense, sparse)
         calls = [
             self.transport.submit(k, ParameterServerAPI.push, self.worker, dense_parts[k], sparse_parts[k], weight)
             for k in range(len(self.handles))
-            if dense_parts[k] or sparse_parts[k] or every_server
+            if dense_parts[k] or sparse_parts[k]
         ]
         for call in calls:
             self.transport.result(call, waited)
@@ -483,21 +484,37 @@ class Communicator(ABC):
 
 class SyncCommunicator(Communicator):
     """Sync mode: a push waits for the servers to apply the step (every worker's gradients, averaged by batch),
-    and a pull waits for the servers to be at this worker's step; a server found restarted resumes at it."""
+    and a pull waits for the servers to be at this worker's step; a server found restarted resumes at it. A
+    push is an exchange: each server's reply carries its dense blocks as the step left them, which the step's
+    ``recv`` takes instead of asking again (one round trip per server and step where there were two)."""
 
     mode = "sync"
 
     def __init__(self, split: Split, handles: Sequence[ServerHandle], worker: int, timeout: float = 300.0) -> None:
         super().__init__(split, handles, worker, timeout)
         self.transport.restarted = self._resume
+        self._fresh: tuple[int, dict[str, np.ndarray]] | None = None  # the dense blocks after the last push's step
 
     def push(self, dense: dict[str, np.ndarray], sparse: list[tuple[str, np.ndarray, np.ndarray]], weight: int) -> None:
         merged = self._merged(sparse)
         self._count_payload(dense, merged)
-        self._send(dense, merged, weight, waited=True, every_server=True)
+        dense_parts, sparse_parts = self._parts(dense, merged)
+        calls = [  # every server, with or without a part: a sync step counts every worker's push
+            self.transport.submit(
+                k, ParameterServerAPI.exchange, self.worker, dense_parts[k], sparse_parts[k], weight, blocks, {}
+            )
+            for k, blocks in enumerate(self._server_blocks)
+        ]
+        fresh: dict[str, np.ndarray] = {}
+        for call in calls:
+            fresh.update(self.transport.result(call, waited=True)[1])
         self._stepped()
+        self._fresh = (self.steps, fresh)
 
     def pull_dense(self, names: Sequence[str]) -> dict[str, np.ndarray]:
+        fresh, self._fresh = self._fresh, None
+        if fresh is not None and fresh[0] == self.steps:  # the blocks as this worker's last step left them
+            return {name: _join([fresh[1][b.name] for b in self._blocks[name]]) for name in names}
         return self._pull(names, self.steps, waited=True)
 
     def _after(self) -> int:
@@ -547,9 +564,6 @@ class AsyncCommunicator(Communicator):
         self.cache_windows = cache_windows
         self._cache = self._new_cache()
         self.transport.restarted = self._forget_rows
-        self._server_blocks: list[list[str]] = [[] for _ in handles]  # the dense blocks each server holds
-        for b in split.blocks:
-            self._server_blocks[b.server].append(b.name)
         self._coming: dict[str, list[np.ndarray]] = {}  # table -> the ids of batches read ahead, not yet asked for
         self._prefetching: dict[str, list[tuple[np.ndarray, _Call[np.ndarray]]]] = {}  # table -> rows on their way
         self._stopped = False

@@ -21,6 +21,7 @@ from blockir.distributed.api import SERVER_METHODS, ParameterServerAPI, ServerHa
 from blockir.distributed.communicator import (
     MAPPED_HEIGHT,
     AsyncCommunicator,
+    SyncCommunicator,
     _MappedRows,
     _merge_sparse,
     _RowCache,
@@ -243,6 +244,25 @@ def test_a_server_found_restarted_empties_the_row_cache(capsys: pytest.CaptureFi
     pulls = handle.calls.count("pull_sparse")
     np.testing.assert_array_equal(mine.pull_sparse(TABLE, four), handle.server.pull_sparse(TABLE, four))
     assert handle.calls.count("pull_sparse") == pulls + 1  # pulled again: the cache was emptied
+
+
+def test_a_sync_step_is_one_request_per_server_and_its_recv_takes_the_reply() -> None:
+    split, startup = _split(1)
+    handle = _Handle(ParameterServer(0, split, startup, "sync", timeout=5))
+    mine = SyncCommunicator(split, [handle], 0)
+    scope = bir.Scope()
+    bir.Executor("cpu").run(startup, scope=scope)
+    dense = {b.param: np.asarray(scope.get(b.param)) for b in split.blocks}
+    mine.init_dense(dense)
+    asked = len(handle.calls)
+    mine.push({n: np.ones_like(v) for n, v in dense.items()}, [(TABLE, np.array([3]), np.ones((1, 4), np.float32))], 1)
+    got = mine.pull_dense(list(dense))
+    assert handle.calls[asked:] == ["exchange"]  # the push and the step's dense blocks, in one request
+    again = mine.pull_dense(list(dense))  # a second recv of the step asks the server
+    assert handle.calls[-1] == "pull_dense"
+    for name, value in dense.items():
+        np.testing.assert_array_equal(got[name], again[name])
+        assert not np.array_equal(got[name], value)  # the step's update
 
 
 def test_merged_pushes_summed_by_id_equal_one_merge_of_all_their_rows() -> None:

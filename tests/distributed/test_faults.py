@@ -133,6 +133,9 @@ def _communicator(lost: int, life: dict[str, Any], final: bool = False, timeout:
     handle = _Flaky(server, 0, {"restart": 0, "checkpoint": None, "step": None, "version": None}, final)
     mine = SyncCommunicator(split, [handle], 0, timeout=timeout)
     mine.know_servers()
+    scope = bir.Scope()
+    bir.Executor("cpu").run(startup, scope=scope)
+    mine.init_dense({b.param: scope.get(b.param) for b in split.blocks})  # worker 0's init_worker
     handle.lost, handle.life = lost, life
     return mine
 
@@ -153,7 +156,7 @@ def test_a_worker_waits_for_a_lost_server_reports_what_it_lost_and_resumes_sync_
         {"server": 0, "restart": 1, "checkpoint": "ckpt", "checkpoint_step": 2, "lost_updates": 3, "worker_step": 5}
     ]
     assert handle.server.version() == 6  # resumed at the workers' step 5, then this push: step 6
-    assert handle.calls[-4:] == ["incarnation", "incarnation", "resume", "push"]
+    assert handle.calls[-4:] == ["incarnation", "incarnation", "resume", "exchange"]  # a sync push
     err = capsys.readouterr().err
     assert "worker 0: parameter server 0 does not answer (the actor died); waiting up to 5 s" in err
     assert "restarted from the checkpoint of step 2 (ckpt): the updates it applied after it are lost, at least 3" in err
