@@ -44,6 +44,7 @@ import statistics
 import tempfile
 import time
 from collections.abc import Callable
+from functools import partial
 from pathlib import Path
 from typing import Any, NamedTuple
 
@@ -95,15 +96,20 @@ def onnxruntime_session(path: Path) -> Any:
     return onnxruntime.InferenceSession(str(path), options, providers=["CPUExecutionProvider"])
 
 
+def random_feed(ort: Any, batch: int, seed: int = 0) -> dict[str, np.ndarray]:
+    """Standard normal inputs for onnxruntime session ``ort`` (its dynamic dims ``batch``)."""
+    rng = np.random.default_rng(seed)
+    return {
+        i.name: rng.standard_normal([d if isinstance(d, int) else batch for d in i.shape]).astype(np.float32)
+        for i in ort.get_inputs()
+    }
+
+
 def contenders(path: Path, batch: int, seed: int = 0) -> tuple[dict[str, Callable[[], Any]], float]:
     """onnxruntime's and blockir's inference of the model at ``path`` on the same random input (its dynamic dims
     ``batch``), and the largest relative difference of their outputs."""
     ort = onnxruntime_session(path)
-    rng = np.random.default_rng(seed)
-    feed = {
-        i.name: rng.standard_normal([d if isinstance(d, int) else batch for d in i.shape]).astype(np.float32)
-        for i in ort.get_inputs()
-    }
+    feed = random_feed(ort, batch, seed)
     exe, scope = bir.Executor("cpu"), bir.Scope()
     program, feeds, fetches = bir.io.load_inference_model(path, exe, scope=scope)
     ours = dict(zip(feeds, feed.values()))
@@ -219,8 +225,10 @@ def layer_rows(models: dict[str, Path], args: argparse.Namespace) -> list[tuple[
 
     rows = []
     for name, path in models.items():
-        runs, _ = contenders(path, args.batch)
-        model_ms = 1e3 * alternate({"onnxruntime": runs["onnxruntime"]}, 5, args.rounds).seconds["onnxruntime"]
+        ort = onnxruntime_session(path)
+        feed = random_feed(ort, args.batch)
+        run = partial(ort.run, None, feed)
+        model_ms = 1e3 * alternate({"onnxruntime": run}, 5, args.rounds).seconds["onnxruntime"]
         layers = conv_layers(path, args.batch)
         floor_ms = 1e3 * sum(gemm_seconds(layer, args.rounds, args.turn) for layer in layers if not layer.depthwise)
         depthwise = {"blockir": 0.0, "onnxruntime": 0.0}

@@ -87,7 +87,7 @@ import sys
 import threading
 import time
 from abc import ABC, abstractmethod
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any, ClassVar, Concatenate, Generic, ParamSpec, TypeVar, cast
 
@@ -398,13 +398,14 @@ class Communicator(ABC):
         """The servers' step a pull waits for (sync mode: this worker's)."""
         return 0
 
-    def _stepped(self) -> None:
-        """A step was pushed: count it; every ``checkpoint_every`` steps, the checkpoint (worker 0's)."""
+    def _stepped(self) -> int:
+        """A step was pushed: count it; every ``checkpoint_every`` steps, the checkpoint (worker 0's). The step."""
         with self._lock:
             self.steps += 1
             step = self.steps
         if self.checkpoint is not None and self.checkpoint_every and step % self.checkpoint_every == 0:
             self.checkpoint(step)
+        return step
 
     def _count_payload(self, dense: dict[str, np.ndarray], sparse: dict[str, tuple[np.ndarray, np.ndarray]]) -> None:
         self.stats["payload_bytes"] += sum(g.nbytes for g in dense.values()) + sum(
@@ -418,15 +419,7 @@ class Communicator(ABC):
             for k, part in enumerate(_by_server(uniq, len(self.handles)))
             if part.size
         ]
-        if len(calls) == 1 and len(calls[0][0]) == len(uniq):  # one server holds them all: its rows as they come
-            return self.transport.result(calls[0][1], waited)
-        rows = np.zeros((len(uniq), self._dims[table]), np.float32)
-        for part, call in calls:
-            got = self.transport.result(call, waited)
-            if rows.dtype != got.dtype:
-                rows = rows.astype(got.dtype)
-            rows[np.searchsorted(uniq, part)] = got
-        return rows
+        return _gathered(uniq, [(part, self.transport.result(call, waited)) for part, call in calls], self._dims[table])
 
     def _send(
         self,
@@ -444,6 +437,27 @@ class Communicator(ABC):
         ]
         for call in calls:
             self.transport.result(call, waited)
+
+    def _exchanges(
+        self,
+        dense: dict[str, np.ndarray],
+        sparse: dict[str, tuple[np.ndarray, np.ndarray]],
+        weight: int,
+        wanted: Sequence[dict[str, np.ndarray]],
+    ) -> list[_Call[tuple[int, dict[str, np.ndarray], dict[str, np.ndarray]]]]:
+        """One exchange per server (every server, with or without a part of the push): its parts of the gradients,
+        and its dense blocks and its ``wanted`` rows (ids by table) asked back."""
+        dense_parts, sparse_parts = self._parts(dense, sparse)
+        return [
+            self.transport.submit(
+                k, ParameterServerAPI.exchange, self.worker, dense_parts[k], sparse_parts[k], weight, blocks, wanted[k]
+            )
+            for k, blocks in enumerate(self._server_blocks)
+        ]
+
+    def _joined(self, blocks: dict[str, np.ndarray], names: Iterable[str]) -> dict[str, np.ndarray]:
+        """The dense parameters ``names`` from the values of their blocks."""
+        return {name: _join([blocks[b.name] for b in self._blocks[name]]) for name in names}
 
     def _parts(
         self, dense: dict[str, np.ndarray], sparse: dict[str, tuple[np.ndarray, np.ndarray]]
@@ -479,7 +493,7 @@ class Communicator(ABC):
         for call in calls:
             values = self.transport.result(call, waited)
             got.update(values)
-        return {name: _join([got[b.name] for b in self._blocks[name]]) for name in names}
+        return self._joined(got, names)
 
 
 class SyncCommunicator(Communicator):
@@ -498,23 +512,16 @@ class SyncCommunicator(Communicator):
     def push(self, dense: dict[str, np.ndarray], sparse: list[tuple[str, np.ndarray, np.ndarray]], weight: int) -> None:
         merged = self._merged(sparse)
         self._count_payload(dense, merged)
-        dense_parts, sparse_parts = self._parts(dense, merged)
-        calls = [  # every server, with or without a part: a sync step counts every worker's push
-            self.transport.submit(
-                k, ParameterServerAPI.exchange, self.worker, dense_parts[k], sparse_parts[k], weight, blocks, {}
-            )
-            for k, blocks in enumerate(self._server_blocks)
-        ]
+        calls = self._exchanges(dense, merged, weight, [{}] * len(self.handles))  # a sync step counts every push
         fresh: dict[str, np.ndarray] = {}
         for call in calls:
             fresh.update(self.transport.result(call, waited=True)[1])
-        self._stepped()
-        self._fresh = (self.steps, fresh)
+        self._fresh = (self._stepped(), fresh)
 
     def pull_dense(self, names: Sequence[str]) -> dict[str, np.ndarray]:
         fresh, self._fresh = self._fresh, None
         if fresh is not None and fresh[0] == self.steps:  # the blocks as this worker's last step left them
-            return {name: _join([fresh[1][b.name] for b in self._blocks[name]]) for name in names}
+            return self._joined(fresh[1], names)
         return self._pull(names, self.steps, waited=True)
 
     def _after(self) -> int:
@@ -725,45 +732,21 @@ class AsyncCommunicator(Communicator):
         and in the same request to each server pull the dense parameters, for the next ``recv``, and the rows of
         the ids the window used, which replace the cache (ids it did not use leave it)."""
         servers = len(self.handles)
-        dense_parts, sparse_parts = self._parts(dense, sparse)
         with self._lock:
             used = self._cache.take_used()
             used = {t: self._not_on_their_way(t, ids) for t, ids in used.items()}  # not asked for twice
-        blocks = self._server_blocks
         parts = {t: _by_server(ids, servers) for t, ids in used.items()}
         wanted = [{t: p[k] for t, p in parts.items()} for k in range(servers)]
-        calls = [
-            self.transport.submit(
-                k,
-                ParameterServerAPI.exchange,
-                self.worker,
-                dense_parts[k],
-                sparse_parts[k],
-                weight,
-                blocks[k],
-                wanted[k],
-            )
-            for k in range(servers)
-        ]
         got: dict[str, np.ndarray] = {}
-        rows: dict[str, np.ndarray] = {}
-        for k, call in enumerate(calls):
+        pieces: dict[str, list[tuple[np.ndarray, np.ndarray]]] = {t: [] for t in used}
+        for k, call in enumerate(self._exchanges(dense, sparse, weight, wanted)):
             _, dense_values, row_values = self.transport.result(call, waited=False)
             got.update(dense_values)
             for t, values in row_values.items():
-                if len(wanted[k][t]) == len(used[t]):  # this server holds them all: its rows as they come
-                    rows[t] = values
-                    continue
-                if t not in rows:
-                    rows[t] = np.zeros((len(used[t]), self._dims[t]), np.float32)
-                rows[t] = rows[t].astype(values.dtype, copy=False)
-                rows[t][np.searchsorted(used[t], wanted[k][t])] = values
-        for t, ids in used.items():  # (rows no server was asked for: none)
-            if t not in rows:
-                rows[t] = np.zeros((len(ids), self._dims[t]), np.float32)
-        fresh = {name: _join([got[b.name] for b in self._blocks[name]]) for name in self._blocks}
+                pieces[t].append((wanted[k][t], values))
+        rows = {t: _gathered(ids, pieces[t], self._dims[t]) for t, ids in used.items()}
         with self._lock:
-            self._fresh = (steps, fresh)
+            self._fresh = (steps, self._joined(got, self._blocks))
             self._cache.replace({t: (used[t], rows[t]) for t in used})
 
     def _raise(self) -> None:
@@ -1163,6 +1146,19 @@ def _by_server(ids: np.ndarray, servers: int) -> list[np.ndarray]:
 
 def _join(parts: list[np.ndarray]) -> np.ndarray:
     return parts[0] if len(parts) == 1 else np.concatenate(parts)
+
+
+def _gathered(ids: np.ndarray, pieces: list[tuple[np.ndarray, np.ndarray]], dim: int) -> np.ndarray:
+    """The rows of the sorted distinct ``ids`` from ``pieces``, each the ids a server was asked for (in their
+    order) and its rows: one piece of them all taken as it comes, else each put at its ids (zeros where no piece
+    has an id; the rows' dtype, float32 when there are none)."""
+    pieces = [(part, values) for part, values in pieces if len(part)]
+    if len(pieces) == 1 and len(pieces[0][0]) == len(ids):
+        return pieces[0][1]
+    rows = np.zeros((len(ids), dim), pieces[0][1].dtype if pieces else np.float32)
+    for part, values in pieces:
+        rows[np.searchsorted(ids, part)] = values
+    return rows
 
 
 def _merge_sparse(
